@@ -1,0 +1,26 @@
+/* Runtime ISA detection for the host kernels. AVX-512 counts only when the
+ * CPU has F/BW/VL/DQ and F16C and the OS saves ZMM state (XCR0), so a binary
+ * never executes an instruction the machine cannot run. */
+#ifndef HKV_ISA_H
+#define HKV_ISA_H
+
+enum hkv_isa {
+    HKV_ISA_SCALAR = 0,
+    HKV_ISA_AVX2 = 1,     /* AVX2 + FMA + F16C */
+    HKV_ISA_AVX512 = 2,   /* AVX-512 F/BW/VL/DQ + F16C */
+};
+
+typedef struct hkv_isa_info {
+    int avx2, fma, f16c;
+    int avx512f, avx512bw, avx512vl, avx512dq, avx512_bf16, avx512_fp16, avx512_vnni;
+    int amx_bf16, amx_int8;
+    int os_avx, os_avx512, os_amx;
+    int best;                 /* enum hkv_isa: best level usable here */
+} hkv_isa_info;
+
+void hkv_isa_detect(hkv_isa_info *out);
+const char *hkv_isa_name(int isa);
+/* Parse "scalar" | "avx2" | "avx512"; -1 if unknown. */
+int hkv_isa_parse(const char *s);
+
+#endif

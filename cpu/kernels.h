@@ -1,0 +1,114 @@
+/* Host kernels: weight formats, GEMV/GEMM, fp16 attention pieces.
+ *
+ * The kernels know nothing about models or policies. Every kernel that has
+ * vector variants is reached through an hkv_cpu_kernels table filled for one
+ * ISA (hkv_cpu_kernels_init), so the same binary runs AVX-512, AVX2 or scalar
+ * code and tests can force each level.
+ *
+ * Threading: hkv_matmul is parallel inside (OpenMP over output rows).
+ * Attention pieces are single-threaded; callers run them inside their own
+ * parallel loop over (sequence, KV head). */
+#ifndef HKV_CPU_KERNELS_H
+#define HKV_CPU_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "isa.h"
+
+/* ---- weight matrices, repacked at load ---------------------------------- */
+
+enum hkv_wtype {
+    HKV_W_F32 = 0,   /* float  q[rows][cols] */
+    HKV_W_F16 = 1,   /* uint16 q[rows][cols] (IEEE half) */
+    HKV_W_Q8 = 2,    /* int8   q[rows][cols], fp16 scale[rows][cols/32]: w = scale*q */
+    HKV_W_Q4 = 3,    /* uint8  q[rows][cols/2], fp16 scale and min[rows][cols/32]:
+                      * w = scale*q + min; in block b of a row, byte j (0..15) holds
+                      * element 32b+j in its low nibble and 32b+j+16 in its high nibble
+                      * (the GGUF Q4_0/Q4_1 nibble order) */
+};
+#define HKV_WBLOCK 32
+
+typedef struct hkv_wmat {
+    int type;            /* enum hkv_wtype */
+    int64_t rows;        /* output features */
+    int64_t cols;        /* input features; a multiple of 32 for Q8/Q4 */
+    void *q;             /* see enum hkv_wtype; 64-byte aligned */
+    uint16_t *scale;     /* Q8/Q4 */
+    uint16_t *min;       /* Q4 */
+} hkv_wmat;
+
+/* Bytes one full pass over the matrix reads. */
+size_t hkv_wmat_bytes(const hkv_wmat *w);
+
+/* ---- the dispatch table -------------------------------------------------- */
+
+typedef struct hkv_cpu_kernels {
+    int isa;   /* enum hkv_isa these entries were built for */
+
+    /* y[i][r] = sum_c W[r][c] x[i][c] for i < n (n <= HKV_GEMV_MAX_N), r in
+     * [r0, r1). x rows are cols long, y rows are ldy long. Single-threaded;
+     * hkv_matmul splits rows over threads. */
+    void (*gemv)(const hkv_wmat *w, const float *x, int n, float *y, int64_t ldy,
+                 int64_t r0, int64_t r1);
+
+    /* Dequantise rows [r0, r1) of W to float dst[r1-r0][cols]. */
+    void (*dequant_rows)(const hkv_wmat *w, int64_t r0, int64_t r1, float *dst);
+
+    /* Dense attention of g query heads over n keys/values (fp16 rows of d,
+     * row stride ld elements). q is [g][d]; logits are scale * q.k.
+     * Writes out[g][d] (softmax-weighted V) and lse[g] (natural log).
+     * n == 0 gives out = 0 and lse = -inf. */
+    void (*attn_dense)(const float *q, int g, int d, const uint16_t *k, const uint16_t *v,
+                       int64_t ld, int64_t n, float scale, float *out, float *lse);
+
+    /* As attn_dense over the rows idx[0..n) of k and v. */
+    void (*attn_sparse)(const float *q, int g, int d, const uint16_t *k, const uint16_t *v,
+                        int64_t ld, const int32_t *idx, int64_t n, float scale,
+                        float *out, float *lse);
+
+    /* Causal block for prefill: nq query tokens, query i at position p0+i sees
+     * keys [0, p0+i]. q is [nq][g][d] with query-token stride ldq floats,
+     * out likewise with stride ldo, lse [nq][g]. Keys/values rows 0..p0+nq-1. */
+    void (*attn_causal)(const float *q, int64_t ldq, int nq, int g, int d, int64_t p0,
+                        const uint16_t *k, const uint16_t *v, int64_t ld, float scale,
+                        float *out, int64_t ldo, float *lse);
+
+    /* Rerank scores: s[i] = max over the g heads of q_h . k[idx[i]] (unscaled). */
+    void (*score_max)(const float *q, int g, int d, const uint16_t *k, int64_t ld,
+                      const int32_t *idx, int64_t n, float *s);
+
+    /* fp16 <-> f32 rows. */
+    void (*f16_to_f32)(const uint16_t *src, float *dst, int64_t n);
+    void (*f32_to_f16)(const float *src, uint16_t *dst, int64_t n);
+} hkv_cpu_kernels;
+
+#define HKV_GEMV_MAX_N 8
+
+/* Fill the table for isa (clamped to what this CPU supports: asking for
+ * AVX-512 on an AVX2 machine gives AVX2). Returns the level used. */
+int hkv_cpu_kernels_init(hkv_cpu_kernels *t, int isa);
+
+/* ---- ISA-independent pieces --------------------------------------------- */
+
+/* Exact merge of two partials over disjoint key sets, in place into a:
+ * h heads of d. lse = -inf marks an empty partial. */
+void hkv_attn_merge(float *out_a, float *lse_a, const float *out_b, const float *lse_b,
+                    int h, int d);
+
+/* Indices of the k largest of s[0..n) into idx (unordered); returns
+ * min(k, n). Ties broken towards the lower index. scratch holds n int32. */
+int64_t hkv_topk(const float *s, int64_t n, int64_t k, int32_t *idx, int32_t *scratch);
+
+/* Matrix product y[n][rows] = x[n][cols] W^T, parallel over rows (OpenMP).
+ * Small n runs the table's gemv; large n dequantises row panels into ws and
+ * calls oneDNN's sgemm. ws must hold hkv_matmul_ws_floats(w) floats. */
+int hkv_matmul(const hkv_cpu_kernels *t, const hkv_wmat *w, const float *x, int64_t n,
+               float *y, float *ws);
+size_t hkv_matmul_ws_floats(const hkv_wmat *w);
+
+/* Memory-bandwidth probe: read-only streaming over a buffer of `bytes` with
+ * all OpenMP threads, best of `reps`. Returns bytes/second, or 0 on failure. */
+double hkv_bandwidth_probe(size_t bytes, int reps);
+
+#endif

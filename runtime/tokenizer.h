@@ -1,0 +1,58 @@
+/* Tokenizer from GGUF metadata: byte-level BPE with merges (tokenizer.ggml.model
+ * "gpt2": SmolLM2, Llama 3, Qwen2) and SentencePiece-style BPE over scores
+ * ("llama": Llama 2, Mistral), special tokens, and chat templates. */
+#ifndef HKV_TOKENIZER_H
+#define HKV_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gguf.h"
+#include "status.h"
+
+typedef struct hkv_tokenizer hkv_tokenizer;
+
+/* Build from the file's tokenizer.ggml.* keys. The tokenizer copies what it
+ * needs, so the gguf handle may be closed afterwards. */
+int hkv_tokenizer_load(hkv_tokenizer **out, const hkv_gguf *g, hkv_err *err);
+void hkv_tokenizer_free(hkv_tokenizer *t);
+
+int32_t hkv_tokenizer_n_vocab(const hkv_tokenizer *t);
+int32_t hkv_tokenizer_bos(const hkv_tokenizer *t);     /* -1 if none */
+int32_t hkv_tokenizer_eos(const hkv_tokenizer *t);     /* -1 if none */
+int hkv_tokenizer_add_bos(const hkv_tokenizer *t);     /* tokenizer.ggml.add_bos_token (model default) */
+/* 1 when generation should stop at tok: eos, eot, <|im_end|>, <|eot_id|>, ... */
+int hkv_tokenizer_is_eog(const hkv_tokenizer *t, int32_t tok);
+
+/* Encode len bytes of UTF-8 text. add_bos: prepend BOS (if the model has one).
+ * parse_special: text like "<|im_start|>" becomes its special token instead of
+ * being split. Writes at most cap ids to out and the full count to *n_out;
+ * returns HKV_E_RANGE (with *n_out set to the needed count) when cap is short. */
+int hkv_tokenize(const hkv_tokenizer *t, const char *text, size_t len, int add_bos,
+                 int parse_special, int32_t *out, int64_t cap, int64_t *n_out,
+                 hkv_err *err);
+
+/* The bytes of one token as they appear in text (byte-level tokens decoded
+ * to raw bytes, SentencePiece "▁" to space, <0xNN> byte tokens to the byte).
+ * Special/control tokens give their text only when render_special is 1.
+ * Returns the byte count written (may cut a UTF-8 sequence between tokens;
+ * the caller concatenates), or a negative HKV_E_* code. */
+int hkv_token_to_piece(const hkv_tokenizer *t, int32_t tok, int render_special,
+                       char *buf, size_t cap);
+
+/* Decode a sequence into buf (NUL-terminated); returns bytes written or < 0. */
+int64_t hkv_detokenize(const hkv_tokenizer *t, const int32_t *toks, int64_t n,
+                       int render_special, char *buf, size_t cap);
+
+/* Chat template (copied from the file at load). Recognises the model's tokenizer.chat_template family
+ * (ChatML as in SmolLM2/Qwen2, Llama 3, Llama 2 / Mistral [INST]) and writes
+ * the prompt text for one user turn (plus system, NULL for the template's
+ * default) ending with the assistant turn's opening, into a malloc'd string. */
+typedef struct hkv_chat_msg {
+    const char *role;     /* "system", "user", "assistant" */
+    const char *content;
+} hkv_chat_msg;
+int hkv_chat_apply(const hkv_tokenizer *t, const hkv_chat_msg *msgs, int n_msgs,
+                   int add_assistant, char **out, hkv_err *err);
+
+#endif
