@@ -1,0 +1,113 @@
+#include "engine.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf.h"
+
+void hkv_engine_params_default(hkv_engine_params *p) {
+    memset(p, 0, sizeof *p);
+    p->isa = -1;
+    p->max_seqs = 1;
+}
+
+static size_t ws_floats_for(const hkv_model *m) {
+    size_t best = hkv_matmul_ws_floats(&m->output);
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        const hkv_layer_weights *L = &m->layers[l];
+        const hkv_wmat *all[] = {&L->qkv[0], &L->qkv[1], &L->qkv[2], &L->wo,
+                                 &L->ffn_in[0], &L->ffn_in[1], &L->wdown};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+            if (all[i]->q) {
+                size_t f = hkv_matmul_ws_floats(all[i]);
+                if (f > best) best = f;
+            }
+    }
+    return best;
+}
+
+static int alloc_workspace(hkv_engine *e, hkv_err *err) {
+    const hkv_model_config *c = &e->model.cfg;
+    const size_t R = (size_t)e->max_rows;
+    int64_t widest_part = c->vocab;   /* tmp also stages split Q/K/V and gate/up parts */
+    if (widest_part < 2 * (int64_t)c->ffn) widest_part = 2 * (int64_t)c->ffn;
+    if (widest_part < e->qkv_rows) widest_part = e->qkv_rows;
+    struct { float **p; size_t n; } bufs[] = {
+        {&e->x, R * c->dim},
+        {&e->xn, R * c->dim},
+        {&e->qkv, R * e->qkv_rows},
+        {&e->att, R * (size_t)c->n_head * c->head_dim},
+        {&e->h, R * 2 * (size_t)c->ffn},
+        {&e->tmp, R * (size_t)(widest_part > c->dim ? widest_part : c->dim)},
+        {&e->rope_cs, R * (size_t)c->rope_dim},
+        {&e->mm_ws, ws_floats_for(&e->model) + 16},
+    };
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        size_t bytes = bufs[i].n * sizeof(float);
+        *bufs[i].p = hkv_host_alloc(&e->mem, HKV_TIER_WORKSPACE, bytes, err);
+        if (!*bufs[i].p) return HKV_E_NOMEM;
+        e->ws_bytes += bytes;
+    }
+    return HKV_OK;
+}
+
+int hkv_engine_open(hkv_engine **out, const hkv_engine_params *p, hkv_err *err) {
+    *out = NULL;
+    if (!p->model_path) return hkv_seterr(err, HKV_E_INVAL, "no model file given");
+    if (p->max_seqs < 1 || p->max_seqs > 4096)
+        return hkv_seterr(err, HKV_E_RANGE, "batch of %d sequences is out of range (1..4096)",
+                          p->max_seqs);
+    if (p->max_rows < 0 || p->max_rows > 65536)
+        return hkv_seterr(err, HKV_E_RANGE, "rows per forward %d out of range (1..65536)",
+                          p->max_rows);
+    if (p->n_ctx < 0 || p->n_ctx > ((int64_t)1 << 31))
+        return hkv_seterr(err, HKV_E_RANGE, "context %lld is out of range", (long long)p->n_ctx);
+    hkv_engine *e = calloc(1, sizeof *e);
+    if (!e) return hkv_seterr(err, HKV_E_NOMEM, "no memory for the engine");
+    e->p = *p;
+    hkv_gguf *g = NULL;
+    int rc;
+    if ((rc = hkv_threads_init(&e->threads, p->n_threads, err))) goto fail;
+    int isa = hkv_cpu_kernels_init(&e->kern, p->isa < 0 ? HKV_ISA_AVX512 : p->isa);
+    (void)isa;
+    if ((rc = hkv_gguf_open(&g, p->model_path, err))) goto fail;
+    if ((rc = hkv_model_load(&e->model, g, err))) goto fail;
+    e->mem.bytes[HKV_TIER_WEIGHTS] = e->mem.peak[HKV_TIER_WEIGHTS] = e->model.weight_bytes;
+    if ((rc = hkv_tokenizer_load(&e->tok, g, err))) {
+        hkv_err_prefix(err, "loading tokenizer");
+        goto fail;
+    }
+    hkv_gguf_close(g);
+    g = NULL;
+    const hkv_model_config *c = &e->model.cfg;
+    if (!e->p.n_ctx) e->p.n_ctx = c->ctx_train;
+    e->qkv_rows = (int64_t)(c->n_head + 2 * c->n_head_kv) * c->head_dim;
+    e->max_rows = p->max_rows ? p->max_rows : 256;
+    if (e->max_rows < p->max_seqs) e->max_rows = p->max_seqs;
+    if ((rc = alloc_workspace(e, err))) goto fail;
+    hkv_kv_shape shape = {c->n_layer, c->n_head, c->n_head_kv, c->head_dim};
+    if ((rc = hkv_kv_plain_create(&e->kv, &shape, p->max_seqs, &e->kern, &e->mem, err)))
+        goto fail;
+    *out = e;
+    return HKV_OK;
+fail:
+    hkv_gguf_close(g);
+    hkv_engine_close(e);
+    return rc;
+}
+
+void hkv_engine_set_kv(hkv_engine *e, hkv_kv kv) {
+    if (e->kv.ops) e->kv.ops->destroy(e->kv.self);
+    e->kv = kv;
+}
+
+void hkv_engine_close(hkv_engine *e) {
+    if (!e) return;
+    if (e->kv.ops) e->kv.ops->destroy(e->kv.self);
+    float *bufs[] = {e->x, e->xn, e->qkv, e->att, e->h, e->tmp, e->rope_cs, e->mm_ws};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    hkv_tokenizer_free(e->tok);
+    hkv_model_free(&e->model);
+    hkv_threads_free(e->threads);
+    free(e);
+}

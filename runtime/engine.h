@@ -1,0 +1,70 @@
+/* The engine: one loaded model, its tokenizer, the kernel table, the KV
+ * backend, pinned threads and the workspace of the forward pass. All state
+ * lives here; nothing is global. */
+#ifndef HKV_ENGINE_H
+#define HKV_ENGINE_H
+
+#include <stdint.h>
+
+#include "host_mem.h"
+#include "kernels.h"
+#include "kv.h"
+#include "model.h"
+#include "status.h"
+#include "threads.h"
+#include "tokenizer.h"
+
+typedef struct hkv_engine_params {
+    const char *model_path;
+    int n_threads;        /* 0: one per core */
+    int isa;              /* enum hkv_isa, or -1 for the best this CPU has */
+    int max_seqs;         /* sequences that can be open at once (batch) */
+    int64_t n_ctx;        /* per-sequence context; 0: the model's training context */
+    int max_rows;         /* tokens per forward call (prefill chunk); 0: 256 */
+} hkv_engine_params;
+
+void hkv_engine_params_default(hkv_engine_params *p);
+
+/* Wall-clock seconds spent per stage, accumulated over forward calls. */
+typedef struct hkv_fwd_stats {
+    double matmul, attn, other;
+    int64_t rows;          /* batch rows processed */
+    int64_t calls;
+} hkv_fwd_stats;
+
+typedef struct hkv_engine {
+    hkv_engine_params p;
+    hkv_model model;
+    hkv_tokenizer *tok;
+    hkv_cpu_kernels kern;
+    hkv_kv kv;
+    hkv_mem_account mem;
+    hkv_threads *threads;
+    int64_t qkv_rows;      /* (n_head + 2 n_head_kv) head_dim */
+    int max_rows;
+    /* Workspace, [max_rows][...] each. */
+    float *x, *xn, *qkv, *att, *h, *tmp, *mm_ws;
+    float *rope_cs;        /* [max_rows][rope_dim]: cos then sin per row */
+    size_t ws_bytes;
+    hkv_fwd_stats stats;
+} hkv_engine;
+
+/* Load the model and tokenizer, fill the kernel table, pin threads, create
+ * the plain KV backend, allocate the workspace. */
+int hkv_engine_open(hkv_engine **out, const hkv_engine_params *p, hkv_err *err);
+void hkv_engine_close(hkv_engine *e);
+
+/* Replace the KV backend (the engine destroys the old one and owns the new). */
+void hkv_engine_set_kv(hkv_engine *e, hkv_kv kv);
+
+/* One forward pass over n_rows batch rows (n_rows <= max_rows) described by
+ * segments. Logits of the rows listed in logit_rows go to
+ * logits[n_logits][vocab]. */
+int hkv_forward(hkv_engine *e, const int32_t *tokens, int64_t n_rows, const hkv_seg *segs,
+                int n_segs, const int64_t *logit_rows, int n_logits, float *logits,
+                hkv_err *err);
+
+/* Wall clock in seconds (monotonic). */
+double hkv_now(void);
+
+#endif

@@ -1,0 +1,66 @@
+/* The one interface between the model and the KV cache.
+ *
+ * The forward pass hands a KV backend, per layer, the whole batch's Q, K, V
+ * rows (after RoPE) and gets back the attention output. The backend decides
+ * where K and V live and which keys each query attends to: the plain
+ * contiguous cache here, or the tiered near/far cache with a policy (full,
+ * oracle, ctkvr, ...) from index/. The model code never changes. */
+#ifndef HKV_KV_H
+#define HKV_KV_H
+
+#include <stdint.h>
+
+#include "host_mem.h"
+#include "kernels.h"
+#include "status.h"
+
+/* A run of n consecutive tokens of one sequence in a batch: positions
+ * pos .. pos+n-1, batch rows row .. row+n-1. A prefill chunk is one segment
+ * with many tokens; a decode step has one single-token segment per sequence. */
+typedef struct hkv_seg {
+    int32_t seq;
+    int32_t n;
+    int64_t pos;
+    int64_t row;
+} hkv_seg;
+
+typedef struct hkv_kv_shape {
+    int n_layer;
+    int n_head;
+    int n_head_kv;
+    int head_dim;
+} hkv_kv_shape;
+
+typedef struct hkv_kv_ops {
+    const char *name;
+    /* Make room for sequence `seq` (0 <= seq < max_seqs) of up to n_ctx
+     * tokens. Fails with HKV_E_CAPACITY / HKV_E_NOMEM before anything else is
+     * touched when it will not fit. */
+    int (*seq_open)(void *self, int seq, int64_t n_ctx, hkv_err *err);
+    void (*seq_close)(void *self, int seq);
+    /* Copy the tokens stored for src into dst (open, with room): forks a
+     * shared prompt (benchmarks, parallel sampling). */
+    int (*seq_copy)(void *self, int dst, int src, hkv_err *err);
+    /* Tokens stored so far for seq. */
+    int64_t (*seq_len)(void *self, int seq);
+    /* One layer for the whole batch: qkv rows hold [Q (n_head·d) | K | V
+     * (n_head_kv·d each)] with stride ld_qkv floats; K and V are appended at
+     * the segments' positions, then each query row attends causally; out rows
+     * ([n_head·d], stride ld_out) receive the attention output. */
+    int (*layer_step)(void *self, int layer, const hkv_seg *segs, int n_segs,
+                      const float *qkv, int64_t ld_qkv, float *out, int64_t ld_out,
+                      hkv_err *err);
+    void (*destroy)(void *self);
+} hkv_kv_ops;
+
+typedef struct hkv_kv {
+    const hkv_kv_ops *ops;
+    void *self;
+} hkv_kv;
+
+/* The plain cache: per sequence and layer, contiguous fp16 K[kv_head][n_ctx][d]
+ * and V likewise, dense attention over everything. */
+int hkv_kv_plain_create(hkv_kv *kv, const hkv_kv_shape *shape, int max_seqs,
+                        const hkv_cpu_kernels *kern, hkv_mem_account *mem, hkv_err *err);
+
+#endif

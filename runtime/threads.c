@@ -1,0 +1,82 @@
+#include "threads.h"
+
+#include <hwloc.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct hkv_threads {
+    hwloc_topology_t topo;
+    int n;
+    int pinned;
+};
+
+static int topo_load(hwloc_topology_t *topo, hkv_err *err) {
+    if (hwloc_topology_init(topo) != 0)
+        return hkv_seterr(err, HKV_E_INTERNAL, "hwloc: cannot initialise the topology");
+    if (hwloc_topology_load(*topo) != 0) {
+        hwloc_topology_destroy(*topo);
+        return hkv_seterr(err, HKV_E_INTERNAL, "hwloc: cannot load the topology");
+    }
+    return HKV_OK;
+}
+
+int hkv_topo_query(hkv_topo_info *info, hkv_err *err) {
+    memset(info, 0, sizeof *info);
+    hwloc_topology_t topo;
+    int rc = topo_load(&topo, err);
+    if (rc) return rc;
+    info->n_cores = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
+    info->n_pus = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PU);
+    info->n_numa = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE);
+    info->n_packages = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PACKAGE);
+    if (info->n_numa < 1) info->n_numa = 1;
+    hwloc_obj_t pkg = hwloc_get_obj_by_type(topo, HWLOC_OBJ_PACKAGE, 0);
+    const char *model = pkg ? hwloc_obj_get_info_by_name(pkg, "CPUModel") : NULL;
+    snprintf(info->cpu_model, sizeof info->cpu_model, "%s", model ? model : "unknown");
+    hwloc_obj_t root = hwloc_get_root_obj(topo);
+    info->mem_total = root ? (unsigned long long)root->total_memory : 0;
+    hwloc_topology_destroy(topo);
+    return HKV_OK;
+}
+
+int hkv_threads_init(hkv_threads **out, int n_threads, hkv_err *err) {
+    *out = NULL;
+    hkv_threads *t = calloc(1, sizeof *t);
+    if (!t) return hkv_seterr(err, HKV_E_NOMEM, "no memory for the thread context");
+    int rc = topo_load(&t->topo, err);
+    if (rc) {
+        free(t);
+        return rc;
+    }
+    int n_cores = hwloc_get_nbobjs_by_type(t->topo, HWLOC_OBJ_CORE);
+    if (n_cores < 1) n_cores = 1;
+    if (n_threads < 0 || n_threads > 4096) {
+        hkv_threads_free(t);
+        return hkv_seterr(err, HKV_E_RANGE, "thread count %d is out of range (0..4096)", n_threads);
+    }
+    t->n = n_threads ? n_threads : n_cores;
+    omp_set_num_threads(t->n);
+    /* Bind worker i to core i (round robin when oversubscribed); record
+     * whether every bind succeeded so `info`/`bench` can say so. */
+    int ok = 1;
+    hwloc_topology_t topo = t->topo;
+#pragma omp parallel num_threads(t->n) reduction(&& : ok)
+    {
+        int i = omp_get_thread_num();
+        hwloc_obj_t core = hwloc_get_obj_by_type(topo, HWLOC_OBJ_CORE, i % n_cores);
+        if (!core || hwloc_set_cpubind(topo, core->cpuset, HWLOC_CPUBIND_THREAD) != 0) ok = 0;
+    }
+    t->pinned = ok && t->n <= n_cores;
+    *out = t;
+    return HKV_OK;
+}
+
+void hkv_threads_free(hkv_threads *t) {
+    if (!t) return;
+    hwloc_topology_destroy(t->topo);
+    free(t);
+}
+
+int hkv_threads_count(const hkv_threads *t) { return t ? t->n : 0; }
+int hkv_threads_pinned(const hkv_threads *t) { return t ? t->pinned : 0; }

@@ -1,0 +1,213 @@
+/* hetkv bench: prefill and decode tokens/s per (context, batch), with the
+ * bytes each decode step must read (weights + KV) over the step time, beside
+ * a memory-bandwidth probe measured in the same process. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "generate.h"
+
+static const char bench_usage[] =
+    "usage: hetkv bench -m MODEL [options]\n"
+    "\n"
+    "Prefill a synthetic prompt of each context length once, fork it into B\n"
+    "sequences and time batched decode steps. Reports tokens/s, the bytes a\n"
+    "step reads (weights + KV) per second, and a bandwidth probe run in the\n"
+    "same process.\n"
+    "\n"
+    "  -m, --model PATH      GGUF model file\n"
+    "      --ctx LIST        context lengths (default 1024,8192)\n"
+    "      --batch LIST      batch sizes (default 1,8)\n"
+    "      --steps N         timed decode steps per point (default 32)\n"
+    "  -t, --threads N       CPU threads (default: one per core)\n"
+    "      --isa NAME        scalar, avx2, avx512 (default: best)\n"
+    "      --probe-mib N     bandwidth probe buffer (default 1024)\n"
+    "      --json            one JSON object on stdout\n";
+
+#define MAXL 16
+
+typedef struct point {
+    long long ctx, batch;
+    double prefill_tok_s, step_s, decode_tok_s, bytes_per_step, gbs, matmul_frac, attn_frac;
+} point;
+
+static void synth_prompt(int32_t *t, int64_t n, int vocab) {
+    uint64_t s = 0x9e3779b97f4a7c15ULL;
+    for (int64_t i = 0; i < n; i++) {
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        t[i] = (int32_t)((s >> 33) % (uint64_t)vocab);
+    }
+}
+
+static size_t model_weight_bytes(const hkv_model *m) {
+    size_t b = hkv_wmat_bytes(&m->output);
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        const hkv_layer_weights *L = &m->layers[l];
+        for (int i = 0; i < L->n_qkv; i++) b += hkv_wmat_bytes(&L->qkv[i]);
+        for (int i = 0; i < L->n_ffn_in; i++) b += hkv_wmat_bytes(&L->ffn_in[i]);
+        b += hkv_wmat_bytes(&L->wo) + hkv_wmat_bytes(&L->wdown);
+    }
+    return b;
+}
+
+int hkv_cmd_bench(int argc, char **argv) {
+    hkv_err err;
+    hkv_err_clear(&err);
+    const char *model = NULL;
+    long long ctxs[MAXL] = {1024, 8192}, batches[MAXL] = {1, 8};
+    int n_ctx = 2, n_batch = 2, json = 0, isa = -1;
+    long long steps = 32, threads = 0, probe_mib = 1024;
+    int rc = HKV_OK;
+    for (int i = 1; i < argc && !rc; i++) {
+        const char *a = argv[i], *v = NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(bench_usage, stdout);
+            return 0;
+        } else if (!strcmp(a, "--json")) {
+            json = 1;
+        } else if ((rc = hkv_arg_value(argc, argv, &i, &v, &err))) {
+            break;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            model = v;
+        } else if (!strcmp(a, "--ctx")) {
+            n_ctx = MAXL;
+            rc = hkv_arg_int_list(a, v, 1, 1 << 24, ctxs, &n_ctx, &err);
+        } else if (!strcmp(a, "--batch")) {
+            n_batch = MAXL;
+            rc = hkv_arg_int_list(a, v, 1, 4095, batches, &n_batch, &err);
+        } else if (!strcmp(a, "--steps")) {
+            rc = hkv_arg_int(a, v, 1, 100000, &steps, &err);
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            rc = hkv_arg_int(a, v, 1, 4096, &threads, &err);
+        } else if (!strcmp(a, "--probe-mib")) {
+            rc = hkv_arg_int(a, v, 16, 1 << 20, &probe_mib, &err);
+        } else if (!strcmp(a, "--isa")) {
+            if ((isa = hkv_isa_parse(v)) < 0)
+                rc = hkv_seterr(&err, HKV_E_INVAL, "--isa: unknown '%s'", v);
+        } else {
+            rc = hkv_seterr(&err, HKV_E_INVAL, "bench: unknown option '%s'", a);
+        }
+    }
+    if (!rc && !model) rc = hkv_seterr(&err, HKV_E_INVAL, "bench: no model (-m MODEL)");
+    if (rc) {
+        hkv_err_report(&err, stderr);
+        return 2;
+    }
+    long long max_ctx = 0, max_batch = 0;
+    for (int i = 0; i < n_ctx; i++) max_ctx = ctxs[i] > max_ctx ? ctxs[i] : max_ctx;
+    for (int i = 0; i < n_batch; i++) max_batch = batches[i] > max_batch ? batches[i] : max_batch;
+
+    hkv_engine_params ep;
+    hkv_engine_params_default(&ep);
+    ep.model_path = model;
+    ep.n_threads = (int)threads;
+    ep.isa = isa;
+    ep.max_seqs = (int)max_batch + 1;     /* seq 0 keeps the prefilled prompt */
+    ep.n_ctx = max_ctx + steps + 1;
+    ep.max_rows = 256;
+    hkv_engine *e = NULL;
+    point *pts = calloc((size_t)n_ctx * n_batch, sizeof *pts);
+    int32_t *prompt = malloc((size_t)max_ctx * sizeof(int32_t));
+    int32_t *toks = malloc((size_t)(max_batch + 1) * sizeof(int32_t));
+    hkv_seg *segs = malloc((size_t)(max_batch + 1) * sizeof(hkv_seg));
+    float *logits = NULL;
+    int np = 0;
+    if (!pts || !prompt || !toks || !segs) {
+        rc = hkv_seterr(&err, HKV_E_NOMEM, "no memory for the benchmark");
+        goto out;
+    }
+    if ((rc = hkv_engine_open(&e, &ep, &err))) goto out;
+    const hkv_model_config *c = &e->model.cfg;
+    logits = malloc((size_t)(max_batch + 1) * c->vocab * sizeof(float));
+    if (!logits) {
+        rc = hkv_seterr(&err, HKV_E_NOMEM, "no memory for logits");
+        goto out;
+    }
+    if (!json)
+        fprintf(stderr, "hetkv bench: %s, %d threads (%s), %s kernels\n", c->name,
+                hkv_threads_count(e->threads), hkv_threads_pinned(e->threads) ? "pinned" : "not pinned",
+                hkv_isa_name(e->kern.isa));
+    double probe = hkv_bandwidth_probe((size_t)probe_mib << 20, 5);
+    const double wbytes = (double)model_weight_bytes(&e->model);
+    const hkv_kv_ops *ops = e->kv.ops;
+    synth_prompt(prompt, max_ctx, c->vocab);
+
+    for (int ci = 0; ci < n_ctx; ci++) {
+        long long L = ctxs[ci];
+        if ((rc = ops->seq_open(e->kv.self, 0, L + steps + 1, &err))) goto out;
+        double t0 = hkv_now();
+        rc = hkv_prefill(e, 0, prompt, L, 0, logits, &err);
+        double t_pre = hkv_now() - t0;
+        if (rc) goto out;
+        for (int bi = 0; bi < n_batch; bi++) {
+            long long B = batches[bi];
+            for (int s = 1; s <= B; s++) {
+                if ((rc = ops->seq_open(e->kv.self, s, L + steps + 1, &err)) ||
+                    (rc = ops->seq_copy(e->kv.self, s, 0, &err)))
+                    goto out;
+            }
+            hkv_fwd_stats before = e->stats;
+            double ts = 0;
+            for (long long st = 0; st < steps + 1; st++) {
+                for (int s = 0; s < B; s++) {
+                    toks[s] = prompt[(L + st * 7 + s) % L];
+                    segs[s] = (hkv_seg){.seq = s + 1, .n = 1, .pos = L + st, .row = s};
+                }
+                int64_t lr[4096];
+                for (int s = 0; s < B; s++) lr[s] = s;
+                double a = hkv_now();
+                if ((rc = hkv_forward(e, toks, B, segs, (int)B, lr, (int)B, logits, &err))) goto out;
+                if (st > 0) ts += hkv_now() - a;   /* first step warms caches */
+            }
+            for (int s = 1; s <= B; s++) ops->seq_close(e->kv.self, s);
+            point *p = &pts[np++];
+            p->ctx = L;
+            p->batch = B;
+            p->prefill_tok_s = L / t_pre;
+            p->step_s = ts / steps;
+            p->decode_tok_s = B / p->step_s;
+            double kv = (double)B * c->n_layer * c->n_head_kv * (L + steps / 2.0) * c->head_dim * 2 * 2;
+            p->bytes_per_step = wbytes + kv;
+            p->gbs = p->bytes_per_step / p->step_s / 1e9;
+            double dm = e->stats.matmul - before.matmul, da = e->stats.attn - before.attn;
+            double dt = dm + da + (e->stats.other - before.other);
+            p->matmul_frac = dt > 0 ? dm / dt : 0;
+            p->attn_frac = dt > 0 ? da / dt : 0;
+            if (!json)
+                fprintf(stderr, "ctx %6lld batch %3lld: prefill %8.1f tok/s | decode %8.1f tok/s, "
+                        "step %7.2f ms, reads %7.1f MB/step = %6.2f GB/s (%3.0f%% of probe; "
+                        "matmul %2.0f%%, attention %2.0f%%)\n",
+                        L, B, p->prefill_tok_s, p->decode_tok_s, p->step_s * 1e3,
+                        p->bytes_per_step / 1e6, p->gbs, probe > 0 ? 100 * p->gbs * 1e9 / probe : 0,
+                        100 * p->matmul_frac, 100 * p->attn_frac);
+        }
+        ops->seq_close(e->kv.self, 0);
+    }
+    if (json) {
+        printf("{\"model\":");
+        hkv_json_str(stdout, c->name, strlen(c->name));
+        printf(",\"threads\":%d,\"isa\":\"%s\",\"weight_bytes\":%.0f,\"probe_gbs\":%.3f,\"results\":[",
+               hkv_threads_count(e->threads), hkv_isa_name(e->kern.isa), wbytes, probe / 1e9);
+        for (int i = 0; i < np; i++)
+            printf("%s{\"ctx\":%lld,\"batch\":%lld,\"prefill_tok_s\":%.2f,\"decode_tok_s\":%.2f,"
+                   "\"step_ms\":%.3f,\"bytes_per_step\":%.0f,\"gbs\":%.3f,\"frac_of_probe\":%.3f,"
+                   "\"matmul_frac\":%.3f,\"attn_frac\":%.3f}",
+                   i ? "," : "", pts[i].ctx, pts[i].batch, pts[i].prefill_tok_s, pts[i].decode_tok_s,
+                   pts[i].step_s * 1e3, pts[i].bytes_per_step, pts[i].gbs,
+                   probe > 0 ? pts[i].gbs * 1e9 / probe : 0, pts[i].matmul_frac, pts[i].attn_frac);
+        printf("]}\n");
+    } else {
+        fprintf(stderr, "bandwidth probe: %.2f GB/s (read, %d threads, %lld MiB)\n", probe / 1e9,
+                hkv_threads_count(e->threads), probe_mib);
+    }
+out:
+    if (rc) hkv_err_report(&err, stderr);
+    free(pts);
+    free(prompt);
+    free(toks);
+    free(segs);
+    free(logits);
+    hkv_engine_close(e);
+    return rc ? 1 : 0;
+}

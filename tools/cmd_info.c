@@ -1,0 +1,99 @@
+/* hetkv info: what this machine offers hetkv (CPU, ISA, cores, NUMA, memory, GPUs). */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "device.h"
+#include "host_mem.h"
+#include "isa.h"
+#include "threads.h"
+
+static const char info_usage[] =
+    "usage: hetkv info [--json]\n"
+    "\n"
+    "Show the CPU model and instruction sets, cores and NUMA nodes (hwloc),\n"
+    "memory, and CUDA devices or why there are none.\n";
+
+int hkv_cmd_info(int argc, char **argv) {
+    int json = 0;
+    hkv_err err;
+    hkv_err_clear(&err);
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json")) json = 1;
+        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            fputs(info_usage, stdout);
+            return 0;
+        } else {
+            hkv_seterr(&err, HKV_E_INVAL, "info: unknown option '%s'", argv[i]);
+            hkv_err_report(&err, stderr);
+            return 2;
+        }
+    }
+    hkv_isa_info isa;
+    hkv_isa_detect(&isa);
+    hkv_topo_info topo;
+    if (hkv_topo_query(&topo, &err)) {
+        hkv_err_report(&err, stderr);
+        return 1;
+    }
+    hkv_gpu_device gpus[16];
+    int n_gpu = 0;
+    char why[256];
+    hkv_gpu_query(gpus, 16, &n_gpu, why, sizeof why);
+    size_t mem_total = hkv_host_mem_total(), mem_free = hkv_host_mem_free();
+
+    struct { const char *name; int on; } flags[] = {
+        {"avx2", isa.avx2}, {"fma", isa.fma}, {"f16c", isa.f16c}, {"avx512f", isa.avx512f},
+        {"avx512bw", isa.avx512bw}, {"avx512vl", isa.avx512vl}, {"avx512dq", isa.avx512dq},
+        {"avx512_bf16", isa.avx512_bf16}, {"avx512_fp16", isa.avx512_fp16},
+        {"avx512_vnni", isa.avx512_vnni}, {"amx_bf16", isa.amx_bf16}, {"amx_int8", isa.amx_int8},
+    };
+    const int nf = (int)(sizeof flags / sizeof flags[0]);
+    if (json) {
+        printf("{\"cpu\":{\"model\":");
+        hkv_json_str(stdout, topo.cpu_model, strlen(topo.cpu_model));
+        printf(",\"packages\":%d,\"cores\":%d,\"threads\":%d,\"numa_nodes\":%d,\"kernels\":\"%s\","
+               "\"isa\":[", topo.n_packages, topo.n_cores, topo.n_pus, topo.n_numa,
+               hkv_isa_name(isa.best));
+        for (int i = 0, k = 0; i < nf; i++)
+            if (flags[i].on) printf("%s\"%s\"", k++ ? "," : "", flags[i].name);
+        printf("]},\"memory\":{\"total\":%zu,\"available\":%zu},", mem_total, mem_free);
+        printf("\"cuda\":{\"built\":%s,\"devices\":[", hkv_gpu_built() ? "true" : "false");
+        for (int i = 0; i < n_gpu; i++) {
+            printf("%s{\"name\":", i ? "," : "");
+            hkv_json_str(stdout, gpus[i].name, strlen(gpus[i].name));
+            printf(",\"memory\":%zu,\"free\":%zu,\"compute_capability\":\"%d.%d\",\"sms\":%d}",
+                   gpus[i].mem_total, gpus[i].mem_free, gpus[i].cc_major, gpus[i].cc_minor,
+                   gpus[i].sm_count);
+        }
+        printf("]");
+        if (!n_gpu) {
+            printf(",\"reason\":");
+            hkv_json_str(stdout, why, strlen(why));
+        }
+        printf("}}\n");
+        return 0;
+    }
+    char t[32], f[32];
+    hkv_fmt_bytes((double)mem_total, t, sizeof t);
+    hkv_fmt_bytes((double)mem_free, f, sizeof f);
+    printf("CPU:     %s\n", topo.cpu_model);
+    printf("         %d package(s), %d cores, %d hardware threads, %d NUMA node(s)\n",
+           topo.n_packages, topo.n_cores, topo.n_pus, topo.n_numa);
+    printf("ISA:    ");
+    for (int i = 0; i < nf; i++)
+        if (flags[i].on) printf(" %s", flags[i].name);
+    printf("\nKernels: %s\n", hkv_isa_name(isa.best));
+    printf("Memory:  %s total, %s available\n", t, f);
+    if (!n_gpu) {
+        printf("CUDA:    none: %s\n", why);
+    } else {
+        for (int i = 0; i < n_gpu; i++) {
+            hkv_fmt_bytes((double)gpus[i].mem_total, t, sizeof t);
+            hkv_fmt_bytes((double)gpus[i].mem_free, f, sizeof f);
+            printf("CUDA %d:  %s, compute %d.%d, %d SMs, %s (%s free)\n", i, gpus[i].name,
+                   gpus[i].cc_major, gpus[i].cc_minor, gpus[i].sm_count, t, f);
+        }
+    }
+    return 0;
+}

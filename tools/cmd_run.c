@@ -1,0 +1,278 @@
+/* hetkv run: generate a completion (or a chat reply) and report tokens/s. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "generate.h"
+
+static const char run_usage[] =
+    "usage: hetkv run -m MODEL (-p PROMPT | -f FILE) [options]\n"
+    "\n"
+    "Generate text from a prompt on the CPU path.\n"
+    "\n"
+    "  -m, --model PATH      GGUF model file\n"
+    "  -p, --prompt TEXT     prompt text\n"
+    "  -f, --file PATH       read the prompt from a file\n"
+    "  -n, --n-predict N     tokens to generate (default 128)\n"
+    "      --chat            wrap the prompt in the model's chat template\n"
+    "      --system TEXT     system message for --chat (default: the template's)\n"
+    "      --temp T          temperature, 0 = greedy (default 0.7 with --chat, else 0)\n"
+    "      --top-k K         keep the K most likely tokens (default 40, 0 = off)\n"
+    "      --top-p P         nucleus sampling (default 0.95, 1 = off)\n"
+    "      --seed S          sampling seed (default 42)\n"
+    "  -b, --batch B         generate B completions of the prompt together (seeds S..S+B-1)\n"
+    "  -c, --ctx N           context per sequence (default: prompt + n-predict)\n"
+    "  -t, --threads N       CPU threads (default: one per core)\n"
+    "      --isa NAME        force kernels: scalar, avx2, avx512 (default: best)\n"
+    "      --ignore-eos      do not stop at end-of-generation tokens\n"
+    "      --json            print one JSON object instead of streaming text\n"
+    "  -h, --help            this help\n";
+
+typedef struct run_opts {
+    const char *model, *prompt, *file, *system;
+    long long n_predict, batch, ctx, threads, top_k, seed;
+    double temp, top_p;
+    int chat, json, ignore_eos, isa, temp_set;
+} run_opts;
+
+typedef struct stream_ctx {
+    hkv_engine *e;
+    int json;
+    char **text;      /* per request */
+    size_t *len, *cap;
+} stream_ctx;
+
+static void on_token(void *ud, int req, int32_t tok) {
+    stream_ctx *s = ud;
+    char piece[256];
+    int n = hkv_token_to_piece(s->e->tok, tok, 0, piece, sizeof piece);
+    if (n <= 0) return;
+    if (req == 0 && !s->json) {
+        fwrite(piece, 1, (size_t)n, stdout);
+        fflush(stdout);
+    }
+    if (s->len[req] + (size_t)n + 1 > s->cap[req]) {
+        size_t nc = 2 * (s->cap[req] + (size_t)n + 64);
+        char *nb = realloc(s->text[req], nc);
+        if (!nb) return;
+        s->text[req] = nb;
+        s->cap[req] = nc;
+    }
+    memcpy(s->text[req] + s->len[req], piece, (size_t)n);
+    s->len[req] += (size_t)n;
+    s->text[req][s->len[req]] = 0;
+}
+
+static int parse(int argc, char **argv, run_opts *o, hkv_err *err) {
+    memset(o, 0, sizeof *o);
+    o->n_predict = 128;
+    o->batch = 1;
+    o->top_k = 40;
+    o->top_p = 0.95;
+    o->seed = 42;
+    o->isa = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = NULL;
+        int rc = HKV_OK;
+#define VAL() do { if ((rc = hkv_arg_value(argc, argv, &i, &v, err))) return rc; } while (0)
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) return 1;
+        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) { VAL(); o->model = v; }
+        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) { VAL(); o->prompt = v; }
+        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) { VAL(); o->file = v; }
+        else if (!strcmp(a, "--system")) { VAL(); o->system = v; }
+        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) { VAL(); rc = hkv_arg_int(a, v, 0, 1 << 24, &o->n_predict, err); }
+        else if (!strcmp(a, "-b") || !strcmp(a, "--batch")) { VAL(); rc = hkv_arg_int(a, v, 1, 4096, &o->batch, err); }
+        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) { VAL(); rc = hkv_arg_int(a, v, 1, 1LL << 31, &o->ctx, err); }
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { VAL(); rc = hkv_arg_int(a, v, 1, 4096, &o->threads, err); }
+        else if (!strcmp(a, "--top-k")) { VAL(); rc = hkv_arg_int(a, v, 0, 1 << 24, &o->top_k, err); }
+        else if (!strcmp(a, "--seed")) { VAL(); rc = hkv_arg_int(a, v, 0, 1LL << 62, &o->seed, err); }
+        else if (!strcmp(a, "--temp")) { VAL(); rc = hkv_arg_float(a, v, 0, 100, &o->temp, err); o->temp_set = 1; }
+        else if (!strcmp(a, "--top-p")) { VAL(); rc = hkv_arg_float(a, v, 1e-6, 1, &o->top_p, err); }
+        else if (!strcmp(a, "--isa")) {
+            VAL();
+            if ((o->isa = hkv_isa_parse(v)) < 0)
+                return hkv_seterr(err, HKV_E_INVAL, "--isa: unknown '%s' (scalar, avx2, avx512)", v);
+        }
+        else if (!strcmp(a, "--chat")) o->chat = 1;
+        else if (!strcmp(a, "--json")) o->json = 1;
+        else if (!strcmp(a, "--ignore-eos")) o->ignore_eos = 1;
+        else return hkv_seterr(err, HKV_E_INVAL, "run: unknown option '%s' (see hetkv run --help)", a);
+        if (rc) return rc;
+#undef VAL
+    }
+    if (!o->model) return hkv_seterr(err, HKV_E_INVAL, "run: no model (-m MODEL)");
+    if (!o->prompt == !o->file)
+        return hkv_seterr(err, HKV_E_INVAL, "run: give exactly one of -p PROMPT or -f FILE");
+    if (!o->temp_set) o->temp = o->chat ? 0.7 : 0.0;
+    return HKV_OK;
+}
+
+static void print_tokens(FILE *f, const int32_t *t, int64_t n) {
+    fputc('[', f);
+    for (int64_t i = 0; i < n; i++) fprintf(f, i ? ",%d" : "%d", t[i]);
+    fputc(']', f);
+}
+
+static void print_json(const run_opts *o, hkv_engine *e, const int32_t *prompt, int64_t n_prompt,
+                       hkv_gen_request *reqs, stream_ctx *sc, const hkv_gen_stats *st,
+                       double t_load) {
+    FILE *f = stdout;
+    fputs("{\"model\":", f);
+    hkv_json_str(f, e->model.cfg.name, strlen(e->model.cfg.name));
+    fprintf(f, ",\"isa\":\"%s\",\"threads\":%d,\"batch\":%lld", hkv_isa_name(e->kern.isa),
+            hkv_threads_count(e->threads), o->batch);
+    fputs(",\"prompt_tokens\":", f);
+    print_tokens(f, prompt, n_prompt);
+    fputs(",\"tokens\":", f);
+    print_tokens(f, reqs[0].out, reqs[0].n_out);
+    fputs(",\"text\":", f);
+    hkv_json_str(f, sc->text[0] ? sc->text[0] : "", sc->len[0]);
+    fprintf(f, ",\"n_prompt\":%lld,\"n_generated\":%d,\"stop\":\"%s\"", (long long)n_prompt,
+            reqs[0].n_out, reqs[0].stop == HKV_STOP_EOG ? "eog" : "length");
+    if (o->batch > 1) {
+        fputs(",\"sequences\":[", f);
+        for (int i = 0; i < o->batch; i++) {
+            fputs(i ? ",{\"tokens\":" : "{\"tokens\":", f);
+            print_tokens(f, reqs[i].out, reqs[i].n_out);
+            fputs(",\"text\":", f);
+            hkv_json_str(f, sc->text[i] ? sc->text[i] : "", sc->len[i]);
+            fputc('}', f);
+        }
+        fputc(']', f);
+    }
+    fprintf(f, ",\"timings\":{\"load_s\":%.4f,\"prefill_s\":%.4f,\"prefill_tok_s\":%.2f,"
+            "\"ttft_s\":%.4f,\"decode_s\":%.4f,\"decode_tok_s\":%.2f,\"decode_steps\":%d}",
+            t_load, st->t_prefill, st->t_prefill > 0 ? st->n_prefill_tokens / st->t_prefill : 0,
+            reqs[0].t_first_token, st->t_decode,
+            st->t_decode > 0 ? st->n_decode_tokens / st->t_decode : 0, st->decode_steps);
+    fputs(",\"memory\":{", f);
+    for (int t = 0; t < HKV_TIER_COUNT; t++)
+        fprintf(f, "%s\"%s\":%zu", t ? "," : "", hkv_tier_name(t), e->mem.peak[t]);
+    fputs("}}\n", f);
+}
+
+static void print_summary(hkv_engine *e, const hkv_gen_stats *st, int64_t n_prompt, double t_load) {
+    char b[HKV_TIER_COUNT][32];
+    for (int t = 0; t < HKV_TIER_COUNT; t++) hkv_fmt_bytes((double)e->mem.peak[t], b[t], sizeof b[t]);
+    fprintf(stderr, "\n\nhetkv: %s, %d threads, %s kernels, load %.2f s\n", e->model.cfg.name,
+            hkv_threads_count(e->threads), hkv_isa_name(e->kern.isa), t_load);
+    fprintf(stderr, "hetkv: prefill %lld tokens in %.3f s (%.1f tokens/s)\n", (long long)n_prompt,
+            st->t_prefill, st->t_prefill > 0 ? st->n_prefill_tokens / st->t_prefill : 0);
+    fprintf(stderr, "hetkv: decode %lld tokens in %.3f s (%.1f tokens/s, %d steps)\n",
+            (long long)st->n_decode_tokens, st->t_decode,
+            st->t_decode > 0 ? st->n_decode_tokens / st->t_decode : 0, st->decode_steps);
+    fprintf(stderr, "hetkv: memory: weights %s, KV near %s, KV far %s, index %s, workspace %s\n",
+            b[HKV_TIER_WEIGHTS], b[HKV_TIER_NEAR], b[HKV_TIER_FAR], b[HKV_TIER_INDEX],
+            b[HKV_TIER_WORKSPACE]);
+}
+
+int hkv_cmd_run(int argc, char **argv) {
+    hkv_err err;
+    hkv_err_clear(&err);
+    run_opts o;
+    int rc = parse(argc, argv, &o, &err);
+    if (rc == 1) {
+        fputs(run_usage, stdout);
+        return 0;
+    }
+    if (rc) {
+        hkv_err_report(&err, stderr);
+        return 2;
+    }
+    char *file_text = NULL, *chat_text = NULL;
+    size_t file_len = 0;
+    int32_t *prompt = NULL;
+    hkv_engine *e = NULL;
+    hkv_gen_request *reqs = NULL;
+    stream_ctx sc = {0};
+    if (o.file && (rc = hkv_read_file(o.file, &file_text, &file_len, &err))) goto out;
+
+    hkv_engine_params ep;
+    hkv_engine_params_default(&ep);
+    ep.model_path = o.model;
+    ep.n_threads = (int)o.threads;
+    ep.isa = o.isa;
+    ep.max_seqs = (int)o.batch;
+    double t0 = hkv_now();
+    if ((rc = hkv_engine_open(&e, &ep, &err))) goto out;
+    double t_load = hkv_now() - t0;
+
+    const char *text = o.prompt ? o.prompt : file_text;
+    size_t text_len = o.prompt ? strlen(o.prompt) : file_len;
+    if (o.chat) {
+        hkv_chat_msg msgs[2];
+        int nm = 0;
+        if (o.system) msgs[nm++] = (hkv_chat_msg){"system", o.system};
+        msgs[nm++] = (hkv_chat_msg){"user", text};
+        if ((rc = hkv_chat_apply(e->tok, msgs, nm, 1, &chat_text, &err))) goto out;
+        text = chat_text;
+        text_len = strlen(chat_text);
+    }
+    int64_t n_prompt = 0, cap = (int64_t)text_len + 16;
+    prompt = malloc((size_t)cap * sizeof *prompt);
+    if (!prompt) {
+        rc = hkv_seterr(&err, HKV_E_NOMEM, "no memory for the prompt");
+        goto out;
+    }
+    if ((rc = hkv_tokenize(e->tok, text, text_len, hkv_tokenizer_add_bos(e->tok), o.chat, prompt,
+                           cap, &n_prompt, &err)))
+        goto out;
+    if (n_prompt == 0) {
+        rc = hkv_seterr(&err, HKV_E_INVAL, "the prompt is empty after tokenisation");
+        goto out;
+    }
+    int64_t need = n_prompt + o.n_predict + 1;
+    e->p.n_ctx = o.ctx ? o.ctx : need;
+
+    reqs = calloc((size_t)o.batch, sizeof *reqs);
+    sc.e = e;
+    sc.json = o.json;
+    sc.text = calloc((size_t)o.batch, sizeof(char *));
+    sc.len = calloc((size_t)o.batch, sizeof(size_t));
+    sc.cap = calloc((size_t)o.batch, sizeof(size_t));
+    if (!reqs || !sc.text || !sc.len || !sc.cap) {
+        rc = hkv_seterr(&err, HKV_E_NOMEM, "no memory for %lld requests", o.batch);
+        goto out;
+    }
+    for (int i = 0; i < o.batch; i++) {
+        hkv_gen_request *r = &reqs[i];
+        r->prompt = prompt;
+        r->n_prompt = n_prompt;
+        r->n_predict = (int)o.n_predict;
+        r->sp = (hkv_sampler_params){(float)o.temp, (int)o.top_k, (float)o.top_p,
+                                     (uint64_t)o.seed + (uint64_t)i};
+        r->stop_at_eog = !o.ignore_eos;
+        r->out = malloc((size_t)(o.n_predict + 1) * sizeof(int32_t));
+        if (!r->out) {
+            rc = hkv_seterr(&err, HKV_E_NOMEM, "no memory for outputs");
+            goto out;
+        }
+    }
+    if (!o.json && !o.chat) {
+        fwrite(text, 1, text_len, stdout);
+        fflush(stdout);
+    }
+    hkv_gen_stats st;
+    rc = hkv_generate(e, reqs, (int)o.batch, on_token, &sc, &st, &err);
+    /* Print what was generated even when a later step failed. */
+    if (o.json)
+        print_json(&o, e, prompt, n_prompt, reqs, &sc, &st, t_load);
+    else
+        print_summary(e, &st, n_prompt, t_load);
+out:
+    if (rc) hkv_err_report(&err, stderr);
+    if (reqs)
+        for (int i = 0; i < o.batch; i++) free(reqs[i].out);
+    if (sc.text)
+        for (int i = 0; i < o.batch; i++) free(sc.text[i]);
+    free(sc.text);
+    free(sc.len);
+    free(sc.cap);
+    free(reqs);
+    free(prompt);
+    free(chat_text);
+    free(file_text);
+    hkv_engine_close(e);
+    return rc ? 1 : 0;
+}

@@ -1,0 +1,31 @@
+/* hetkv: the command-line front end. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const char usage[] =
+    "usage: hetkv COMMAND [options]\n"
+    "\n"
+    "Long-context LLM decoding with the KV cache split between GPU and host memory.\n"
+    "\n"
+    "commands:\n"
+    "  run     generate text from a prompt (hetkv run --help)\n"
+    "  bench   prefill and decode throughput beside a memory-bandwidth probe\n"
+    "  info    CPU, instruction sets, cores, NUMA nodes, memory and CUDA devices\n"
+    "\n"
+    "hetkv COMMAND --help shows each command's options.\n";
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") ||
+        !strcmp(argv[1], "help")) {
+        fputs(usage, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "run")) return hkv_cmd_run(argc - 1, argv + 1);
+    if (!strcmp(cmd, "info")) return hkv_cmd_info(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench")) return hkv_cmd_bench(argc - 1, argv + 1);
+    fprintf(stderr, "hetkv: error: unknown command '%s' (run, bench, info; see hetkv --help)\n", cmd);
+    return 2;
+}

@@ -1,0 +1,149 @@
+/* hkv-dump-logits: write the logits of every position of a token sequence,
+ * for checking the engine against the independent reference
+ * (tests/model/test_logits.py).
+ *
+ *   prefill: all tokens through forward calls of up to max_rows rows
+ *   decode:  one token per forward call
+ *   batch:   three sequences advance together in batched steps, at different
+ *            lengths: seq 0 decodes from the first token, seq 1 is prefilled
+ *            with the first third, seq 2 with the first half, then all decode.
+ *            Row p of the output comes from sequence p % 3, so a batching
+ *            bug shows up as a mismatch against the other modes. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "generate.h"
+
+static const char usage[] =
+    "usage: hkv-dump-logits -m MODEL --tokens 1,2,3 [--mode prefill|decode|batch] -o OUT.bin\n"
+    "                       [-t THREADS] [--isa scalar|avx2|avx512] [--rows N]\n"
+    "Writes little-endian float32 logits [n_tokens][vocab].\n";
+
+#define MAXTOK 65536
+
+int main(int argc, char **argv) {
+    hkv_err err;
+    hkv_err_clear(&err);
+    const char *model = NULL, *out_path = NULL, *mode = "prefill", *toks_s = NULL;
+    long long threads = 0, rows = 0;
+    int isa = -1, rc = HKV_OK;
+    for (int i = 1; i < argc && !rc; i++) {
+        const char *a = argv[i], *v = NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(usage, stdout);
+            return 0;
+        }
+        if ((rc = hkv_arg_value(argc, argv, &i, &v, &err))) break;
+        if (!strcmp(a, "-m")) model = v;
+        else if (!strcmp(a, "-o")) out_path = v;
+        else if (!strcmp(a, "--mode")) mode = v;
+        else if (!strcmp(a, "--tokens")) toks_s = v;
+        else if (!strcmp(a, "-t")) rc = hkv_arg_int(a, v, 1, 4096, &threads, &err);
+        else if (!strcmp(a, "--rows")) rc = hkv_arg_int(a, v, 1, 65536, &rows, &err);
+        else if (!strcmp(a, "--isa")) {
+            if ((isa = hkv_isa_parse(v)) < 0) rc = hkv_seterr(&err, HKV_E_INVAL, "unknown isa '%s'", v);
+        } else rc = hkv_seterr(&err, HKV_E_INVAL, "unknown option '%s'", a);
+    }
+    if (!rc && (!model || !out_path || !toks_s))
+        rc = hkv_seterr(&err, HKV_E_INVAL, "need -m MODEL, --tokens LIST and -o OUT");
+    int is_batch = !strcmp(mode, "batch"), is_decode = !strcmp(mode, "decode");
+    if (!rc && !is_batch && !is_decode && strcmp(mode, "prefill"))
+        rc = hkv_seterr(&err, HKV_E_INVAL, "unknown mode '%s'", mode);
+    if (rc) {
+        hkv_err_report(&err, stderr);
+        return 2;
+    }
+    long long *ll = malloc(MAXTOK * sizeof *ll);
+    int n = MAXTOK;
+    int32_t *toks = NULL;
+    float *logits = NULL, *outl = NULL;
+    hkv_engine *e = NULL;
+    if (!ll) return 1;
+    if ((rc = hkv_arg_int_list("--tokens", toks_s, 0, 1 << 30, ll, &n, &err))) goto out;
+    toks = malloc((size_t)n * sizeof *toks);
+    for (int i = 0; i < n; i++) toks[i] = (int32_t)ll[i];
+
+    hkv_engine_params ep;
+    hkv_engine_params_default(&ep);
+    ep.model_path = model;
+    ep.n_threads = (int)threads;
+    ep.isa = isa;
+    ep.max_seqs = 3;
+    ep.n_ctx = n + 1;
+    ep.max_rows = (int)rows;
+    if ((rc = hkv_engine_open(&e, &ep, &err))) goto out;
+    const int V = e->model.cfg.vocab;
+    logits = malloc((size_t)3 * n * V * sizeof(float));   /* [seq][pos][V] */
+    outl = malloc((size_t)n * V * sizeof(float));
+    int64_t *lr = malloc((size_t)e->max_rows * sizeof *lr);
+    if (!logits || !outl || !lr) {
+        free(lr);
+        rc = hkv_seterr(&err, HKV_E_NOMEM, "no memory for logits");
+        goto out;
+    }
+    for (int i = 0; i < e->max_rows; i++) lr[i] = i;
+    const hkv_kv_ops *ops = e->kv.ops;
+    int nseq = is_batch ? 3 : 1;
+    for (int s = 0; s < nseq; s++)
+        if ((rc = ops->seq_open(e->kv.self, s, n + 1, &err))) goto out_lr;
+
+    /* pre[s]: tokens of seq s that go through prefill. */
+    int pre[3] = {n, 0, 0};
+    if (is_decode) pre[0] = 0;
+    if (is_batch) {
+        pre[0] = 0;
+        pre[1] = n / 3;
+        pre[2] = n / 2;
+    }
+    for (int s = 0; s < nseq; s++)
+        for (int done = 0; done < pre[s];) {
+            int chunk = pre[s] - done < e->max_rows ? pre[s] - done : e->max_rows;
+            hkv_seg sg = {.seq = s, .n = chunk, .pos = done, .row = 0};
+            if ((rc = hkv_forward(e, toks + done, chunk, &sg, 1, lr, chunk,
+                                  logits + ((size_t)s * n + done) * V, &err)))
+                goto out_lr;
+            done += chunk;
+        }
+    /* Batched decode: every sequence with tokens left advances one position. */
+    int pos[3] = {pre[0], pre[1], pre[2]};
+    for (;;) {
+        int32_t bt[3];
+        hkv_seg sg[3];
+        int who[3], nb = 0;
+        for (int s = 0; s < nseq; s++)
+            if (pos[s] < n) {
+                bt[nb] = toks[pos[s]];
+                sg[nb] = (hkv_seg){.seq = s, .n = 1, .pos = pos[s], .row = nb};
+                who[nb++] = s;
+            }
+        if (!nb) break;
+        float *tmp = outl;   /* scratch: nb rows */
+        if ((rc = hkv_forward(e, bt, nb, sg, nb, lr, nb, tmp, &err))) goto out_lr;
+        for (int b = 0; b < nb; b++) {
+            int s = who[b];
+            memcpy(logits + ((size_t)s * n + pos[s]) * V, tmp + (size_t)b * V, (size_t)V * sizeof(float));
+            pos[s]++;
+        }
+    }
+    for (int p = 0; p < n; p++)
+        memcpy(outl + (size_t)p * V, logits + ((size_t)(p % nseq) * n + p) * V, (size_t)V * sizeof(float));
+    FILE *f = fopen(out_path, "wb");
+    if (!f || fwrite(outl, sizeof(float), (size_t)n * V, f) != (size_t)n * V) {
+        rc = hkv_seterr(&err, HKV_E_IO, "cannot write '%s'", out_path);
+        if (f) fclose(f);
+        goto out_lr;
+    }
+    if (fclose(f)) rc = hkv_seterr(&err, HKV_E_IO, "cannot write '%s'", out_path);
+out_lr:
+    free(lr);
+out:
+    if (rc) hkv_err_report(&err, stderr);
+    free(ll);
+    free(toks);
+    free(logits);
+    free(outl);
+    hkv_engine_close(e);
+    return rc ? 1 : 0;
+}

@@ -1,0 +1,79 @@
+#include "host_mem.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char *const tier_names[HKV_TIER_COUNT] = {
+    "weights", "near", "far", "index", "workspace",
+};
+
+const char *hkv_tier_name(int tier) {
+    return tier >= 0 && tier < HKV_TIER_COUNT ? tier_names[tier] : "?";
+}
+
+size_t hkv_host_mem_free(void) {
+    /* MemAvailable is what a new allocation can really get. */
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    size_t kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %zu kB", &kb) == 1) break;
+    fclose(f);
+    return kb * 1024;
+}
+
+size_t hkv_host_mem_total(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    return pages > 0 && psz > 0 ? (size_t)pages * (size_t)psz : 0;
+}
+
+void hkv_fmt_bytes(double b, char *buf, size_t cap) {
+    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int i = 0;
+    while (b >= 1024 && i < 4) b /= 1024, i++;
+    snprintf(buf, cap, i ? "%.2f %s" : "%.0f %s", b, u[i]);
+}
+
+void *hkv_host_alloc(hkv_mem_account *acc, int tier, size_t bytes, hkv_err *err) {
+    if (tier < 0 || tier >= HKV_TIER_COUNT) {
+        hkv_seterr(err, HKV_E_INTERNAL, "allocation for unknown memory tier %d", tier);
+        return NULL;
+    }
+    size_t rounded = (bytes + 63) & ~(size_t)63;
+    if (bytes == 0 || rounded < bytes) rounded = 64;
+    void *p = NULL;
+    if (bytes > SIZE_MAX / 2 || posix_memalign(&p, 64, rounded) != 0) p = NULL;
+    if (!p) {
+        char want[32], have[32];
+        hkv_fmt_bytes((double)bytes, want, sizeof want);
+        hkv_fmt_bytes((double)hkv_host_mem_free(), have, sizeof have);
+        hkv_seterr(err, HKV_E_NOMEM, "cannot allocate %s of host memory for the %s tier "
+                   "(%s available)", want, tier_names[tier], have);
+        return NULL;
+    }
+    if (acc) {
+        acc->bytes[tier] += bytes;
+        acc->n_allocs[tier]++;
+        if (acc->bytes[tier] > acc->peak[tier]) acc->peak[tier] = acc->bytes[tier];
+    }
+    return p;
+}
+
+void *hkv_host_calloc(hkv_mem_account *acc, int tier, size_t bytes, hkv_err *err) {
+    void *p = hkv_host_alloc(acc, tier, bytes, err);
+    if (p) memset(p, 0, bytes);
+    return p;
+}
+
+void hkv_host_free(hkv_mem_account *acc, int tier, void *p, size_t bytes) {
+    if (!p) return;
+    free(p);
+    if (acc && tier >= 0 && tier < HKV_TIER_COUNT) {
+        acc->bytes[tier] -= bytes <= acc->bytes[tier] ? bytes : acc->bytes[tier];
+        if (acc->n_allocs[tier]) acc->n_allocs[tier]--;
+    }
+}

@@ -1,0 +1,44 @@
+/* Host memory with per-tier accounting. Every byte the runtime holds for
+ * weights, KV tiers, indexes and workspaces goes through here, so the CLI can
+ * report each tier and a failed allocation can say what was asked and what
+ * the machine had free. */
+#ifndef HKV_HOST_MEM_H
+#define HKV_HOST_MEM_H
+
+#include <stddef.h>
+
+#include "status.h"
+
+enum hkv_tier {
+    HKV_TIER_WEIGHTS = 0,
+    HKV_TIER_NEAR,       /* sinks + local window */
+    HKV_TIER_FAR,        /* paged bulk of the KV cache */
+    HKV_TIER_INDEX,      /* retrieval indexes (centroids, IVF lists, page bounds) */
+    HKV_TIER_WORKSPACE,  /* activations and scratch */
+    HKV_TIER_COUNT
+};
+
+typedef struct hkv_mem_account {
+    size_t bytes[HKV_TIER_COUNT];
+    size_t peak[HKV_TIER_COUNT];
+    size_t n_allocs[HKV_TIER_COUNT];
+} hkv_mem_account;
+
+const char *hkv_tier_name(int tier);
+
+/* 64-byte aligned; NULL on failure with err naming the tier, the size asked
+ * for and the free memory. acc may be NULL (not accounted). */
+void *hkv_host_alloc(hkv_mem_account *acc, int tier, size_t bytes, hkv_err *err);
+/* Same, zero-filled. */
+void *hkv_host_calloc(hkv_mem_account *acc, int tier, size_t bytes, hkv_err *err);
+/* bytes must be what was asked at allocation. p may be NULL. */
+void hkv_host_free(hkv_mem_account *acc, int tier, void *p, size_t bytes);
+
+/* Free and total physical memory of this machine (bytes; 0 if unknown). */
+size_t hkv_host_mem_free(void);
+size_t hkv_host_mem_total(void);
+
+/* "1.5 GiB" style. */
+void hkv_fmt_bytes(double bytes, char *buf, size_t cap);
+
+#endif
