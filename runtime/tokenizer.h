@@ -44,15 +44,27 @@ int hkv_token_to_piece(const hkv_tokenizer *t, int32_t tok, int render_special,
 int64_t hkv_detokenize(const hkv_tokenizer *t, const int32_t *toks, int64_t n,
                        int render_special, char *buf, size_t cap);
 
-/* Chat template (copied from the file at load). Recognises the model's tokenizer.chat_template family
- * (ChatML as in SmolLM2/Qwen2, Llama 3, Llama 2 / Mistral [INST]) and writes
- * the prompt text for one user turn (plus system, NULL for the template's
- * default) ending with the assistant turn's opening, into a malloc'd string. */
+/* Chat template (copied from the file at load). Recognises the family of the
+ * model's tokenizer.chat_template: ChatML (<|im_start|>: SmolLM2, Qwen2),
+ * Llama 3 (<|start_header_id|>), Llama 2 (<<SYS>> and [INST]) and Mistral
+ * ([INST]); a file without a template gets ChatML. Writes the prompt text
+ * for msgs, ending with the assistant turn's opening when add_assistant, into
+ * a malloc'd string (caller frees). ChatML templates that print a default
+ * system message when the first message is not a system one (SmolLM2) get it
+ * here too, its text read from the template; a system message whose content
+ * is NULL also asks for that default (and is left out when there is none).
+ * The text holds special tokens: tokenize it with parse_special = 1. It never
+ * starts with the BOS text, even where the Jinja template prints bos_token:
+ * the BOS comes from hkv_tokenize's add_bos (hkv_tokenizer_add_bos), so it is
+ * not added twice. An unrecognised template gives HKV_E_UNSUPPORTED. */
 typedef struct hkv_chat_msg {
     const char *role;     /* "system", "user", "assistant" */
     const char *content;
 } hkv_chat_msg;
 int hkv_chat_apply(const hkv_tokenizer *t, const hkv_chat_msg *msgs, int n_msgs,
                    int add_assistant, char **out, hkv_err *err);
+/* "chatml", "llama3", "llama2", "mistral", or NULL when hkv_chat_apply would
+ * refuse the template. */
+const char *hkv_chat_template_family(const hkv_tokenizer *t);
 
 #endif
