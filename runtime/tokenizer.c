@@ -186,21 +186,25 @@ int hkv_tokenizer_is_eog(const hkv_tokenizer *t, int32_t tok) {
     return t && tok >= 0 && tok < t->n_vocab && (t->flags[tok] & HKV_TF_EOG);
 }
 
-/* Longest special token starting at text[q]; user-defined tokens always
- * count, control and unknown ones only with parse_special. */
+/* Longest special token starting at text[q] whose type is in mask (bits
+ * 1 << HKV_TT_*). */
 static int32_t special_at(const hkv_tokenizer *t, const char *text, size_t len, size_t q,
-                          int parse_special, size_t *mlen) {
+                          unsigned mask, size_t *mlen) {
     uint8_t b = (uint8_t)text[q];
     for (int32_t k = t->special_start[b]; k < t->special_start[b + 1]; k++) {
         int32_t id = t->special[k];
         uint32_t n = t->text_len[id];
-        if (!parse_special && t->types[id] != HKV_TT_USER) continue;
+        if (!(mask & 1u << t->types[id])) continue;
         if (n <= len - q && memcmp(text + q, t->text + t->text_off[id], n) == 0) {
             *mlen = n;
             return id;
         }
     }
     return -1;
+}
+
+int32_t hkv_tok_user_at(const hkv_tokenizer *t, const char *s, size_t n, size_t *mlen) {
+    return special_at(t, s, n, 0, 1u << HKV_TT_USER, mlen);
 }
 
 int hkv_tokenize(const hkv_tokenizer *t, const char *text, size_t len, int add_bos,
@@ -212,11 +216,16 @@ int hkv_tokenize(const hkv_tokenizer *t, const char *text, size_t len, int add_b
     hkv_tok_scratch sc = {NULL, 0};
     int rc = HKV_OK, prev_special = 1;
     if (add_bos && t->bos >= 0) hkv_tok_push(&o, t->bos);
+    /* Control (and unknown) tokens split the text only with parse_special.
+     * User-defined ones always do, as HF added tokens do; under SentencePiece
+     * they are matched inside the fragment instead, as sentencepiece does. */
+    unsigned mask = parse_special ? 1u << HKV_TT_CONTROL | 1u << HKV_TT_UNKNOWN : 0;
+    if (t->model == HKV_TOK_BPE) mask |= 1u << HKV_TT_USER;
     size_t p = 0, q = 0;
     while (p < len && rc == HKV_OK) {
         size_t mlen = 0;
         int32_t sid = -1;
-        while (q < len && (sid = special_at(t, text, len, q, parse_special, &mlen)) < 0) q++;
+        while (q < len && (!mask || (sid = special_at(t, text, len, q, mask, &mlen)) < 0)) q++;
         if (q > p) {   /* the plain text before the special token (or the end) */
             rc = t->model == HKV_TOK_BPE
                      ? hkv_bpe_encode(t, text + p, q - p, &o, &sc, err)

@@ -80,6 +80,9 @@ struct hkv_tokenizer {
 /* Id of the token with this exact text, or -1. */
 int32_t hkv_tok_find(const hkv_tokenizer *t, const char *s, size_t n);
 
+/* User-defined token at s[0..n) (longest), or -1; *mlen its length. */
+int32_t hkv_tok_user_at(const hkv_tokenizer *t, const char *s, size_t n, size_t *mlen);
+
 /* Output list with a capacity; counts past the end so callers learn the size. */
 typedef struct hkv_tok_out {
     int32_t *ids;

@@ -51,7 +51,7 @@ int hkv_spm_prepare(hkv_tokenizer *t, hkv_err *err) {
     return HKV_OK;
 }
 
-typedef struct { int32_t prev, next; uint32_t off, len; } ssym;
+typedef struct { int32_t prev, next; uint32_t off, len; int frozen; } ssym;
 typedef struct { float score; int32_t left, right; uint32_t size; } spair;
 
 /* Best first: higher score, then the leftmost pair (sentencepiece's order). */
@@ -88,7 +88,7 @@ static spair sheap_pop(spair *h, size_t *n) {
 static void try_pair(const hkv_tokenizer *t, const char *buf, const ssym *sy, int32_t l,
                      spair *h, size_t *nh) {
     int32_t r = l >= 0 ? sy[l].next : -1;
-    if (r < 0) return;
+    if (r < 0 || sy[l].frozen || sy[r].frozen) return;
     uint32_t size = sy[l].len + sy[r].len;
     int32_t id = hkv_tok_find(t, buf + sy[l].off, size);
     if (id < 0 || !(t->flags[id] & HKV_TF_MERGE)) return;
@@ -116,9 +116,13 @@ int hkv_spm_encode(const hkv_tokenizer *t, const char *text, size_t len, int add
         else buf[n++] = text[i];
     }
     int32_t ns = 0;
+    int has_user = t->special_start[256] > 0;
     for (size_t i = 0, l; i < n; i += l, ns++) {
-        hkv_utf8_decode((const uint8_t *)buf + i, n - i, &l);
-        sy[ns] = (ssym){ns - 1, -1, (uint32_t)i, (uint32_t)l};
+        /* A user-defined piece is one symbol that never merges (sentencepiece
+         * matches them in the escaped text before BPE). */
+        int frozen = has_user && hkv_tok_user_at(t, buf + i, n - i, &l) >= 0;
+        if (!frozen) hkv_utf8_decode((const uint8_t *)buf + i, n - i, &l);
+        sy[ns] = (ssym){ns - 1, -1, (uint32_t)i, (uint32_t)l, frozen};
         if (ns > 0) sy[ns - 1].next = ns;
     }
     size_t nh = 0;
