@@ -78,9 +78,14 @@ typedef struct hkv_cpu_kernels {
     void (*score_max)(const float *q, int g, int d, const uint16_t *k, int64_t ld,
                       const int32_t *idx, int64_t n, float *s);
 
-    /* fp16 <-> f32 rows. */
+    /* fp16 <-> f32 rows (round to nearest even, as F16C does). */
     void (*f16_to_f32)(const uint16_t *src, float *dst, int64_t n);
     void (*f32_to_f16)(const float *src, uint16_t *dst, int64_t n);
+
+    /* y[i] = exp(x[i]), the exp the attention kernels use. Vector levels:
+     * within 2 ulp of expf on [-87.33, 88.37], larger inputs clamp to
+     * exp(88.37), smaller ones (and -inf) give exactly 0. Scalar: expf. */
+    void (*exp)(const float *x, float *y, int64_t n);
 } hkv_cpu_kernels;
 
 #define HKV_GEMV_MAX_N 8

@@ -1,0 +1,46 @@
+/* Fills the caller's kernel table for one ISA level, clamped to what this
+ * CPU and OS support, and sizes weight matrices. */
+#include "kernels_impl.h"
+
+#define HKV_FILL_TABLE(t, sfx)                   \
+    do {                                         \
+        (t)->gemv = hkv_gemv_##sfx;              \
+        (t)->dequant_rows = hkv_dequant_rows_##sfx; \
+        (t)->attn_dense = hkv_attn_dense_##sfx;  \
+        (t)->attn_sparse = hkv_attn_sparse_##sfx; \
+        (t)->attn_causal = hkv_attn_causal_##sfx; \
+        (t)->score_max = hkv_score_max_##sfx;    \
+        (t)->f16_to_f32 = hkv_f16_to_f32_##sfx;  \
+        (t)->f32_to_f16 = hkv_f32_to_f16_##sfx;  \
+        (t)->exp = hkv_exp_##sfx;                \
+    } while (0)
+
+int hkv_cpu_kernels_init(hkv_cpu_kernels *t, int isa)
+{
+    hkv_isa_info info;
+    hkv_isa_detect(&info);
+    if (isa > info.best) isa = info.best;
+    if (isa < HKV_ISA_SCALAR) isa = HKV_ISA_SCALAR;
+    t->isa = isa;
+    switch (isa) {
+#if defined(__x86_64__)
+    case HKV_ISA_AVX512: HKV_FILL_TABLE(t, avx512); break;
+    case HKV_ISA_AVX2: HKV_FILL_TABLE(t, avx2); break;
+#endif
+    default: t->isa = HKV_ISA_SCALAR; HKV_FILL_TABLE(t, scalar); break;
+    }
+    return t->isa;
+}
+
+size_t hkv_wmat_bytes(const hkv_wmat *w)
+{
+    size_t n = (size_t)w->rows * (size_t)w->cols;
+    size_t blocks = n / HKV_WBLOCK;
+    switch (w->type) {
+    case HKV_W_F32: return n * 4;
+    case HKV_W_F16: return n * 2;
+    case HKV_W_Q8: return n + blocks * 2;
+    case HKV_W_Q4: return n / 2 + blocks * 4;
+    default: return 0;
+    }
+}

@@ -1,0 +1,127 @@
+/* y[n][rows] = x[n][cols] W^T over the repacked weight formats.
+ *
+ * n <= HKV_GEMV_MAX_N (decode): the table's GEMV over static chunks of rows,
+ * one contiguous weight stream per thread.
+ * Larger n (prefill): W is dequantised panel by panel into ws and handed to
+ * oneDNN's sgemm. Two schedules, measured in bench/cpu_kernels.md:
+ *   HKV_MM_SHARED_PANEL: all threads dequantise one large panel, then one
+ *     oneDNN call (threaded inside oneDNN) multiplies it;
+ *   HKV_MM_THREAD_PANEL: each thread dequantises its own panels and calls
+ *     oneDNN single-threaded (oneDNN runs serially inside a parallel region).
+ * hkv_matmul uses the faster one; ws is sized for it. */
+#include <oneapi/dnnl/dnnl.h>
+#include <omp.h>
+
+#include "kernels_impl.h"
+#include "status.h"
+
+#define HKV_MM_DEFAULT HKV_MM_SHARED_PANEL
+
+#define GEMV_CHUNK_ROWS 64                    /* static chunks for the GEMV path */
+#define SHARED_PANEL_FLOATS (4u << 20)       /* 16 MB of dequantised weights */
+#define THREAD_PANEL_FLOATS (1u << 20)       /* 4 MB per thread */
+
+static int64_t panel_rows(const hkv_wmat *w, size_t floats)
+{
+    int64_t p = (int64_t)(floats / (size_t)w->cols);
+    if (p >= 16) p &= ~(int64_t)15;          /* whole 16-row groups for the sgemm kernel */
+    if (p < 1) p = 1;
+    return p < w->rows ? p : w->rows;
+}
+
+static size_t ws_floats_for(const hkv_wmat *w, int mode)
+{
+    if (w->type == HKV_W_F32 || w->rows <= 0 || w->cols <= 0) return 0;
+    if (mode == HKV_MM_SHARED_PANEL)
+        return (size_t)panel_rows(w, SHARED_PANEL_FLOATS) * (size_t)w->cols;
+    return (size_t)panel_rows(w, THREAD_PANEL_FLOATS) * (size_t)w->cols *
+           (size_t)omp_get_max_threads();
+}
+
+size_t hkv_matmul_ws_floats(const hkv_wmat *w) { return ws_floats_for(w, HKV_MM_DEFAULT); }
+
+static int sgemm_rows(const float *x, int64_t n, const float *wrows, int64_t nr, int64_t cols,
+                      float *y, int64_t ldy)
+{
+    /* row-major: y[n][nr] = x[n][cols] * wrows[nr][cols]^T */
+    dnnl_status_t st = dnnl_sgemm('N', 'T', n, nr, cols, 1.0f, x, cols, wrows, cols, 0.0f, y, ldy);
+    return st == dnnl_success ? HKV_OK : HKV_E_INTERNAL;
+}
+
+static int matmul_shared(const hkv_cpu_kernels *t, const hkv_wmat *w, const float *x, int64_t n,
+                         float *y, float *ws)
+{
+    const int64_t rows = w->rows, cols = w->cols;
+    if (w->type == HKV_W_F32) return sgemm_rows(x, n, w->q, rows, cols, y, rows);
+    const int64_t p = panel_rows(w, SHARED_PANEL_FLOATS);
+    for (int64_t r0 = 0; r0 < rows; r0 += p) {
+        int64_t nr = rows - r0 < p ? rows - r0 : p;
+        #pragma omp parallel for schedule(static)
+        for (int64_t g = 0; g < (nr + 15) / 16; g++) {
+            int64_t a = r0 + 16 * g, b = a + 16 < r0 + nr ? a + 16 : r0 + nr;
+            t->dequant_rows(w, a, b, ws + (a - r0) * cols);
+        }
+        int rc = sgemm_rows(x, n, ws, nr, cols, y + r0, rows);
+        if (rc != HKV_OK) return rc;
+    }
+    return HKV_OK;
+}
+
+static int matmul_thread(const hkv_cpu_kernels *t, const hkv_wmat *w, const float *x, int64_t n,
+                         float *y, float *ws)
+{
+    const int64_t rows = w->rows, cols = w->cols;
+    const int64_t p = w->type == HKV_W_F32 ? 64 : panel_rows(w, THREAD_PANEL_FLOATS);
+    const int64_t npanels = (rows + p - 1) / p;
+    int rc = HKV_OK;
+    #pragma omp parallel
+    {
+        float *mine = w->type == HKV_W_F32 ? NULL : ws + (size_t)omp_get_thread_num() * p * cols;
+        #pragma omp for schedule(static)
+        for (int64_t i = 0; i < npanels; i++) {
+            int64_t r0 = i * p, nr = rows - r0 < p ? rows - r0 : p;
+            const float *src = (const float *)w->q + r0 * cols;
+            if (mine) {
+                t->dequant_rows(w, r0, r0 + nr, mine);
+                src = mine;
+            }
+            if (sgemm_rows(x, n, src, nr, cols, y + r0, rows) != HKV_OK) {
+                #pragma omp atomic write
+                rc = HKV_E_INTERNAL;
+            }
+        }
+    }
+    return rc;
+}
+
+size_t hkv_matmul_mode_ws_floats(const hkv_wmat *w, int mode) { return ws_floats_for(w, mode); }
+
+int hkv_matmul_mode(const hkv_cpu_kernels *t, const hkv_wmat *w, const float *x, int64_t n,
+                    float *y, float *ws, int mode)
+{
+    if (!t || !w || !x || !y || n < 0 || w->rows < 0 || w->cols <= 0 || w->type < HKV_W_F32 ||
+        w->type > HKV_W_Q4)
+        return HKV_E_INVAL;
+    if ((w->type == HKV_W_Q8 || w->type == HKV_W_Q4) && w->cols % HKV_WBLOCK != 0)
+        return HKV_E_INVAL;
+    if (n == 0 || w->rows == 0) return HKV_OK;
+    if (n <= HKV_GEMV_MAX_N) {
+        const int64_t rows = w->rows, nchunks = (rows + GEMV_CHUNK_ROWS - 1) / GEMV_CHUNK_ROWS;
+        #pragma omp parallel for schedule(static)
+        for (int64_t c = 0; c < nchunks; c++) {
+            int64_t r0 = c * GEMV_CHUNK_ROWS;
+            int64_t r1 = r0 + GEMV_CHUNK_ROWS < rows ? r0 + GEMV_CHUNK_ROWS : rows;
+            t->gemv(w, x, (int)n, y, rows, r0, r1);
+        }
+        return HKV_OK;
+    }
+    if (w->type != HKV_W_F32 && !ws) return HKV_E_INVAL;
+    return mode == HKV_MM_THREAD_PANEL ? matmul_thread(t, w, x, n, y, ws)
+                                       : matmul_shared(t, w, x, n, y, ws);
+}
+
+int hkv_matmul(const hkv_cpu_kernels *t, const hkv_wmat *w, const float *x, int64_t n, float *y,
+               float *ws)
+{
+    return hkv_matmul_mode(t, w, x, n, y, ws, HKV_MM_DEFAULT);
+}

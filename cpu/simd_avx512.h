@@ -1,0 +1,121 @@
+/* AVX-512 (F/BW/VL/DQ + F16C) vector layer for the kernel templates
+ * (gemv_simd.inc, attn_simd.inc, attn_causal_simd.inc). Include only from
+ * files compiled with isa_avx512_args. VL is the float lane count. */
+#ifndef HKV_SIMD_AVX512_H
+#define HKV_SIMD_AVX512_H
+
+#include <immintrin.h>
+#include <stdint.h>
+
+#define VL 16
+#define HKV_SFX(name) name##_avx512
+/* Causal microkernel shape: query rows per tile are VL * CAUSAL_MV. */
+#define CAUSAL_MV 4
+
+typedef __m512 vf;
+
+#define HKV_VINLINE static inline __attribute__((always_inline))
+
+HKV_VINLINE vf vf_load(const float *p) { return _mm512_loadu_ps(p); }
+HKV_VINLINE void vf_store(float *p, vf a) { _mm512_storeu_ps(p, a); }
+HKV_VINLINE vf vf_set1(float a) { return _mm512_set1_ps(a); }
+HKV_VINLINE vf vf_zero(void) { return _mm512_setzero_ps(); }
+HKV_VINLINE vf vf_add(vf a, vf b) { return _mm512_add_ps(a, b); }
+HKV_VINLINE vf vf_sub(vf a, vf b) { return _mm512_sub_ps(a, b); }
+HKV_VINLINE vf vf_mul(vf a, vf b) { return _mm512_mul_ps(a, b); }
+HKV_VINLINE vf vf_fma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
+HKV_VINLINE vf vf_max(vf a, vf b) { return _mm512_max_ps(a, b); }
+HKV_VINLINE float vf_hsum(vf a) { return _mm512_reduce_add_ps(a); }
+HKV_VINLINE float vf_hmax(vf a) { return _mm512_reduce_max_ps(a); }
+/* (a > b) ? x : y per lane */
+HKV_VINLINE vf vf_select_gt(vf a, vf b, vf x, vf y)
+{
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_GT_OQ), y, x);
+}
+
+HKV_VINLINE vf vf_load_f16(const uint16_t *p)
+{
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+HKV_VINLINE void vf_store_f16(uint16_t *p, vf a)
+{
+    _mm256_storeu_si256((__m256i *)p, _mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT));
+}
+
+/* exp(x) with Cephes' degree-6 polynomial on [-ln2/2, ln2/2] after a
+ * round-to-nearest range reduction (two-part ln2). Relative error within
+ * about 2 ulp of expf for x in [-87.33, 88.37]; inputs are clamped to that
+ * range first, and x < -87.33 (including -inf) returns exactly 0, so a
+ * masked logit never contributes. Tested against expf in tests/cpu. */
+HKV_VINLINE vf vf_exp(vf x)
+{
+    const vf lo = _mm512_set1_ps(-87.33654f), hi = _mm512_set1_ps(88.37626f);
+    __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+    x = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
+    vf n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    vf r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    vf p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_maskz_scalef_ps((__mmask16)~under, p, n);
+}
+
+/* out lane j = sum of the lanes of v[j], j < 16: a 4-level shuffle/add tree
+ * (45 ops for 16 sums instead of 16 separate reductions). The input order
+ * is permuted so that the tree's output lanes come out in key order. */
+HKV_VINLINE vf vf_reduce_vl(const vf *v)
+{
+#define HKV_L1(a, b) \
+    _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE))
+#define HKV_L2(a, b) \
+    _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x88), _mm512_shuffle_f32x4(a, b, 0xDD))
+#define HKV_L3(a, b) \
+    _mm512_add_ps(_mm512_shuffle_ps(a, b, 0x44), _mm512_shuffle_ps(a, b, 0xEE))
+#define HKV_L4(a, b) \
+    _mm512_add_ps(_mm512_shuffle_ps(a, b, 0x88), _mm512_shuffle_ps(a, b, 0xDD))
+    vf ab = HKV_L1(v[0], v[4]), cd = HKV_L1(v[8], v[12]);
+    vf ef = HKV_L1(v[1], v[5]), gh = HKV_L1(v[9], v[13]);
+    vf ij = HKV_L1(v[2], v[6]), kl = HKV_L1(v[10], v[14]);
+    vf mn = HKV_L1(v[3], v[7]), op = HKV_L1(v[11], v[15]);
+    vf a_d = HKV_L2(ab, cd), e_h = HKV_L2(ef, gh), i_l = HKV_L2(ij, kl), m_p = HKV_L2(mn, op);
+    vf a_h = HKV_L3(a_d, e_h), i_p = HKV_L3(i_l, m_p);
+    return HKV_L4(a_h, i_p);
+#undef HKV_L1
+#undef HKV_L2
+#undef HKV_L3
+#undef HKV_L4
+}
+
+/* ---- weight block decoding (32 weights = 2 vectors) -------------------- */
+
+/* Q4 block: byte j holds element j (low nibble) and j+16 (high nibble). */
+HKV_VINLINE void q4_decode(const uint8_t *q, vf scale, vf min, vf w[2])
+{
+    __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)q));
+    __m512i lo = _mm512_and_si512(b, _mm512_set1_epi32(15));
+    __m512i hi = _mm512_srli_epi32(b, 4);
+    w[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), scale, min);
+    w[1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), scale, min);
+}
+
+HKV_VINLINE void q8_decode(const int8_t *q, vf scale, vf w[2])
+{
+    __m512i a = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)q));
+    __m512i b = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + 16)));
+    w[0] = _mm512_mul_ps(_mm512_cvtepi32_ps(a), scale);
+    w[1] = _mm512_mul_ps(_mm512_cvtepi32_ps(b), scale);
+}
+
+/* VL fp16 values to float, stored (for converting scale rows). */
+HKV_VINLINE void f16_to_f32_vl(const uint16_t *src, float *dst)
+{
+    vf_store(dst, vf_load_f16(src));
+}
+
+#endif
