@@ -292,7 +292,7 @@ int hkv_ggml_dequant_row(int type, const void *src, float *dst, int64_t n) {
     const uint8_t *s = src;
     switch (type) {
     case HKV_GGML_F32:
-        memcpy(dst, s, (size_t)n * 4);
+        for (int64_t i = 0; i < n; i++) dst[i] = bits_f32(u32_at(s + 4 * i));
         return HKV_OK;
     case HKV_GGML_F16:
         for (int64_t i = 0; i < n; i++) dst[i] = hkv_fp16_to_f32((uint16_t)(s[2 * i] | s[2 * i + 1] << 8));

@@ -245,8 +245,8 @@ static int parse_tensor_info(rd *r, hkv_gguf *g, hkv_gguf_tensor *t, uint64_t i)
         nel *= (int64_t)v;
     }
     if ((rc = rd_u32(r, &type, "tensor type"))) return rc;
-    hkv_ggml_type_info ti = hkv_ggml_type_get((int)(type < HKV_GGML_TYPE_LIMIT ? type : 0));
-    if (type >= HKV_GGML_TYPE_LIMIT || !ti.name)
+    hkv_ggml_type_info ti = hkv_ggml_type_get(type < HKV_GGML_TYPE_LIMIT ? (int)type : -1);
+    if (!ti.name)
         return hkv_seterr(r->err, HKV_E_FORMAT, "%s has unknown type %u", r->who, type);
     t->type = (int)type;
     if (t->ne[0] % ti.block_size != 0)

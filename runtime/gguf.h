@@ -27,6 +27,7 @@ typedef struct hkv_str {
     uint64_t len;
 } hkv_str;
 
+/* One metadata pair. Arrays of arrays are refused at open (UNSUPPORTED). */
 typedef struct hkv_gguf_kv {
     hkv_str key;
     int type;              /* enum hkv_gguf_vtype */
@@ -58,7 +59,8 @@ typedef struct hkv_gguf {
     uint64_t n_tensors;
     hkv_gguf_tensor *tensors;
     uint64_t alignment;        /* general.alignment or 32 */
-    const uint8_t *data;       /* start of the tensor data section */
+    const uint8_t *data;       /* start of the tensor data section; NULL only when
+                                  there are no tensors and the file ends before it */
 } hkv_gguf;
 
 /* Open and validate a file. On failure *out is NULL and err names the problem. */

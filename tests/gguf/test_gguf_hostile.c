@@ -67,6 +67,48 @@ static int t_truncation_every_prefix(void) {
     return 0;
 }
 
+/* Random byte corruption of a valid file (fixed seed): every open either
+ * succeeds with all tensors inside the buffer, or fails with a message. */
+static int t_random_corruption(void) {
+    gw w = {0};
+    gw_build_valid(&w, 3, 0);
+    uint8_t *buf = malloc(w.n);
+    CHECK(buf, "malloc");
+    uint64_t x = 0x9e3779b97f4a7c15u; /* xorshift state, local to this case */
+    int opened = 0, failed = 0, bad = 0;
+    for (int it = 0; it < 4000 && !bad; it++) {
+        memcpy(buf, w.p, w.n);
+        int flips = 1 + it % 4;
+        for (int k = 0; k < flips; k++) {
+            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+            /* mostly the header region, where the structure lives */
+            size_t at = (size_t)(x >> 8) % (it % 2 ? w.n : 300);
+            buf[at] = (uint8_t)(it % 3 ? x : buf[at] ^ (1u << (x % 8)));
+        }
+        hkv_gguf *g = NULL;
+        hkv_err e;
+        hkv_err_clear(&e);
+        int rc = hkv_gguf_open_buffer(&g, buf, w.n, &e);
+        if (rc == HKV_OK) {
+            opened++;
+            for (uint64_t t = 0; t < g->n_tensors; t++) {
+                const uint8_t *d = g->tensors[t].data;
+                bad |= d < buf || d + g->tensors[t].nbytes > buf + w.n;
+            }
+            hkv_gguf_close(g);
+        } else {
+            failed++;
+            bad |= g != NULL || e.msg[0] == '\0' || (rc != HKV_E_FORMAT && rc != HKV_E_UNSUPPORTED);
+            if (bad) fprintf(stderr, "  iteration %d: rc %d: %s\n", it, rc, e.msg);
+        }
+    }
+    free(buf);
+    gw_free(&w);
+    CHECK(!bad, "a corrupted file gave an inconsistent result");
+    CHECK(opened > 0 && failed > 0, "opened %d, failed %d: mutations too weak or too strong", opened, failed);
+    return 0;
+}
+
 static int t_bad_magic(void) {
     gw w = {0};
     gw_build_valid(&w, 3, 0);
@@ -545,6 +587,7 @@ static int t_null_arguments(void) {
 
 static const tcase cases[] = {
     {"truncation_every_prefix", t_truncation_every_prefix},
+    {"random_corruption", t_random_corruption},
     {"bad_magic", t_bad_magic},
     {"version_1", t_version_1},
     {"version_99", t_version_99},
