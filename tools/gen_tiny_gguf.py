@@ -96,47 +96,49 @@ class Config:
     out_wtype: str | None = None   # output.weight when untied (default: wtype)
     tied: bool = True
     seed: int = 1234
+    tok_pre: str = "gpt-2"         # tokenizer.ggml.pre
     note: str = ""
 
 
 # Each preset names what it covers. GQA ratio = heads / kv_heads.
 PRESETS: dict[str, Config] = {
-    # SmolLM2-like: GQA 3, head_dim 64, Q4_1 matrices with Q8_0 tied embeddings.
+    # SmolLM2-like: GQA 3 with 2 KV heads, head_dim 64, Q4_1 matrices, Q8_0 tied embeddings.
     "llama_gqa3_q41": Config(
-        arch="llama", layers=2, dim=192, heads=3, kv_heads=1, head_dim=64, ffn=480,
+        arch="llama", layers=2, dim=384, heads=6, kv_heads=2, head_dim=64, ffn=960,
         vocab=1000, rope_base=1e5, wtype="q4_1", embd_wtype="q8_0", tied=True, seed=11,
-        note="SmolLM2-like: GQA 3, hd 64, q4_1 + q8_0 tied embd, ffn 96*5"),
+        note="SmolLM2-like: GQA 3 (6/2), hd 64, q4_1 + q8_0 tied embd, ffn 96*10"),
     # Plain MHA in f32: the math without any quantisation.
     "llama_mha_f32": Config(
         arch="llama", layers=2, dim=128, heads=2, kv_heads=2, head_dim=64, ffn=288,
         vocab=1000, rope_base=1e4, wtype="f32", tied=False, seed=12,
-        note="MHA (GQA 1), hd 64, f32, untied"),
-    # GQA 4, head_dim 128, odd model dim 160 (q width 512 != dim), f16, untied.
+        note="MHA (GQA 1), hd 64, f32, untied, ffn 96*3"),
+    # GQA 4, head_dim 128, odd model dim 160 (q width 1024 != dim), f16, untied.
     "llama_gqa4_hd128_f16": Config(
-        arch="llama", layers=2, dim=160, heads=4, kv_heads=1, head_dim=128, ffn=384,
+        arch="llama", layers=2, dim=160, heads=8, kv_heads=2, head_dim=128, ffn=384,
         vocab=1000, rope_base=5e5, wtype="f16", tied=False, seed=13,
-        note="GQA 4, hd 128, dim 160 (key_length != dim/heads), f16, untied"),
+        note="GQA 4 (8/2), hd 128, dim 160 (key_length != dim/heads), f16, untied"),
     # K-quants: Q4_K matrices, Q6_K output (as in a Q4_K_M file), Q8_0 embeddings.
     "llama_kquant": Config(
         arch="llama", layers=2, dim=256, heads=4, kv_heads=4, head_dim=64, ffn=768,
         vocab=1000, rope_base=1e4, wtype="q4_k", embd_wtype="q8_0", out_wtype="q6_k",
         tied=False, seed=14,
         note="MHA, hd 64, q4_k matrices, q6_k output, q8_0 embd, untied"),
-    # Linear RoPE scaling (rope.scaling.type linear, factor 4), Q4_0, odd vocab.
+    # Linear RoPE scaling (rope.scaling.type linear, factor 4), Q4_0, dim 96, odd vocab.
     "llama_ropelin_q40": Config(
-        arch="llama", layers=2, dim=192, heads=3, kv_heads=3, head_dim=64, ffn=576,
+        arch="llama", layers=2, dim=96, heads=3, kv_heads=3, head_dim=64, ffn=576,
         vocab=515, rope_base=1e4, rope_scale=4.0, wtype="q4_0", tied=True, seed=15,
-        note="MHA, hd 64 (= dim/heads), q4_0 tied, linear rope scaling x4, vocab 515"),
-    # Qwen2: NeoX RoPE + q/k/v biases, GQA 3, dim 96, Q8_0, tied.
-    "qwen2_gqa3_q80": Config(
-        arch="qwen2", layers=2, dim=96, heads=3, kv_heads=1, head_dim=64, ffn=672,
+        note="MHA, hd 64, dim 96 (key_length), q4_0 tied, linear rope scaling x4, vocab 515"),
+    # Qwen2: NeoX RoPE + q/k/v biases, GQA 3, head_dim 128, Q8_0, tied.
+    # (llama.cpp's qwen2 loader wants heads*head_dim == dim, so qwen2 presets keep that.)
+    "qwen2_gqa3_hd128_q80": Config(
+        arch="qwen2", layers=2, dim=384, heads=3, kv_heads=1, head_dim=128, ffn=672,
         vocab=1000, rope_base=1e6, eps=1e-6, wtype="q8_0", tied=True, seed=16,
-        note="qwen2 (NeoX rope, qkv bias), GQA 3, hd 64, dim 96, q8_0 tied, ffn 96*7"),
-    # Qwen2 with a per-tensor mix of every type, GQA 4, head_dim 128, 3 layers.
-    "qwen2_gqa4_hd128_mix": Config(
-        arch="qwen2", layers=3, dim=256, heads=8, kv_heads=2, head_dim=128, ffn=768,
+        note="qwen2 (NeoX rope, qkv bias), GQA 3, hd 128, q8_0 tied, ffn 96*7"),
+    # Qwen2 with a per-tensor mix of every type, GQA 4 with 2 KV heads, 3 layers.
+    "qwen2_gqa4_mix": Config(
+        arch="qwen2", layers=3, dim=512, heads=8, kv_heads=2, head_dim=64, ffn=768,
         vocab=1000, rope_base=1e6, eps=1e-6, wtype="mix", tied=False, seed=17,
-        note="qwen2, GQA 4, hd 128, mix of q4_1/q8_0/f16/q4_k/q4_0/q6_k/f32, untied"),
+        note="qwen2, GQA 4 (8/2), hd 64, mix of q4_1/q8_0/f16/q4_k/q4_0/q6_k/f32, untied"),
 }
 
 
@@ -324,7 +326,8 @@ def write_model(cfg: Config, path: str, verbose: bool = True) -> None:
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
 
     w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("gpt2")
+    # llama.cpp names the GPT-2 pre-tokenizer "gpt-2" (it rejects "gpt2"); hetkv takes both
+    w.add_tokenizer_pre(c.tok_pre)
     w.add_token_list(tokens)
     w.add_token_types(types)
     w.add_token_merges(merges)
@@ -412,6 +415,7 @@ def main(argv=None) -> int:
                    help="no output.weight: logits use token_embd.weight")
     g.add_argument("--no-tied", dest="tied", action="store_false")
     ap.add_argument("--seed", type=int)
+    ap.add_argument("--tok-pre", help='tokenizer.ggml.pre (default "gpt-2", the name llama.cpp uses)')
     ap.add_argument("-o", "--output", help="output .gguf (or folder with --all-presets)")
     ap.add_argument("-q", "--quiet", action="store_true")
     a = ap.parse_args(argv)
@@ -432,7 +436,8 @@ def main(argv=None) -> int:
     else:
         cfg = replace(d)
     for k in ("arch", "layers", "dim", "heads", "kv_heads", "head_dim", "ffn", "vocab", "ctx",
-              "rope_base", "rope_scale", "eps", "wtype", "embd_wtype", "out_wtype", "tied", "seed"):
+              "rope_base", "rope_scale", "eps", "wtype", "embd_wtype", "out_wtype", "tied", "seed",
+              "tok_pre"):
         v = getattr(a, k)
         if v is not None:
             setattr(cfg, k, v)

@@ -84,6 +84,7 @@ def naive_logits(m: rf.RefModel, ids) -> np.ndarray:
 
 def main() -> int:
     fails = 0
+    total = 0
     rng = np.random.default_rng(7)
     with tempfile.TemporaryDirectory() as d:
         paths = gen.write_all_presets(d)
@@ -101,6 +102,7 @@ def main() -> int:
             ok = (np.isfinite(L).all() and L.std(axis=1).min() > 0.5 and
                   len(set(L.argmax(1).tolist())) > 3 and e_naive < 1e-9 and e_inc < 1e-9)
             fails += not ok
+            total += 1
             print(f"{'PASS' if ok else 'FAIL'} ref/{name}: naive-vs-vectorised {e_naive:.1e}, "
                   f"incremental {e_inc:.1e}, logit std {L.std():.2f}, "
                   f"{len(set(L.argmax(1).tolist()))} distinct argmax of {len(ids)}")
@@ -115,15 +117,16 @@ def main() -> int:
     ok = (x.shape == (64, 512) and abs(x.std() - 0.05) < 0.01 and abs(x.mean()) < 0.005
           and sc.min() >= 40 and sc.max() <= 63 and mn.max() <= 63)
     fails += not ok
+    total += 1
     print(f"{'PASS' if ok else 'FAIL'} ref/q4_k_blocks: std {x.std():.4f} mean {x.mean():.5f} "
           f"sc [{sc.min()},{sc.max()}] m [{mn.min()},{mn.max()}]")
     blk = gen.random_q6_k(rng, 64, 512, 0.05)
     x = dequantize(blk, QT.Q6_K)
     ok = x.shape == (64, 512) and abs(x.std() - 0.05) < 0.01 and abs(x.mean()) < 0.005
     fails += not ok
+    total += 1
     print(f"{'PASS' if ok else 'FAIL'} ref/q6_k_blocks: std {x.std():.4f} mean {x.mean():.5f}")
-    n = 9
-    print(f"{n - fails} passed, {fails} failed")
+    print(f"{total - fails} passed, {fails} failed")
     return 1 if fails else 0
 
 
