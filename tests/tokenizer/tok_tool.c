@@ -3,8 +3,11 @@
  *
  *   tok_tool split PRE FILE            FILE holds texts separated by NUL bytes; for
  *                                      each, one line of its pre-tokens in hex
- *   tok_tool encode GGUF FILE [special] [bos]   ids, one per line
- *   tok_tool decode GGUF IDS [special]  bytes of the ids in file IDS
+ *   tok_tool encode GGUF FILE [special] [bos] [multi]   ids, one per line; with
+ *                                      multi, FILE holds NUL-separated texts and
+ *                                      each gives one line of space-separated ids
+ *   tok_tool decode GGUF IDS [special] [multi]   bytes of the ids in file IDS;
+ *                                      with multi, one line of hex per line of ids
  *   tok_tool pieces GGUF [special]      hex of every token's piece, one line each
  *   tok_tool chat GGUF ADD_ASSISTANT [ROLE CONTENT]...   rendered prompt
  *   tok_tool info GGUF                 key=value facts
@@ -75,9 +78,17 @@ static int run(int argc, char **argv, const hkv_tokenizer *t, hkv_err *err) {
         int64_t n = 0;
         int rc = HKV_OK;
         if (cmd[0] == 'e') {
-            rc = encode(t, text, len, has_flag(argc, argv, 4, "bos"), has_flag(argc, argv, 4, "special"),
-                        &ids, &n, err);
-            for (int64_t i = 0; !rc && i < n; i++) printf("%d\n", ids[i]);
+            int multi = has_flag(argc, argv, 4, "multi");
+            for (size_t p = 0; !rc && p <= len;) {
+                const char *z = multi ? memchr(text + p, 0, len - p) : NULL;
+                size_t e = z ? (size_t)(z - text) : len;
+                free(ids);
+                rc = encode(t, text + p, e - p, has_flag(argc, argv, 4, "bos"), has_flag(argc, argv, 4, "special"),
+                            &ids, &n, err);
+                for (int64_t i = 0; !rc && i < n; i++) printf(multi ? (i ? " %d" : "%d") : "%d\n", ids[i]);
+                if (multi) putchar('\n');
+                p = e + 1;
+            }
         } else {
             int reps = argc > 4 ? atoi(argv[4]) : 3;
             double best = 1e30;
@@ -100,17 +111,28 @@ static int run(int argc, char **argv, const hkv_tokenizer *t, hkv_err *err) {
         char *text = read_file(argv[3], &len);
         if (!text) return HKV_E_IO;
         int32_t *ids = malloc((len / 2 + 1) * sizeof *ids);
-        int64_t n = 0;
-        for (char *p = text, *e; p < text + len; p = e) {
-            long v = strtol(p, &e, 10);
-            if (e == p) { e++; continue; }
-            ids[n++] = (int32_t)v;
+        int multi = has_flag(argc, argv, 4, "multi");
+        int64_t k = 0;
+        for (char *p = text; p < text + len && k >= 0;) {
+            int64_t n = 0;
+            char *e = p;
+            /* One sequence per line with multi, else the whole file. */
+            while (e < text + len && (!multi || *e != '\n')) {
+                char *q;
+                long v = strtol(e, &q, 10);
+                if (q == e) { e++; continue; }
+                ids[n++] = (int32_t)v;
+                e = q;
+            }
+            size_t cap = (size_t)n * 64 + 1;
+            char *out = malloc(cap);
+            k = hkv_detokenize(t, ids, n, has_flag(argc, argv, 4, "special"), out, cap);
+            if (k >= 0 && multi) print_hex(out, (size_t)k, '\n');
+            else if (k >= 0) fwrite(out, 1, (size_t)k, stdout);
+            free(out);
+            p = e + 1;
         }
-        size_t cap = (size_t)n * 64 + 1;
-        char *out = malloc(cap);
-        int64_t k = hkv_detokenize(t, ids, n, has_flag(argc, argv, 4, "special"), out, cap);
-        if (k >= 0) fwrite(out, 1, (size_t)k, stdout);
-        free(out); free(ids); free(text);
+        free(ids); free(text);
         return k < 0 ? hkv_seterr(err, (int)k, "detokenize failed") : HKV_OK;
     }
     if (strcmp(cmd, "pieces") == 0) {

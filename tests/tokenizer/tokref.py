@@ -57,13 +57,15 @@ def write_text(tmpdir, text, name="text.txt"):
     return p
 
 
-def corpus_files(max_docs=60):
-    """Real text from Debian packages on this machine, in a stable order."""
-    files = sorted(glob.glob("/usr/share/common-licenses/*"))
-    files += sorted(glob.glob("/usr/share/doc/*/copyright"))[:max_docs]
+def corpus_files(max_docs=60, max_size=64 << 10):
+    """Real text from Debian packages on this machine, in a stable order: the
+    common licenses, then copyright files spread over the package list."""
+    docs = sorted(glob.glob("/usr/share/doc/*/copyright"))
+    step = max(1, len(docs) // max_docs) if max_docs else 1
+    files = sorted(glob.glob("/usr/share/common-licenses/*")) + docs[::step][:max_docs]
     out = []
     for f in files:
-        if os.path.isfile(f) and not os.path.islink(f):
+        if os.path.isfile(f) and not os.path.islink(f) and os.path.getsize(f) <= max_size:
             with open(f, "rb") as fh:
                 data = fh.read()
             try:
