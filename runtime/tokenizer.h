@@ -13,7 +13,11 @@
 typedef struct hkv_tokenizer hkv_tokenizer;
 
 /* Build from the file's tokenizer.ggml.* keys. The tokenizer copies what it
- * needs, so the gguf handle may be closed afterwards. */
+ * needs, so the gguf handle may be closed afterwards. Byte-level BPE needs a
+ * known tokenizer.ggml.pre (gpt2/gpt-2/default, smollm/starcoder,
+ * llama3/llama-bpe, qwen2; absent means gpt2): any other name, or another
+ * tokenizer.ggml.model, is HKV_E_UNSUPPORTED. The tokenizer is read-only
+ * once built: one may serve many threads. */
 int hkv_tokenizer_load(hkv_tokenizer **out, const hkv_gguf *g, hkv_err *err);
 void hkv_tokenizer_free(hkv_tokenizer *t);
 
@@ -21,26 +25,37 @@ int32_t hkv_tokenizer_n_vocab(const hkv_tokenizer *t);
 int32_t hkv_tokenizer_bos(const hkv_tokenizer *t);     /* -1 if none */
 int32_t hkv_tokenizer_eos(const hkv_tokenizer *t);     /* -1 if none */
 int hkv_tokenizer_add_bos(const hkv_tokenizer *t);     /* tokenizer.ggml.add_bos_token (model default) */
-/* 1 when generation should stop at tok: eos, eot, <|im_end|>, <|eot_id|>, ... */
+/* 1 when generation should stop at tok: eos, eot, eom, and control or
+ * user-defined tokens named <|im_end|>, <|eot_id|>, <|eom_id|>, <|end|>,
+ * <|endoftext|>, <|end_of_text|>, <end_of_turn>. */
 int hkv_tokenizer_is_eog(const hkv_tokenizer *t, int32_t tok);
 
-/* Encode len bytes of UTF-8 text. add_bos: prepend BOS (if the model has one).
- * parse_special: text like "<|im_start|>" becomes its special token instead of
- * being split. Writes at most cap ids to out and the full count to *n_out;
- * returns HKV_E_RANGE (with *n_out set to the needed count) when cap is short. */
+/* Encode len bytes of UTF-8 text (invalid UTF-8 is kept byte for byte).
+ * add_bos: prepend BOS (if the model has one). parse_special: control tokens
+ * in the text, like "<|im_start|>", become their ids (longest match first)
+ * instead of being split; user-defined tokens (type 4) are matched always, as
+ * HF added tokens and sentencepiece user symbols are. SentencePiece models
+ * put the "▁" prefix (add_space_prefix) at the start of the text and after
+ * each control token, as llama.cpp does. Writes at most cap ids to out and
+ * the full count to *n_out; returns HKV_E_RANGE (with *n_out set to the
+ * needed count) when cap is short. */
 int hkv_tokenize(const hkv_tokenizer *t, const char *text, size_t len, int add_bos,
                  int parse_special, int32_t *out, int64_t cap, int64_t *n_out,
                  hkv_err *err);
 
 /* The bytes of one token as they appear in text (byte-level tokens decoded
  * to raw bytes, SentencePiece "▁" to space, <0xNN> byte tokens to the byte).
- * Special/control tokens give their text only when render_special is 1.
- * Returns the byte count written (may cut a UTF-8 sequence between tokens;
- * the caller concatenates), or a negative HKV_E_* code. */
+ * Control, unknown and unused tokens give their text only when
+ * render_special is 1; user-defined tokens always give theirs. Returns the
+ * byte count written (may cut a UTF-8 sequence between tokens; the caller
+ * concatenates), HKV_E_INVAL for a bad id, HKV_E_RANGE when cap is short. */
 int hkv_token_to_piece(const hkv_tokenizer *t, int32_t tok, int render_special,
                        char *buf, size_t cap);
 
-/* Decode a sequence into buf (NUL-terminated); returns bytes written or < 0. */
+/* Decode a sequence into buf (NUL-terminated); returns bytes written (not
+ * counting the NUL), HKV_E_INVAL for a bad id or HKV_E_RANGE when cap is short.
+ * SentencePiece models drop the one space the "▁" prefix put at the start, so
+ * decode(encode(x)) == x. */
 int64_t hkv_detokenize(const hkv_tokenizer *t, const int32_t *toks, int64_t n,
                        int render_special, char *buf, size_t cap);
 

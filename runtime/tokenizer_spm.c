@@ -100,14 +100,14 @@ int hkv_spm_encode(const hkv_tokenizer *t, const char *text, size_t len, int add
     if (len == 0) return HKV_OK;
     if (len > (size_t)INT32_MAX / 8)
         return hkv_seterr(err, HKV_E_RANGE, "tokenize: a text fragment of %zu bytes is too long", len);
-    size_t blen = 3 * len + 3;
-    /* buf, one symbol per byte at most, and at most 3 heap entries per symbol */
-    size_t need = blen + (blen + 1) * sizeof(ssym) + 3 * (blen + 1) * sizeof(spair) + 16;
+    size_t blen = 3 * len + 3, nsym = len + 1;   /* ▁ is one symbol, like the space it replaces */
+    /* the escaped text, its symbols, and at most 3 heap entries per symbol */
+    size_t need = blen + 16 + nsym * sizeof(ssym) + 3 * nsym * sizeof(spair);
     int rc = hkv_tok_scratch_reserve(sc, need, err);
     if (rc) return rc;
     char *buf = sc->buf;
     ssym *sy = (ssym *)((char *)sc->buf + ((blen + 15) & ~(size_t)15));
-    spair *h = (spair *)(sy + blen + 1);
+    spair *h = (spair *)(sy + nsym);
 
     size_t n = 0;
     if (add_prefix) { memcpy(buf, SPACE_MARK, 3); n = 3; }
