@@ -46,11 +46,19 @@ static void put(sbuf *b, const char *s, size_t n) {
 
 static void puts_(sbuf *b, const char *s) { put(b, s, strlen(s)); }
 
-/* Jinja's |trim: drop leading and trailing whitespace. */
+static int is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+
+/* Jinja's |trim and Python's strip(): drop leading and trailing whitespace. */
 static void put_trimmed(sbuf *b, const char *s) {
     size_t n = strlen(s);
-    while (n && strchr(" \t\n\r\f\v", s[n - 1])) n--;
-    while (n && strchr(" \t\n\r\f\v", *s)) { s++; n--; }
+    while (n && is_ws(s[n - 1])) n--;
+    while (n && is_ws(*s)) { s++; n--; }
+    put(b, s, n);
+}
+
+static void put_rtrimmed(sbuf *b, const char *s) {
+    size_t n = strlen(s);
+    while (n && is_ws(s[n - 1])) n--;
     put(b, s, n);
 }
 
@@ -95,8 +103,10 @@ static const char *tok_text(const hkv_tokenizer *t, int32_t id, const char *dflt
 
 static int is_role(const hkv_chat_msg *m, const char *r) { return strcmp(m->role, r) == 0; }
 
-/* Llama 2 / Mistral: system text goes into the first user turn; BOS text
- * opens every user turn after the first (the first BOS is the tokenizer's). */
+/* Llama 2: "<s>[INST] <<SYS>>\nsys\n<</SYS>>\n\nuser [/INST] answer </s>", with
+ * the BOS text opening every user turn after the first (the first BOS is the
+ * tokenizer's). Mistral: "[INST] user [/INST]answer</s>", the system text
+ * prepended to the first user message. */
 static int render_inst(const hkv_tokenizer *t, int fam, const hkv_chat_msg *msgs, int n, sbuf *b,
                        hkv_err *err) {
     const char *sys = NULL, *bos = tok_text(t, t->bos, "<s>"), *eos = tok_text(t, t->eos, "</s>");
@@ -106,19 +116,28 @@ static int render_inst(const hkv_tokenizer *t, int fam, const hkv_chat_msg *msgs
         if (is_role(m, "system")) {
             if (i != 0) return hkv_seterr(err, HKV_E_INVAL, "chat: [INST] templates take a system message only first");
             sys = m->content;
-        } else if (is_role(m, "user")) {
+        } else if (is_role(m, "user") && fam == FAM_LLAMA2) {
             if (!first_user) puts_(b, bos);
             puts_(b, "[INST] ");
-            if (sys && *sys && first_user) {
-                if (fam == FAM_LLAMA2) { puts_(b, "<<SYS>>\n"); puts_(b, sys); puts_(b, "\n<</SYS>>\n\n"); }
-                else { puts_(b, sys); puts_(b, "\n\n"); }
+            /* The template strips the joined "<<SYS>>...user" text, so only the
+             * user text's end; an empty system message still gets its block. */
+            if (sys && first_user) {
+                puts_(b, "<<SYS>>\n"); puts_(b, sys); puts_(b, "\n<</SYS>>\n\n");
+                put_rtrimmed(b, m->content);
+            } else {
+                put_trimmed(b, m->content);
             }
-            put_trimmed(b, m->content);
+            puts_(b, " [/INST]");
+            first_user = 0;
+        } else if (is_role(m, "user")) {
+            puts_(b, "[INST] ");
+            if (sys && *sys && first_user) { puts_(b, sys); puts_(b, "\n\n"); }
+            puts_(b, m->content);
             puts_(b, " [/INST]");
             first_user = 0;
         } else if (is_role(m, "assistant")) {
             if (fam == FAM_LLAMA2) { puts_(b, " "); put_trimmed(b, m->content); puts_(b, " "); }
-            else put_trimmed(b, m->content);
+            else puts_(b, m->content);
             puts_(b, eos);
         } else {
             return hkv_seterr(err, HKV_E_INVAL, "chat: role \"%s\" is not one of system, user, assistant "
