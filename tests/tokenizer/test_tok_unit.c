@@ -182,6 +182,21 @@ static void test_bpe(void) {
     rc = hkv_tokenize(t, odd, strlen(odd), 0, 0, ids, 64, &n, &err);
     k = hkv_detokenize(t, ids, n, 0, buf, sizeof buf);
     CHECK(rc == HKV_OK && k == (int64_t)strlen(odd) && memcmp(buf, odd, (size_t)k) == 0, "invalid UTF-8 round trip");
+    /* Random bytes (any UTF-8 validity) round-trip through every pre-tokenizer. */
+    uint64_t x = 88172645463325252ULL;
+    for (int r = 0; r < 400; r++) {
+        char in[48];
+        size_t len = (size_t)(r % 48);
+        for (size_t i = 0; i < len; i++) {
+            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+            in[i] = x % 5 == 0 ? " \n\t'0"[(x >> 3) % 5] : (char)(x >> 8);
+        }
+        t->pre = r % HKV_PRE_COUNT;
+        rc = hkv_tokenize(t, in, len, 0, 1, ids, 64, &n, &err);
+        k = rc ? -1 : hkv_detokenize(t, ids, n, 1, buf, sizeof buf);
+        CHECK(k == (int64_t)len && memcmp(buf, in, len) == 0, "random bytes %d round trip (rc %d)", r, rc);
+    }
+    t->pre = HKV_PRE_GPT2;
     CHECK(hkv_tokenizer_is_eog(t, 266) && !hkv_tokenizer_is_eog(t, 265) && !hkv_tokenizer_is_eog(t, -1),
           "eog: eos and <|im_end|> only");
     CHECK(hkv_tokenize(NULL, "a", 1, 0, 0, ids, 64, &n, &err) == HKV_E_INVAL, "NULL tokenizer");
