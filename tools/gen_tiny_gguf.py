@@ -27,7 +27,9 @@ q6_k tensors are written as random but valid raw blocks (small positive fp16
 super-block scales, 6-bit sub-block scales/mins chosen so each sub-block is
 roughly zero-mean). A type whose block does not divide a row (K-quants need
 rows that are a multiple of 256) falls back to q8_0, then f16, and the
-fallback is reported. Norm weights and biases are always f32.
+fallback is reported. Norm weights and biases are always f32. --dequant-f32
+writes the same model (same random draws) with every matrix stored as f32
+holding the dequantised values: the same function without quantised kernels.
 
 Scales: weights are drawn so that attention scores and logits have a spread of
 a few units (std(logit) ~ 3, std(q.k/sqrt(d)) ~ 2): the logits vary, argmax is
@@ -46,6 +48,7 @@ import numpy as np
 try:
     import gguf
     from gguf import GGMLQuantizationType as QT
+    from gguf.quants import dequantize as gguf_dequantize
     from gguf.quants import quantize as gguf_quantize
 except ImportError as e:  # pragma: no cover
     sys.stderr.write("gen_tiny_gguf.py needs the PyPI package 'gguf' (pip install gguf): %s\n" % e)
@@ -97,6 +100,7 @@ class Config:
     tied: bool = True
     seed: int = 1234
     tok_pre: str = "gpt-2"         # tokenizer.ggml.pre
+    dequant_f32: bool = False      # store every matrix as f32 holding its dequantised values
     note: str = ""
 
 
@@ -274,19 +278,20 @@ class TensorMaker:
             print(f"  {name}: {want} does not fit rows of {ne0}, using {t}", file=sys.stderr)
         self.summary[t] = self.summary.get(t, 0) + 1
         if t == "q4_k":
-            self.w.add_tensor(name, random_q4_k(self.rng, rows, ne0, std), raw_dtype=QT.Q4_K)
-            return
-        if t == "q6_k":
-            self.w.add_tensor(name, random_q6_k(self.rng, rows, ne0, std), raw_dtype=QT.Q6_K)
-            return
-        a = (std * self.rng.standard_normal((rows, ne0))).astype(np.float32)
-        if t == "f32":
-            self.w.add_tensor(name, a)
-        elif t == "f16":
-            self.w.add_tensor(name, a.astype(np.float16))
+            data, qt = random_q4_k(self.rng, rows, ne0, std), QT.Q4_K
+        elif t == "q6_k":
+            data, qt = random_q6_k(self.rng, rows, ne0, std), QT.Q6_K
         else:
+            a = (std * self.rng.standard_normal((rows, ne0))).astype(np.float32)
             qt = WTYPES[t]
-            self.w.add_tensor(name, gguf_quantize(a, qt), raw_dtype=qt)
+            data = gguf_quantize(a, qt)
+        if self.cfg.dequant_f32 and qt != QT.F32:
+            # same values, stored as f32 (gguf-py's dequantisation)
+            self.w.add_tensor(name, np.asarray(gguf_dequantize(data, qt), dtype=np.float32).reshape(rows, ne0))
+        elif qt in (QT.F32, QT.F16):
+            self.w.add_tensor(name, data)
+        else:
+            self.w.add_tensor(name, data, raw_dtype=qt)
 
 
 def write_model(cfg: Config, path: str, verbose: bool = True) -> None:
@@ -415,6 +420,9 @@ def main(argv=None) -> int:
                    help="no output.weight: logits use token_embd.weight")
     g.add_argument("--no-tied", dest="tied", action="store_false")
     ap.add_argument("--seed", type=int)
+    ap.add_argument("--dequant-f32", action="store_true", default=None,
+                    help="same model (same random draws), every matrix stored as f32 with the "
+                         "dequantised values of its --wtype: isolates the quantised kernels")
     ap.add_argument("--tok-pre", help='tokenizer.ggml.pre (default "gpt-2", the name llama.cpp uses)')
     ap.add_argument("-o", "--output", help="output .gguf (or folder with --all-presets)")
     ap.add_argument("-q", "--quiet", action="store_true")
@@ -437,7 +445,7 @@ def main(argv=None) -> int:
         cfg = replace(d)
     for k in ("arch", "layers", "dim", "heads", "kv_heads", "head_dim", "ffn", "vocab", "ctx",
               "rope_base", "rope_scale", "eps", "wtype", "embd_wtype", "out_wtype", "tied", "seed",
-              "tok_pre"):
+              "tok_pre", "dequant_f32"):
         v = getattr(a, k)
         if v is not None:
             setattr(cfg, k, v)
