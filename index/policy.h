@@ -1,0 +1,137 @@
+/* The policy interface: what a KV policy sees and decides.
+ *
+ * A policy instance serves one sequence of the tiered KV cache
+ * (runtime/kv_tiered.c), so sequences in one batch may run different
+ * policies side by side. The cache owns the bytes: the near tier (sinks +
+ * local ring) and the far tier (host memory, indexed by position). The
+ * policy owns its index (accounted in the INDEX tier) and decides:
+ *   selection kind : every decode step, which far tokens each KV head attends to;
+ *   eviction kind  : at prompt end, which far tokens are kept at all (its
+ *                    select then returns the kept set plus newer tokens);
+ *   prefill kind   : how the prompt is processed (hooks added with those policies).
+ * Policies call kernels only through cpu/kernels.h. */
+#ifndef HKV_POLICY_H
+#define HKV_POLICY_H
+
+#include <stdint.h>
+
+#include "host_mem.h"
+#include "kernels.h"
+#include "kv.h"
+#include "status.h"
+
+enum hkv_policy_kind { HKV_POLICY_SELECTION = 0, HKV_POLICY_EVICTION = 1, HKV_POLICY_PREFILL = 2 };
+
+/* A typed parameter with its default and range. A default of NAN means
+ * "derived from the context when the sequence opens" (see each policy). */
+typedef struct hkv_param_def {
+    const char *key;
+    double dflt;
+    double lo, hi;
+    int is_int;
+    const char *help;
+} hkv_param_def;
+
+#define HKV_POLICY_MAX_PARAMS 16
+
+/* Parameter values in the order of the policy's param table; NAN = unset. */
+typedef struct hkv_policy_args {
+    double v[HKV_POLICY_MAX_PARAMS];
+} hkv_policy_args;
+
+/* The far tier of one (sequence, layer), positions [lo, hi). K and V rows of
+ * KV head h, position p, are at k[h] + p*ld and v[h] + p*ld (fp16, d each):
+ * position-indexed, so a selected position is directly a row index for the
+ * kernels (attn_sparse, score_max take int32 row indices). */
+typedef struct hkv_far_view {
+    int n_head_kv, head_dim;
+    int64_t lo, hi;
+    const uint16_t *const *k;
+    const uint16_t *const *v;
+    int64_t ld;
+} hkv_far_view;
+
+/* The last queries of the prompt, as the cache kept them for policies that
+ * build an index at prompt end: n rows at positions pos0 .. pos0+n-1, each
+ * [n_head][d] fp16, row i at q + i*ld. */
+typedef struct hkv_query_view {
+    int64_t n, pos0;
+    const uint16_t *q;
+    int64_t ld;
+} hkv_query_view;
+
+/* What an instance is created with. */
+typedef struct hkv_policy_env {
+    hkv_kv_shape shape;
+    int64_t n_ctx;               /* the sequence's context capacity */
+    int L_init, L_local;         /* near tier sizes */
+    const hkv_cpu_kernels *kern;
+    hkv_mem_account *mem;
+    int n_threads;               /* OpenMP workers that may call select concurrently */
+} hkv_policy_env;
+
+/* Per-call scratch the cache gives select (one per thread). */
+typedef struct hkv_policy_scratch {
+    float *f;           /* floats */
+    int32_t *i;         /* int32s */
+    int64_t nf, ni;     /* capacities, as asked by scratch_need */
+} hkv_policy_scratch;
+
+typedef struct hkv_policy_ops {
+    /* Prompt end for one layer: the far tier is [lo, hi) and the last
+     * queries are in qv (n may be less than asked for a short prompt).
+     * Called once per prompt (each turn of a multi-turn conversation). */
+    int (*prefill_end)(void *self, int layer, const hkv_far_view *far, const hkv_query_view *qv,
+                       hkv_err *err);
+    /* During decode, position far->hi - 1 has just entered the far tier. */
+    void (*on_far_append)(void *self, int layer, const hkv_far_view *far);
+    /* Decode: choose far positions for KV head kvh; q holds its g query
+     * heads [g][d] (after RoPE). Writes positions in [far->lo, far->hi) to
+     * out (room for max_select) and returns their count (< 0: an HKV_E_*). 
+     * May be called concurrently for different (layer, kvh). */
+    int64_t (*select)(void *self, int layer, int kvh, const float *q, const hkv_far_view *far,
+                      int32_t *out, hkv_policy_scratch *ws);
+    /* Upper bound on what select returns with a far tier of n tokens. */
+    int64_t (*max_select)(void *self, int64_t n_far);
+    /* Scratch select needs for a far tier of n tokens. */
+    void (*scratch_need)(void *self, int64_t n_far, int64_t *nf, int64_t *ni);
+    /* Statistics line for reports (may be NULL). */
+    void (*describe)(void *self, char *buf, size_t cap);
+    void (*destroy)(void *self);
+} hkv_policy_ops;
+
+typedef struct hkv_policy {
+    const hkv_policy_ops *ops;
+    void *self;
+} hkv_policy;
+
+typedef struct hkv_policy_def {
+    const char *name;
+    int kind;                      /* enum hkv_policy_kind */
+    const char *summary;
+    const hkv_param_def *params;
+    int n_params;
+    /* How many last prompt queries prefill_end wants (0: none). */
+    int64_t (*queries_wanted)(const hkv_policy_args *a, const hkv_policy_env *env);
+    int (*create)(hkv_policy *out, const hkv_policy_args *a, const hkv_policy_env *env,
+                  hkv_err *err);
+} hkv_policy_def;
+
+/* ---- the registry -------------------------------------------------------- */
+
+const hkv_policy_def *hkv_policy_find(const char *name);
+/* All registered policies, NULL-terminated. */
+const hkv_policy_def *const *hkv_policy_list(void);
+
+/* Parse "KEY=VALUE" into args (checks key and range, names both on error). */
+int hkv_policy_args_init(const hkv_policy_def *d, hkv_policy_args *a);
+int hkv_policy_arg_set(const hkv_policy_def *d, hkv_policy_args *a, const char *kv, hkv_err *err);
+/* Value of parameter `key`: the one set, else the default (NAN if derived). */
+double hkv_policy_arg(const hkv_policy_def *d, const hkv_policy_args *a, const char *key);
+
+/* Policies (index/): */
+extern const hkv_policy_def hkv_policy_full;
+extern const hkv_policy_def hkv_policy_oracle;
+extern const hkv_policy_def hkv_policy_ctkvr;
+
+#endif
