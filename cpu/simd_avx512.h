@@ -94,14 +94,18 @@ HKV_VINLINE vf vf_reduce_vl(const vf *v)
 
 /* ---- weight block decoding (32 weights = 2 vectors) -------------------- */
 
-/* Q4 block: byte j holds element j (low nibble) and j+16 (high nibble). */
+/* Q4 block: byte j holds element j (low nibble) and j+16 (high nibble).
+ * The 16 possible weights scale*q + min are one vector (a single FMA on
+ * 0..15); vpermps then picks each weight by nibble, using only the low 4
+ * bits of each index lane, so the low nibbles need no mask and no int->float
+ * conversion is needed at all. Exactly the value of fma(q, scale, min). */
 HKV_VINLINE void q4_decode(const uint8_t *q, vf scale, vf min, vf w[2])
 {
+    const vf iota = _mm512_set_ps(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    vf table = _mm512_fmadd_ps(iota, scale, min);
     __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)q));
-    __m512i lo = _mm512_and_si512(b, _mm512_set1_epi32(15));
-    __m512i hi = _mm512_srli_epi32(b, 4);
-    w[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), scale, min);
-    w[1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), scale, min);
+    w[0] = _mm512_permutexvar_ps(b, table);
+    w[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), table);
 }
 
 HKV_VINLINE void q8_decode(const int8_t *q, vf scale, vf w[2])
