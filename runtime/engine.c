@@ -9,6 +9,7 @@ void hkv_engine_params_default(hkv_engine_params *p) {
     memset(p, 0, sizeof *p);
     p->isa = -1;
     p->max_seqs = 1;
+    hkv_tiered_params_default(&p->tiered);
 }
 
 static size_t ws_floats_for(const hkv_model *m) {
@@ -86,8 +87,10 @@ int hkv_engine_open(hkv_engine **out, const hkv_engine_params *p, hkv_err *err) 
     if (e->max_rows < p->max_seqs) e->max_rows = p->max_seqs;
     if ((rc = alloc_workspace(e, err))) goto fail;
     hkv_kv_shape shape = {c->n_layer, c->n_head, c->n_head_kv, c->head_dim};
-    if ((rc = hkv_kv_plain_create(&e->kv, &shape, p->max_seqs, &e->kern, &e->mem, err)))
-        goto fail;
+    rc = p->kv_plain ? hkv_kv_plain_create(&e->kv, &shape, p->max_seqs, &e->kern, &e->mem, err)
+                     : hkv_kv_tiered_create(&e->kv, &shape, p->max_seqs, &p->tiered, &e->kern,
+                                            &e->mem, err);
+    if (rc) goto fail;
     *out = e;
     return HKV_OK;
 fail:

@@ -9,6 +9,7 @@
 #include "host_mem.h"
 #include "kernels.h"
 #include "kv.h"
+#include "kv_tiered.h"
 #include "model.h"
 #include "status.h"
 #include "threads.h"
@@ -21,6 +22,8 @@ typedef struct hkv_engine_params {
     int max_seqs;         /* sequences that can be open at once (batch) */
     int64_t n_ctx;        /* per-sequence context; 0: the model's training context */
     int max_rows;         /* tokens per forward call (prefill chunk); 0: 256 */
+    int kv_plain;         /* 1: the plain contiguous cache (reference); 0: tiered */
+    hkv_tiered_params tiered;   /* near/far sizes and the policy */
 } hkv_engine_params;
 
 void hkv_engine_params_default(hkv_engine_params *p);

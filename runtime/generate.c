@@ -7,7 +7,8 @@ int hkv_prefill(hkv_engine *e, int seq, const int32_t *prompt, int64_t n, int64_
                 float *last_logits, hkv_err *err) {
     for (int64_t done = 0; done < n;) {
         int64_t chunk = n - done < e->max_rows ? n - done : e->max_rows;
-        hkv_seg sg = {.seq = seq, .n = (int32_t)chunk, .pos = pos0 + done, .row = 0};
+        hkv_seg sg = {.seq = seq, .n = (int32_t)chunk, .pos = pos0 + done, .row = 0,
+                      .flags = HKV_SEG_PROMPT | (done + chunk == n ? HKV_SEG_PROMPT_END : 0)};
         int64_t last = chunk - 1;
         int want = last_logits && done + chunk == n;
         int rc = hkv_forward(e, prompt + done, chunk, &sg, 1, &last, want, last_logits, err);

@@ -22,7 +22,14 @@ typedef struct hkv_seg {
     int32_t n;
     int64_t pos;
     int64_t row;
+    int32_t flags;      /* HKV_SEG_* */
 } hkv_seg;
+
+/* Segment flags. A segment of a prompt is processed as prefill; the one that
+ * completes the prompt lets policies build their index. A segment without
+ * flags and n == 1 is a decode step. */
+#define HKV_SEG_PROMPT 1
+#define HKV_SEG_PROMPT_END 2
 
 typedef struct hkv_kv_shape {
     int n_layer;

@@ -28,6 +28,25 @@ void hkv_json_str(FILE *f, const char *s, size_t len);
 /* Read a whole file (for -f PROMPT_FILE); malloc'd, NUL-terminated. */
 int hkv_read_file(const char *path, char **out, size_t *len, hkv_err *err);
 
+/* KV cache options shared by run, bench, eval and hkv-dump-logits:
+ *   --kv plain|tiered  --policy NAME  --policy-arg KEY=VALUE (repeatable)
+ *   --sink N  --local N */
+#include "engine.h"
+#define HKV_CLI_MAX_PARGS 16
+typedef struct hkv_kv_cli {
+    const char *kv, *policy;
+    const char *pargs[HKV_CLI_MAX_PARGS];
+    int n_pargs;
+    long long sink, local;
+} hkv_kv_cli;
+void hkv_kv_cli_init(hkv_kv_cli *k);
+/* 1 when argv[*i] was one of the options (its value consumed), 0 when not,
+ * < 0 on error. */
+int hkv_kv_cli_parse(hkv_kv_cli *k, int argc, char **argv, int *i, hkv_err *err);
+/* Check and apply to engine params. */
+int hkv_kv_cli_apply(const hkv_kv_cli *k, hkv_engine_params *ep, hkv_err *err);
+extern const char hkv_kv_cli_help[];
+
 /* The subcommands. */
 int hkv_cmd_run(int argc, char **argv);
 int hkv_cmd_info(int argc, char **argv);

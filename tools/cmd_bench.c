@@ -59,10 +59,19 @@ int hkv_cmd_bench(int argc, char **argv) {
     int n_ctx = 2, n_batch = 2, json = 0, isa = -1;
     long long steps = 32, threads = 0, probe_mib = 1024;
     int rc = HKV_OK;
+    hkv_kv_cli kc;
+    hkv_kv_cli_init(&kc);
     for (int i = 1; i < argc && !rc; i++) {
         const char *a = argv[i], *v = NULL;
+        int k = hkv_kv_cli_parse(&kc, argc, argv, &i, &err);
+        if (k < 0) {
+            rc = k;
+            break;
+        }
+        if (k == 1) continue;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(bench_usage, stdout);
+            fputs(hkv_kv_cli_help, stdout);
             return 0;
         } else if (!strcmp(a, "--json")) {
             json = 1;
@@ -106,6 +115,11 @@ int hkv_cmd_bench(int argc, char **argv) {
     ep.max_seqs = (int)max_batch + 1;     /* seq 0 keeps the prefilled prompt */
     ep.n_ctx = max_ctx + steps + 1;
     ep.max_rows = 256;
+    if (!rc) rc = hkv_kv_cli_apply(&kc, &ep, &err);
+    if (rc) {
+        hkv_err_report(&err, stderr);
+        return 2;
+    }
     hkv_engine *e = NULL;
     point *pts = calloc((size_t)n_ctx * n_batch, sizeof *pts);
     int32_t *prompt = malloc((size_t)max_ctx * sizeof(int32_t));

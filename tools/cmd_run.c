@@ -27,13 +27,15 @@ static const char run_usage[] =
     "      --isa NAME        force kernels: scalar, avx2, avx512 (default: best)\n"
     "      --ignore-eos      do not stop at end-of-generation tokens\n"
     "      --json            print one JSON object instead of streaming text\n"
-    "  -h, --help            this help\n";
+    "  -h, --help            this help\n"
+    "\nKV cache:\n";
 
 typedef struct run_opts {
     const char *model, *prompt, *file, *system;
     long long n_predict, batch, ctx, threads, top_k, seed;
     double temp, top_p;
     int chat, json, ignore_eos, isa, temp_set;
+    hkv_kv_cli kv;
 } run_opts;
 
 typedef struct stream_ctx {
@@ -72,9 +74,12 @@ static int parse(int argc, char **argv, run_opts *o, hkv_err *err) {
     o->top_p = 0.95;
     o->seed = 42;
     o->isa = -1;
+    hkv_kv_cli_init(&o->kv);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
-        int rc = HKV_OK;
+        int rc = hkv_kv_cli_parse(&o->kv, argc, argv, &i, err);
+        if (rc < 0) return rc;
+        if (rc == 1) continue;
 #define VAL() do { if ((rc = hkv_arg_value(argc, argv, &i, &v, err))) return rc; } while (0)
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return 1;
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) { VAL(); o->model = v; }
@@ -174,6 +179,7 @@ int hkv_cmd_run(int argc, char **argv) {
     int rc = parse(argc, argv, &o, &err);
     if (rc == 1) {
         fputs(run_usage, stdout);
+        fputs(hkv_kv_cli_help, stdout);
         return 0;
     }
     if (rc) {
@@ -194,6 +200,7 @@ int hkv_cmd_run(int argc, char **argv) {
     ep.n_threads = (int)o.threads;
     ep.isa = o.isa;
     ep.max_seqs = (int)o.batch;
+    if ((rc = hkv_kv_cli_apply(&o.kv, &ep, &err))) goto out;
     double t0 = hkv_now();
     if ((rc = hkv_engine_open(&e, &ep, &err))) goto out;
     double t_load = hkv_now() - t0;

@@ -19,6 +19,7 @@
 static const char usage[] =
     "usage: hkv-dump-logits -m MODEL --tokens 1,2,3 [--mode prefill|decode|batch] -o OUT.bin\n"
     "                       [-t THREADS] [--isa scalar|avx2|avx512] [--rows N]\n"
+    "                       [--kv plain|tiered] [--policy NAME] [--policy-arg K=V] [--sink N] [--local N]\n"
     "Writes little-endian float32 logits [n_tokens][vocab].\n";
 
 #define MAXTOK 65536
@@ -29,8 +30,16 @@ int main(int argc, char **argv) {
     const char *model = NULL, *out_path = NULL, *mode = "prefill", *toks_s = NULL;
     long long threads = 0, rows = 0;
     int isa = -1, rc = HKV_OK;
+    hkv_kv_cli kc;
+    hkv_kv_cli_init(&kc);
     for (int i = 1; i < argc && !rc; i++) {
         const char *a = argv[i], *v = NULL;
+        int k = hkv_kv_cli_parse(&kc, argc, argv, &i, &err);
+        if (k < 0) {
+            rc = k;
+            break;
+        }
+        if (k == 1) continue;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(usage, stdout);
             return 0;
@@ -73,6 +82,7 @@ int main(int argc, char **argv) {
     ep.max_seqs = 3;
     ep.n_ctx = n + 1;
     ep.max_rows = (int)rows;
+    if ((rc = hkv_kv_cli_apply(&kc, &ep, &err))) goto out;
     if ((rc = hkv_engine_open(&e, &ep, &err))) goto out;
     const int V = e->model.cfg.vocab;
     logits = malloc((size_t)3 * n * V * sizeof(float));   /* [seq][pos][V] */
@@ -100,7 +110,8 @@ int main(int argc, char **argv) {
     for (int s = 0; s < nseq; s++)
         for (int done = 0; done < pre[s];) {
             int chunk = pre[s] - done < e->max_rows ? pre[s] - done : e->max_rows;
-            hkv_seg sg = {.seq = s, .n = chunk, .pos = done, .row = 0};
+            hkv_seg sg = {.seq = s, .n = chunk, .pos = done, .row = 0,
+                          .flags = HKV_SEG_PROMPT | (done + chunk == pre[s] ? HKV_SEG_PROMPT_END : 0)};
             if ((rc = hkv_forward(e, toks + done, chunk, &sg, 1, lr, chunk,
                                   logits + ((size_t)s * n + done) * V, &err)))
                 goto out_lr;

@@ -154,6 +154,20 @@ def c_run_greedy(a, model: str, prompt: str, n: int) -> tuple[list[int], list[in
 
 # ---------------------------------------------------------------- comparisons
 
+# The runtime repacks Q4_K into its Q4 format with each 32-element sub-block's
+# scale and min (d*sc, dmin*m) rounded to fp16, and other K-quants (Q6_K, ...)
+# to F16 (docs/ARCHITECTURE.md, "Weights"): a relative rounding of 2^-11 per
+# weight, not exact like Q4_0/Q4_1/Q8_0. Presets with such tensors get this
+# tolerance; still far below the 4e-2 that quantising activations to Q8, as
+# ggml's own dot products do, costs on the real model.
+KQUANT_TOL = 5e-3
+
+
+def preset_tol(preset, base: float) -> float:
+    text = repr(preset).lower()
+    return max(base, KQUANT_TOL) if ("q4_k" in text or "q6_k" in text or "mix" in text) else base
+
+
 def compare_logits(c: np.ndarray, r: np.ndarray, tol: float) -> tuple[bool, str, dict]:
     scale = float(np.abs(r).max())
     if not np.isfinite(c).all():
@@ -316,7 +330,8 @@ def run_tiny(a, res: Results, tmp: str) -> None:
         ref = rf.RefModel(path)
         rng = np.random.default_rng(1000 + i)
         ids = [int(x) for x in rng.integers(0, ref.vocab, a.n_tokens)]
-        check_logit_modes(a, res, ref, f"tiny/{name}", path, ids, a.tol, tmp)
+        tol = preset_tol(gen.PRESETS[name], a.tol)
+        check_logit_modes(a, res, ref, f"tiny/{name}", path, ids, tol, tmp)
         if a.tiny_greedy:
             case = f"tiny/{name} greedy"
             try:
@@ -324,7 +339,7 @@ def run_tiny(a, res: Results, tmp: str) -> None:
             except CaseError as e:
                 res.report(False, case, str(e))
                 continue
-            check_greedy(res, ref, case, path, p_ids, c_toks, a.tiny_n_gen, 1, a.tol)
+            check_greedy(res, ref, case, path, p_ids, c_toks, a.tiny_n_gen, 1, tol)
     if a.keep:
         print(f"tiny models kept in {model_dir}")
 

@@ -1,0 +1,432 @@
+/* The tiered KV cache: sequences, appends, the near/far split, policies.
+ *
+ * Layout per (sequence, layer, KV head): near rows [L_init + L_local][d]
+ * (sinks, then the ring, slot L_init + (p - L_init) % L_local) and far rows
+ * [cap][d] indexed by position. While a prompt is fed, every token is
+ * written to the far rows (prefill attention is causal over them); at prompt
+ * end the last L_local tokens are copied into the ring and the far tier
+ * becomes [L_init, len - L_local). In decode a new token takes its ring slot
+ * and the token it displaces moves to the far tier. Rows stay contiguous per
+ * head so every kernel takes (base, stride, row indices) with no page-table
+ * indirection; 64-token pages of a head are the transfer unit of the GPU
+ * path. Attention is in kv_tiered_attn.c. */
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv_tiered_impl.h"
+
+void hkv_tiered_params_default(hkv_tiered_params *p) {
+    memset(p, 0, sizeof *p);
+    p->L_init = 4;
+    p->L_local = 256;
+    p->policy = &hkv_policy_full;
+    hkv_policy_args_init(p->policy, &p->args);
+    p->audit_k = 1024;
+}
+
+void tiered_far_view(const tiered *t, const tseq *q, int layer, hkv_far_view *v) {
+    v->n_head_kv = t->s.n_head_kv;
+    v->head_dim = t->s.head_dim;
+    v->lo = t->p.L_init;
+    v->hi = q->far_hi[layer] > v->lo ? q->far_hi[layer] : v->lo;
+    v->k = q->kptr + (size_t)layer * t->s.n_head_kv;
+    v->v = q->vptr + (size_t)layer * t->s.n_head_kv;
+    v->ld = t->s.head_dim;
+}
+
+static hkv_policy_env policy_env(const tiered *t, const tseq *q) {
+    hkv_policy_env env = {
+        .shape = t->s, .n_ctx = q->cap, .L_init = t->p.L_init, .L_local = t->p.L_local,
+        .kern = t->kern, .mem = t->mem, .n_threads = omp_get_max_threads(),
+    };
+    return env;
+}
+
+/* The policy of q built from scratch; if a prompt has ended, its index too. */
+static int policy_rebuild(tiered *t, tseq *q, hkv_err *err) {
+    if (q->pol.ops) q->pol.ops->destroy(q->pol.self);
+    memset(&q->pol, 0, sizeof q->pol);
+    hkv_policy_env env = policy_env(t, q);
+    int rc = q->def->create(&q->pol, &q->args, &env, err);
+    if (rc) {
+        memset(&q->pol, 0, sizeof q->pol);
+        return hkv_err_prefix(err, "policy '%s'", q->def->name);
+    }
+    if (!q->prompt_done) return HKV_OK;
+    for (int l = 0; l < t->s.n_layer; l++)
+        if ((rc = tiered_prompt_end(t, q, l, q->len, err))) return rc;
+    return HKV_OK;
+}
+
+static void seq_free(tiered *t, tseq *q) {
+    if (q->pol.ops) q->pol.ops->destroy(q->pol.self);
+    hkv_host_free(t->mem, HKV_TIER_NEAR, q->near_k, q->near_bytes);
+    hkv_host_free(t->mem, HKV_TIER_NEAR, q->near_v, q->near_bytes);
+    hkv_host_free(t->mem, HKV_TIER_FAR, q->far_k, q->far_bytes);
+    hkv_host_free(t->mem, HKV_TIER_FAR, q->far_v, q->far_bytes);
+    hkv_host_free(t->mem, HKV_TIER_INDEX, q->qh, q->qh_bytes);
+    free(q->prompt_open);
+    free(q->far_hi);
+    free(q->kptr);
+    free(q->vptr);
+    memset(q, 0, sizeof *q);
+}
+
+static int t_seq_open(void *self, int seq, int64_t n_ctx, hkv_err *err) {
+    tiered *t = self;
+    if (seq < 0 || seq >= t->max_seqs)
+        return hkv_seterr(err, HKV_E_RANGE, "sequence %d out of range (max %d)", seq, t->max_seqs);
+    if (n_ctx < 1 || n_ctx > (int64_t)1 << 31)
+        return hkv_seterr(err, HKV_E_RANGE, "context of %lld tokens is out of range",
+                          (long long)n_ctx);
+    tseq *q = &t->seqs[seq];
+    if (q->open) return hkv_seterr(err, HKV_E_INVAL, "sequence %d is already open", seq);
+    const hkv_policy_def *def = q->def ? q->def : t->p.policy;
+    hkv_policy_args args = q->def ? q->args : t->p.args;
+    memset(q, 0, sizeof *q);
+    q->def = def;
+    q->args = args;
+    q->cap = n_ctx;
+    const int L = t->s.n_layer, KH = t->s.n_head_kv, d = t->s.head_dim;
+    hkv_policy_env env = policy_env(t, q);
+    q->q_keep = t->p.keep_queries;
+    if (def->queries_wanted) {
+        int64_t w = def->queries_wanted(&args, &env);
+        if (w > q->q_keep) q->q_keep = w;
+    }
+    if (q->q_keep > n_ctx) q->q_keep = n_ctx;
+    q->near_bytes = (size_t)L * KH * t->NR * d * 2;
+    q->far_bytes = (size_t)L * KH * (size_t)n_ctx * d * 2;
+    q->qh_bytes = (size_t)L * q->q_keep * t->s.n_head * d * 2;
+    int rc = HKV_E_NOMEM;
+    if (!(q->near_k = hkv_host_alloc(t->mem, HKV_TIER_NEAR, q->near_bytes, err)) ||
+        !(q->near_v = hkv_host_alloc(t->mem, HKV_TIER_NEAR, q->near_bytes, err)) ||
+        !(q->far_k = hkv_host_alloc(t->mem, HKV_TIER_FAR, q->far_bytes, err)) ||
+        !(q->far_v = hkv_host_alloc(t->mem, HKV_TIER_FAR, q->far_bytes, err)) ||
+        (q->qh_bytes && !(q->qh = hkv_host_alloc(t->mem, HKV_TIER_INDEX, q->qh_bytes, err))))
+        goto fail;
+    q->prompt_open = calloc((size_t)L, sizeof *q->prompt_open);
+    q->far_hi = calloc((size_t)L, sizeof *q->far_hi);
+    q->kptr = calloc((size_t)L * KH, sizeof *q->kptr);
+    q->vptr = calloc((size_t)L * KH, sizeof *q->vptr);
+    if (!q->prompt_open || !q->far_hi || !q->kptr || !q->vptr) {
+        hkv_seterr(err, HKV_E_NOMEM, "no memory for sequence %d's tables", seq);
+        goto fail;
+    }
+    for (int l = 0; l < L; l++)
+        for (int h = 0; h < KH; h++) {
+            q->kptr[l * KH + h] = far_rows(t, q, q->far_k, l, h);
+            q->vptr[l * KH + h] = far_rows(t, q, q->far_v, l, h);
+        }
+    if ((rc = policy_rebuild(t, q, err))) goto fail;
+    q->open = 1;
+    return HKV_OK;
+fail:
+    seq_free(t, q);
+    q->def = def;
+    q->args = args;
+    return hkv_err_prefix(err, "opening sequence %d (context %lld)", seq, (long long)n_ctx);
+}
+
+static void t_seq_close(void *self, int seq) {
+    tiered *t = self;
+    if (seq < 0 || seq >= t->max_seqs) return;
+    tseq *q = &t->seqs[seq];
+    const hkv_policy_def *def = q->def;
+    hkv_policy_args args = q->args;
+    seq_free(t, q);
+    q->def = def;    /* a per-sequence policy choice outlives close/open */
+    q->args = args;
+}
+
+static int64_t t_seq_len(void *self, int seq) {
+    tiered *t = self;
+    return seq >= 0 && seq < t->max_seqs && t->seqs[seq].open ? t->seqs[seq].len : 0;
+}
+
+static int t_seq_copy(void *self, int dst, int src, hkv_err *err) {
+    tiered *t = self;
+    if (dst < 0 || dst >= t->max_seqs || src < 0 || src >= t->max_seqs || dst == src ||
+        !t->seqs[dst].open || !t->seqs[src].open)
+        return hkv_seterr(err, HKV_E_INVAL, "cannot copy sequence %d to %d", src, dst);
+    tseq *d = &t->seqs[dst];
+    const tseq *s = &t->seqs[src];
+    if (s->len > d->cap)
+        return hkv_seterr(err, HKV_E_CAPACITY, "sequence %d holds %lld tokens, more than the "
+                          "%lld that sequence %d has room for", src, (long long)s->len,
+                          (long long)d->cap, dst);
+    const int L = t->s.n_layer, KH = t->s.n_head_kv, d_ = t->s.head_dim;
+    memcpy(d->near_k, s->near_k, s->near_bytes);
+    memcpy(d->near_v, s->near_v, s->near_bytes);
+    for (int l = 0; l < L; l++)
+        for (int h = 0; h < KH; h++) {
+            size_t n = (size_t)s->len * d_ * 2;
+            memcpy(far_rows(t, d, d->far_k, l, h), far_rows(t, s, s->far_k, l, h), n);
+            memcpy(far_rows(t, d, d->far_v, l, h), far_rows(t, s, s->far_v, l, h), n);
+        }
+    /* Query rings agree slot by slot only when their sizes do. */
+    if (d->q_keep == s->q_keep && d->qh) memcpy(d->qh, s->qh, s->qh_bytes);
+    memcpy(d->prompt_open, s->prompt_open, (size_t)L * sizeof *d->prompt_open);
+    memcpy(d->far_hi, s->far_hi, (size_t)L * sizeof *d->far_hi);
+    d->len = s->len;
+    d->prompt_done = s->prompt_done;
+    memset(&d->audit, 0, sizeof d->audit);
+    return policy_rebuild(t, d, err);
+}
+
+int hkv_kv_tiered_set_policy(hkv_kv *kv, int seq, const hkv_policy_def *def,
+                             const hkv_policy_args *a, hkv_err *err) {
+    if (!hkv_kv_is_tiered(kv))
+        return hkv_seterr(err, HKV_E_INVAL, "policies need the tiered KV cache");
+    tiered *t = kv->self;
+    if (seq < 0 || seq >= t->max_seqs)
+        return hkv_seterr(err, HKV_E_RANGE, "sequence %d out of range", seq);
+    tseq *q = &t->seqs[seq];
+    q->def = def;
+    q->args = *a;
+    if (!q->open) return HKV_OK;
+    memset(&q->audit, 0, sizeof q->audit);
+    return policy_rebuild(t, q, err);
+}
+
+/* The last min(q_keep, end) queries as one contiguous block, for prompt end. */
+int tiered_prompt_end(tiered *t, tseq *q, int layer, int64_t end, hkv_err *err) {
+    const int KH = t->s.n_head_kv, d = t->s.head_dim, Li = t->p.L_init, Ll = t->p.L_local;
+    const size_t row = (size_t)d * 2;
+    int64_t ring_from = end - Ll > Li ? end - Ll : Li;
+    for (int h = 0; h < KH; h++) {
+        uint16_t *nk = near_rows(t, q, q->near_k, layer, h), *nv = near_rows(t, q, q->near_v, layer, h);
+        const uint16_t *fk = far_rows(t, q, q->far_k, layer, h), *fv = far_rows(t, q, q->far_v, layer, h);
+        for (int64_t p = 0; p < end && p < Li; p++) {
+            memcpy(nk + p * d, fk + p * d, row);
+            memcpy(nv + p * d, fv + p * d, row);
+        }
+        for (int64_t p = ring_from; p < end; p++) {
+            int64_t s = ring_slot(t, p);
+            memcpy(nk + s * d, fk + p * d, row);
+            memcpy(nv + s * d, fv + p * d, row);
+        }
+    }
+    q->far_hi[layer] = ring_from;
+    q->prompt_open[layer] = 0;
+    q->prompt_done = 1;
+    /* Linearise the query ring: the last n queries in position order. */
+    hkv_query_view qv = {0};
+    uint16_t *lin = NULL;
+    const size_t qrow = (size_t)t->s.n_head * d;
+    if (q->q_keep > 0 && end > 0) {
+        int64_t n = end < q->q_keep ? end : q->q_keep;
+        lin = malloc((size_t)n * qrow * 2);
+        if (!lin) return hkv_seterr(err, HKV_E_NOMEM, "no memory for %lld prompt queries", (long long)n);
+        const uint16_t *ring = q->qh + (size_t)layer * q->q_keep * qrow;
+        for (int64_t i = 0; i < n; i++) {
+            int64_t p = end - n + i;
+            memcpy(lin + i * qrow, ring + (size_t)(p % q->q_keep) * qrow, qrow * 2);
+        }
+        qv = (hkv_query_view){.n = n, .pos0 = end - n, .q = lin, .ld = (int64_t)qrow};
+    }
+    hkv_far_view fv;
+    tiered_far_view(t, q, layer, &fv);
+    int rc = q->pol.ops->prefill_end(q->pol.self, layer, &fv, &qv, err);
+    free(lin);
+    return rc ? hkv_err_prefix(err, "policy '%s' at prompt end, layer %d", q->def->name, layer) : HKV_OK;
+}
+
+/* Keep query rows of a segment in the ring (fp16). */
+static void keep_queries(tiered *t, tseq *q, int layer, const hkv_seg *sg, const float *qkv,
+                         int64_t ld_qkv) {
+    if (!q->q_keep) return;
+    const size_t qrow = (size_t)t->s.n_head * t->s.head_dim;
+    uint16_t *ring = q->qh + (size_t)layer * q->q_keep * qrow;
+    int64_t first = sg->n > q->q_keep ? sg->n - q->q_keep : 0;
+    for (int64_t i = first; i < sg->n; i++)
+        t->kern->f32_to_f16(qkv + (sg->row + i) * ld_qkv,
+                            ring + (size_t)((sg->pos + i) % q->q_keep) * qrow, (int64_t)qrow);
+}
+
+/* Copy positions [from, to) from the near tier into the far rows, so the far
+ * rows are complete before a prompt continues a decoded sequence. */
+static void flush_near(tiered *t, tseq *q, int layer, int64_t from, int64_t to) {
+    const int KH = t->s.n_head_kv, d = t->s.head_dim;
+    for (int h = 0; h < KH; h++)
+        for (int64_t p = from; p < to; p++) {
+            int64_t s = p < t->p.L_init ? p : ring_slot(t, p);
+            memcpy(far_rows(t, q, q->far_k, layer, h) + p * d, near_rows(t, q, q->near_k, layer, h) + s * d, (size_t)d * 2);
+            memcpy(far_rows(t, q, q->far_v, layer, h) + p * d, near_rows(t, q, q->near_v, layer, h) + s * d, (size_t)d * 2);
+        }
+}
+
+static int append_segment(tiered *t, int layer, const hkv_seg *sg, const float *qkv,
+                          int64_t ld_qkv, hkv_err *err) {
+    tseq *q = &t->seqs[sg->seq];
+    const int H = t->s.n_head, KH = t->s.n_head_kv, d = t->s.head_dim;
+    const hkv_cpu_kernels *kn = t->kern;
+    int prompt = (sg->flags & (HKV_SEG_PROMPT | HKV_SEG_PROMPT_END)) || sg->n > 1;
+    int rc;
+    if (prompt) {
+        if (!q->prompt_open[layer]) {
+            int64_t lo = q->far_hi[layer];
+            flush_near(t, q, layer, lo, sg->pos);
+            q->prompt_open[layer] = 1;
+        }
+        for (int i = 0; i < sg->n; i++) {
+            const float *row = qkv + (sg->row + i) * ld_qkv;
+            int64_t p = sg->pos + i;
+            for (int h = 0; h < KH; h++) {
+                kn->f32_to_f16(row + (size_t)(H + h) * d, far_rows(t, q, q->far_k, layer, h) + p * d, d);
+                kn->f32_to_f16(row + (size_t)(H + KH + h) * d, far_rows(t, q, q->far_v, layer, h) + p * d, d);
+            }
+        }
+        keep_queries(t, q, layer, sg, qkv, ld_qkv);
+        return HKV_OK;   /* prompt end runs after attention */
+    }
+    if (q->prompt_open[layer] && (rc = tiered_prompt_end(t, q, layer, sg->pos, err))) return rc;
+    const int64_t p = sg->pos;
+    const float *row = qkv + sg->row * ld_qkv;
+    int64_t slot = p < t->p.L_init ? p : ring_slot(t, p);
+    if (p >= (int64_t)t->p.L_init + t->p.L_local) {
+        /* The ring slot's token, position p - L_local, moves to the far tier. */
+        int64_t old = p - t->p.L_local;
+        for (int h = 0; h < KH; h++) {
+            memcpy(far_rows(t, q, q->far_k, layer, h) + old * d, near_rows(t, q, q->near_k, layer, h) + slot * d, (size_t)d * 2);
+            memcpy(far_rows(t, q, q->far_v, layer, h) + old * d, near_rows(t, q, q->near_v, layer, h) + slot * d, (size_t)d * 2);
+        }
+        q->far_hi[layer] = old + 1;
+        hkv_far_view fv;
+        tiered_far_view(t, q, layer, &fv);
+        q->pol.ops->on_far_append(q->pol.self, layer, &fv);
+    }
+    for (int h = 0; h < KH; h++) {
+        kn->f32_to_f16(row + (size_t)(H + h) * d, near_rows(t, q, q->near_k, layer, h) + slot * d, d);
+        kn->f32_to_f16(row + (size_t)(H + KH + h) * d, near_rows(t, q, q->near_v, layer, h) + slot * d, d);
+    }
+    keep_queries(t, q, layer, sg, qkv, ld_qkv);
+    return HKV_OK;
+}
+
+static int t_layer_step(void *self, int layer, const hkv_seg *segs, int n_segs, const float *qkv,
+                        int64_t ld_qkv, float *out, int64_t ld_out, hkv_err *err) {
+    tiered *t = self;
+    for (int i = 0; i < n_segs; i++) {
+        const hkv_seg *sg = &segs[i];
+        if (sg->seq < 0 || sg->seq >= t->max_seqs || !t->seqs[sg->seq].open)
+            return hkv_seterr(err, HKV_E_INVAL, "segment %d names sequence %d, which is not open",
+                              i, sg->seq);
+        const tseq *q = &t->seqs[sg->seq];
+        if (sg->n < 1 || sg->pos < 0 || sg->pos + sg->n > q->cap)
+            return hkv_seterr(err, HKV_E_CAPACITY, "sequence %d: tokens %lld..%lld exceed its "
+                              "context of %lld", sg->seq, (long long)sg->pos,
+                              (long long)(sg->pos + sg->n - 1), (long long)q->cap);
+        if (sg->pos != q->len)
+            return hkv_seterr(err, HKV_E_INVAL, "sequence %d: segment at position %lld, but %lld "
+                              "tokens are stored (the tiered cache appends in order)", sg->seq,
+                              (long long)sg->pos, (long long)q->len);
+        for (int j = 0; j < i; j++)
+            if (segs[j].seq == sg->seq)
+                return hkv_seterr(err, HKV_E_INVAL, "sequence %d appears twice in one batch", sg->seq);
+    }
+    int rc = HKV_OK;
+    hkv_err local;
+    hkv_err_clear(&local);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int i = 0; i < n_segs; i++) {
+        hkv_err e1;
+        hkv_err_clear(&e1);
+        if (append_segment(t, layer, &segs[i], qkv, ld_qkv, &e1) != HKV_OK) {
+#pragma omp critical(hkv_tiered_err)
+            if (!rc) {
+                rc = e1.code;
+                local = e1;
+            }
+        }
+    }
+    if (rc) {
+        if (err) *err = local;
+        return rc;
+    }
+    if ((rc = tiered_attend(t, layer, segs, n_segs, qkv, ld_qkv, out, ld_out, err))) return rc;
+    for (int i = 0; i < n_segs; i++) {
+        tseq *q = &t->seqs[segs[i].seq];
+        if ((segs[i].flags & HKV_SEG_PROMPT_END) &&
+            (rc = tiered_prompt_end(t, q, layer, segs[i].pos + segs[i].n, err)))
+            return rc;
+        if (layer == t->s.n_layer - 1) q->len = segs[i].pos + segs[i].n;
+    }
+    return HKV_OK;
+}
+
+static void t_destroy(void *self) {
+    tiered *t = self;
+    if (!t) return;
+    for (int i = 0; i < t->max_seqs; i++) seq_free(t, &t->seqs[i]);
+    hkv_host_free(t->mem, HKV_TIER_WORKSPACE, t->scratch, t->scratch_bytes);
+    free(t->seqs);
+    free(t);
+}
+
+static const hkv_kv_ops tiered_ops = {
+    .name = "tiered",
+    .seq_open = t_seq_open,
+    .seq_close = t_seq_close,
+    .seq_copy = t_seq_copy,
+    .seq_len = t_seq_len,
+    .layer_step = t_layer_step,
+    .destroy = t_destroy,
+};
+
+int hkv_kv_is_tiered(const hkv_kv *kv) { return kv && kv->ops == &tiered_ops; }
+
+int hkv_kv_tiered_create(hkv_kv *kv, const hkv_kv_shape *shape, int max_seqs,
+                         const hkv_tiered_params *p, const hkv_cpu_kernels *kern,
+                         hkv_mem_account *mem, hkv_err *err) {
+    if (max_seqs < 1 || max_seqs > 4096)
+        return hkv_seterr(err, HKV_E_RANGE, "batch of %d sequences is out of range (1..4096)", max_seqs);
+    if (p->L_init < 0 || p->L_init > (1 << 20))
+        return hkv_seterr(err, HKV_E_RANGE, "sink tokens %d out of range (0..%d)", p->L_init, 1 << 20);
+    if (p->L_local < 1 || p->L_local > (1 << 22))
+        return hkv_seterr(err, HKV_E_RANGE, "local window %d out of range (1..%d)", p->L_local, 1 << 22);
+    if (!p->policy) return hkv_seterr(err, HKV_E_INVAL, "no policy given");
+    if (p->keep_queries < 0 || p->audit_k < 1)
+        return hkv_seterr(err, HKV_E_RANGE, "bad query-keep or audit-k setting");
+    tiered *t = calloc(1, sizeof *t);
+    if (!t) return hkv_seterr(err, HKV_E_NOMEM, "no memory for the tiered cache");
+    t->seqs = calloc((size_t)max_seqs, sizeof *t->seqs);
+    if (!t->seqs) {
+        free(t);
+        return hkv_seterr(err, HKV_E_NOMEM, "no memory for %d sequences", max_seqs);
+    }
+    t->s = *shape;
+    t->p = *p;
+    t->NR = p->L_init + p->L_local;
+    t->max_seqs = max_seqs;
+    t->kern = kern;
+    t->mem = mem;
+    kv->ops = &tiered_ops;
+    kv->self = t;
+    return HKV_OK;
+}
+
+void hkv_kv_tiered_audit_get(hkv_kv *kv, int seq, hkv_tiered_audit *out) {
+    memset(out, 0, sizeof *out);
+    if (!hkv_kv_is_tiered(kv)) return;
+    tiered *t = kv->self;
+    if (seq >= 0 && seq < t->max_seqs) *out = t->seqs[seq].audit;
+}
+
+void hkv_kv_tiered_audit_reset(hkv_kv *kv, int seq) {
+    if (!hkv_kv_is_tiered(kv)) return;
+    tiered *t = kv->self;
+    if (seq >= 0 && seq < t->max_seqs) memset(&t->seqs[seq].audit, 0, sizeof t->seqs[seq].audit);
+}
+
+void hkv_kv_tiered_describe(hkv_kv *kv, int seq, char *buf, size_t cap) {
+    if (cap) buf[0] = 0;
+    if (!hkv_kv_is_tiered(kv)) return;
+    tiered *t = kv->self;
+    if (seq < 0 || seq >= t->max_seqs || !t->seqs[seq].open) return;
+    tseq *q = &t->seqs[seq];
+    if (q->pol.ops && q->pol.ops->describe) q->pol.ops->describe(q->pol.self, buf, cap);
+    else snprintf(buf, cap, "%s", q->def->name);
+}

@@ -1,0 +1,51 @@
+/* The tiered KV cache: per sequence and layer, a near tier (L_init sink
+ * tokens + an L_local ring) and a far tier in host memory, with a policy
+ * (index/policy.h) choosing which far tokens each decode step attends to.
+ * Near and far partials merge exactly. */
+#ifndef HKV_KV_TIERED_H
+#define HKV_KV_TIERED_H
+
+#include "kv.h"
+#include "policy.h"
+
+typedef struct hkv_tiered_params {
+    int L_init;                    /* sink tokens (default 4) */
+    int L_local;                   /* local window (default 256) */
+    const hkv_policy_def *policy;  /* for every sequence unless set per sequence */
+    hkv_policy_args args;
+    int64_t keep_queries;          /* last prompt queries kept for policies (0: as the policy asks) */
+    int audit;                     /* also compute dense and oracle attention, for eval */
+    int64_t audit_k;               /* oracle top-k the recall is measured against */
+} hkv_tiered_params;
+
+void hkv_tiered_params_default(hkv_tiered_params *p);
+
+/* Fidelity counters of one sequence (audit mode), over decode steps and
+ * (layer, query head) pairs. */
+typedef struct hkv_tiered_audit {
+    double n;              /* (step, layer, head) samples */
+    double rel_err_sum;    /* |o_policy - o_dense| / |o_dense| */
+    double recall_sum;     /* |selected ∩ oracle top-k| / min(k, far) per (step, layer, KV head) */
+    double n_recall;
+    double selected_sum;   /* far tokens attended per (step, layer, KV head) */
+    double far_sum;        /* far tier size, same samples */
+} hkv_tiered_audit;
+
+int hkv_kv_tiered_create(hkv_kv *kv, const hkv_kv_shape *shape, int max_seqs,
+                         const hkv_tiered_params *p, const hkv_cpu_kernels *kern,
+                         hkv_mem_account *mem, hkv_err *err);
+
+/* Give one open sequence another policy; if its prompt has ended, the new
+ * policy builds its index now from the far tier and the kept queries. */
+int hkv_kv_tiered_set_policy(hkv_kv *kv, int seq, const hkv_policy_def *d,
+                             const hkv_policy_args *a, hkv_err *err);
+
+void hkv_kv_tiered_audit_get(hkv_kv *kv, int seq, hkv_tiered_audit *out);
+void hkv_kv_tiered_audit_reset(hkv_kv *kv, int seq);
+/* The policy's describe() line for a sequence. */
+void hkv_kv_tiered_describe(hkv_kv *kv, int seq, char *buf, size_t cap);
+
+/* 1 when kv is a tiered cache. */
+int hkv_kv_is_tiered(const hkv_kv *kv);
+
+#endif

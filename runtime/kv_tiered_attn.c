@@ -1,0 +1,208 @@
+/* Attention in the tiered cache.
+ *   prompt segments: causal attention over the far rows (which hold every
+ *     token while a prompt is fed), in query tiles, as the plain cache does;
+ *   decode rows: dense attention over the near tier, sparse attention over
+ *     the far positions the policy selects, and the exact merge of the two.
+ * Audit mode also computes dense attention over the whole far tier and the
+ * oracle's top-k, and accumulates the policy's error and recall. */
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv_tiered_impl.h"
+
+#define QTILE 32
+
+typedef struct item { int seg, kvh, q0, nq; } item;
+
+typedef struct need {
+    int64_t max_sel, pol_f, pol_i, far;   /* over the batch's decode rows */
+} need;
+
+static int is_prompt(const hkv_seg *sg) {
+    return (sg->flags & (HKV_SEG_PROMPT | HKV_SEG_PROMPT_END)) || sg->n > 1;
+}
+
+/* Per-thread scratch layout, in floats (int32 parts share the buffer). */
+static size_t per_thread_floats(const tiered *t, const need *nd) {
+    const int g = t->s.n_head / t->s.n_head_kv, d = t->s.head_dim;
+    size_t f = 2 * (size_t)QTILE * g * d + QTILE * (size_t)g;   /* q tile, out tile, lse */
+    f += 5 * (size_t)g * d + 5 * (size_t)g;                      /* partials */
+    f += (size_t)nd->max_sel + (size_t)nd->pol_f + (size_t)nd->pol_i;
+    if (t->p.audit) f += 5 * (size_t)nd->far;                    /* scores + 4 int arrays */
+    return (f + 15) & ~(size_t)15;
+}
+
+static int ensure_scratch(tiered *t, size_t bytes, hkv_err *err) {
+    if (bytes <= t->scratch_bytes) return HKV_OK;
+    hkv_host_free(t->mem, HKV_TIER_WORKSPACE, t->scratch, t->scratch_bytes);
+    t->scratch_bytes = 0;
+    t->scratch = hkv_host_alloc(t->mem, HKV_TIER_WORKSPACE, bytes, err);
+    if (!t->scratch) return HKV_E_NOMEM;
+    t->scratch_bytes = bytes;
+    return HKV_OK;
+}
+
+static void audit_row(tiered *t, tseq *q, int layer, int kvh, const float *qv, const float *o_pol,
+                      const float *o_near, const float *lse_near, const int32_t *sel, int64_t n_sel,
+                      const hkv_far_view *fv, float *tmp_o, float *tmp_l, float *scores,
+                      int32_t *rows, int32_t *top, int32_t *work, int32_t *mark) {
+    const int g = t->s.n_head / t->s.n_head_kv, d = t->s.head_dim;
+    const hkv_cpu_kernels *kn = t->kern;
+    const int64_t n_far = fv->hi - fv->lo;
+    const float scale = 1.0f / sqrtf((float)d);
+    (void)layer;
+    /* Dense reference: near + every far token. */
+    memcpy(tmp_o, o_near, (size_t)g * d * sizeof(float));
+    memcpy(tmp_l, lse_near, (size_t)g * sizeof(float));
+    float *of = tmp_o + (size_t)g * d, *lf = tmp_l + g;
+    kn->attn_dense(qv, g, d, fv->k[kvh] + fv->lo * fv->ld, fv->v[kvh] + fv->lo * fv->ld, fv->ld,
+                   n_far, scale, of, lf);
+    hkv_attn_merge(tmp_o, tmp_l, of, lf, g, d);
+    double err_sum = 0;
+    for (int h = 0; h < g; h++) {
+        double num = 0, den = 0;
+        for (int i = 0; i < d; i++) {
+            double a = o_pol[h * d + i], b = tmp_o[h * d + i];
+            num += (a - b) * (a - b);
+            den += b * b;
+        }
+        err_sum += den > 0 ? sqrt(num / den) : 0;
+    }
+    double recall = 1;
+    if (n_far > 0) {
+        for (int64_t i = 0; i < n_far; i++) rows[i] = (int32_t)(fv->lo + i);
+        kn->score_max(qv, g, d, fv->k[kvh], fv->ld, rows, n_far, scores);
+        int64_t k = t->p.audit_k < n_far ? t->p.audit_k : n_far;
+        int64_t m = hkv_topk(scores, n_far, k, top, work);
+        memset(mark, 0, (size_t)n_far * sizeof *mark);
+        for (int64_t i = 0; i < m; i++) mark[top[i]] = 1;
+        int64_t hit = 0;
+        for (int64_t i = 0; i < n_sel; i++) {
+            int64_t r = sel[i] - fv->lo;
+            if (r >= 0 && r < n_far && mark[r]) {
+                hit++;
+                mark[r] = 0;
+            }
+        }
+        recall = m ? (double)hit / (double)m : 1;
+    }
+#pragma omp atomic
+    q->audit.n += g;
+#pragma omp atomic
+    q->audit.rel_err_sum += err_sum;
+    if (n_far > 0) {
+#pragma omp atomic
+        q->audit.recall_sum += recall;
+#pragma omp atomic
+        q->audit.n_recall += 1;
+    }
+#pragma omp atomic
+    q->audit.selected_sum += (double)n_sel;
+#pragma omp atomic
+    q->audit.far_sum += (double)n_far;
+}
+
+int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const float *qkv,
+                  int64_t ld_qkv, float *out, int64_t ld_out, hkv_err *err) {
+    const int KH = t->s.n_head_kv, d = t->s.head_dim, g = t->s.n_head / KH;
+    const float scale = 1.0f / sqrtf((float)d);
+    const hkv_cpu_kernels *kn = t->kern;
+    need nd = {0};
+    int n_items = 0;
+    for (int i = 0; i < n_segs; i++) {
+        const hkv_seg *sg = &segs[i];
+        if (is_prompt(sg)) {
+            n_items += KH * ((sg->n + QTILE - 1) / QTILE);
+            continue;
+        }
+        n_items += KH;
+        tseq *q = &t->seqs[sg->seq];
+        hkv_far_view fv;
+        tiered_far_view(t, q, layer, &fv);
+        int64_t n_far = fv.hi - fv.lo, ms = q->pol.ops->max_select(q->pol.self, n_far), pf = 0, pi = 0;
+        q->pol.ops->scratch_need(q->pol.self, n_far, &pf, &pi);
+        if (ms > nd.max_sel) nd.max_sel = ms;
+        if (pf > nd.pol_f) nd.pol_f = pf;
+        if (pi > nd.pol_i) nd.pol_i = pi;
+        if (n_far > nd.far) nd.far = n_far;
+    }
+    item *items = malloc((size_t)n_items * sizeof *items);
+    if (!items) return hkv_seterr(err, HKV_E_NOMEM, "no memory for %d attention items", n_items);
+    int it = 0;
+    for (int i = 0; i < n_segs; i++)
+        for (int h = 0; h < KH; h++) {
+            if (!is_prompt(&segs[i])) {
+                items[it++] = (item){i, h, 0, 1};
+                continue;
+            }
+            for (int q0 = 0; q0 < segs[i].n; q0 += QTILE)
+                items[it++] = (item){i, h, q0, segs[i].n - q0 < QTILE ? segs[i].n - q0 : QTILE};
+        }
+    const int nth = omp_get_max_threads();
+    const size_t per = per_thread_floats(t, &nd);
+    int rc = ensure_scratch(t, (size_t)nth * per * sizeof(float), err);
+    if (rc) {
+        free(items);
+        return rc;
+    }
+    int fail = 0;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int w = 0; w < n_items; w++) {
+        float *base = t->scratch + (size_t)omp_get_thread_num() * per;
+        float *qb = base, *ob = qb + (size_t)QTILE * g * d, *lb = ob + (size_t)QTILE * g * d;
+        float *o2 = lb + (size_t)QTILE * g, *l2 = o2 + (size_t)g * d;      /* far partial */
+        float *o_near = l2 + g, *l_near = o_near + (size_t)g * d;            /* audit: near copy */
+        float *ta = l_near + g, *tl = ta + 2 * (size_t)g * d;                /* audit: dense ref */
+        int32_t *sel = (int32_t *)(tl + 2 * (size_t)g);
+        hkv_policy_scratch ps = {.f = (float *)(sel + nd.max_sel), .nf = nd.pol_f,
+                                 .i = (int32_t *)((float *)(sel + nd.max_sel) + nd.pol_f), .ni = nd.pol_i};
+        float *au = (float *)(ps.i + nd.pol_i);
+        const item *I = &items[w];
+        const hkv_seg *sg = &segs[I->seg];
+        tseq *q = &t->seqs[sg->seq];
+        for (int r = 0; r < I->nq; r++)
+            memcpy(qb + (size_t)r * g * d, qkv + (sg->row + I->q0 + r) * ld_qkv + (size_t)I->kvh * g * d,
+                   (size_t)g * d * sizeof(float));
+        if (is_prompt(sg)) {
+            kn->attn_causal(qb, (int64_t)g * d, I->nq, g, d, sg->pos + I->q0,
+                            far_rows(t, q, q->far_k, layer, I->kvh), far_rows(t, q, q->far_v, layer, I->kvh),
+                            d, scale, ob, (int64_t)g * d, lb);
+        } else {
+            int64_t n_near = sg->pos + 1 < t->NR ? sg->pos + 1 : t->NR;
+            kn->attn_dense(qb, g, d, near_rows(t, q, q->near_k, layer, I->kvh),
+                           near_rows(t, q, q->near_v, layer, I->kvh), d, n_near, scale, ob, lb);
+            hkv_far_view fv;
+            tiered_far_view(t, q, layer, &fv);
+            if (t->p.audit) {
+                memcpy(o_near, ob, (size_t)g * d * sizeof(float));
+                memcpy(l_near, lb, (size_t)g * sizeof(float));
+            }
+            int64_t n_sel = 0;
+            if (fv.hi > fv.lo) {
+                n_sel = q->pol.ops->select(q->pol.self, layer, I->kvh, qb, &fv, sel, &ps);
+                if (n_sel < 0) {
+#pragma omp atomic write
+                    fail = (int)n_sel;
+                    continue;
+                }
+                kn->attn_sparse(qb, g, d, fv.k[I->kvh], fv.v[I->kvh], fv.ld, sel, n_sel, scale, o2, l2);
+                hkv_attn_merge(ob, lb, o2, l2, g, d);
+            }
+            if (t->p.audit) {
+                int64_t nf = nd.far;
+                int32_t *ai = (int32_t *)(au + nf);
+                audit_row(t, q, layer, I->kvh, qb, ob, o_near, l_near, sel, n_sel, &fv, ta, tl, au,
+                          ai, ai + nf, ai + 2 * nf, ai + 3 * nf);
+            }
+        }
+        for (int r = 0; r < I->nq; r++)
+            memcpy(out + (sg->row + I->q0 + r) * ld_out + (size_t)I->kvh * g * d, ob + (size_t)r * g * d,
+                   (size_t)g * d * sizeof(float));
+    }
+    free(items);
+    if (fail) return hkv_seterr(err, fail, "layer %d: the policy's selection failed (%s)", layer,
+                                hkv_status_text(fail));
+    return HKV_OK;
+}

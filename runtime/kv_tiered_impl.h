@@ -1,0 +1,56 @@
+/* Private to kv_tiered*.c: the per-sequence state of the tiered cache. */
+#ifndef HKV_KV_TIERED_IMPL_H
+#define HKV_KV_TIERED_IMPL_H
+
+#include "kv_tiered.h"
+
+typedef struct tseq {
+    int open;
+    int64_t cap, len;
+    int prompt_done;          /* a prompt end has been processed (policy index exists) */
+    int *prompt_open;         /* [n_layer]: a prompt is being fed to this layer */
+    int64_t *far_hi;          /* [n_layer]: far tier is positions [L_init, far_hi) */
+    uint16_t *near_k, *near_v;    /* [n_layer][KH][NR][d]: sinks then ring slots */
+    uint16_t *far_k, *far_v;      /* [n_layer][KH][cap][d], position-indexed */
+    uint16_t *qh;             /* [n_layer][q_keep][H d]: ring of recent queries, slot p % q_keep */
+    int64_t q_keep;
+    const uint16_t **kptr, **vptr;  /* [n_layer][KH]: far row bases for far views */
+    size_t near_bytes, far_bytes, qh_bytes;
+    const hkv_policy_def *def;
+    hkv_policy_args args;
+    hkv_policy pol;
+    hkv_tiered_audit audit;
+} tseq;
+
+typedef struct tiered {
+    hkv_kv_shape s;
+    hkv_tiered_params p;
+    int NR;                   /* near rows = L_init + L_local */
+    int max_seqs;
+    const hkv_cpu_kernels *kern;
+    hkv_mem_account *mem;
+    tseq *seqs;
+    /* Per-thread scratch of layer_step, grown on demand (WORKSPACE tier). */
+    float *scratch;
+    size_t scratch_bytes;
+} tiered;
+
+static inline uint16_t *near_rows(const tiered *t, const tseq *q, uint16_t *base, int layer,
+                                  int h) {
+    return base + (((size_t)layer * t->s.n_head_kv + h) * t->NR) * t->s.head_dim;
+}
+static inline uint16_t *far_rows(const tiered *t, const tseq *q, uint16_t *base, int layer,
+                                 int h) {
+    return base + (((size_t)layer * t->s.n_head_kv + h) * q->cap) * t->s.head_dim;
+}
+static inline int64_t ring_slot(const tiered *t, int64_t pos) {
+    return t->p.L_init + (pos - t->p.L_init) % t->p.L_local;
+}
+
+void tiered_far_view(const tiered *t, const tseq *q, int layer, hkv_far_view *v);
+int tiered_prompt_end(tiered *t, tseq *q, int layer, int64_t end, hkv_err *err);
+/* Attention of all segments (after their K/V are in place). */
+int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const float *qkv,
+                  int64_t ld_qkv, float *out, int64_t ld_out, hkv_err *err);
+
+#endif

@@ -1,0 +1,75 @@
+/* The KV cache and policy options every command shares. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "policy.h"
+
+const char hkv_kv_cli_help[] =
+    "      --policy NAME     KV policy: full (default), oracle, ctkvr; 'hetkv policies' lists them\n"
+    "      --policy-arg K=V  a policy parameter (repeatable)\n"
+    "      --sink N          attention-sink tokens kept near (default 4)\n"
+    "      --local N         local window kept near (default 256)\n"
+    "      --kv plain        the plain contiguous cache instead of the tiered one (reference)\n";
+
+void hkv_kv_cli_init(hkv_kv_cli *k) {
+    memset(k, 0, sizeof *k);
+    k->sink = -1;
+    k->local = -1;
+}
+
+int hkv_kv_cli_parse(hkv_kv_cli *k, int argc, char **argv, int *i, hkv_err *err) {
+    const char *a = argv[*i], *v = NULL;
+    int rc;
+    if (strcmp(a, "--kv") && strcmp(a, "--policy") && strcmp(a, "--policy-arg") &&
+        strcmp(a, "--sink") && strcmp(a, "--local"))
+        return 0;
+    if ((rc = hkv_arg_value(argc, argv, i, &v, err))) return rc;
+    if (!strcmp(a, "--kv")) {
+        if (strcmp(v, "plain") && strcmp(v, "tiered"))
+            return hkv_seterr(err, HKV_E_INVAL, "--kv: '%s' is not plain or tiered", v);
+        k->kv = v;
+    } else if (!strcmp(a, "--policy")) {
+        k->policy = v;
+    } else if (!strcmp(a, "--policy-arg")) {
+        if (k->n_pargs >= HKV_CLI_MAX_PARGS)
+            return hkv_seterr(err, HKV_E_RANGE, "more than %d --policy-arg options", HKV_CLI_MAX_PARGS);
+        k->pargs[k->n_pargs++] = v;
+    } else if (!strcmp(a, "--sink")) {
+        if ((rc = hkv_arg_int(a, v, 0, 1 << 20, &k->sink, err))) return rc;
+    } else {
+        if ((rc = hkv_arg_int(a, v, 1, 1 << 22, &k->local, err))) return rc;
+    }
+    return 1;
+}
+
+int hkv_kv_cli_apply(const hkv_kv_cli *k, hkv_engine_params *ep, hkv_err *err) {
+    if (k->kv && !strcmp(k->kv, "plain")) {
+        if (k->policy || k->n_pargs || k->sink >= 0 || k->local >= 0)
+            return hkv_seterr(err, HKV_E_INVAL, "--kv plain takes no policy, sink or local options");
+        ep->kv_plain = 1;
+        return HKV_OK;
+    }
+    hkv_tiered_params *tp = &ep->tiered;
+    if (k->policy) {
+        const hkv_policy_def *d = hkv_policy_find(k->policy);
+        if (!d) {
+            char names[256] = "";
+            const hkv_policy_def *const *all = hkv_policy_list();
+            for (int i = 0; all[i]; i++) {
+                strncat(names, i ? ", " : "", sizeof names - strlen(names) - 1);
+                strncat(names, all[i]->name, sizeof names - strlen(names) - 1);
+            }
+            return hkv_seterr(err, HKV_E_INVAL, "unknown policy '%s' (known: %s)", k->policy, names);
+        }
+        tp->policy = d;
+        hkv_policy_args_init(d, &tp->args);
+    }
+    for (int i = 0; i < k->n_pargs; i++) {
+        int rc = hkv_policy_arg_set(tp->policy, &tp->args, k->pargs[i], err);
+        if (rc) return rc;
+    }
+    if (k->sink >= 0) tp->L_init = (int)k->sink;
+    if (k->local >= 0) tp->L_local = (int)k->local;
+    return HKV_OK;
+}
