@@ -1,0 +1,486 @@
+/* `ctkvr`: centroid-then-token KV retrieval (seeds/002, Algorithms 1 and 2).
+ *
+ * Prompt end (Algorithm 1): the last C prompt queries become centroids; for
+ * each centroid and KV head, the top-rho far keys by max over the group's
+ * query heads of q.k form an IVF list (ctkvr_build.c).
+ * Decode (Algorithm 2), per KV head: cosine of the step's g query heads with
+ * each centroid's matching heads, max over the group, top C' centroids
+ * (recall); union of their lists, deduplicated, plus the unindexed tail;
+ * score_max over those candidates and the top rho' (rerank). With dcu=1 the
+ * step's query and the top rho of its reranked candidates then replace the
+ * oldest centroid of that KV head (FIFO, section 3.1.3).
+ *
+ * Centroids are stored L2-normalised in fp16: recall reads all C of them
+ * every step (C*g*d*2 bytes per KV head, as much as the rerank reads), so
+ * fp16 halves the bytes; unit-norm values lose nothing that matters for the
+ * top C' order. IVF lists are absolute far positions (int32), which the
+ * kernels take as row indices directly.
+ *
+ * The unindexed tail: far positions at or after `indexed_hi` (tokens spilled
+ * in decode, a later turn's prompt) are not in any prompt-end list; the most
+ * recent `tail` of them are always candidates, and with dcu=1 they reach new
+ * lists through the reranked sets.
+ *
+ * Later turns (a second prefill_end on a layer): with dcu=0 the index is
+ * kept and the new far tokens are tail. With dcu=1 the queries since the last
+ * prompt end (this turn's decode steps and its prompt, at most C) are pushed
+ * into each KV head's FIFO, their lists computed exactly over the whole far
+ * tier; the slots select pushed for the same decode steps are reused first,
+ * so a decode query is not held twice. If all C slots are rewritten, the
+ * index covers the whole far tier and the tail starts again at its end.
+ *
+ * Threads: select for (layer, kvh) touches only that pair's FIFO, lists,
+ * statistics and its g heads' slices of the layer's centroids. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ctkvr_impl.h"
+
+enum { P_C, P_CP, P_RHO, P_RHOP, P_DCU, P_TAIL, P_COUNT };
+
+static const hkv_param_def ctkvr_params[P_COUNT] = {
+    {"C", NAN, 1, 65536, 1,
+     "query centroids per layer, the last C prompt queries (default min(2048, n_ctx/16), >= 1)"},
+    {"Cp", 4, 1, 1024, 1, "centroids recalled per step and KV head (C')"},
+    {"rho", NAN, 1, 1 << 20, 1, "IVF list length per centroid and KV head (default 2.5*rho_p)"},
+    {"rho_p", NAN, 1, 1 << 20, 1,
+     "rerank budget rho': far tokens attended per step and KV head (default about 3% of n_ctx, "
+     "rounded to a multiple of 32, clamped to [32, 1024]; the paper uses 512 or 1024)"},
+    {"dcu", 1, 0, 1, 1, "dynamic centroid update: each step's query and its reranked top rho "
+                        "replace the oldest centroid of its KV head (FIFO)"},
+    {"tail", 1024, 0, 1 << 24, 1,
+     "most recent unindexed far tokens (decode spill, later turns) always reranked"},
+};
+
+typedef struct ct_conf {
+    int64_t C, Cp, rho, rho_p, tail;
+    int dcu;
+} ct_conf;
+
+/* Per (layer, KV head); written only by that pair's select or prefill_end. */
+typedef struct ct_head {
+    int32_t head, count;    /* FIFO of centroid slots: oldest slot, slots in use */
+    int32_t dcu_new;        /* slots select pushed since the last prompt end */
+    int64_t steps, cand, raw, uniq, tail;   /* statistics for describe */
+} ct_head;
+
+typedef struct ct_layer {
+    uint16_t *cent;         /* [C][n_head][d] fp16, L2-normalised */
+    int32_t *ivf;           /* [n_head_kv][C][rho] absolute far positions */
+    int32_t *len;           /* [n_head_kv][C] valid entries per list */
+    ct_head *kv;            /* [n_head_kv] */
+    int64_t indexed_hi;     /* far positions >= this are the unindexed tail */
+    int64_t q_end;          /* position after the last prompt query seen */
+    int built;
+} ct_layer;
+
+typedef struct ctkvr {
+    const hkv_cpu_kernels *kern;
+    hkv_mem_account *mem;
+    int L, H, KH, g, d, n_threads;
+    ct_conf c;
+    ct_layer *lay;          /* [n_layer] */
+    ct_head *heads;         /* [n_layer][n_head_kv] */
+    uint16_t *cent;
+    int32_t *ivf, *len;
+    size_t lay_b, heads_b, cent_b, ivf_b, len_b;
+} ctkvr;
+
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+static double arg_of(const hkv_policy_args *a, int i)
+{
+    return a && !isnan(a->v[i]) ? a->v[i] : ctkvr_params[i].dflt;
+}
+
+/* Parameters with the derived defaults filled in from the context length. */
+static int resolve(const hkv_policy_args *a, int64_t n_ctx, ct_conf *c, hkv_err *err)
+{
+    for (int i = 0; i < P_COUNT; i++) {
+        double v = arg_of(a, i);
+        const hkv_param_def *p = &ctkvr_params[i];
+        if (!isnan(v) && (v < p->lo || v > p->hi || v != floor(v)))
+            return hkv_seterr(err, HKV_E_RANGE, "ctkvr: %s=%g is out of range (%g..%g, integer)",
+                              p->key, v, p->lo, p->hi);
+    }
+    if (n_ctx < 1) n_ctx = 1;
+    double v = arg_of(a, P_C);
+    c->C = isnan(v) ? min64(2048, n_ctx / 16) : (int64_t)v;
+    c->C = max64(1, min64(c->C, n_ctx));   /* never more centroids than tokens */
+    v = arg_of(a, P_RHOP);
+    if (isnan(v)) {   /* about 3% of the context, as the paper's 4% dynamic budget */
+        int64_t r = (int64_t)llround(0.03 * (double)n_ctx / 32.0) * 32;
+        c->rho_p = max64(32, min64(1024, r));
+    } else {
+        c->rho_p = (int64_t)v;
+    }
+    v = arg_of(a, P_RHO);
+    c->rho = isnan(v) ? (int64_t)llround(2.5 * (double)c->rho_p) : (int64_t)v;
+    c->rho = max64(1, min64(c->rho, n_ctx));   /* a list never holds more than the context */
+    c->Cp = (int64_t)arg_of(a, P_CP);
+    c->dcu = (int)arg_of(a, P_DCU);
+    c->tail = (int64_t)arg_of(a, P_TAIL);
+    return HKV_OK;
+}
+
+static int64_t ctkvr_queries_wanted(const hkv_policy_args *a, const hkv_policy_env *env)
+{
+    ct_conf c;
+    return resolve(a, env->n_ctx, &c, NULL) == HKV_OK ? c.C : 0;
+}
+
+/* Next slot of a KV head's FIFO: an unused one while there are, else the oldest. */
+static int32_t fifo_push(ct_head *hd, int64_t C)
+{
+    int32_t s;
+    if (hd->count < C) {
+        s = (int32_t)((hd->head + hd->count) % C);
+        hd->count++;
+    } else {
+        s = hd->head;
+        hd->head = (int32_t)((hd->head + 1) % C);
+    }
+    return s;
+}
+
+/* Unit-norm fp16 copy of a query head (zeros for a zero vector). */
+static void store_unit(const hkv_cpu_kernels *kern, float *x, int d, uint16_t *dst)
+{
+    double ss = 0;
+    for (int i = 0; i < d; i++) ss += (double)x[i] * x[i];
+    float r = ss > 0 ? (float)(1.0 / sqrt(ss)) : 0.0f;
+    for (int i = 0; i < d; i++) x[i] *= r;
+    kern->f32_to_f16(x, dst, d);
+}
+
+/* ---- prompt end ------------------------------------------------------------ */
+
+static int ctkvr_prefill_end(void *self, int layer, const hkv_far_view *far,
+                             const hkv_query_view *qv, hkv_err *err)
+{
+    ctkvr *s = self;
+    const int H = s->H, KH = s->KH, g = s->g, d = s->d;
+    const int64_t C = s->c.C;
+    if (layer < 0 || layer >= s->L)
+        return hkv_seterr(err, HKV_E_INVAL, "ctkvr: layer %d out of range (%d layers)", layer, s->L);
+    if (far->n_head_kv != KH || far->head_dim != d || far->hi < far->lo)
+        return hkv_seterr(err, HKV_E_INVAL, "ctkvr: far view of %d KV heads, d=%d, [%lld, %lld) "
+                          "does not match the policy (%d KV heads, d=%d)", far->n_head_kv,
+                          far->head_dim, (long long)far->lo, (long long)far->hi, KH, d);
+    const int64_t qn = qv ? qv->n : 0;
+    if (qn > 0 && (!qv->q || qv->ld < (int64_t)H * d))
+        return hkv_seterr(err, HKV_E_INVAL, "ctkvr: query view without rows or with stride %lld "
+                          "< %d", (long long)qv->ld, H * d);
+    ct_layer *ly = &s->lay[layer];
+    const int64_t q_end = qn > 0 ? qv->pos0 + qn : ly->q_end;
+    int full = !ly->built;
+    int64_t first = 0;   /* first row of qv that is new */
+    if (!full && !s->c.dcu) {   /* later turn without DCU: keep the index, new tokens are tail */
+        ly->q_end = max64(ly->q_end, q_end);
+        return HKV_OK;
+    }
+    if (!full) first = max64(0, min64(qn, ly->q_end - qv->pos0));
+    const int64_t m = min64(qn - first, C), r0 = qn - m;   /* rows r0..qn-1 become centroids */
+    if (m == C) full = 1;   /* every slot rewritten: as a first build */
+    for (int h = 0; h < KH; h++) {
+        ct_head *hd = &ly->kv[h];
+        if (full) hd->head = hd->count = 0;
+        else hd->count -= (int32_t)min64(hd->dcu_new, hd->count);   /* reuse select's slots */
+        hd->dcu_new = 0;
+    }
+    int rc = HKV_OK;
+    if (m > 0) {
+        const size_t bytes = (size_t)KH * m * sizeof(int32_t) + (size_t)d * sizeof(float);
+        int32_t *slot = hkv_host_alloc(s->mem, HKV_TIER_WORKSPACE, bytes, err);
+        if (!slot) return hkv_err_prefix(err, "ctkvr prompt end, layer %d", layer);
+        float *tmp = (float *)(slot + (size_t)KH * m);
+        for (int h = 0; h < KH; h++)
+            for (int64_t i = 0; i < m; i++) {
+                int32_t sl = fifo_push(&ly->kv[h], C);
+                slot[(int64_t)h * m + i] = sl;
+                ly->len[(int64_t)h * C + sl] = 0;   /* empty until built: a failure stays consistent */
+                for (int j = 0; j < g; j++) {
+                    int64_t qh = (int64_t)h * g + j;
+                    s->kern->f16_to_f32(qv->q + (r0 + i) * qv->ld + qh * d, tmp, d);
+                    store_unit(s->kern, tmp, d, ly->cent + ((int64_t)sl * H + qh) * d);
+                }
+            }
+        hkv_ctkvr_build b = {
+            .far = far, .q = qv->q + r0 * qv->ld, .ldq = qv->ld, .n = m, .n_head = H,
+            .rho = s->c.rho, .slot = slot, .ivf = ly->ivf, .len = ly->len, .n_slots = C,
+            .n_threads = s->n_threads,
+        };
+        if (far->hi > far->lo) rc = hkv_ctkvr_build_lists(s->kern, &b, s->mem, err);
+        hkv_host_free(s->mem, HKV_TIER_WORKSPACE, slot, bytes);
+        if (rc) return hkv_err_prefix(err, "ctkvr prompt end, layer %d", layer);
+    }
+    /* Without centroids the whole far tier stays tail, so it is still reachable. */
+    if (full) ly->indexed_hi = m > 0 ? far->hi : far->lo;
+    ly->built = 1;
+    ly->q_end = q_end;
+    return HKV_OK;
+}
+
+static void ctkvr_on_far_append(void *self, int layer, const hkv_far_view *far)
+{
+    (void)self, (void)layer, (void)far;   /* the tail is read off far->hi at select */
+}
+
+/* ---- decode ---------------------------------------------------------------- */
+
+/* Candidates select can hold with a far tier of n tokens. */
+static int64_t cand_bound(const ctkvr *s, int64_t n)
+{
+    return min64(n, s->c.Cp * s->c.rho + min64(s->c.tail, n));
+}
+
+static void ctkvr_scratch_need(void *self, int64_t n_far, int64_t *nf, int64_t *ni)
+{
+    const ctkvr *s = self;
+    n_far = max64(n_far, 0);
+    const int64_t nc = cand_bound(s, n_far), C = s->c.C;
+    *ni = (n_far + 31) / 32 + C + s->c.Cp + max64(C, nc) + 3 * nc;
+    *nf = (int64_t)s->g * s->d + 2 * C + 2 * nc;
+}
+
+static int64_t ctkvr_max_select(void *self, int64_t n_far)
+{
+    const ctkvr *s = self;
+    return max64(0, min64(n_far, s->c.rho_p));
+}
+
+/* DCU: the step's unit queries and `n` far positions become the newest centroid. */
+static void dcu_push(ctkvr *s, ct_layer *ly, int kvh, const float *qn, const int32_t *cand,
+                     const int32_t *pick, int64_t n)
+{
+    ct_head *hd = &ly->kv[kvh];
+    const int64_t C = s->c.C;
+    int32_t sl = fifo_push(hd, C);
+    hd->dcu_new++;
+    for (int j = 0; j < s->g; j++)
+        s->kern->f32_to_f16(qn + j * s->d,
+                            ly->cent + ((int64_t)sl * s->H + (int64_t)kvh * s->g + j) * s->d, s->d);
+    int32_t *dst = ly->ivf + ((int64_t)kvh * C + sl) * s->c.rho;
+    n = min64(n, s->c.rho);
+    for (int64_t i = 0; i < n; i++) dst[i] = pick ? cand[pick[i]] : cand[i];
+    ly->len[(int64_t)kvh * C + sl] = (int32_t)n;
+}
+
+static int64_t ctkvr_select(void *self, int layer, int kvh, const float *q, const hkv_far_view *far,
+                            int32_t *out, hkv_policy_scratch *ws)
+{
+    ctkvr *s = self;
+    if (layer < 0 || layer >= s->L || kvh < 0 || kvh >= s->KH || !q || !far || !out || !ws)
+        return HKV_E_INVAL;
+    const int64_t lo = far->lo, hi = far->hi, nfar = hi - lo;
+    if (nfar <= 0) return 0;
+    int64_t need_f, need_i;
+    ctkvr_scratch_need(s, nfar, &need_f, &need_i);
+    if (ws->nf < need_f || ws->ni < need_i || !ws->f || !ws->i) return HKV_E_INVAL;
+    ct_layer *ly = &s->lay[layer];
+    ct_head *hd = &ly->kv[kvh];
+    const int g = s->g, d = s->d;
+    const int64_t C = s->c.C, W = (nfar + 31) / 32, NC = cand_bound(s, nfar);
+    const int64_t rho = s->c.rho, rho_p = s->c.rho_p;
+    uint32_t *bm = (uint32_t *)ws->i;          /* [W] far positions seen */
+    int32_t *slots = ws->i + W;                /* [C] valid centroid slots */
+    int32_t *sel = slots + C;                  /* [Cp] */
+    int32_t *tsc = sel + s->c.Cp;              /* [max(C, NC)] hkv_topk scratch */
+    int32_t *cand = tsc + max64(C, NC);        /* [NC] sorted candidate positions */
+    int32_t *ia = cand + NC, *ib = ia + NC;    /* [NC] each: top-k picks */
+    float *qn = ws->f, *cs = qn + (int64_t)g * d, *ct = cs + C, *sc = ct + C, *sb = sc + NC;
+
+    for (int j = 0; j < g; j++) {   /* unit queries: cosine recall and DCU centroids */
+        double ss = 0;
+        for (int e = 0; e < d; e++) ss += (double)q[j * d + e] * q[j * d + e];
+        float r = ss > 0 ? (float)(1.0 / sqrt(ss)) : 0.0f;
+        for (int e = 0; e < d; e++) qn[j * d + e] = q[j * d + e] * r;
+    }
+    memset(bm, 0, (size_t)W * sizeof *bm);
+    int64_t raw = 0, uniq = 0;
+    if (hd->count > 0) {   /* recall: top C' centroids by max-over-group cosine */
+        const int64_t n = hd->count;
+        for (int64_t i = 0; i < n; i++) slots[i] = (int32_t)((hd->head + i) % C);
+        for (int j = 0; j < g; j++) {
+            const uint16_t *cj = ly->cent + ((int64_t)kvh * g + j) * d;
+            s->kern->score_max(qn + j * d, 1, d, cj, (int64_t)s->H * d, slots, n, j ? ct : cs);
+            if (j)
+                for (int64_t i = 0; i < n; i++) cs[i] = ct[i] > cs[i] ? ct[i] : cs[i];
+        }
+        int64_t k = hkv_topk(cs, n, s->c.Cp, sel, tsc);
+        for (int64_t t = 0; t < k; t++) {
+            int64_t sl = slots[sel[t]];
+            const int32_t *list = ly->ivf + ((int64_t)kvh * C + sl) * rho;
+            const int32_t len = ly->len[(int64_t)kvh * C + sl];
+            for (int32_t e = 0; e < len; e++) {
+                int64_t p = list[e];
+                if (p < lo || p >= hi) continue;   /* a position no longer in the far tier */
+                uint32_t bit = 1u << ((p - lo) & 31), *w = &bm[(p - lo) >> 5];
+                raw++;
+                if (!(*w & bit)) *w |= bit, uniq++;
+            }
+        }
+    }
+    /* the unindexed tail, newest `tail` positions */
+    int64_t t0 = min64(hi, max64(lo, max64(ly->indexed_hi, hi - s->c.tail))) - lo;
+    const int64_t t1 = nfar;
+    for (int64_t p = t0; p < t1;) {
+        if ((p & 31) == 0 && p + 32 <= t1) {
+            bm[p >> 5] = ~0u;
+            p += 32;
+        } else {
+            bm[p >> 5] |= 1u << (p & 31);
+            p++;
+        }
+    }
+    /* candidates in position order: sequential gathers for the rerank */
+    int64_t n = 0;
+    for (int64_t w = 0; w < W; w++)
+        for (uint32_t x = bm[w]; x; x &= x - 1)
+            cand[n++] = (int32_t)(lo + w * 32 + __builtin_ctz(x));
+    hd->steps++, hd->cand += n, hd->raw += raw, hd->uniq += uniq, hd->tail += t1 - t0;
+
+    if (n <= rho_p && (!s->c.dcu || n <= rho)) {   /* everything fits: no rerank needed */
+        memcpy(out, cand, (size_t)n * sizeof *out);
+        if (s->c.dcu && n > 0) dcu_push(s, ly, kvh, qn, cand, NULL, n);
+        return n;
+    }
+    /* rerank: q.k, max over the group's heads */
+    s->kern->score_max(q, g, d, far->k[kvh], far->ld, cand, n, sc);
+    if (!s->c.dcu) {
+        int64_t m = hkv_topk(sc, n, rho_p, ia, tsc);
+        for (int64_t i = 0; i < m; i++) out[i] = cand[ia[i]];
+        return m;
+    }
+    /* top max(rho, rho') first, then the smaller set from inside it */
+    const int64_t kb = max64(rho, rho_p), ks = min64(rho, rho_p);
+    int64_t mb = hkv_topk(sc, n, kb, ia, tsc);
+    for (int64_t i = 0; i < mb; i++) sb[i] = sc[ia[i]];
+    int64_t ms = hkv_topk(sb, mb, ks, ib, tsc);
+    for (int64_t i = 0; i < ms; i++) ib[i] = ia[ib[i]];   /* ib: indices into cand */
+    const int32_t *p_out = rho_p >= rho ? ia : ib, *p_dcu = rho_p >= rho ? ib : ia;
+    const int64_t m_out = rho_p >= rho ? mb : ms, m_dcu = rho_p >= rho ? ms : mb;
+    for (int64_t i = 0; i < m_out; i++) out[i] = cand[p_out[i]];
+    dcu_push(s, ly, kvh, qn, cand, p_dcu, m_dcu);
+    return m_out;
+}
+
+/* ---- lifetime and reports ---------------------------------------------------- */
+
+static void ctkvr_describe(void *self, char *buf, size_t cap)
+{
+    const ctkvr *s = self;
+    int64_t steps = 0, cand = 0, raw = 0, uniq = 0, tail = 0;
+    for (int64_t i = 0; i < (int64_t)s->L * s->KH; i++) {
+        steps += s->heads[i].steps, cand += s->heads[i].cand, raw += s->heads[i].raw;
+        uniq += s->heads[i].uniq, tail += s->heads[i].tail;
+    }
+    char mb[32];
+    hkv_fmt_bytes((double)(s->cent_b + s->ivf_b + s->len_b), mb, sizeof mb);
+    double st = steps ? (double)steps : 1.0;
+    snprintf(buf, cap, "ctkvr C=%lld C'=%lld rho=%lld rho'=%lld dcu=%d tail=%lld, fp16 centroids, "
+             "index %s; %lld selects: %.0f candidates (%.0f list entries, alpha=%.2f, tail %.0f)",
+             (long long)s->c.C, (long long)s->c.Cp, (long long)s->c.rho, (long long)s->c.rho_p,
+             s->c.dcu, (long long)s->c.tail, mb, (long long)steps, cand / st, raw / st,
+             raw ? (double)uniq / (double)raw : 0.0, tail / st);
+}
+
+static void ctkvr_destroy(void *self)
+{
+    ctkvr *s = self;
+    if (!s) return;
+    hkv_host_free(s->mem, HKV_TIER_INDEX, s->cent, s->cent_b);
+    hkv_host_free(s->mem, HKV_TIER_INDEX, s->ivf, s->ivf_b);
+    hkv_host_free(s->mem, HKV_TIER_INDEX, s->len, s->len_b);
+    hkv_host_free(s->mem, HKV_TIER_INDEX, s->heads, s->heads_b);
+    hkv_host_free(s->mem, HKV_TIER_INDEX, s->lay, s->lay_b);
+    hkv_host_free(s->mem, HKV_TIER_INDEX, s, sizeof *s);
+}
+
+static const hkv_policy_ops ctkvr_ops = {
+    .prefill_end = ctkvr_prefill_end,
+    .on_far_append = ctkvr_on_far_append,
+    .select = ctkvr_select,
+    .max_select = ctkvr_max_select,
+    .scratch_need = ctkvr_scratch_need,
+    .describe = ctkvr_describe,
+    .destroy = ctkvr_destroy,
+};
+
+/* a*b*c*e bytes, or 0 on overflow */
+static size_t bytes4(size_t a, size_t b, size_t c, size_t e)
+{
+    size_t r = a;
+    if (b && r > SIZE_MAX / b) return 0;
+    r *= b;
+    if (c && r > SIZE_MAX / c) return 0;
+    r *= c;
+    if (e && r > SIZE_MAX / e) return 0;
+    return r * e;
+}
+
+static int ctkvr_create(hkv_policy *out, const hkv_policy_args *a, const hkv_policy_env *env,
+                        hkv_err *err)
+{
+    const hkv_kv_shape *sh = &env->shape;
+    if (!env->kern || sh->n_layer < 1 || sh->n_head_kv < 1 || sh->head_dim < 1 ||
+        sh->n_head < sh->n_head_kv || sh->n_head % sh->n_head_kv)
+        return hkv_seterr(err, HKV_E_INVAL, "ctkvr: bad shape (%d layers, %d heads, %d KV heads, "
+                          "d=%d) or no kernels", sh->n_layer, sh->n_head, sh->n_head_kv,
+                          sh->head_dim);
+    ct_conf c;
+    int rc = resolve(a, env->n_ctx, &c, err);
+    if (rc) return rc;
+    ctkvr *s = hkv_host_calloc(env->mem, HKV_TIER_INDEX, sizeof *s, err);
+    if (!s) return hkv_err_prefix(err, "ctkvr");
+    s->kern = env->kern, s->mem = env->mem, s->c = c, s->n_threads = env->n_threads;
+    s->L = sh->n_layer, s->H = sh->n_head, s->KH = sh->n_head_kv, s->d = sh->head_dim;
+    s->g = s->H / s->KH;
+    const size_t L = (size_t)s->L, KH = (size_t)s->KH, C = (size_t)c.C;
+    s->lay_b = L * sizeof *s->lay;
+    s->heads_b = L * KH * sizeof *s->heads;
+    s->cent_b = bytes4(L, C, (size_t)s->H * (size_t)s->d, 2);
+    s->len_b = bytes4(L, KH, C, 4);
+    s->ivf_b = bytes4(L * KH, C, (size_t)c.rho, 4);
+    if (!s->cent_b || !s->len_b || !s->ivf_b || s->ivf_b > SIZE_MAX / 4) {
+        ctkvr_destroy(s);
+        return hkv_seterr(err, HKV_E_RANGE, "ctkvr: index of C=%lld, rho=%lld overflows",
+                          (long long)c.C, (long long)c.rho);
+    }
+    if (!(s->lay = hkv_host_calloc(s->mem, HKV_TIER_INDEX, s->lay_b, err)) ||
+        !(s->heads = hkv_host_calloc(s->mem, HKV_TIER_INDEX, s->heads_b, err)) ||
+        !(s->cent = hkv_host_alloc(s->mem, HKV_TIER_INDEX, s->cent_b, err)) ||
+        !(s->len = hkv_host_calloc(s->mem, HKV_TIER_INDEX, s->len_b, err)) ||
+        !(s->ivf = hkv_host_alloc(s->mem, HKV_TIER_INDEX, s->ivf_b, err))) {
+        if (!s->lay) s->lay_b = 0;
+        if (!s->heads) s->heads_b = 0;
+        ctkvr_destroy(s);
+        return hkv_err_prefix(err, "ctkvr index (C=%lld, rho=%lld)", (long long)c.C,
+                              (long long)c.rho);
+    }
+    for (size_t l = 0; l < L; l++) {
+        ct_layer *ly = &s->lay[l];
+        ly->cent = s->cent + l * C * (size_t)s->H * (size_t)s->d;
+        ly->ivf = s->ivf + l * KH * C * (size_t)c.rho;
+        ly->len = s->len + l * KH * C;
+        ly->kv = s->heads + l * KH;
+        ly->indexed_hi = -1;   /* before any prompt end, every far token is tail */
+        ly->q_end = 0;
+    }
+    out->ops = &ctkvr_ops;
+    out->self = s;
+    return HKV_OK;
+}
+
+const hkv_policy_def hkv_policy_ctkvr = {
+    .name = "ctkvr",
+    .kind = HKV_POLICY_SELECTION,
+    .summary = "centroid-then-token retrieval: recall C' of C query centroids by cosine, union "
+               "of their top-rho IVF lists, rerank by q.k to the top rho' (CTKVR)",
+    .params = ctkvr_params,
+    .n_params = P_COUNT,
+    .queries_wanted = ctkvr_queries_wanted,
+    .create = ctkvr_create,
+};
