@@ -114,19 +114,19 @@ int hkv_forward(hkv_engine *e, const int32_t *tokens, int64_t n_rows, const hkv_
                 cs[half + j] = (float)sin(th);
             }
         }
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n_rows >= 8)
     for (int64_t r = 0; r < n_rows; r++)
         e->kern.dequant_rows(&m->tok_embd, tokens[r], tokens[r] + 1, e->x + r * dim);
 
     for (int l = 0; l < c->n_layer; l++) {
         const hkv_layer_weights *L = &m->layers[l];
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n_rows >= 8)
         for (int64_t r = 0; r < n_rows; r++)
             rmsnorm(e->xn + r * dim, e->x + r * dim, L->attn_norm, dim, c->norm_eps);
         ts = hkv_now();
         if ((rc = matmul_parts(e, L->qkv, L->n_qkv, e->xn, n_rows, e->qkv, ld, err))) return rc;
         t_mm += hkv_now() - ts;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n_rows >= 8)
         for (int64_t r = 0; r < n_rows; r++) {
             float *row = e->qkv + r * ld;
             if (L->bqkv)
@@ -141,7 +141,7 @@ int hkv_forward(hkv_engine *e, const int32_t *tokens, int64_t n_rows, const hkv_
         ts = hkv_now();
         if ((rc = matmul_parts(e, &L->wo, 1, e->att, n_rows, e->tmp, dim, err))) return rc;
         t_mm += hkv_now() - ts;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n_rows >= 8)
         for (int64_t r = 0; r < n_rows; r++) {
             float *x = e->x + r * dim;
             const float *y = e->tmp + r * dim;
@@ -153,7 +153,8 @@ int hkv_forward(hkv_engine *e, const int32_t *tokens, int64_t n_rows, const hkv_
         if ((rc = matmul_parts(e, L->ffn_in, L->n_ffn_in, e->xn, n_rows, e->h, 2 * F, err)))
             return rc;
         t_mm += hkv_now() - ts;
-        /* SwiGLU, compacted to [n_rows][F] at the front of h for the down GEMM. */
+        /* SwiGLU, compacted to [n_rows][F] at the front of h for the down GEMM
+         * (in place: row r's output never overtakes rows not yet read). */
         for (int64_t r = 0; r < n_rows; r++) {
             const float *gt = e->h + r * 2 * F, *up = gt + F;
             float *o = e->h + r * F;
@@ -165,7 +166,7 @@ int hkv_forward(hkv_engine *e, const int32_t *tokens, int64_t n_rows, const hkv_
         ts = hkv_now();
         if ((rc = matmul_parts(e, &L->wdown, 1, e->h, n_rows, e->tmp, dim, err))) return rc;
         t_mm += hkv_now() - ts;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n_rows >= 8)
         for (int64_t r = 0; r < n_rows; r++) {
             float *x = e->x + r * dim;
             const float *y = e->tmp + r * dim;
