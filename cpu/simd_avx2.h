@@ -43,6 +43,10 @@ HKV_VINLINE vf vf_select_gt(vf a, vf b, vf x, vf y)
     return _mm256_blendv_ps(y, x, _mm256_cmp_ps(a, b, _CMP_GT_OQ));
 }
 
+/* [low half of a, low half of b] and [high half of a, high half of b] */
+HKV_VINLINE vf vf_low_halves(vf a, vf b) { return _mm256_permute2f128_ps(a, b, 0x20); }
+HKV_VINLINE vf vf_high_halves(vf a, vf b) { return _mm256_permute2f128_ps(a, b, 0x31); }
+
 HKV_VINLINE vf vf_load_f16(const uint16_t *p)
 {
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));

@@ -33,6 +33,10 @@ HKV_VINLINE vf vf_select_gt(vf a, vf b, vf x, vf y)
     return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_GT_OQ), y, x);
 }
 
+/* [low half of a, low half of b] and [high half of a, high half of b] */
+HKV_VINLINE vf vf_low_halves(vf a, vf b) { return _mm512_shuffle_f32x4(a, b, 0x44); }
+HKV_VINLINE vf vf_high_halves(vf a, vf b) { return _mm512_shuffle_f32x4(a, b, 0xEE); }
+
 HKV_VINLINE vf vf_load_f16(const uint16_t *p)
 {
     return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
