@@ -51,5 +51,6 @@ extern const char hkv_kv_cli_help[];
 int hkv_cmd_run(int argc, char **argv);
 int hkv_cmd_info(int argc, char **argv);
 int hkv_cmd_bench(int argc, char **argv);
+int hkv_cmd_policies(int argc, char **argv);
 
 #endif

@@ -13,6 +13,7 @@ static const char usage[] =
     "  run     generate text from a prompt (hetkv run --help)\n"
     "  bench   prefill and decode throughput beside a memory-bandwidth probe\n"
     "  info    CPU, instruction sets, cores, NUMA nodes, memory and CUDA devices\n"
+    "  policies  the KV policies and their parameters\n"
     "\n"
     "hetkv COMMAND --help shows each command's options.\n";
 
@@ -26,6 +27,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "run")) return hkv_cmd_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "info")) return hkv_cmd_info(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return hkv_cmd_bench(argc - 1, argv + 1);
-    fprintf(stderr, "hetkv: error: unknown command '%s' (run, bench, info; see hetkv --help)\n", cmd);
+    if (!strcmp(cmd, "policies")) return hkv_cmd_policies(argc - 1, argv + 1);
+    fprintf(stderr, "hetkv: error: unknown command '%s' (run, bench, info, policies; see hetkv --help)\n", cmd);
     return 2;
 }

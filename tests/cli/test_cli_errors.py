@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Bad input at the CLI gets a clear error naming the problem and a non-zero
+exit status, never a crash. Each case: argv, the expected exit status, and a
+fragment the error message must contain.
+
+    python3 tests/cli/test_cli_errors.py BUILD_DIR MODEL
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+build, model = sys.argv[1], sys.argv[2]
+hetkv = os.path.join(build, "tools", "hetkv")
+dump = os.path.join(build, "tools", "hkv-dump-logits")
+have_model = os.path.exists(model)
+
+tmp = tempfile.mkdtemp()
+truncated = os.path.join(tmp, "truncated.gguf")
+notgguf = os.path.join(tmp, "notgguf.gguf")
+with open(notgguf, "wb") as f:
+    f.write(b"this is not a model file at all" * 10)
+if have_model:
+    with open(model, "rb") as src, open(truncated, "wb") as f:
+        f.write(src.read(5_000_000))   # header and tensor table, data cut short
+
+M = ["-m", model]
+cases = [
+    # (name, argv, exit status, fragment of stderr)
+    ("no command", [hetkv], 2, "usage"),
+    ("unknown command", [hetkv, "frobnicate"], 2, "unknown command 'frobnicate'"),
+    ("run without model", [hetkv, "run", "-p", "x"], 2, "no model"),
+    ("run unknown option", [hetkv, "run", *M, "-p", "x", "--bogus"], 2, "unknown option '--bogus'"),
+    ("run missing value", [hetkv, "run", *M, "-p"], 2, "needs a value"),
+    ("run absurd n", [hetkv, "run", *M, "-p", "x", "-n", "99999999999"], 2, "out of range"),
+    ("run bad temp", [hetkv, "run", *M, "-p", "x", "--temp", "-1"], 2, "out of range"),
+    ("run bad number", [hetkv, "run", *M, "-p", "x", "-t", "two"], 2, "not an integer"),
+    ("run prompt and file", [hetkv, "run", *M, "-p", "x", "-f", "y"], 2, "exactly one"),
+    ("run missing file", [hetkv, "run", *M, "-f", "/nonexistent/prompt.txt"], 1, "/nonexistent/prompt.txt"),
+    ("missing model", [hetkv, "run", "-m", "/nonexistent/m.gguf", "-p", "x"], 1, "/nonexistent/m.gguf"),
+    ("not a gguf", [hetkv, "run", "-m", notgguf, "-p", "x"], 1, "magic"),
+    ("unknown policy", [hetkv, "run", *M, "-p", "x", "--policy", "magic"], 1, "unknown policy 'magic'"),
+    ("unknown policy key", [hetkv, "run", *M, "-p", "x", "--policy", "ctkvr", "--policy-arg", "zz=1"], 1,
+     "has no parameter 'zz'"),
+    ("policy value range", [hetkv, "run", *M, "-p", "x", "--policy", "ctkvr", "--policy-arg", "Cp=0"], 1,
+     "out of range"),
+    ("policy value type", [hetkv, "run", *M, "-p", "x", "--policy", "oracle", "--policy-arg", "k=1.5"], 1,
+     "must be an integer"),
+    ("policy arg syntax", [hetkv, "run", *M, "-p", "x", "--policy", "oracle", "--policy-arg", "k"], 1,
+     "KEY=VALUE"),
+    ("plain with policy", [hetkv, "run", *M, "-p", "x", "--kv", "plain", "--policy", "full"], 1,
+     "--kv plain takes no policy"),
+    ("bad kv kind", [hetkv, "run", *M, "-p", "x", "--kv", "paged"], 2, "not plain or tiered"),
+    ("context too small", [hetkv, "run", *M, "-p", "hello there", "-n", "10", "-c", "4"], 1,
+     "needs"),
+    ("bench bad list", [hetkv, "bench", *M, "--ctx", "1024,,2"], 2, "bad list"),
+    ("bench bad isa", [hetkv, "bench", *M, "--isa", "neon"], 2, "unknown"),
+    ("info bad option", [hetkv, "info", "--bogus"], 2, "unknown option"),
+    ("dump bad token", [dump, *M, "--tokens", "1,99999999", "-o", os.path.join(tmp, "o.bin")], 1,
+     "outside the vocabulary"),
+]
+if have_model:
+    cases.append(("truncated model", [hetkv, "run", "-m", truncated, "-p", "x"], 1, "past the end"))
+
+passed = failed = skipped = 0
+for name, argv, want_rc, frag in cases:
+    if not have_model and model in argv:
+        skipped += 1
+        continue
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    msg = r.stderr + r.stdout
+    ok = r.returncode == want_rc and frag.lower() in msg.lower() and r.returncode >= 0
+    print(("PASS" if ok else "FAIL"), name, f"(exit {r.returncode})", "" if ok else repr(msg[-400:]))
+    passed += ok
+    failed += not ok
+print(f"test_cli_errors: {passed} passed, {failed} failed, {skipped} skipped")
+sys.exit(1 if failed else (77 if passed == 0 else 0))
