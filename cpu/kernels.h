@@ -7,7 +7,12 @@
  *
  * Threading: hkv_matmul is parallel inside (OpenMP over output rows).
  * Attention pieces are single-threaded; callers run them inside their own
- * parallel loop over (sequence, KV head). */
+ * parallel loop over (sequence, KV head). They never allocate: attn_dense,
+ * attn_sparse and score_max use about 40 KB of stack, attn_causal about
+ * 200 KB (flash-attention tiles), so threads that call them need stacks of
+ * at least 256 KB (OpenMP and pthread defaults are MBs).
+ * Vector levels cover d % 16 == 0 up to 256; other head sizes run the
+ * scalar code in every table. */
 #ifndef HKV_CPU_KERNELS_H
 #define HKV_CPU_KERNELS_H
 
@@ -107,7 +112,11 @@ int64_t hkv_topk(const float *s, int64_t n, int64_t k, int32_t *idx, int32_t *sc
 
 /* Matrix product y[n][rows] = x[n][cols] W^T, parallel over rows (OpenMP).
  * Small n runs the table's gemv; large n dequantises row panels into ws and
- * calls oneDNN's sgemm. ws must hold hkv_matmul_ws_floats(w) floats. */
+ * calls oneDNN's sgemm. ws must hold hkv_matmul_ws_floats(w) floats (NULL
+ * is fine for n <= HKV_GEMV_MAX_N or F32 weights); the size depends on
+ * omp_get_max_threads(), so ask again after changing the thread count.
+ * Returns HKV_OK, or HKV_E_INVAL for bad arguments (Q8/Q4 with cols not a
+ * multiple of 32, missing ws), HKV_E_INTERNAL if oneDNN fails. */
 int hkv_matmul(const hkv_cpu_kernels *t, const hkv_wmat *w, const float *x, int64_t n,
                float *y, float *ws);
 size_t hkv_matmul_ws_floats(const hkv_wmat *w);
