@@ -7,10 +7,10 @@
  *
  * Threading: hkv_matmul is parallel inside (OpenMP over output rows).
  * Attention pieces are single-threaded; callers run them inside their own
- * parallel loop over (sequence, KV head). They never allocate: attn_dense,
- * attn_sparse and score_max use about 40 KB of stack, attn_causal about
- * 200 KB (flash-attention tiles), so threads that call them need stacks of
- * at least 256 KB (OpenMP and pthread defaults are MBs).
+ * parallel loop over (sequence, KV head). Kernels never allocate: gemv,
+ * attn_dense, attn_sparse and score_max use up to 60 KB of stack,
+ * attn_causal about 200 KB (flash-attention tiles), so threads that call
+ * them need stacks of at least 256 KB (OpenMP and pthread defaults are MBs).
  * Vector levels cover d % 16 == 0 up to 256; other head sizes run the
  * scalar code in every table. */
 #ifndef HKV_CPU_KERNELS_H
