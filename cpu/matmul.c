@@ -23,7 +23,11 @@
 
 #define GEMV_CHUNK_ROWS 64                    /* static chunks for the GEMV path */
 #define SHARED_PANEL_FLOATS (4u << 20)       /* 16 MB of dequantised weights */
-#define THREAD_PANEL_FLOATS (1u << 20)       /* 4 MB per thread */
+/* Thread panels of 256 rows: oneDNN re-packs all of x for every panel, so
+ * short panels on long rows cost (4096x14336 at 64-row panels: 70 GFLOP/s,
+ * at 256: 100). Capped at 16 MB per thread for very long rows. */
+#define THREAD_PANEL_ROWS 256
+#define THREAD_PANEL_FLOATS (4u << 20)
 
 static int64_t panel_rows(const hkv_wmat *w, size_t floats)
 {
@@ -77,6 +81,7 @@ static int matmul_shared(const hkv_cpu_kernels *t, const hkv_wmat *w, const floa
 static int64_t thread_panel_rows(const hkv_wmat *w)
 {
     int64_t p = panel_rows(w, THREAD_PANEL_FLOATS);
+    if (p > THREAD_PANEL_ROWS) p = THREAD_PANEL_ROWS;
     int64_t even = (w->rows + 4 * omp_get_max_threads() - 1) / (4 * omp_get_max_threads());
     even = (even + 15) & ~(int64_t)15;
     return even < p ? even : p;
