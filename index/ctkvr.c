@@ -8,7 +8,9 @@
  * (recall); union of their lists, deduplicated, plus the unindexed tail;
  * score_max over those candidates and the top rho' (rerank). With dcu=1 the
  * step's query and the top rho of its reranked candidates then replace the
- * oldest centroid of that KV head (FIFO, section 3.1.3).
+ * oldest centroid of that KV head (FIFO, section 3.1.3). dcu=2 is a variant
+ * (see dcu_push) that refreshes a recalled DCU centroid instead of pushing
+ * near-copies; on the synthetic tests it beats both 0 and 1 under drift.
  *
  * Centroids are stored L2-normalised in fp16: recall reads all C of them
  * every step (C*g*d*2 bytes per KV head, as much as the rerank reads), so
@@ -37,7 +39,7 @@
 
 #include "ctkvr_impl.h"
 
-enum { P_C, P_CP, P_RHO, P_RHOP, P_DCU, P_TAIL, P_COUNT };
+enum { P_C, P_CP, P_RHO, P_RHOP, P_DCU, P_DCU_COS, P_TAIL, P_COUNT };
 
 static const hkv_param_def ctkvr_params[P_COUNT] = {
     {"C", NAN, 1, 65536, 1,
@@ -47,8 +49,12 @@ static const hkv_param_def ctkvr_params[P_COUNT] = {
     {"rho_p", NAN, 1, 1 << 20, 1,
      "rerank budget rho': far tokens attended per step and KV head (default about 3% of n_ctx, "
      "rounded to a multiple of 32, clamped to [32, 1024]; the paper uses 512 or 1024)"},
-    {"dcu", 1, 0, 1, 1, "dynamic centroid update: each step's query and its reranked top rho "
-                        "replace the oldest centroid of its KV head (FIFO)"},
+    {"dcu", 1, 0, 2, 1,
+     "dynamic centroid update: 0 off; 1 (the paper) each step's query and its reranked top rho "
+     "replace the oldest centroid of its KV head (FIFO); 2 as 1, but a step whose best recalled "
+     "centroid is one DCU made, at cosine >= dcu_cos, refreshes that centroid instead"},
+    {"dcu_cos", 0.9, 0, 1, 0, "dcu=2: cosine at which a step refreshes the DCU centroid it "
+                              "recalled instead of pushing a new one"},
     {"tail", 1024, 0, 1 << 24, 1,
      "most recent unindexed far tokens (decode spill, later turns) always reranked"},
 };
@@ -56,6 +62,7 @@ static const hkv_param_def ctkvr_params[P_COUNT] = {
 typedef struct ct_conf {
     int64_t C, Cp, rho, rho_p, tail;
     int dcu;
+    float dcu_cos;
 } ct_conf;
 
 /* Per (layer, KV head); written only by that pair's select or prefill_end. */
@@ -69,6 +76,7 @@ typedef struct ct_layer {
     uint16_t *cent;         /* [C][n_head][d] fp16, L2-normalised */
     int32_t *ivf;           /* [n_head_kv][C][rho] absolute far positions */
     int32_t *len;           /* [n_head_kv][C] valid entries per list */
+    uint8_t *dyn;           /* [n_head_kv][C] 1: the slot was made by DCU */
     ct_head *kv;            /* [n_head_kv] */
     int64_t indexed_hi;     /* far positions >= this are the unindexed tail */
     int64_t q_end;          /* position after the last prompt query seen */
@@ -84,7 +92,8 @@ typedef struct ctkvr {
     ct_head *heads;         /* [n_layer][n_head_kv] */
     uint16_t *cent;
     int32_t *ivf, *len;
-    size_t lay_b, heads_b, cent_b, ivf_b, len_b;
+    uint8_t *dyn;
+    size_t lay_b, heads_b, cent_b, ivf_b, len_b, dyn_b;
 } ctkvr;
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -101,9 +110,9 @@ static int resolve(const hkv_policy_args *a, int64_t n_ctx, ct_conf *c, hkv_err 
     for (int i = 0; i < P_COUNT; i++) {
         double v = arg_of(a, i);
         const hkv_param_def *p = &ctkvr_params[i];
-        if (!isnan(v) && (v < p->lo || v > p->hi || v != floor(v)))
-            return hkv_seterr(err, HKV_E_RANGE, "ctkvr: %s=%g is out of range (%g..%g, integer)",
-                              p->key, v, p->lo, p->hi);
+        if (!isnan(v) && (v < p->lo || v > p->hi || (p->is_int && v != floor(v))))
+            return hkv_seterr(err, HKV_E_RANGE, "ctkvr: %s=%g is out of range (%g..%g%s)",
+                              p->key, v, p->lo, p->hi, p->is_int ? ", integer" : "");
     }
     if (n_ctx < 1) n_ctx = 1;
     double v = arg_of(a, P_C);
@@ -121,6 +130,7 @@ static int resolve(const hkv_policy_args *a, int64_t n_ctx, ct_conf *c, hkv_err 
     c->rho = max64(1, min64(c->rho, n_ctx));   /* a list never holds more than the context */
     c->Cp = (int64_t)arg_of(a, P_CP);
     c->dcu = (int)arg_of(a, P_DCU);
+    c->dcu_cos = (float)arg_of(a, P_DCU_COS);
     c->tail = (int64_t)arg_of(a, P_TAIL);
     return HKV_OK;
 }
@@ -201,6 +211,7 @@ static int ctkvr_prefill_end(void *self, int layer, const hkv_far_view *far,
                 int32_t sl = fifo_push(&ly->kv[h], C);
                 slot[(int64_t)h * m + i] = sl;
                 ly->len[(int64_t)h * C + sl] = 0;   /* empty until built: a failure stays consistent */
+                ly->dyn[(int64_t)h * C + sl] = 0;
                 for (int j = 0; j < g; j++) {
                     int64_t qh = (int64_t)h * g + j;
                     s->kern->f16_to_f32(qv->q + (r0 + i) * qv->ld + qh * d, tmp, d);
@@ -251,14 +262,25 @@ static int64_t ctkvr_max_select(void *self, int64_t n_far)
     return max64(0, min64(n_far, s->c.rho_p));
 }
 
-/* DCU: the step's unit queries and `n` far positions become the newest centroid. */
+/* DCU: the step's unit queries and `n` far positions become the newest
+ * centroid, or with dcu=2 refresh `best` (the best recalled centroid, cosine
+ * bcos) when DCU made it and it is close: the FIFO then holds one centroid
+ * per stretch of the query's path instead of C' near-copies whose lists only
+ * recycle each other, and the refreshed list keeps accumulating the best keys
+ * of the lists recalled alongside it. */
 static void dcu_push(ctkvr *s, ct_layer *ly, int kvh, const float *qn, const int32_t *cand,
-                     const int32_t *pick, int64_t n)
+                     const int32_t *pick, int64_t n, int32_t best, float bcos)
 {
     ct_head *hd = &ly->kv[kvh];
     const int64_t C = s->c.C;
-    int32_t sl = fifo_push(hd, C);
-    hd->dcu_new++;
+    int32_t sl;
+    if (s->c.dcu == 2 && best >= 0 && ly->dyn[(int64_t)kvh * C + best] && bcos >= s->c.dcu_cos) {
+        sl = best;
+    } else {
+        sl = fifo_push(hd, C);
+        hd->dcu_new++;
+        ly->dyn[(int64_t)kvh * C + sl] = 1;
+    }
     for (int j = 0; j < s->g; j++)
         s->kern->f32_to_f16(qn + j * s->d,
                             ly->cent + ((int64_t)sl * s->H + (int64_t)kvh * s->g + j) * s->d, s->d);
@@ -300,6 +322,8 @@ static int64_t ctkvr_select(void *self, int layer, int kvh, const float *q, cons
     }
     memset(bm, 0, (size_t)W * sizeof *bm);
     int64_t raw = 0, uniq = 0;
+    int32_t best = -1;   /* best recalled slot and its cosine, for dcu=2 */
+    float bcos = -INFINITY;
     if (hd->count > 0) {   /* recall: top C' centroids by max-over-group cosine */
         const int64_t n = hd->count;
         for (int64_t i = 0; i < n; i++) slots[i] = (int32_t)((hd->head + i) % C);
@@ -312,6 +336,7 @@ static int64_t ctkvr_select(void *self, int layer, int kvh, const float *q, cons
         int64_t k = hkv_topk(cs, n, s->c.Cp, sel, tsc);
         for (int64_t t = 0; t < k; t++) {
             int64_t sl = slots[sel[t]];
+            if (cs[sel[t]] > bcos) bcos = cs[sel[t]], best = (int32_t)sl;
             const int32_t *list = ly->ivf + ((int64_t)kvh * C + sl) * rho;
             const int32_t len = ly->len[(int64_t)kvh * C + sl];
             for (int32_t e = 0; e < len; e++) {
@@ -344,7 +369,7 @@ static int64_t ctkvr_select(void *self, int layer, int kvh, const float *q, cons
 
     if (n <= rho_p && (!s->c.dcu || n <= rho)) {   /* everything fits: no rerank needed */
         memcpy(out, cand, (size_t)n * sizeof *out);
-        if (s->c.dcu && n > 0) dcu_push(s, ly, kvh, qn, cand, NULL, n);
+        if (s->c.dcu && n > 0) dcu_push(s, ly, kvh, qn, cand, NULL, n, best, bcos);
         return n;
     }
     /* rerank: q.k, max over the group's heads */
@@ -363,7 +388,7 @@ static int64_t ctkvr_select(void *self, int layer, int kvh, const float *q, cons
     const int32_t *p_out = rho_p >= rho ? ia : ib, *p_dcu = rho_p >= rho ? ib : ia;
     const int64_t m_out = rho_p >= rho ? mb : ms, m_dcu = rho_p >= rho ? ms : mb;
     for (int64_t i = 0; i < m_out; i++) out[i] = cand[p_out[i]];
-    dcu_push(s, ly, kvh, qn, cand, p_dcu, m_dcu);
+    dcu_push(s, ly, kvh, qn, cand, p_dcu, m_dcu, best, bcos);
     return m_out;
 }
 
@@ -378,12 +403,15 @@ static void ctkvr_describe(void *self, char *buf, size_t cap)
         uniq += s->heads[i].uniq, tail += s->heads[i].tail;
     }
     char mb[32];
-    hkv_fmt_bytes((double)(s->cent_b + s->ivf_b + s->len_b), mb, sizeof mb);
+    hkv_fmt_bytes((double)(s->cent_b + s->ivf_b + s->len_b + s->dyn_b), mb, sizeof mb);
     double st = steps ? (double)steps : 1.0;
-    snprintf(buf, cap, "ctkvr C=%lld C'=%lld rho=%lld rho'=%lld dcu=%d tail=%lld, fp16 centroids, "
+    char dcu[32];
+    if (s->c.dcu == 2) snprintf(dcu, sizeof dcu, "2 (cos %.2f)", s->c.dcu_cos);
+    else snprintf(dcu, sizeof dcu, "%d", s->c.dcu);
+    snprintf(buf, cap, "ctkvr C=%lld C'=%lld rho=%lld rho'=%lld dcu=%s tail=%lld, fp16 centroids, "
              "index %s; %lld selects: %.0f candidates (%.0f list entries, alpha=%.2f, tail %.0f)",
              (long long)s->c.C, (long long)s->c.Cp, (long long)s->c.rho, (long long)s->c.rho_p,
-             s->c.dcu, (long long)s->c.tail, mb, (long long)steps, cand / st, raw / st,
+             dcu, (long long)s->c.tail, mb, (long long)steps, cand / st, raw / st,
              raw ? (double)uniq / (double)raw : 0.0, tail / st);
 }
 
@@ -394,6 +422,7 @@ static void ctkvr_destroy(void *self)
     hkv_host_free(s->mem, HKV_TIER_INDEX, s->cent, s->cent_b);
     hkv_host_free(s->mem, HKV_TIER_INDEX, s->ivf, s->ivf_b);
     hkv_host_free(s->mem, HKV_TIER_INDEX, s->len, s->len_b);
+    hkv_host_free(s->mem, HKV_TIER_INDEX, s->dyn, s->dyn_b);
     hkv_host_free(s->mem, HKV_TIER_INDEX, s->heads, s->heads_b);
     hkv_host_free(s->mem, HKV_TIER_INDEX, s->lay, s->lay_b);
     hkv_host_free(s->mem, HKV_TIER_INDEX, s, sizeof *s);
@@ -443,6 +472,7 @@ static int ctkvr_create(hkv_policy *out, const hkv_policy_args *a, const hkv_pol
     s->heads_b = L * KH * sizeof *s->heads;
     s->cent_b = bytes4(L, C, (size_t)s->H * (size_t)s->d, 2);
     s->len_b = bytes4(L, KH, C, 4);
+    s->dyn_b = bytes4(L, KH, C, 1);
     s->ivf_b = bytes4(L * KH, C, (size_t)c.rho, 4);
     if (!s->cent_b || !s->len_b || !s->ivf_b || s->ivf_b > SIZE_MAX / 4) {
         ctkvr_destroy(s);
@@ -453,6 +483,7 @@ static int ctkvr_create(hkv_policy *out, const hkv_policy_args *a, const hkv_pol
         !(s->heads = hkv_host_calloc(s->mem, HKV_TIER_INDEX, s->heads_b, err)) ||
         !(s->cent = hkv_host_alloc(s->mem, HKV_TIER_INDEX, s->cent_b, err)) ||
         !(s->len = hkv_host_calloc(s->mem, HKV_TIER_INDEX, s->len_b, err)) ||
+        !(s->dyn = hkv_host_calloc(s->mem, HKV_TIER_INDEX, s->dyn_b, err)) ||
         !(s->ivf = hkv_host_alloc(s->mem, HKV_TIER_INDEX, s->ivf_b, err))) {
         if (!s->lay) s->lay_b = 0;
         if (!s->heads) s->heads_b = 0;
@@ -465,6 +496,7 @@ static int ctkvr_create(hkv_policy *out, const hkv_policy_args *a, const hkv_pol
         ly->cent = s->cent + l * C * (size_t)s->H * (size_t)s->d;
         ly->ivf = s->ivf + l * KH * C * (size_t)c.rho;
         ly->len = s->len + l * KH * C;
+        ly->dyn = s->dyn + l * KH * C;
         ly->kv = s->heads + l * KH;
         ly->indexed_hi = -1;   /* before any prompt end, every far token is tail */
         ly->q_end = 0;

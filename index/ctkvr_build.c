@@ -22,6 +22,7 @@
 #define BUILD_ROWS 256    /* GEMM rows (centroids x g) per task: enough for sgemm to run near peak */
 #define BUILD_MAX_CB 128  /* centroids per task: bounds the running top-rho buffers */
 #define BUILD_KEYS 512    /* keys per chunk: the score tile stays in L2 */
+#define BUILD_SAMPLE 2048 /* keys sampled for the starting thresholds */
 
 typedef struct build_ws {
     float *qb;      /* [cb*g][d] the block's queries, fp32 */
@@ -29,31 +30,60 @@ typedef struct build_ws {
     float *s;       /* [cb*g][nb] scores; row i*g holds centroid i's group max */
     float *bv;      /* [cb][cap] running candidates: scores */
     float *thr;     /* [cb] score a new candidate must beat */
-    float *tv;      /* [rho] compaction temporaries */
+    float *ss;      /* [cb][BUILD_SAMPLE] sampled scores */
     int32_t *bp;    /* [cb][cap] running candidates: positions */
     int32_t *blen;  /* [cb] */
-    int32_t *keep;  /* [rho] */
-    int32_t *scr;   /* [cap] hkv_topk scratch */
-    int32_t *ti;    /* [rho] */
+    int32_t *cent;  /* [cb] centroids being built */
+    int64_t cap;    /* candidate buffer length */
 } build_ws;
 
-/* Cut a candidate buffer back to its best rho and raise its threshold to the
- * worst kept score (scores equal to it lose, as hkv_topk's tie rule keeps the
- * earlier one). */
-static void compact(float *v, int32_t *p, int32_t *len, float *thr, int64_t rho,
-                    const build_ws *w)
+/* a before b: the higher score, then the lower position (hkv_topk's tie rule) */
+static inline int better(float va, int32_t pa, float vb, int32_t pb)
 {
-    int64_t m = hkv_topk(v, *len, rho, w->keep, w->scr);
-    float lo = INFINITY;
-    for (int64_t i = 0; i < m; i++) {
-        w->tv[i] = v[w->keep[i]];
-        w->ti[i] = p[w->keep[i]];
-        if (w->tv[i] < lo) lo = w->tv[i];
+    return va > vb || (va == vb && pa < pb);
+}
+
+static inline void swap2(float *v, int32_t *p, int64_t i, int64_t j)
+{
+    float t = v[i];
+    int32_t u = p[i];
+    v[i] = v[j], p[i] = p[j];
+    v[j] = t, p[j] = u;
+}
+
+/* Quickselect in place on (score, position) pairs: afterwards the k best
+ * come first and element k-1 is the k-th best. Positions are distinct, so
+ * the order is strict; scores are never NaN (the filter's compare rejects
+ * them). Faster than hkv_topk here: no index indirection, plain compares. */
+static void select_best(float *v, int32_t *p, int64_t n, int64_t k)
+{
+    int64_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;   /* median of three as pivot */
+        if (better(v[mid], p[mid], v[lo], p[lo])) swap2(v, p, mid, lo);
+        if (better(v[hi], p[hi], v[lo], p[lo])) swap2(v, p, hi, lo);
+        if (better(v[hi], p[hi], v[mid], p[mid])) swap2(v, p, hi, mid);
+        const float pv = v[mid];
+        const int32_t pp = p[mid];
+        int64_t i = lo, j = hi;
+        while (i <= j) {
+            while (better(v[i], p[i], pv, pp)) i++;
+            while (better(pv, pp, v[j], p[j])) j--;
+            if (i <= j) swap2(v, p, i++, j--);
+        }
+        if (k - 1 <= j) hi = j;
+        else if (k - 1 >= i) lo = i;
+        else break;
     }
-    memcpy(v, w->tv, (size_t)m * sizeof *v);
-    memcpy(p, w->ti, (size_t)m * sizeof *p);
-    *len = (int32_t)m;
-    if (m == rho) *thr = lo;
+}
+
+/* Cut a candidate buffer back to its best rho and raise its threshold to the
+ * worst kept score (a later score equal to it loses: its position is higher). */
+static void compact(float *v, int32_t *p, int32_t *len, float *thr, int64_t rho)
+{
+    select_best(v, p, *len, rho);
+    *len = (int32_t)rho;
+    *thr = v[rho - 1];
 }
 
 /* Append the scores of row[0..nk) above the threshold (positions pos0 + k). */
@@ -75,49 +105,115 @@ static void filter_row(const float *row, int64_t nk, int64_t pos0, float thr, fl
     *len = n;
 }
 
-/* One task: KV head h, centroids [i0, i0 + nc). */
-static int build_task(const hkv_cpu_kernels *kern, const hkv_ctkvr_build *b, int h, int64_t i0,
-                      int64_t nc, int64_t nb, int64_t cap, const build_ws *w)
+/* Scores of the loaded centroids (qb, nc of them) against nk keys at far
+ * offsets p0, p0 + stride, ...: the group max lands in row i*g of w->s. */
+static int score_keys(const hkv_cpu_kernels *kern, const hkv_far_view *far, int h, int g,
+                      int64_t nc, int64_t p0, int64_t stride, int64_t nk, int64_t nb,
+                      const build_ws *w)
+{
+    const int d = far->head_dim;
+    const uint16_t *K = far->k[h] + far->lo * far->ld;
+    for (int64_t r = 0; r < nk; r++)
+        kern->f16_to_f32(K + (p0 + r * stride) * far->ld, w->kf + r * d, d);
+    /* s[nc*g][nk] = qb[nc*g][d] . kf[nk][d]^T (row-major) */
+    if (dnnl_sgemm('N', 'T', nc * g, nk, d, 1.0f, w->qb, d, w->kf, d, 0.0f, w->s, nb) !=
+        dnnl_success)
+        return HKV_E_INTERNAL;
+    for (int64_t i = 0; i < nc; i++) {
+        float *row = w->s + i * g * nb;
+        for (int j = 1; j < g; j++) {
+            const float *o = row + j * nb;
+            for (int64_t k = 0; k < nk; k++) row[k] = o[k] > row[k] ? o[k] : row[k];
+        }
+    }
+    return HKV_OK;
+}
+
+/* Starting thresholds from a strided sample of ns keys: a score that about
+ * rho*ns/n sampled keys beat, lowered by 4 standard deviations of that count
+ * (plus 8), so that with near certainty more than rho far keys beat it. The
+ * scan then appends about 1.5-2 rho scores per list instead of ~4.5 rho with
+ * a threshold that starts at -inf, which made the selections cost more than
+ * the GEMMs. The rare list that ends short is rebuilt without the sample. */
+static int sample_thresholds(const hkv_cpu_kernels *kern, const hkv_ctkvr_build *b, int h,
+                             int64_t nc, int64_t nb, const build_ws *w)
+{
+    const hkv_far_view *far = b->far;
+    const int g = b->n_head / far->n_head_kv;
+    const int64_t nfar = far->hi - far->lo, ns = BUILD_SAMPLE, stride = nfar / ns;
+    const double mu = (double)b->rho * (double)ns / (double)nfar;
+    const int64_t k = (int64_t)ceil(mu + 4.0 * sqrt(mu) + 8.0);
+    if (k >= ns) return HKV_OK;   /* thresholds stay -inf */
+    for (int64_t r0 = 0; r0 < ns; r0 += nb) {
+        int64_t nk = ns - r0 < nb ? ns - r0 : nb;
+        int rc = score_keys(kern, far, h, g, nc, stride / 2 + r0 * stride, stride, nk, nb, w);
+        if (rc) return rc;
+        for (int64_t i = 0; i < nc; i++)
+            memcpy(w->ss + i * ns + r0, w->s + i * g * nb, (size_t)nk * sizeof(float));
+    }
+    for (int64_t i = 0; i < nc; i++) {
+        float *a = w->ss + i * ns;
+        int32_t *pa = w->bp + i * w->cap;   /* the candidate buffers are still empty */
+        for (int64_t r = 0; r < ns; r++) pa[r] = (int32_t)r;
+        select_best(a, pa, ns, k);
+        w->thr[i] = nextafterf(a[k - 1], -INFINITY);   /* the k-th best itself passes */
+    }
+    return HKV_OK;
+}
+
+/* Lists of the centroids cent[0..nc) (indices into b's queries) for KV head h.
+ * Returns how many ended with fewer than rho entries (only possible with
+ * sampled thresholds); those are packed at the front of cent, unwritten. */
+static int64_t build_lists(const hkv_cpu_kernels *kern, const hkv_ctkvr_build *b, int h,
+                           int32_t *cent, int64_t nc, int sample, int64_t nb, const build_ws *w,
+                           int *rc)
 {
     const hkv_far_view *far = b->far;
     const int d = far->head_dim, g = b->n_head / far->n_head_kv;
-    const int64_t nfar = far->hi - far->lo, M = nc * g, rho = b->rho;
-    const uint16_t *K = far->k[h];
+    const int64_t nfar = far->hi - far->lo, rho = b->rho, cap = w->cap;
     for (int64_t i = 0; i < nc; i++) {
-        kern->f16_to_f32(b->q + (i0 + i) * b->ldq + (int64_t)h * g * d, w->qb + i * g * d,
+        kern->f16_to_f32(b->q + cent[i] * b->ldq + (int64_t)h * g * d, w->qb + i * g * d,
                          (int64_t)g * d);
         w->blen[i] = 0;
         w->thr[i] = -INFINITY;
     }
+    if (sample && (*rc = sample_thresholds(kern, b, h, nc, nb, w))) return 0;
     for (int64_t p0 = 0; p0 < nfar; p0 += nb) {
         int64_t nk = nfar - p0 < nb ? nfar - p0 : nb;
-        for (int64_t r = 0; r < nk; r++)
-            kern->f16_to_f32(K + (far->lo + p0 + r) * far->ld, w->kf + r * d, d);
-        /* s[M][nk] = qb[M][d] . kf[nk][d]^T (row-major) */
-        if (dnnl_sgemm('N', 'T', M, nk, d, 1.0f, w->qb, d, w->kf, d, 0.0f, w->s, nb) !=
-            dnnl_success)
-            return HKV_E_INTERNAL;
+        if ((*rc = score_keys(kern, far, h, g, nc, p0, 1, nk, nb, w))) return 0;
         for (int64_t i = 0; i < nc; i++) {
-            float *row = w->s + i * g * nb;
-            for (int j = 1; j < g; j++) {
-                const float *o = row + j * nb;
-                for (int64_t k = 0; k < nk; k++) row[k] = o[k] > row[k] ? o[k] : row[k];
-            }
             float *v = w->bv + i * cap;
             int32_t *p = w->bp + i * cap;
-            if (w->blen[i] + nk > cap) compact(v, p, &w->blen[i], &w->thr[i], rho, w);
-            filter_row(row, nk, far->lo + p0, w->thr[i], v, p, &w->blen[i]);
+            if (w->blen[i] + nk > cap) compact(v, p, &w->blen[i], &w->thr[i], rho);
+            filter_row(w->s + i * g * nb, nk, far->lo + p0, w->thr[i], v, p, &w->blen[i]);
         }
     }
+    int64_t nfail = 0;
     for (int64_t i = 0; i < nc; i++) {
+        if (w->blen[i] < rho) {
+            cent[nfail++] = cent[i];
+            continue;
+        }
         float *v = w->bv + i * cap;
         int32_t *p = w->bp + i * cap;
-        if (w->blen[i] > rho) compact(v, p, &w->blen[i], &w->thr[i], rho, w);
-        int64_t s = b->slot[(int64_t)h * b->n + i0 + i];
-        memcpy(b->ivf + ((int64_t)h * b->n_slots + s) * rho, p, (size_t)w->blen[i] * sizeof *p);
-        b->len[(int64_t)h * b->n_slots + s] = w->blen[i];
+        if (w->blen[i] > rho) compact(v, p, &w->blen[i], &w->thr[i], rho);
+        int64_t s = b->slot[(int64_t)h * b->n + cent[i]];
+        memcpy(b->ivf + ((int64_t)h * b->n_slots + s) * rho, p, (size_t)rho * sizeof *p);
+        b->len[(int64_t)h * b->n_slots + s] = (int32_t)rho;
     }
-    return HKV_OK;
+    return nfail;
+}
+
+/* One task: KV head h, centroids [i0, i0 + nc). */
+static int build_task(const hkv_cpu_kernels *kern, const hkv_ctkvr_build *b, int h, int64_t i0,
+                      int64_t nc, int64_t nb, const build_ws *w)
+{
+    const int64_t nfar = b->far->hi - b->far->lo;
+    int rc = HKV_OK;
+    for (int64_t i = 0; i < nc; i++) w->cent[i] = (int32_t)(i0 + i);
+    int64_t nfail = build_lists(kern, b, h, w->cent, nc, nfar >= 4 * BUILD_SAMPLE, nb, w, &rc);
+    if (!rc && nfail) nfail = build_lists(kern, b, h, w->cent, nfail, 0, nb, w, &rc);
+    return rc ? rc : nfail ? HKV_E_INTERNAL : HKV_OK;
 }
 
 int hkv_ctkvr_build_lists(const hkv_cpu_kernels *kern, const hkv_ctkvr_build *b,
@@ -137,18 +233,21 @@ int hkv_ctkvr_build_lists(const hkv_cpu_kernels *kern, const hkv_ctkvr_build *b,
             }
         return HKV_OK;
     }
+    const int64_t nb = BUILD_KEYS;
     int64_t cb = BUILD_ROWS / g;
     if (cb > BUILD_MAX_CB) cb = BUILD_MAX_CB;
     if (cb < 1) cb = 1;
     if (cb > b->n) cb = b->n;
-    const int64_t nb = BUILD_KEYS, cap = rho + (rho > nb ? rho : nb);
+    /* cap >= BUILD_SAMPLE: the sample's positions are sorted in a candidate buffer */
+    int64_t cap = rho + (rho > nb ? rho : nb);
+    if (cap < BUILD_SAMPLE) cap = BUILD_SAMPLE;
     const int64_t nblk = (b->n + cb - 1) / cb, ntask = (int64_t)KH * nblk;
     int nt = b->n_threads > 0 ? b->n_threads : omp_get_max_threads();
     if (nt > ntask) nt = (int)ntask;
     if (nt < 1) nt = 1;
 
-    const size_t nf = (size_t)(cb * g * d + nb * d + cb * g * nb + cb * cap + cb + rho);
-    const size_t ni = (size_t)(cb * cap + cb + rho + cap + rho);
+    const size_t nf = (size_t)(cb * g * d + nb * d + cb * g * nb + cb * cap + cb + cb * BUILD_SAMPLE);
+    const size_t ni = (size_t)(cb * cap + 2 * cb);
     const size_t per = ((nf + ni) * 4 + 63) & ~(size_t)63;
     char *mem_all = hkv_host_alloc(mem, HKV_TIER_WORKSPACE, per * (size_t)nt, err);
     if (!mem_all) return hkv_err_prefix(err, "ctkvr index build workspace");
@@ -163,24 +262,23 @@ int hkv_ctkvr_build_lists(const hkv_cpu_kernels *kern, const hkv_ctkvr_build *b,
         w.s = f, f += cb * g * nb;
         w.bv = f, f += cb * cap;
         w.thr = f, f += cb;
-        w.tv = f, f += rho;
+        w.ss = f, f += cb * BUILD_SAMPLE;
         int32_t *ip = (int32_t *)f;
         w.bp = ip, ip += cb * cap;
         w.blen = ip, ip += cb;
-        w.keep = ip, ip += rho;
-        w.scr = ip, ip += cap;
-        w.ti = ip;
+        w.cent = ip;
+        w.cap = cap;
         #pragma omp for schedule(dynamic, 1)
         for (int64_t t = 0; t < ntask; t++) {
             int h = (int)(t / nblk);
             int64_t i0 = (t % nblk) * cb, nc = b->n - i0 < cb ? b->n - i0 : cb;
-            if (build_task(kern, b, h, i0, nc, nb, cap, &w) != HKV_OK) {
+            if (build_task(kern, b, h, i0, nc, nb, &w) != HKV_OK) {
                 #pragma omp atomic write
                 rc = HKV_E_INTERNAL;
             }
         }
     }
     hkv_host_free(mem, HKV_TIER_WORKSPACE, mem_all, per * (size_t)nt);
-    if (rc) return hkv_seterr(err, rc, "ctkvr index build: oneDNN sgemm failed");
+    if (rc) return hkv_seterr(err, rc, "ctkvr index build: oneDNN sgemm failed or a list came out short");
     return HKV_OK;
 }
