@@ -86,19 +86,29 @@ static void compact(float *v, int32_t *p, int32_t *len, float *thr, int64_t rho)
     *thr = v[rho - 1];
 }
 
-/* Append the scores of row[0..nk) above the threshold (positions pos0 + k). */
-static void filter_row(const float *row, int64_t nk, int64_t pos0, float thr, float *v,
-                       int32_t *p, int32_t *len)
+/* Fold a centroid's g score rows (stride ld) into the first by max and
+ * append the maxima above thr (positions pos0 + k). Blocks of 16 keep the
+ * fold and the reject test in registers; almost every block is rejected. */
+static void fold_filter(float *row, int g, int64_t ld, int64_t nk, int64_t pos0, float thr,
+                        float *v, int32_t *p, int32_t *len)
 {
     int32_t n = *len;
     for (int64_t a = 0; a < nk; a += 16) {
-        int64_t e = nk - a < 16 ? nk - a : 16;
+        float *r = row + a;
         int any = 0;
-        for (int64_t k = 0; k < e; k++) any |= row[a + k] > thr;   /* vectorised reject */
+        if (nk - a >= 16) {   /* fixed trip counts: the compiler vectorises these */
+            for (int j = 1; j < g; j++)
+                for (int k = 0; k < 16; k++) r[k] = r[j * ld + k] > r[k] ? r[j * ld + k] : r[k];
+            for (int k = 0; k < 16; k++) any |= r[k] > thr;
+        } else {
+            for (int j = 1; j < g; j++)
+                for (int64_t k = 0; k < nk - a; k++) r[k] = r[j * ld + k] > r[k] ? r[j * ld + k] : r[k];
+            for (int64_t k = 0; k < nk - a; k++) any |= r[k] > thr;
+        }
         if (!any) continue;
-        for (int64_t k = 0; k < e; k++)
-            if (row[a + k] > thr) {
-                v[n] = row[a + k];
+        for (int64_t k = 0; k < 16 && a + k < nk; k++)
+            if (r[k] > thr) {
+                v[n] = r[k];
                 p[n++] = (int32_t)(pos0 + a + k);
             }
     }
@@ -106,9 +116,10 @@ static void filter_row(const float *row, int64_t nk, int64_t pos0, float thr, fl
 }
 
 /* Scores of the loaded centroids (qb, nc of them) against nk keys at far
- * offsets p0, p0 + stride, ...: the group max lands in row i*g of w->s. */
+ * offsets p0, p0 + stride, ...: rows [i*g, i*g + g) of w->s; with fold, their
+ * max lands in row i*g. */
 static int score_keys(const hkv_cpu_kernels *kern, const hkv_far_view *far, int h, int g,
-                      int64_t nc, int64_t p0, int64_t stride, int64_t nk, int64_t nb,
+                      int64_t nc, int64_t p0, int64_t stride, int64_t nk, int64_t nb, int fold,
                       const build_ws *w)
 {
     const int d = far->head_dim;
@@ -119,7 +130,7 @@ static int score_keys(const hkv_cpu_kernels *kern, const hkv_far_view *far, int 
     if (dnnl_sgemm('N', 'T', nc * g, nk, d, 1.0f, w->qb, d, w->kf, d, 0.0f, w->s, nb) !=
         dnnl_success)
         return HKV_E_INTERNAL;
-    for (int64_t i = 0; i < nc; i++) {
+    for (int64_t i = 0; fold && i < nc; i++) {
         float *row = w->s + i * g * nb;
         for (int j = 1; j < g; j++) {
             const float *o = row + j * nb;
@@ -146,7 +157,7 @@ static int sample_thresholds(const hkv_cpu_kernels *kern, const hkv_ctkvr_build 
     if (k >= ns) return HKV_OK;   /* thresholds stay -inf */
     for (int64_t r0 = 0; r0 < ns; r0 += nb) {
         int64_t nk = ns - r0 < nb ? ns - r0 : nb;
-        int rc = score_keys(kern, far, h, g, nc, stride / 2 + r0 * stride, stride, nk, nb, w);
+        int rc = score_keys(kern, far, h, g, nc, stride / 2 + r0 * stride, stride, nk, nb, 1, w);
         if (rc) return rc;
         for (int64_t i = 0; i < nc; i++)
             memcpy(w->ss + i * ns + r0, w->s + i * g * nb, (size_t)nk * sizeof(float));
@@ -180,12 +191,12 @@ static int64_t build_lists(const hkv_cpu_kernels *kern, const hkv_ctkvr_build *b
     if (sample && (*rc = sample_thresholds(kern, b, h, nc, nb, w))) return 0;
     for (int64_t p0 = 0; p0 < nfar; p0 += nb) {
         int64_t nk = nfar - p0 < nb ? nfar - p0 : nb;
-        if ((*rc = score_keys(kern, far, h, g, nc, p0, 1, nk, nb, w))) return 0;
+        if ((*rc = score_keys(kern, far, h, g, nc, p0, 1, nk, nb, 0, w))) return 0;
         for (int64_t i = 0; i < nc; i++) {
             float *v = w->bv + i * cap;
             int32_t *p = w->bp + i * cap;
             if (w->blen[i] + nk > cap) compact(v, p, &w->blen[i], &w->thr[i], rho);
-            filter_row(w->s + i * g * nb, nk, far->lo + p0, w->thr[i], v, p, &w->blen[i]);
+            fold_filter(w->s + i * g * nb, g, nb, nk, far->lo + p0, w->thr[i], v, p, &w->blen[i]);
         }
     }
     int64_t nfail = 0;
