@@ -1,0 +1,417 @@
+/* hkv-bench-kernels: speed of the host kernels next to a memory-bandwidth
+ * probe measured in the same run (DESIGN.md, performance model).
+ *
+ *   hkv-bench-kernels [--isa scalar|avx2|avx512] [--quick] [--hot] [--cpu-time]
+ *
+ * Memory-bound kernels are measured cold: each call works on the next of
+ * several copies of its data (weights, or per-layer KV caches) totalling
+ * more than ~1 GiB, so bytes come from DRAM as in a real decode step that
+ * walks all layers. --hot instead keeps one copy (GEMV) and 2048-row caches
+ * (score_max, attn_sparse) in cache: the kernels' compute speed.
+ * --cpu-time times by process CPU time / threads instead of wall time: on a
+ * shared machine this discounts time the scheduler gave to other processes
+ * (meaningful with OMP_NUM_THREADS=1; with more threads it counts spinning).
+ * Figures: GB/s of weight or K/V bytes touched (1e9), GFLOP/s for
+ * compute-bound kernels; each the best of several trials. */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels.h"
+#include "kernels_impl.h"
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+static size_t cold_bytes = (size_t)1 << 30;   /* data rotated through per measurement */
+static double trial_seconds = 0.12;             /* one timed trial */
+static int trials = 5;                          /* best of: filters out other load */
+
+static int use_cpu_time;
+
+static double now(void)
+{
+    if (!use_cpu_time) return omp_get_wtime();
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (ts.tv_sec + 1e-9 * ts.tv_nsec) / omp_get_max_threads();
+}
+
+/* Runs step(ctx) (one unit of work) repeatedly; returns the best over
+ * `trials` trials of units per second. */
+static double best_rate(void (*step)(void *ctx), void *ctx)
+{
+    double best = 0;
+    step(ctx);   /* warm-up */
+    for (int t = 0; t < trials; t++) {
+        long units = 0;
+        double t0 = now(), dt;
+        do {
+            step(ctx);
+            units++;
+            dt = now() - t0;
+        } while (dt < trial_seconds);
+        if (units / dt > best) best = units / dt;
+    }
+    return best;
+}
+
+static uint64_t mix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    return z ^ (z >> 27);
+}
+
+/* Random fp16 in +-[0.5, 1) (no subnormals: they would slow some paths). */
+static void fill_half(uint16_t *p, size_t n, uint64_t seed)
+{
+    for (size_t i = 0; i < n; i += 4) {
+        uint64_t r = mix(&seed);
+        for (size_t j = i; j < i + 4 && j < n; j++, r >>= 16)
+            p[j] = (uint16_t)((r & 0x83ff) | 0x3800);
+    }
+}
+
+static void fill_bytes(uint8_t *p, size_t n, uint64_t seed)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t r = mix(&seed);
+        memcpy(p + i, &r, 8);
+    }
+    for (; i < n; i++) p[i] = (uint8_t)mix(&seed);
+}
+
+static void *xalloc(size_t bytes)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 2u << 20, bytes ? bytes : 64) != 0) {
+        fprintf(stderr, "hkv-bench-kernels: cannot allocate %.2f GiB\n", bytes / GIB);
+        exit(1);
+    }
+    return p;
+}
+
+/* ---- GEMV -------------------------------------------------------------- */
+
+/* Weights of one matrix shape laid out `copies` times in one buffer. */
+typedef struct {
+    hkv_wmat *m;
+    int copies;
+    void *q;
+    uint16_t *scale, *min;
+} wset;
+
+static void wset_make(wset *s, int type, int64_t rows, int64_t cols)
+{
+    hkv_wmat one = {type, rows, cols, NULL, NULL, NULL};
+    size_t bytes = hkv_wmat_bytes(&one);
+    s->copies = (int)((cold_bytes + bytes - 1) / bytes);
+    size_t n = (size_t)rows * cols, nb = n / HKV_WBLOCK;
+    size_t qb = type == HKV_W_F16 ? 2 * n : type == HKV_W_Q8 ? n : n / 2;
+    s->q = xalloc(qb * s->copies);
+    s->scale = type >= HKV_W_Q8 ? xalloc(2 * nb * s->copies) : NULL;
+    s->min = type == HKV_W_Q4 ? xalloc(2 * nb * s->copies) : NULL;
+    if (type == HKV_W_F16) fill_half(s->q, n * s->copies, 1);
+    else fill_bytes(s->q, qb * s->copies, 1);
+    if (s->scale) fill_half(s->scale, nb * s->copies, 2);
+    if (s->min) fill_half(s->min, nb * s->copies, 3);
+    s->m = malloc(s->copies * sizeof *s->m);
+    for (int c = 0; c < s->copies; c++)
+        s->m[c] = (hkv_wmat){type, rows, cols, (char *)s->q + qb * c,
+                             s->scale ? s->scale + nb * c : NULL, s->min ? s->min + nb * c : NULL};
+}
+
+static void wset_free(wset *s)
+{
+    free(s->q);
+    free(s->scale);
+    free(s->min);
+    free(s->m);
+}
+
+typedef struct {
+    const hkv_cpu_kernels *t;
+    const wset *s;
+    const float *x;
+    float *y;
+    int n;
+} gemv_ctx;
+
+/* one pass over every copy of the weights */
+static void gemv_step(void *p)
+{
+    gemv_ctx *g = p;
+    for (int c = 0; c < g->s->copies; c++) hkv_matmul(g->t, &g->s->m[c], g->x, g->n, g->y, NULL);
+}
+
+static void bench_gemv(const hkv_cpu_kernels *t, double probe)
+{
+    const int64_t shapes[][2] = {{576, 1536}, {4096, 4096}, {4096, 14336}};
+    const int types[] = {HKV_W_Q4, HKV_W_Q8, HKV_W_F16};
+    const char *names[] = {"f32", "f16", "q8", "q4"};
+    printf("\nGEMV through hkv_matmul (%d threads), %s weights\n", omp_get_max_threads(),
+           cold_bytes > 1 ? "cold" : "hot");
+    printf("%-5s %13s %2s %10s %9s %8s\n", "type", "rows x cols", "n", "us/call", "GB/s", "probe%");
+    for (unsigned si = 0; si < sizeof shapes / sizeof *shapes; si++)
+        for (unsigned ti = 0; ti < 3; ti++) {
+            wset s;
+            wset_make(&s, types[ti], shapes[si][0], shapes[si][1]);
+            int64_t rows = shapes[si][0], cols = shapes[si][1];
+            float *x = xalloc(8 * cols * sizeof *x), *y = xalloc(8 * rows * sizeof *y);
+            for (int64_t i = 0; i < 8 * cols; i++) x[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
+            for (int n = 1; n <= 8; n += 7) {
+                gemv_ctx g = {t, &s, x, y, n};
+                double sweeps = best_rate(gemv_step, &g);   /* passes over all copies */
+                double calls = sweeps * s.copies;
+                double gbs = hkv_wmat_bytes(&s.m[0]) * calls / 1e9;
+                printf("%-5s %6lldx%-6lld %2d %10.1f %9.2f %7.0f%%\n", names[types[ti]], (long long)rows,
+                       (long long)cols, n, 1e6 / calls, gbs, 100 * gbs / probe);
+            }
+            free(x);
+            free(y);
+            wset_free(&s);
+        }
+}
+
+/* ---- prefill matmul ------------------------------------------------------ */
+
+typedef struct {
+    const hkv_cpu_kernels *t;
+    const hkv_wmat *w;
+    const float *x;
+    int64_t n;
+    float *y, *ws;
+    int mode;
+} mm_ctx;
+
+static void mm_step(void *p)
+{
+    mm_ctx *c = p;
+    hkv_matmul_mode(c->t, c->w, c->x, c->n, c->y, c->ws, c->mode);
+}
+
+static void bench_matmul(const hkv_cpu_kernels *t, int quick)
+{
+    const int64_t shapes[][2] = {{1536, 576}, {576, 1536}, {4096, 4096}, {14336, 4096}, {4096, 14336}};
+    const int64_t n = 512;
+    printf("\nPrefill matmul, n = %lld tokens, Q4 weights, %d threads (GFLOP/s)\n", (long long)n,
+           omp_get_max_threads());
+    printf("%13s %14s %14s\n", "rows x cols", "shared-panel", "thread-panel");
+    for (unsigned si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+        if (quick && si >= 3) break;
+        wset s;
+        size_t keep = cold_bytes;
+        cold_bytes = 1;   /* compute-bound: one copy */
+        wset_make(&s, HKV_W_Q4, shapes[si][0], shapes[si][1]);
+        cold_bytes = keep;
+        int64_t rows = shapes[si][0], cols = shapes[si][1];
+        float *x = xalloc(n * cols * sizeof *x), *y = xalloc(n * rows * sizeof *y);
+        for (int64_t i = 0; i < n * cols; i++) x[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
+        printf("%6lldx%-6lld", (long long)rows, (long long)cols);
+        for (int mode = HKV_MM_SHARED_PANEL; mode <= HKV_MM_THREAD_PANEL; mode++) {
+            float *ws = xalloc(hkv_matmul_mode_ws_floats(&s.m[0], mode) * sizeof(float));
+            mm_ctx c = {t, &s.m[0], x, n, y, ws, mode};
+            double calls = best_rate(mm_step, &c);
+            printf(" %14.1f", 2.0 * n * rows * cols * calls / 1e9);
+            free(ws);
+        }
+        printf("\n");
+        free(x);
+        free(y);
+        wset_free(&s);
+    }
+}
+
+/* ---- rerank and sparse attention ---------------------------------------- */
+
+static int64_t cache_rows = 32768;   /* rows of one K (or V) cache */
+#define CACHE_ROWS cache_rows
+
+typedef struct {
+    const hkv_cpu_kernels *t;
+    const uint16_t *kv;
+    const int32_t *idx;
+    const float *q;
+    int ncache, d, g;
+    int64_t n;
+    int kern, nt;
+} sparse_ctx;
+
+/* one pass over all caches: each thread walks its own subset, as threads
+ * serving different (sequence, KV head) pairs would */
+static void sparse_step(void *p)
+{
+    const sparse_ctx *c = p;
+    #pragma omp parallel num_threads(c->nt)
+    {
+        float out[8 * 128], lse[8], s[8192];
+        int me = omp_get_thread_num();
+        for (int i = me; i < c->ncache; i += c->nt) {
+            const uint16_t *k = c->kv + (size_t)i * 2 * CACHE_ROWS * c->d;
+            const uint16_t *v = k + (size_t)CACHE_ROWS * c->d;
+            if (c->kern == 0) c->t->score_max(c->q, c->g, c->d, k, c->d, c->idx, c->n, s);
+            else c->t->attn_sparse(c->q, c->g, c->d, k, v, c->d, c->idx, c->n, 0.088f, out, lse);
+        }
+    }
+}
+
+static void bench_sparse(const hkv_cpu_kernels *t, double probe, int quick)
+{
+    const int nthreads = omp_get_max_threads();
+    printf("\nscore_max / attn_sparse over %lld-row fp16 caches, random idx, %s caches;\n"
+           "1 thread, and %d threads each on its own caches (GB/s of K/V bytes touched)\n",
+           (long long)CACHE_ROWS, cold_bytes > 1 ? "cold" : "hot", nthreads);
+    printf("%3s %2s %5s | %9s %9s %7s | %9s %9s %7s\n", "d", "g", "cand", "score 1t", "score Nt",
+           "probe%", "attn 1t", "attn Nt", "probe%");
+    const int ds[] = {64, 128};
+    const int gs[] = {3, 4, 8};
+    const int64_t cands[] = {256, 1024, 4096, 8192};
+    for (int di = 0; di < 2; di++) {
+        int d = ds[di];
+        size_t cache_b = (size_t)CACHE_ROWS * d * 2;           /* K or V of one cache */
+        int ncache = (int)(cold_bytes / (2 * cache_b));          /* "layers" rotated */
+        if (ncache < 2 * nthreads) ncache = 2 * nthreads;
+        uint16_t *kv = xalloc(2 * cache_b * ncache);
+        #pragma omp parallel for schedule(static)
+        for (int c = 0; c < ncache; c++) fill_half(kv + (size_t)c * 2 * CACHE_ROWS * d, 2 * (size_t)CACHE_ROWS * d, 100 + c);
+        int32_t *idx = malloc(8192 * sizeof *idx);
+        uint64_t seed = 9;
+        for (int i = 0; i < 8192; i++) idx[i] = (int32_t)(mix(&seed) % CACHE_ROWS);
+        float *q = malloc(8 * d * sizeof *q);
+        for (int i = 0; i < 8 * d; i++) q[i] = (float)((i * 31) % 17) / 17.0f - 0.5f;
+
+        for (unsigned gi = 0; gi < 3; gi++)
+            for (unsigned ci = 0; ci < 4; ci++) {
+                int g = gs[gi];
+                int64_t n = cands[ci];
+                if (quick && (g == 3 || n == 1024)) continue;
+                double res[2][2];   /* [kernel][threads] GB/s */
+                for (int kern = 0; kern < 2; kern++)
+                    for (int par = 0; par < 2; par++) {
+                        sparse_ctx c = {t, kv, idx, q, ncache, d, g, n, kern, par ? nthreads : 1};
+                        double calls = best_rate(sparse_step, &c) * ncache;
+                        double bytes = (double)n * d * 2 * (kern ? 2 : 1);
+                        res[kern][par] = bytes * calls / 1e9;
+                    }
+                printf("%3d %2d %5lld | %9.2f %9.2f %6.0f%% | %9.2f %9.2f %6.0f%%\n", d, g, (long long)n,
+                       res[0][0], res[0][1], 100 * res[0][1] / probe, res[1][0], res[1][1],
+                       100 * res[1][1] / probe);
+            }
+        free(kv);
+        free(idx);
+        free(q);
+    }
+}
+
+/* ---- causal prefill attention ------------------------------------------- */
+
+typedef struct {
+    const hkv_cpu_kernels *t;
+    const uint16_t *kv;
+    const float *q;
+    float *out, *lse;
+    int nq, d, g, nt;
+} causal_ctx;
+
+/* every thread runs one head's causal attention on its own K/V */
+static void causal_step(void *p)
+{
+    const causal_ctx *c = p;
+    #pragma omp parallel num_threads(c->nt)
+    {
+        int me = omp_get_thread_num();
+        size_t kvn = (size_t)c->nq * c->d, qn = (size_t)c->nq * c->g * c->d;
+        const uint16_t *k = c->kv + 2 * kvn * me, *v = k + kvn;
+        c->t->attn_causal(c->q + qn * me, (int64_t)c->g * c->d, c->nq, c->g, c->d, 0, k, v, c->d, 0.088f,
+                          c->out + qn * me, (int64_t)c->g * c->d, c->lse + (size_t)c->nq * c->g * me);
+    }
+}
+
+static void bench_causal(const hkv_cpu_kernels *t)
+{
+    const int nq = 2048;
+    const int nthreads = omp_get_max_threads();
+    printf("\nattn_causal, %d tokens from position 0 (GFLOP/s; 4*g*d per query-key pair)\n", nq);
+    printf("%3s %2s %10s %10s %10s\n", "d", "g", "ms/head", "1 thread", "N threads");
+    const int cfg[][2] = {{128, 4}, {128, 8}, {64, 4}};
+    for (int i = 0; i < 3; i++) {
+        int d = cfg[i][0], g = cfg[i][1];
+        size_t kvn = (size_t)nq * d;
+        uint16_t *kv = xalloc(2 * kvn * 2 * nthreads);
+        fill_half(kv, 2 * kvn * nthreads, 5);
+        float *q = xalloc((size_t)nq * g * d * sizeof(float) * nthreads);
+        float *out = xalloc((size_t)nq * g * d * sizeof(float) * nthreads);
+        float *lse = xalloc((size_t)nq * g * sizeof(float) * nthreads);
+        for (size_t j = 0; j < (size_t)nq * g * d * nthreads; j++) q[j] = (float)((j * 13) % 29) / 29.0f - 0.5f;
+        double flops = 4.0 * g * d * (double)nq * (nq + 1) / 2;
+        double res[2], ms = 0;
+        for (int par = 0; par < 2; par++) {
+            causal_ctx c = {t, kv, q, out, lse, nq, d, g, par ? nthreads : 1};
+            double calls = best_rate(causal_step, &c) * c.nt;
+            double dt = 1.0 / calls;
+            res[par] = flops * calls / 1e9;
+            if (!par) ms = dt * 1e3;
+        }
+        printf("%3d %2d %10.1f %10.1f %10.1f\n", d, g, ms, res[0], res[1]);
+        free(kv);
+        free(q);
+        free(out);
+        free(lse);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    int isa = HKV_ISA_AVX512, quick = 0, hot = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) {
+            quick = 1;
+        } else if (!strcmp(argv[i], "--hot")) {
+            hot = 1;
+        } else if (!strcmp(argv[i], "--cpu-time")) {
+            use_cpu_time = 1;
+        } else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
+            isa = hkv_isa_parse(argv[++i]);
+            if (isa < 0) {
+                fprintf(stderr, "hkv-bench-kernels: unknown ISA '%s' (scalar, avx2, avx512)\n", argv[i]);
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "usage: hkv-bench-kernels [--isa scalar|avx2|avx512] [--quick] [--hot] [--cpu-time]\n");
+            return 2;
+        }
+    }
+    if (quick) {
+        cold_bytes = (size_t)256 << 20;
+        trials = 2;
+    }
+    if (hot) {
+        cold_bytes = 1;      /* one copy of each matrix */
+        cache_rows = 2048;   /* K+V of one cache: 0.5-1 MB */
+    }
+    hkv_cpu_kernels t;
+    hkv_isa_info info;
+    hkv_isa_detect(&info);
+    int used = hkv_cpu_kernels_init(&t, isa);
+    printf("hkv-bench-kernels: isa %s (best here %s), %d OpenMP threads, %s time\n",
+           hkv_isa_name(used), hkv_isa_name(info.best), omp_get_max_threads(),
+           use_cpu_time ? "CPU" : "wall");
+    double probe = hkv_bandwidth_probe((size_t)2 << 30, 8) / 1e9;
+    if (probe <= 0) {
+        fprintf(stderr, "hkv-bench-kernels: bandwidth probe failed\n");
+        return 1;
+    }
+    printf("bandwidth probe: %.2f GB/s (2 GiB read-only, all threads, best of 8)\n", probe);
+    bench_gemv(&t, probe);
+    bench_sparse(&t, probe, quick);
+    bench_causal(&t);
+    bench_matmul(&t, quick);
+    double probe2 = hkv_bandwidth_probe((size_t)2 << 30, 8) / 1e9;
+    printf("\nbandwidth probe again at the end: %.2f GB/s\n", probe2);
+    printf("every figure is the best of %d trials of >= %.2f s\n", trials, trial_seconds);
+    return 0;
+}
