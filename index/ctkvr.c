@@ -2,7 +2,7 @@
  *
  * Prompt end (Algorithm 1): the last C prompt queries become centroids; for
  * each centroid and KV head, the top-rho far keys by max over the group's
- * query heads of q.k form an IVF list (ctkvr_build.c).
+ * query heads of q.k form an IVF list (ctkvr_build.c, with the later-turn rules below).
  * Decode (Algorithm 2), per KV head: cosine of the step's g query heads with
  * each centroid's matching heads, max over the group, top C' centroids
  * (recall); union of their lists, deduplicated, plus the unindexed tail;
@@ -59,46 +59,6 @@ static const hkv_param_def ctkvr_params[P_COUNT] = {
      "most recent unindexed far tokens (decode spill, later turns) always reranked"},
 };
 
-typedef struct ct_conf {
-    int64_t C, Cp, rho, rho_p, tail;
-    int dcu;
-    float dcu_cos;
-} ct_conf;
-
-/* Per (layer, KV head); written only by that pair's select or prefill_end. */
-typedef struct ct_head {
-    int32_t head, count;    /* FIFO of centroid slots: oldest slot, slots in use */
-    int32_t dcu_new;        /* slots select pushed since the last prompt end */
-    int64_t steps, cand, raw, uniq, tail;   /* statistics for describe */
-} ct_head;
-
-typedef struct ct_layer {
-    uint16_t *cent;         /* [C][n_head][d] fp16, L2-normalised */
-    int32_t *ivf;           /* [n_head_kv][C][rho] absolute far positions */
-    int32_t *len;           /* [n_head_kv][C] valid entries per list */
-    uint8_t *dyn;           /* [n_head_kv][C] 1: the slot was made by DCU */
-    ct_head *kv;            /* [n_head_kv] */
-    int64_t indexed_hi;     /* far positions >= this are the unindexed tail */
-    int64_t q_end;          /* position after the last prompt query seen */
-    int built;
-} ct_layer;
-
-typedef struct ctkvr {
-    const hkv_cpu_kernels *kern;
-    hkv_mem_account *mem;
-    int L, H, KH, g, d, n_threads;
-    ct_conf c;
-    ct_layer *lay;          /* [n_layer] */
-    ct_head *heads;         /* [n_layer][n_head_kv] */
-    uint16_t *cent;
-    int32_t *ivf, *len;
-    uint8_t *dyn;
-    size_t lay_b, heads_b, cent_b, ivf_b, len_b, dyn_b;
-} ctkvr;
-
-static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
-
 static double arg_of(const hkv_policy_args *a, int i)
 {
     return a && !isnan(a->v[i]) ? a->v[i] : ctkvr_params[i].dflt;
@@ -116,18 +76,18 @@ static int resolve(const hkv_policy_args *a, int64_t n_ctx, ct_conf *c, hkv_err 
     }
     if (n_ctx < 1) n_ctx = 1;
     double v = arg_of(a, P_C);
-    c->C = isnan(v) ? min64(2048, n_ctx / 16) : (int64_t)v;
-    c->C = max64(1, min64(c->C, n_ctx));   /* never more centroids than tokens */
+    c->C = isnan(v) ? hkv_min64(2048, n_ctx / 16) : (int64_t)v;
+    c->C = hkv_max64(1, hkv_min64(c->C, n_ctx));   /* never more centroids than tokens */
     v = arg_of(a, P_RHOP);
     if (isnan(v)) {   /* about 3% of the context, as the paper's 4% dynamic budget */
         int64_t r = (int64_t)llround(0.03 * (double)n_ctx / 32.0) * 32;
-        c->rho_p = max64(32, min64(1024, r));
+        c->rho_p = hkv_max64(32, hkv_min64(1024, r));
     } else {
         c->rho_p = (int64_t)v;
     }
     v = arg_of(a, P_RHO);
     c->rho = isnan(v) ? (int64_t)llround(2.5 * (double)c->rho_p) : (int64_t)v;
-    c->rho = max64(1, min64(c->rho, n_ctx));   /* a list never holds more than the context */
+    c->rho = hkv_max64(1, hkv_min64(c->rho, n_ctx));   /* a list never holds more than the context */
     c->Cp = (int64_t)arg_of(a, P_CP);
     c->dcu = (int)arg_of(a, P_DCU);
     c->dcu_cos = (float)arg_of(a, P_DCU_COS);
@@ -141,99 +101,6 @@ static int64_t ctkvr_queries_wanted(const hkv_policy_args *a, const hkv_policy_e
     return resolve(a, env->n_ctx, &c, NULL) == HKV_OK ? c.C : 0;
 }
 
-/* Next slot of a KV head's FIFO: an unused one while there are, else the oldest. */
-static int32_t fifo_push(ct_head *hd, int64_t C)
-{
-    int32_t s;
-    if (hd->count < C) {
-        s = (int32_t)((hd->head + hd->count) % C);
-        hd->count++;
-    } else {
-        s = hd->head;
-        hd->head = (int32_t)((hd->head + 1) % C);
-    }
-    return s;
-}
-
-/* Unit-norm fp16 copy of a query head (zeros for a zero vector). */
-static void store_unit(const hkv_cpu_kernels *kern, float *x, int d, uint16_t *dst)
-{
-    double ss = 0;
-    for (int i = 0; i < d; i++) ss += (double)x[i] * x[i];
-    float r = ss > 0 ? (float)(1.0 / sqrt(ss)) : 0.0f;
-    for (int i = 0; i < d; i++) x[i] *= r;
-    kern->f32_to_f16(x, dst, d);
-}
-
-/* ---- prompt end ------------------------------------------------------------ */
-
-static int ctkvr_prefill_end(void *self, int layer, const hkv_far_view *far,
-                             const hkv_query_view *qv, hkv_err *err)
-{
-    ctkvr *s = self;
-    const int H = s->H, KH = s->KH, g = s->g, d = s->d;
-    const int64_t C = s->c.C;
-    if (layer < 0 || layer >= s->L)
-        return hkv_seterr(err, HKV_E_INVAL, "ctkvr: layer %d out of range (%d layers)", layer, s->L);
-    if (far->n_head_kv != KH || far->head_dim != d || far->hi < far->lo)
-        return hkv_seterr(err, HKV_E_INVAL, "ctkvr: far view of %d KV heads, d=%d, [%lld, %lld) "
-                          "does not match the policy (%d KV heads, d=%d)", far->n_head_kv,
-                          far->head_dim, (long long)far->lo, (long long)far->hi, KH, d);
-    const int64_t qn = qv ? qv->n : 0;
-    if (qn > 0 && (!qv->q || qv->ld < (int64_t)H * d))
-        return hkv_seterr(err, HKV_E_INVAL, "ctkvr: query view without rows or with stride %lld "
-                          "< %d", (long long)qv->ld, H * d);
-    ct_layer *ly = &s->lay[layer];
-    const int64_t q_end = qn > 0 ? qv->pos0 + qn : ly->q_end;
-    int full = !ly->built;
-    int64_t first = 0;   /* first row of qv that is new */
-    if (!full && !s->c.dcu) {   /* later turn without DCU: keep the index, new tokens are tail */
-        ly->q_end = max64(ly->q_end, q_end);
-        return HKV_OK;
-    }
-    if (!full) first = max64(0, min64(qn, ly->q_end - qv->pos0));
-    const int64_t m = min64(qn - first, C), r0 = qn - m;   /* rows r0..qn-1 become centroids */
-    if (m == C) full = 1;   /* every slot rewritten: as a first build */
-    for (int h = 0; h < KH; h++) {
-        ct_head *hd = &ly->kv[h];
-        if (full) hd->head = hd->count = 0;
-        else hd->count -= (int32_t)min64(hd->dcu_new, hd->count);   /* reuse select's slots */
-        hd->dcu_new = 0;
-    }
-    int rc = HKV_OK;
-    if (m > 0) {
-        const size_t bytes = (size_t)KH * m * sizeof(int32_t) + (size_t)d * sizeof(float);
-        int32_t *slot = hkv_host_alloc(s->mem, HKV_TIER_WORKSPACE, bytes, err);
-        if (!slot) return hkv_err_prefix(err, "ctkvr prompt end, layer %d", layer);
-        float *tmp = (float *)(slot + (size_t)KH * m);
-        for (int h = 0; h < KH; h++)
-            for (int64_t i = 0; i < m; i++) {
-                int32_t sl = fifo_push(&ly->kv[h], C);
-                slot[(int64_t)h * m + i] = sl;
-                ly->len[(int64_t)h * C + sl] = 0;   /* empty until built: a failure stays consistent */
-                ly->dyn[(int64_t)h * C + sl] = 0;
-                for (int j = 0; j < g; j++) {
-                    int64_t qh = (int64_t)h * g + j;
-                    s->kern->f16_to_f32(qv->q + (r0 + i) * qv->ld + qh * d, tmp, d);
-                    store_unit(s->kern, tmp, d, ly->cent + ((int64_t)sl * H + qh) * d);
-                }
-            }
-        hkv_ctkvr_build b = {
-            .far = far, .q = qv->q + r0 * qv->ld, .ldq = qv->ld, .n = m, .n_head = H,
-            .rho = s->c.rho, .slot = slot, .ivf = ly->ivf, .len = ly->len, .n_slots = C,
-            .n_threads = s->n_threads,
-        };
-        if (far->hi > far->lo) rc = hkv_ctkvr_build_lists(s->kern, &b, s->mem, err);
-        hkv_host_free(s->mem, HKV_TIER_WORKSPACE, slot, bytes);
-        if (rc) return hkv_err_prefix(err, "ctkvr prompt end, layer %d", layer);
-    }
-    /* Without centroids the whole far tier stays tail, so it is still reachable. */
-    if (full) ly->indexed_hi = m > 0 ? far->hi : far->lo;
-    ly->built = 1;
-    ly->q_end = q_end;
-    return HKV_OK;
-}
-
 static void ctkvr_on_far_append(void *self, int layer, const hkv_far_view *far)
 {
     (void)self, (void)layer, (void)far;   /* the tail is read off far->hi at select */
@@ -244,22 +111,22 @@ static void ctkvr_on_far_append(void *self, int layer, const hkv_far_view *far)
 /* Candidates select can hold with a far tier of n tokens. */
 static int64_t cand_bound(const ctkvr *s, int64_t n)
 {
-    return min64(n, s->c.Cp * s->c.rho + min64(s->c.tail, n));
+    return hkv_min64(n, s->c.Cp * s->c.rho + hkv_min64(s->c.tail, n));
 }
 
 static void ctkvr_scratch_need(void *self, int64_t n_far, int64_t *nf, int64_t *ni)
 {
     const ctkvr *s = self;
-    n_far = max64(n_far, 0);
+    n_far = hkv_max64(n_far, 0);
     const int64_t nc = cand_bound(s, n_far), C = s->c.C;
-    *ni = (n_far + 31) / 32 + C + s->c.Cp + max64(C, nc) + 3 * nc;
+    *ni = (n_far + 31) / 32 + C + s->c.Cp + hkv_max64(C, nc) + 3 * nc;
     *nf = (int64_t)s->g * s->d + 2 * C + 2 * nc;
 }
 
 static int64_t ctkvr_max_select(void *self, int64_t n_far)
 {
     const ctkvr *s = self;
-    return max64(0, min64(n_far, s->c.rho_p));
+    return hkv_max64(0, hkv_min64(n_far, s->c.rho_p));
 }
 
 /* DCU: the step's unit queries and `n` far positions become the newest
@@ -277,7 +144,7 @@ static void dcu_push(ctkvr *s, ct_layer *ly, int kvh, const float *qn, const int
     if (s->c.dcu == 2 && best >= 0 && ly->dyn[(int64_t)kvh * C + best] && bcos >= s->c.dcu_cos) {
         sl = best;
     } else {
-        sl = fifo_push(hd, C);
+        sl = hkv_ctkvr_fifo_push(hd, C);
         hd->dcu_new++;
         ly->dyn[(int64_t)kvh * C + sl] = 1;
     }
@@ -285,7 +152,7 @@ static void dcu_push(ctkvr *s, ct_layer *ly, int kvh, const float *qn, const int
         s->kern->f32_to_f16(qn + j * s->d,
                             ly->cent + ((int64_t)sl * s->H + (int64_t)kvh * s->g + j) * s->d, s->d);
     int32_t *dst = ly->ivf + ((int64_t)kvh * C + sl) * s->c.rho;
-    n = min64(n, s->c.rho);
+    n = hkv_min64(n, s->c.rho);
     for (int64_t i = 0; i < n; i++) dst[i] = pick ? cand[pick[i]] : cand[i];
     ly->len[(int64_t)kvh * C + sl] = (int32_t)n;
 }
@@ -310,7 +177,7 @@ static int64_t ctkvr_select(void *self, int layer, int kvh, const float *q, cons
     int32_t *slots = ws->i + W;                /* [C] valid centroid slots */
     int32_t *sel = slots + C;                  /* [Cp] */
     int32_t *tsc = sel + s->c.Cp;              /* [max(C, NC)] hkv_topk scratch */
-    int32_t *cand = tsc + max64(C, NC);        /* [NC] sorted candidate positions */
+    int32_t *cand = tsc + hkv_max64(C, NC);        /* [NC] sorted candidate positions */
     int32_t *ia = cand + NC, *ib = ia + NC;    /* [NC] each: top-k picks */
     float *qn = ws->f, *cs = qn + (int64_t)g * d, *ct = cs + C, *sc = ct + C, *sb = sc + NC;
 
@@ -349,7 +216,7 @@ static int64_t ctkvr_select(void *self, int layer, int kvh, const float *q, cons
         }
     }
     /* the unindexed tail, newest `tail` positions */
-    int64_t t0 = min64(hi, max64(lo, max64(ly->indexed_hi, hi - s->c.tail))) - lo;
+    int64_t t0 = hkv_min64(hi, hkv_max64(lo, hkv_max64(ly->indexed_hi, hi - s->c.tail))) - lo;
     const int64_t t1 = nfar;
     for (int64_t p = t0; p < t1;) {
         if ((p & 31) == 0 && p + 32 <= t1) {
@@ -380,7 +247,7 @@ static int64_t ctkvr_select(void *self, int layer, int kvh, const float *q, cons
         return m;
     }
     /* top max(rho, rho') first, then the smaller set from inside it */
-    const int64_t kb = max64(rho, rho_p), ks = min64(rho, rho_p);
+    const int64_t kb = hkv_max64(rho, rho_p), ks = hkv_min64(rho, rho_p);
     int64_t mb = hkv_topk(sc, n, kb, ia, tsc);
     for (int64_t i = 0; i < mb; i++) sb[i] = sc[ia[i]];
     int64_t ms = hkv_topk(sb, mb, ks, ib, tsc);
@@ -429,7 +296,7 @@ static void ctkvr_destroy(void *self)
 }
 
 static const hkv_policy_ops ctkvr_ops = {
-    .prefill_end = ctkvr_prefill_end,
+    .prefill_end = hkv_ctkvr_prefill_end,
     .on_far_append = ctkvr_on_far_append,
     .select = ctkvr_select,
     .max_select = ctkvr_max_select,

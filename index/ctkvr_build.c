@@ -1,6 +1,6 @@
-/* CTKVR prompt-end list build (Algorithm 1, lines 2-4): for each centroid
- * query and KV head, the top-rho far keys by max over the group's query
- * heads of q.k.
+/* CTKVR prompt end (Algorithm 1): centroids and the IVF list build, for
+ * each centroid query and KV head the top-rho far keys by max over the
+ * group's query heads of q.k.
  *
  * Scores are C x g x n dot products (C = 2048, g = 4, n = 128K: 10^12
  * multiply-adds per KV head), so they run as fp32 GEMMs (oneDNN sgemm) and
@@ -291,5 +291,74 @@ int hkv_ctkvr_build_lists(const hkv_cpu_kernels *kern, const hkv_ctkvr_build *b,
     }
     hkv_host_free(mem, HKV_TIER_WORKSPACE, mem_all, per * (size_t)nt);
     if (rc) return hkv_seterr(err, rc, "ctkvr index build: oneDNN sgemm failed or a list came out short");
+    return HKV_OK;
+}
+
+/* ---- prompt end (Algorithm 1), see the later-turn rules in ctkvr.c ---------- */
+
+int hkv_ctkvr_prefill_end(void *self, int layer, const hkv_far_view *far,
+                             const hkv_query_view *qv, hkv_err *err)
+{
+    ctkvr *s = self;
+    const int H = s->H, KH = s->KH, g = s->g, d = s->d;
+    const int64_t C = s->c.C;
+    if (layer < 0 || layer >= s->L)
+        return hkv_seterr(err, HKV_E_INVAL, "ctkvr: layer %d out of range (%d layers)", layer, s->L);
+    if (far->n_head_kv != KH || far->head_dim != d || far->hi < far->lo)
+        return hkv_seterr(err, HKV_E_INVAL, "ctkvr: far view of %d KV heads, d=%d, [%lld, %lld) "
+                          "does not match the policy (%d KV heads, d=%d)", far->n_head_kv,
+                          far->head_dim, (long long)far->lo, (long long)far->hi, KH, d);
+    const int64_t qn = qv ? qv->n : 0;
+    if (qn > 0 && (!qv->q || qv->ld < (int64_t)H * d))
+        return hkv_seterr(err, HKV_E_INVAL, "ctkvr: query view without rows or with stride %lld "
+                          "< %d", (long long)qv->ld, H * d);
+    ct_layer *ly = &s->lay[layer];
+    const int64_t q_end = qn > 0 ? qv->pos0 + qn : ly->q_end;
+    int full = !ly->built;
+    int64_t first = 0;   /* first row of qv that is new */
+    if (!full && !s->c.dcu) {   /* later turn without DCU: keep the index, new tokens are tail */
+        ly->q_end = hkv_max64(ly->q_end, q_end);
+        return HKV_OK;
+    }
+    if (!full && qn > 0) first = hkv_max64(0, hkv_min64(qn, ly->q_end - qv->pos0));
+    const int64_t m = hkv_min64(qn - first, C), r0 = qn - m;   /* rows r0..qn-1 become centroids */
+    if (m == C) full = 1;   /* every slot rewritten: as a first build */
+    for (int h = 0; h < KH; h++) {
+        ct_head *hd = &ly->kv[h];
+        if (full) hd->head = hd->count = 0;
+        else hd->count -= (int32_t)hkv_min64(hd->dcu_new, hd->count);   /* reuse select's slots */
+        hd->dcu_new = 0;
+    }
+    int rc = HKV_OK;
+    if (m > 0) {
+        const size_t bytes = (size_t)KH * m * sizeof(int32_t) + (size_t)d * sizeof(float);
+        int32_t *slot = hkv_host_alloc(s->mem, HKV_TIER_WORKSPACE, bytes, err);
+        if (!slot) return hkv_err_prefix(err, "ctkvr prompt end, layer %d", layer);
+        float *tmp = (float *)(slot + (size_t)KH * m);
+        for (int h = 0; h < KH; h++)
+            for (int64_t i = 0; i < m; i++) {
+                int32_t sl = hkv_ctkvr_fifo_push(&ly->kv[h], C);
+                slot[(int64_t)h * m + i] = sl;
+                ly->len[(int64_t)h * C + sl] = 0;   /* empty until built: a failure stays consistent */
+                ly->dyn[(int64_t)h * C + sl] = 0;
+                for (int j = 0; j < g; j++) {
+                    int64_t qh = (int64_t)h * g + j;
+                    s->kern->f16_to_f32(qv->q + (r0 + i) * qv->ld + qh * d, tmp, d);
+                    hkv_ctkvr_store_unit(s->kern, tmp, d, ly->cent + ((int64_t)sl * H + qh) * d);
+                }
+            }
+        hkv_ctkvr_build b = {
+            .far = far, .q = qv->q + r0 * qv->ld, .ldq = qv->ld, .n = m, .n_head = H,
+            .rho = s->c.rho, .slot = slot, .ivf = ly->ivf, .len = ly->len, .n_slots = C,
+            .n_threads = s->n_threads,
+        };
+        if (far->hi > far->lo) rc = hkv_ctkvr_build_lists(s->kern, &b, s->mem, err);
+        hkv_host_free(s->mem, HKV_TIER_WORKSPACE, slot, bytes);
+        if (rc) return hkv_err_prefix(err, "ctkvr prompt end, layer %d", layer);
+    }
+    /* Without centroids the whole far tier stays tail, so it is still reachable. */
+    if (full) ly->indexed_hi = m > 0 ? far->hi : far->lo;
+    ly->built = 1;
+    ly->q_end = q_end;
     return HKV_OK;
 }

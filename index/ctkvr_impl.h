@@ -1,16 +1,87 @@
-/* CTKVR internals shared by ctkvr.c (the policy) and ctkvr_build.c (the
- * prompt-end list build, Algorithm 1 of the paper). Not a public header. */
+/* CTKVR internals shared by ctkvr.c (parameters, select, DCU, lifetime) and
+ * ctkvr_build.c (prompt end: Algorithm 1 of the paper). Not a public header. */
 #ifndef HKV_CTKVR_IMPL_H
 #define HKV_CTKVR_IMPL_H
 
+#include <math.h>
 #include <stdint.h>
 
 #include "policy.h"
 
+typedef struct ct_conf {
+    int64_t C, Cp, rho, rho_p, tail;
+    int dcu;
+    float dcu_cos;
+} ct_conf;
+
+/* Per (layer, KV head); written only by that pair's select or prefill_end. */
+typedef struct ct_head {
+    int32_t head, count;    /* FIFO of centroid slots: oldest slot, slots in use */
+    int32_t dcu_new;        /* slots select pushed since the last prompt end */
+    int64_t steps, cand, raw, uniq, tail;   /* statistics for describe */
+} ct_head;
+
+typedef struct ct_layer {
+    uint16_t *cent;         /* [C][n_head][d] fp16, L2-normalised */
+    int32_t *ivf;           /* [n_head_kv][C][rho] absolute far positions */
+    int32_t *len;           /* [n_head_kv][C] valid entries per list */
+    uint8_t *dyn;           /* [n_head_kv][C] 1: the slot was made by DCU */
+    ct_head *kv;            /* [n_head_kv] */
+    int64_t indexed_hi;     /* far positions >= this are the unindexed tail */
+    int64_t q_end;          /* position after the last prompt query seen */
+    int built;
+} ct_layer;
+
+typedef struct ctkvr {
+    const hkv_cpu_kernels *kern;
+    hkv_mem_account *mem;
+    int L, H, KH, g, d, n_threads;
+    ct_conf c;
+    ct_layer *lay;          /* [n_layer] */
+    ct_head *heads;         /* [n_layer][n_head_kv] */
+    uint16_t *cent;
+    int32_t *ivf, *len;
+    uint8_t *dyn;
+    size_t lay_b, heads_b, cent_b, ivf_b, len_b, dyn_b;
+} ctkvr;
+
+static inline int64_t hkv_min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t hkv_max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* Next slot of a KV head's FIFO: an unused one while there are, else the oldest. */
+static inline int32_t hkv_ctkvr_fifo_push(ct_head *hd, int64_t C)
+{
+    int32_t s;
+    if (hd->count < C) {
+        s = (int32_t)((hd->head + hd->count) % C);
+        hd->count++;
+    } else {
+        s = hd->head;
+        hd->head = (int32_t)((hd->head + 1) % C);
+    }
+    return s;
+}
+
+/* Unit-norm fp16 copy of a query head (zeros for a zero vector). */
+static inline void hkv_ctkvr_store_unit(const hkv_cpu_kernels *kern, float *x, int d, uint16_t *dst)
+{
+    double ss = 0;
+    for (int i = 0; i < d; i++) ss += (double)x[i] * x[i];
+    float r = ss > 0 ? (float)(1.0 / sqrt(ss)) : 0.0f;
+    for (int i = 0; i < d; i++) x[i] *= r;
+    kern->f32_to_f16(x, dst, d);
+}
+
+/* The policy's prefill_end (ctkvr_build.c). */
+int hkv_ctkvr_prefill_end(void *self, int layer, const hkv_far_view *far,
+                          const hkv_query_view *qv, hkv_err *err);
+
 /* One list build: for every KV head h and centroid i < n, the top rho far
  * positions p in [far->lo, far->hi) by max over h's g query heads j of
- * q_i[h*g + j] . k_h[p] (raw dot products, as the paper's scores before the
- * softmax, which is monotonic per head). */
+ * q_i[h*g + j] . k_h[p]. Raw dot products: the paper takes the group max of
+ * per-head softmax scores, which shifts each head by its own log-sum-exp;
+ * raw scores are what the rerank's score_max compares, so index and rerank
+ * rank keys alike. */
 typedef struct hkv_ctkvr_build {
     const hkv_far_view *far;
     const uint16_t *q;     /* centroid queries, row i at q + i*ldq: [n_head][d] fp16 */

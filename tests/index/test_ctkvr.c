@@ -174,6 +174,15 @@ static void test_empty(void)
     }
     printf("empty far tier then 400 spilled tokens: min recall %.3f\n", rmin);
     CHECK(rmin >= 0.97, "spill-only recall %.3f", rmin);
+    /* a later turn without queries, a bad layer, scratch too small */
+    f = far_of(&W);
+    CHECK(R.pol.ops->prefill_end(R.pol.self, 0, &f, NULL, &err) == 0, "no queries: %s", err.msg);
+    CHECK(R.pol.ops->prefill_end(R.pol.self, 1, &f, NULL, &err) == HKV_E_INVAL, "layer 1 accepted");
+    CHECK(select_check(&R, &W, 0, qq, &m) >= 0.97, "after an empty turn");
+    hkv_policy_scratch tiny = R.ws;
+    tiny.ni = 10;
+    CHECK(R.pol.ops->select(R.pol.self, 0, 0, qq, &f, R.out, &tiny) == HKV_E_INVAL,
+          "small scratch accepted");
     runner_close(&R);
     world_free(&W);
 }
