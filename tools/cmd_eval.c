@@ -1,0 +1,339 @@
+/* hetkv eval: options, checks before any work, the runs, the output. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "eval.h"
+
+static const char eval_usage[] =
+    "usage: hetkv eval -m MODEL [options]\n"
+    "\n"
+    "Measure KV policies against dense attention on real English text.\n"
+    "Fidelity: the first CTX-CONT corpus tokens are prefilled once, then every\n"
+    "configuration decodes the next CONT tokens teacher-forced; reported: recall\n"
+    "of the oracle's top-budget far tokens, attention-output error, KL(full||c) of\n"
+    "the next-token distribution, greedy agreement with full, tokens attended.\n"
+    "Tasks: passkey, needle, multi-needle and multi-turn retrieval in the chat\n"
+    "template, greedy answers, accuracy per configuration.\n"
+    "A context CTX counts every position used (prompt, continuation, answers),\n"
+    "so CTX may not exceed the model's trained context.\n"
+    "\n"
+    "  -m, --model PATH      GGUF model file\n"
+    "      --ctx LIST        fidelity contexts (default 2048,4096,8192)\n"
+    "      --cont N          teacher-forced tokens per fidelity run (default 256)\n"
+    "      --no-fidelity     skip the fidelity runs\n"
+    "      --configs SPEC    ';'-separated policy:key=val,... (default below); the budget\n"
+    "                        (oracle k, ctkvr rho_p) may be a share of the context, '3%'\n"
+    "      --tasks LIST      passkey,needle,multineedle,multiturn or none (default all)\n"
+    "      --task-ctx LIST   task contexts (default: the largest --ctx)\n"
+    "      --trials N        trials per task and context (default 3)\n"
+    "      --answer-tokens N tokens generated per answer at most (default 16)\n"
+    "      --seed N          needles, depths and haystack offsets (default 1)\n"
+    "      --corpus LIST     text files or directories, comma-separated\n"
+    "  -t, --threads N       CPU threads (default: one per core)\n"
+    "      --json            one JSON object on stdout (tables go to stderr)\n"
+    "      --out FILE        also write the JSON object to FILE\n"
+    "  -q, --quiet           no progress lines\n"
+    "      --sink N          attention-sink tokens kept near (default 4)\n"
+    "      --local N         local window kept near (default 256)\n";
+
+typedef struct eval_opts {
+    const char *model, *configs, *corpus, *out;
+    long long ctx[EVAL_MAX_CTX], task_ctx[EVAL_MAX_CTX];
+    int n_ctx, n_task_ctx;
+    long long cont, trials, answer_tokens, seed, threads;
+    int tasks;      /* bit per task */
+    int json, quiet, no_fidelity;
+} eval_opts;
+
+int32_t eval_argmax(const float *x, int n) {
+    int32_t b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+int eval_fork(eval_run *r, int64_t ctx, const hkv_policy_def *def, const hkv_policy_args *args,
+              int audit, int64_t audit_k, hkv_err *err) {
+    hkv_kv *kv = &r->e->kv;
+    /* Policy first, on the closed sequence, so the copy builds its index once. */
+    kv->ops->seq_close(kv->self, 1);
+    int rc = hkv_kv_tiered_set_policy(kv, 1, def, args, err);
+    if (!rc) rc = eval_set_audit(kv, audit, audit_k, err);
+    if (!rc) rc = kv->ops->seq_open(kv->self, 1, ctx, err);
+    if (!rc) rc = kv->ops->seq_copy(kv->self, 1, 0, err);
+    hkv_kv_tiered_audit_reset(kv, 1);
+    return rc ? hkv_err_prefix(err, "forking the prompt for '%s'", def->name) : HKV_OK;
+}
+
+static int parse_tasks(const char *v, int *mask, hkv_err *err) {
+    *mask = 0;
+    if (!strcmp(v, "none")) return HKV_OK;
+    for (const char *p = v; *p;) {
+        const char *c = strchr(p, ',');
+        size_t len = c ? (size_t)(c - p) : strlen(p);
+        int k = -1;
+        for (int i = 0; i < EVAL_N_TASKS; i++)
+            if (strlen(eval_task_names[i]) == len && !strncmp(p, eval_task_names[i], len)) k = i;
+        if (k < 0)
+            return hkv_seterr(err, HKV_E_INVAL, "--tasks: unknown task '%.*s' (passkey, needle, "
+                              "multineedle, multiturn, or none)", (int)len, p);
+        *mask |= 1 << k;
+        p += len + (c ? 1 : 0);
+    }
+    return HKV_OK;
+}
+
+static int parse_opts(int argc, char **argv, eval_opts *o, hkv_kv_cli *kc, hkv_err *err) {
+    memset(o, 0, sizeof *o);
+    o->ctx[0] = 2048, o->ctx[1] = 4096, o->ctx[2] = 8192;
+    o->n_ctx = 3;
+    o->cont = 256, o->trials = 3, o->answer_tokens = 16, o->seed = 1;
+    o->tasks = (1 << EVAL_N_TASKS) - 1;
+    o->configs = eval_default_configs;
+    int rc = HKV_OK;
+    for (int i = 1; i < argc && !rc; i++) {
+        const char *a = argv[i], *v = NULL;
+        int k = hkv_kv_cli_parse(kc, argc, argv, &i, err);
+        if (k < 0) return k;
+        if (k == 1) continue;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(eval_usage, stdout);
+            printf("\ndefault --configs: %s\n%s\n", eval_default_configs, eval_corpus_help);
+            return 1;   /* help shown: nothing to run */
+        } else if (!strcmp(a, "--json")) {
+            o->json = 1;
+        } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
+            o->quiet = 1;
+        } else if (!strcmp(a, "--no-fidelity")) {
+            o->no_fidelity = 1;
+        } else if ((rc = hkv_arg_value(argc, argv, &i, &v, err))) {
+            break;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            o->model = v;
+        } else if (!strcmp(a, "--ctx")) {
+            o->n_ctx = EVAL_MAX_CTX;
+            rc = hkv_arg_int_list(a, v, 1, 1 << 24, o->ctx, &o->n_ctx, err);
+        } else if (!strcmp(a, "--task-ctx")) {
+            o->n_task_ctx = EVAL_MAX_CTX;
+            rc = hkv_arg_int_list(a, v, 1, 1 << 24, o->task_ctx, &o->n_task_ctx, err);
+        } else if (!strcmp(a, "--cont")) {
+            rc = hkv_arg_int(a, v, 1, 8192, &o->cont, err);
+        } else if (!strcmp(a, "--configs")) {
+            o->configs = v;
+        } else if (!strcmp(a, "--tasks")) {
+            rc = parse_tasks(v, &o->tasks, err);
+        } else if (!strcmp(a, "--trials")) {
+            rc = hkv_arg_int(a, v, 1, 100, &o->trials, err);
+        } else if (!strcmp(a, "--answer-tokens")) {
+            rc = hkv_arg_int(a, v, 1, 64, &o->answer_tokens, err);
+        } else if (!strcmp(a, "--seed")) {
+            rc = hkv_arg_int(a, v, 0, (1LL << 62), &o->seed, err);
+        } else if (!strcmp(a, "--corpus")) {
+            o->corpus = v;
+        } else if (!strcmp(a, "--out")) {
+            o->out = v;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            rc = hkv_arg_int(a, v, 1, 4096, &o->threads, err);
+        } else {
+            rc = hkv_seterr(err, HKV_E_INVAL, "eval: unknown option '%s' (hetkv eval --help)", a);
+        }
+    }
+    if (rc) return rc;
+    if (!o->model) return hkv_seterr(err, HKV_E_INVAL, "eval: no model (-m MODEL)");
+    if (kc->kv || kc->policy || kc->n_pargs)
+        return hkv_seterr(err, HKV_E_INVAL, "eval runs the tiered cache with the policies of "
+                          "--configs; --kv, --policy and --policy-arg do not apply");
+    if (o->no_fidelity) o->n_ctx = 0;
+    if (!o->n_task_ctx && o->tasks) {
+        o->task_ctx[0] = o->n_ctx ? 0 : 8192;   /* --no-fidelity alone: the default's largest */
+        for (int i = 0; i < o->n_ctx; i++) o->task_ctx[0] = o->ctx[i] > o->task_ctx[0] ? o->ctx[i] : o->task_ctx[0];
+        o->n_task_ctx = 1;
+    }
+    if (!o->tasks) o->n_task_ctx = 0;
+    if (!o->n_ctx && !o->n_task_ctx) return hkv_seterr(err, HKV_E_INVAL, "eval: nothing to run");
+    return HKV_OK;
+}
+
+/* Every context and budget checked against the model and the near tier
+ * before any prefill. */
+static int check_plan(const eval_opts *o, const eval_run *r, int near, int ctx_train, hkv_err *err) {
+    for (int pass = 0; pass < 2; pass++) {
+        const long long *cs = pass ? o->task_ctx : o->ctx;
+        int n = pass ? o->n_task_ctx : o->n_ctx;
+        for (int i = 0; i < n; i++) {
+            long long L = cs[i];
+            if (L > ctx_train)
+                return hkv_seterr(err, HKV_E_RANGE, "context %lld exceeds the model's trained context "
+                                  "of %d tokens; eval refuses it, since positions past training "
+                                  "measure RoPE extrapolation, not the KV policy", L, ctx_train);
+            /* Far tier at prompt end: fidelity keeps cont tokens for decode; tasks
+             * keep answers and (multi-turn) later questions, bounded as below. */
+            long long keep = pass ? (r->answer_tokens + 96LL) * EVAL_MAX_TURNS + 256 : r->cont;
+            long long far = L - keep - near;
+            if (far < 64)
+                return hkv_seterr(err, HKV_E_RANGE, "context %lld is too short: after the sink and "
+                                  "local window (%d) and %s (%lld) it leaves %lld far tokens; use a "
+                                  "longer context or a smaller --local", L, near,
+                                  pass ? "the answers and questions" : "--cont", keep, far);
+            for (int c = 0; c < r->n_cfg; c++) {
+                hkv_policy_args a;
+                int64_t b;
+                int rc = eval_config_resolve(&r->cfg[c], L, far, &a, &b, NULL, 0, err);
+                if (rc) return rc;
+            }
+        }
+    }
+    return HKV_OK;
+}
+
+/* Replace the engine's cache by one that keeps as many prompt queries as the
+ * hungriest configuration wants, so every fork copies them and each policy
+ * builds its index from the same prefill. */
+static int setup_kv(eval_run *r, const eval_opts *o, hkv_err *err) {
+    hkv_engine *e = r->e;
+    const hkv_model_config *mc = &e->model.cfg;
+    hkv_tiered_params tp = e->p.tiered;
+    hkv_policy_env env = {.shape = {mc->n_layer, mc->n_head, mc->n_head_kv, mc->head_dim},
+                          .L_init = tp.L_init, .L_local = tp.L_local, .kern = &e->kern,
+                          .mem = &e->mem, .n_threads = hkv_threads_count(e->threads)};
+    int64_t keep = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        const long long *cs = pass ? o->task_ctx : o->ctx;
+        int n = pass ? o->n_task_ctx : o->n_ctx;
+        for (int i = 0; i < n; i++)
+            for (int c = 0; c < r->n_cfg; c++) {
+                hkv_policy_args a;
+                int64_t b;
+                env.n_ctx = cs[i];
+                if (!r->cfg[c].def->queries_wanted) continue;
+                int rc = eval_config_resolve(&r->cfg[c], cs[i], cs[i], &a, &b, NULL, 0, err);
+                if (rc) return rc;
+                int64_t w = r->cfg[c].def->queries_wanted(&a, &env);
+                keep = w > keep ? w : keep;
+            }
+    }
+    tp.keep_queries = keep;
+    tp.audit = 1;
+    tp.audit_k = 1;
+    hkv_kv kv;
+    int rc = hkv_kv_tiered_create(&kv, &env.shape, 2, &tp, &e->kern, &e->mem, err);
+    if (rc) return rc;
+    hkv_engine_set_kv(e, kv);
+    e->p.tiered = tp;
+    return HKV_OK;
+}
+
+int hkv_cmd_eval(int argc, char **argv) {
+    hkv_err err;
+    hkv_err_clear(&err);
+    eval_opts o;
+    hkv_kv_cli kc;
+    hkv_kv_cli_init(&kc);
+    eval_config cfg[EVAL_MAX_CONFIGS + 1];   /* [0]: room for an implicit full reference */
+    eval_run r = {0};
+    eval_corpus corpus = {0};
+    eval_fid *fid = NULL;
+    eval_task_result *tasks = NULL;
+    int n_fid = 0, n_tasks = 0;
+    double t_start = hkv_now();
+    int rc = parse_opts(argc, argv, &o, &kc, &err);
+    if (rc == 1) return 0;
+    if (!rc) rc = eval_configs_parse(o.configs, cfg + 1, &r.n_cfg, EVAL_MAX_CONFIGS - 1, &err);
+    if (rc) {
+        hkv_err_report(&err, stderr);
+        return 2;
+    }
+    /* full is the reference of every comparison and the ceiling of every task. */
+    r.cfg = cfg + 1;
+    int has_full = 0;
+    for (int i = 0; i < r.n_cfg; i++) has_full |= r.cfg[i].def == &hkv_policy_full;
+    if (!has_full) {
+        int n = 0;
+        eval_configs_parse("full", cfg, &n, 1, &err);
+        r.cfg = cfg;
+        r.n_cfg++;
+    }
+    r.cont = o.cont;
+    r.trials = (int)o.trials;
+    r.answer_tokens = (int)o.answer_tokens;
+    r.seed = (uint64_t)o.seed;
+    r.verbose = !o.quiet;
+    if ((rc = eval_corpus_check(o.corpus, &err))) goto out;
+
+    hkv_engine_params ep;
+    hkv_engine_params_default(&ep);
+    ep.model_path = o.model;
+    ep.n_threads = (int)o.threads;
+    ep.max_seqs = 2;
+    for (int i = 0; i < o.n_ctx; i++) ep.n_ctx = o.ctx[i] > ep.n_ctx ? o.ctx[i] : ep.n_ctx;
+    for (int i = 0; i < o.n_task_ctx; i++) ep.n_ctx = o.task_ctx[i] > ep.n_ctx ? o.task_ctx[i] : ep.n_ctx;
+    if ((rc = hkv_kv_cli_apply(&kc, &ep, &err))) goto out;
+    if ((rc = hkv_engine_open(&r.e, &ep, &err))) goto out;
+    const int near = ep.tiered.L_init + ep.tiered.L_local;
+    if ((rc = check_plan(&o, &r, near, r.e->model.cfg.ctx_train, &err))) goto out;
+    if ((rc = setup_kv(&r, &o, &err))) goto out;
+    if ((rc = eval_corpus_load(&corpus, o.corpus, r.e->tok, &err))) goto out;
+    r.corpus = &corpus;
+    /* Fidelity reads ctx + 1 tokens; a task haystack fewer than ctx, from an
+     * offset drawn in what is left, so ask for ctx + 1024. */
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < (pass ? o.n_task_ctx : o.n_ctx); i++) {
+            long long need = pass ? o.task_ctx[i] + 1024 : o.ctx[i] + 1;
+            if (corpus.n_tok < need) {
+                rc = hkv_seterr(&err, HKV_E_RANGE, "the corpus (%s) has %lld tokens; %s at context "
+                                "%lld needs %lld corpus tokens", corpus.sources, (long long)corpus.n_tok,
+                                pass ? "the tasks" : "fidelity", pass ? o.task_ctx[i] : o.ctx[i], need);
+                goto out;
+            }
+        }
+    r.logits = malloc((size_t)r.e->model.cfg.vocab * sizeof *r.logits);
+    fid = calloc((size_t)o.n_ctx + 1, sizeof *fid);
+    tasks = calloc((size_t)EVAL_N_TASKS * o.n_task_ctx + 1, sizeof *tasks);
+    if (!r.logits || !fid || !tasks) {
+        rc = hkv_seterr(&err, HKV_E_NOMEM, "no memory for the results");
+        goto out;
+    }
+    FILE *tab = o.json ? stderr : stdout;
+    if (r.verbose)
+        fprintf(stderr, "eval: %s, %d threads, corpus %s (%lld tokens), sink %d + local %d, %d "
+                "configurations, keeping %lld prompt queries\n", r.e->model.cfg.name,
+                hkv_threads_count(r.e->threads), corpus.sources, (long long)corpus.n_tok,
+                ep.tiered.L_init, ep.tiered.L_local, r.n_cfg, (long long)r.e->p.tiered.keep_queries);
+    for (int i = 0; i < o.n_ctx; i++) {
+        if ((rc = eval_fidelity(&r, o.ctx[i], &fid[i], &err))) goto out;
+        n_fid++;
+        eval_print_fidelity(tab, &fid[i]);
+        fflush(tab);
+    }
+    for (int i = 0; i < o.n_task_ctx; i++)
+        for (int k = 0; k < EVAL_N_TASKS; k++) {
+            if (!(o.tasks & (1 << k))) continue;
+            rc = eval_task(&r, k, o.task_ctx[i], &tasks[n_tasks], &err);
+            n_tasks++;
+            if (rc) goto out;
+        }
+    eval_print_tasks(tab, tasks, n_tasks);
+    eval_print_memory(tab, &r.e->mem);
+    double t_total = hkv_now() - t_start;
+    fprintf(tab, "\ntotal %.1f s\n", t_total);
+    if (o.json) eval_json(stdout, &r, o.model, fid, n_fid, tasks, n_tasks, t_total);
+    if (o.out) {
+        FILE *f = fopen(o.out, "w");
+        if (!f) {
+            rc = hkv_seterr(&err, HKV_E_IO, "cannot write '%s'", o.out);
+            goto out;
+        }
+        eval_json(f, &r, o.model, fid, n_fid, tasks, n_tasks, t_total);
+        if (fclose(f)) rc = hkv_seterr(&err, HKV_E_IO, "cannot write '%s'", o.out);
+    }
+out:
+    if (rc) hkv_err_report(&err, stderr);
+    for (int i = 0; i < n_tasks; i++) eval_task_result_free(&tasks[i]);
+    free(tasks);
+    free(fid);
+    free(r.logits);
+    eval_corpus_free(&corpus);
+    hkv_engine_close(r.e);
+    return rc ? 1 : 0;
+}

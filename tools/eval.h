@@ -1,0 +1,176 @@
+/* hetkv eval: fidelity of KV policies against dense attention, and
+ * long-context retrieval tasks, on real text.
+ *
+ * Pieces (tools/eval_*.c): configuration specs (eval_config.c), the text
+ * corpus (eval_corpus.c), the fidelity protocol (eval_fidelity.c), the tasks
+ * (eval_tasks.c), tables and JSON (eval_report.c); cmd_eval.c parses options
+ * and runs them in order. Every piece shares one engine whose tiered cache
+ * holds two sequences: 0 keeps a prefilled prompt (policy full), 1 is forked
+ * from it for each configuration, so the slow prefill runs once per prompt. */
+#ifndef HKV_EVAL_H
+#define HKV_EVAL_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "cli.h"
+#include "generate.h"
+#include "policy.h"
+
+int hkv_cmd_eval(int argc, char **argv);
+
+#define EVAL_MAX_CONFIGS 32
+#define EVAL_MAX_CTX 16
+#define EVAL_MAX_NEEDLES 4
+#define EVAL_MAX_TURNS 3
+#define EVAL_SPEC_LEN 160
+
+/* ---- configurations (eval_config.c) --------------------------------------- */
+
+/* One configuration: a policy and its arguments. The budget (far tokens
+ * attended per step and KV head: oracle's k, ctkvr's rho_p) may be given as
+ * a share of the context ("3%"), resolved per context length. */
+typedef struct eval_config {
+    char spec[EVAL_SPEC_LEN];     /* as written, "ctkvr:rho_p=3%,dcu=0" */
+    char extra[EVAL_SPEC_LEN];    /* the non-budget arguments as written, "dcu=0" */
+    const hkv_policy_def *def;
+    hkv_policy_args args;         /* every argument but the budget */
+    const char *budget_key;       /* NULL: the policy has no budget parameter */
+    double budget_frac;           /* > 0: budget = round(frac * context) */
+    int64_t budget_abs;           /* > 0: a fixed budget */
+} eval_config;
+
+/* Parse "full;oracle:k=64;ctkvr:rho_p=3%,dcu=0". Checks policy names, keys
+ * and values (ranges from the policy's table); nothing is resolved yet. */
+int eval_configs_parse(const char *spec, eval_config *out, int *n, int cap, hkv_err *err);
+/* full; oracle and ctkvr at 1%, 3%, 10% of the context; ctkvr 3% with dcu=0. */
+extern const char eval_default_configs[];
+/* The configuration at one context: its arguments with the budget set, the
+ * budget itself (0 when the policy has none), and a label. far_tokens is
+ * the far tier at prompt end: a budget above it is an error. */
+int eval_config_resolve(const eval_config *c, int64_t ctx, int64_t far_tokens,
+                        hkv_policy_args *args, int64_t *budget, char *label, size_t cap,
+                        hkv_err *err);
+
+/* ---- corpus (eval_corpus.c) ------------------------------------------------ */
+
+typedef struct eval_corpus {
+    char sources[1024];      /* the files read, comma-separated */
+    int n_files;
+    size_t n_bytes;          /* normalised text */
+    int32_t *tok;            /* the text's tokens */
+    int64_t n_tok;
+    uint8_t *sent_end;       /* [n_tok]: 1 when a sentence ends with token i */
+} eval_corpus;
+
+/* The default text, or why there is none (before the model loads). */
+int eval_corpus_check(const char *paths, hkv_err *err);
+/* Read files and directories (comma-separated; NULL: the default text),
+ * normalise whitespace, tokenize. */
+int eval_corpus_load(eval_corpus *c, const char *paths, const hkv_tokenizer *t, hkv_err *err);
+void eval_corpus_free(eval_corpus *c);
+extern const char eval_corpus_help[];
+
+/* ---- shared run state (cmd_eval.c) ----------------------------------------- */
+
+typedef struct eval_run {
+    hkv_engine *e;
+    const eval_corpus *corpus;
+    const eval_config *cfg;
+    int n_cfg;
+    int64_t cont;            /* teacher-forced tokens (fidelity) */
+    int trials;
+    int answer_tokens;       /* generated tokens per answer, at most */
+    uint64_t seed;
+    int verbose;             /* progress lines on stderr */
+    float *logits;           /* [vocab] scratch */
+} eval_run;
+
+/* Fork sequence 0 into sequence 1 (capacity ctx) under a configuration:
+ * the policy builds its index from sequence 0's kept prompt queries. The
+ * audit is switched on (recall against the top-audit_k) or off. */
+int eval_fork(eval_run *r, int64_t ctx, const hkv_policy_def *def, const hkv_policy_args *args,
+              int audit, int64_t audit_k, hkv_err *err);
+/* Greedy index of the largest logit. */
+int32_t eval_argmax(const float *x, int n);
+
+/* The audit switch of the tiered cache (eval_audit.c). */
+int eval_set_audit(hkv_kv *kv, int on, int64_t k, hkv_err *err);
+
+/* ---- fidelity (eval_fidelity.c) -------------------------------------------- */
+
+typedef struct eval_fid_row {
+    char label[EVAL_SPEC_LEN];
+    char describe[256];       /* the policy's own statistics line */
+    int64_t budget;
+    double recall;            /* of the oracle's top-budget far tokens */
+    double rel_err;           /* |o - o_dense| / |o_dense| of the attention output */
+    double kl;                /* mean KL(full || config) of the next-token distribution */
+    double kl_max;
+    double agree;             /* greedy agreement with full */
+    double nll;               /* mean negative log-likelihood of the true next token */
+    double attended;          /* tokens attended per step and KV head (near + far) */
+    double far;               /* far tier size, same samples */
+    double ms_tok;            /* decode time per token, audit included */
+    double t_index;           /* seconds to fork and build the index */
+} eval_fid_row;
+
+typedef struct eval_fid {
+    int64_t ctx, n_prompt, n_cont;
+    double t_prefill;
+    int n_rows;
+    eval_fid_row rows[EVAL_MAX_CONFIGS];
+} eval_fid;
+
+int eval_fidelity(eval_run *r, int64_t ctx, eval_fid *out, hkv_err *err);
+
+/* ---- tasks (eval_tasks.c) --------------------------------------------------- */
+
+enum { EVAL_PASSKEY, EVAL_NEEDLE, EVAL_MULTINEEDLE, EVAL_MULTITURN, EVAL_N_TASKS };
+extern const char *const eval_task_names[EVAL_N_TASKS];
+
+/* What one trial asked and what each configuration answered. */
+typedef struct eval_trial {
+    int n_needles, n_turns;
+    char key[EVAL_MAX_NEEDLES][24];      /* city, or "pass key" */
+    char value[EVAL_MAX_NEEDLES][16];
+    double depth[EVAL_MAX_NEEDLES];      /* where each needle sits, 0..1 of the haystack */
+    int ask[EVAL_MAX_TURNS];             /* needle asked in each turn */
+    int64_t hay_offset, n_haystack;      /* corpus tokens [off, off + n) hold the needles */
+    int64_t n_prompt;
+    double t_prefill;
+    /* [config][turn]: answer text and whether it holds the value */
+    char answer[EVAL_MAX_CONFIGS][EVAL_MAX_TURNS][96];
+    int ok[EVAL_MAX_CONFIGS][EVAL_MAX_TURNS];
+} eval_trial;
+
+typedef struct eval_task_row {
+    char label[EVAL_SPEC_LEN];
+    int64_t budget;
+    int correct, total;                  /* over trials and turns */
+    int turn_correct[EVAL_MAX_TURNS];
+    double t_decode;                     /* decode wall time, audit off */
+    int64_t n_decode;
+} eval_task_row;
+
+typedef struct eval_task_result {
+    int task;
+    int64_t ctx;
+    int n_trials, n_rows;
+    eval_task_row rows[EVAL_MAX_CONFIGS];
+    eval_trial *trials;                  /* [n_trials] */
+} eval_task_result;
+
+int eval_task(eval_run *r, int task, int64_t ctx, eval_task_result *out, hkv_err *err);
+void eval_task_result_free(eval_task_result *t);
+
+/* ---- output (eval_report.c) ------------------------------------------------- */
+
+void eval_print_fidelity(FILE *f, const eval_fid *x);
+/* One table: configurations down, (task, context) across. */
+void eval_print_tasks(FILE *f, const eval_task_result *t, int n);
+void eval_print_memory(FILE *f, const hkv_mem_account *m);
+void eval_json(FILE *f, const eval_run *r, const char *model, const eval_fid *fid, int n_fid,
+               const eval_task_result *tasks, int n_tasks, double t_total);
+
+#endif
