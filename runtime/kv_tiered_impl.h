@@ -37,6 +37,7 @@ typedef struct tiered {
 
 static inline uint16_t *near_rows(const tiered *t, const tseq *q, uint16_t *base, int layer,
                                   int h) {
+    (void)q;   /* near rows do not depend on the sequence's capacity */
     return base + (((size_t)layer * t->s.n_head_kv + h) * t->NR) * t->s.head_dim;
 }
 static inline uint16_t *far_rows(const tiered *t, const tseq *q, uint16_t *base, int layer,

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "eval.h"
 
 static const char usage[] =
     "usage: hetkv COMMAND [options]\n"
@@ -12,6 +13,7 @@ static const char usage[] =
     "commands:\n"
     "  run     generate text from a prompt (hetkv run --help)\n"
     "  bench   prefill and decode throughput beside a memory-bandwidth probe\n"
+    "  eval    fidelity of KV policies against dense attention, and retrieval tasks\n"
     "  info    CPU, instruction sets, cores, NUMA nodes, memory and CUDA devices\n"
     "  policies  the KV policies and their parameters\n"
     "\n"
@@ -27,7 +29,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "run")) return hkv_cmd_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "info")) return hkv_cmd_info(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return hkv_cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "eval")) return hkv_cmd_eval(argc - 1, argv + 1);
     if (!strcmp(cmd, "policies")) return hkv_cmd_policies(argc - 1, argv + 1);
-    fprintf(stderr, "hetkv: error: unknown command '%s' (run, bench, info, policies; see hetkv --help)\n", cmd);
+    fprintf(stderr, "hetkv: error: unknown command '%s' (run, bench, eval, info, policies; see hetkv --help)\n", cmd);
     return 2;
 }
