@@ -63,6 +63,7 @@ typedef struct world {
     float *base, *w;             /* [H][d] persistent query part, AR state */
     float ar, amp_b, sig_w, sig_e;   /* AR coefficient, persistent, AR and i.i.d. parts */
     float *hist;                 /* [cap][H][d] every query made, by position */
+    double *h2d;                 /* [65536] fp16 code -> value, for the reference */
     rng r;
 } world;
 
@@ -101,6 +102,8 @@ static void world_init(world *W, int KH, int g, int d, int64_t cap, int64_t n_fa
     W->base = malloc((size_t)W->H * d * sizeof(float));
     W->w = calloc((size_t)W->H * d, sizeof(float));
     W->hist = calloc((size_t)cap * W->H * d, sizeof(float));
+    W->h2d = malloc(65536 * sizeof(double));
+    for (int c = 0; c < 65536; c++) W->h2d[c] = h2d((uint16_t)c);
     for (int h = 0; h < KH; h++) {
         W->kp[h] = W->k + (int64_t)h * cap * d;
         W->vp[h] = W->v + (int64_t)h * cap * d;
@@ -121,7 +124,7 @@ static void world_init(world *W, int KH, int g, int d, int64_t cap, int64_t n_fa
 
 static void world_free(world *W)
 {
-    free(W->k), free(W->v), free(W->dir), free(W->base), free(W->w), free(W->hist);
+    free(W->k), free(W->v), free(W->dir), free(W->base), free(W->w), free(W->hist), free(W->h2d);
 }
 
 /* The query at position pos (all H heads, fp32 into hist): base + AR(1). */
@@ -172,7 +175,7 @@ static int64_t oracle(const world *W, int h, const float *q, int64_t k, int32_t 
         double best = -INFINITY;
         for (int j = 0; j < W->g; j++) {
             double s = 0;
-            for (int e = 0; e < W->d; e++) s += (double)q[j * W->d + e] * h2d(kr[e]);
+            for (int e = 0; e < W->d; e++) s += (double)q[j * W->d + e] * W->h2d[kr[e]];
             if (s > best) best = s;
         }
         a[i] = (sp){best, (int32_t)(W->lo + i)};
