@@ -101,14 +101,14 @@ static int64_t make_prompt(world *W, runner *R, int64_t n_q, int n_needle, int32
     return P;
 }
 
-static void test_recall(int d, int g, int64_t n_q, const char *what, const char *arg, double want)
+static double test_recall(int d, int g, int64_t n_q, const char *what, const char *arg, double want)
 {
     world W;
     world_init(&W, 2, g, d, 8192, 6000, 256, 0.99f, 100 + d * 7 + g);
     runner R;
     if (runner_open(&R, &W, &arg, arg ? 1 : 0)) {
         CHECK(0, "open");
-        return;
+        return 0;
     }
     int32_t needle[2 * 4];
     const int64_t P = make_prompt(&W, &R, n_q, 4, needle), T = 32;
@@ -134,6 +134,7 @@ static void test_recall(int d, int g, int64_t n_q, const char *what, const char 
           (long long)ntot);
     runner_close(&R);
     world_free(&W);
+    return rec;
 }
 
 /* ---- an empty far tier, then decode spill only ------------------------------------ */
@@ -495,10 +496,19 @@ int main(int argc, char **argv)
             for (int b = 0; b < 3; b++) test_build(dims[a], gs[b], 3000, 100, 0);
         test_build(128, 4, 20000, 600, 0);    /* sampled starting thresholds */
         test_build(64, 3, 10000, 3000, 1);    /* ... and their fallback */
-        for (int a = 0; a < 2; a++)
-            for (int b = 0; b < 3; b++) test_recall(dims[a], gs[b], 512, "default", getenv("XARG"), 0.9);
-        test_recall(128, 4, 512, "dcu=0", "dcu=0", 0.9);
-        test_recall(128, 4, 512, "dcu=2", "dcu=2", 0.9);
+        /* the defaults (dcu=1): >= 0.88 per shape, >= 0.9 over the six; no update and the
+         * refresh variant: >= 0.9 per shape (the FIFO's near-copy centroids cost it a little) */
+        const char *mode[3] = {"dcu=0", NULL, "dcu=2"};
+        for (int m = 0; m < 3; m++) {
+            double sum = 0;
+            for (int a = 0; a < 2; a++)
+                for (int b = 0; b < 3; b++)
+                    sum += test_recall(dims[a], gs[b], 512, mode[m] ? mode[m] : "default", mode[m],
+                                       mode[m] ? 0.9 : 0.88);
+            printf("recall %s: %.3f over the six shapes\n", mode[m] ? mode[m] : "default", sum / 6);
+            CHECK(sum / 6 >= 0.9, "recall %s: %.3f over the six shapes", mode[m] ? mode[m] : "default",
+                  sum / 6);
+        }
         test_recall(64, 4, 20, "short prompt", NULL, 0.85);
         test_recall(128, 3, 20, "short prompt", NULL, 0.85);
         test_empty();
