@@ -1,7 +1,8 @@
 /* hkv-bench-kernels: speed of the host kernels next to a memory-bandwidth
  * probe measured in the same run (DESIGN.md, performance model).
  *
- *   hkv-bench-kernels [--isa scalar|avx2|avx512] [--quick] [--hot] [--cpu-time]
+ *   hetkv bench kernels [--isa scalar|avx2|avx512] [--quick] [--hot] [--cpu-time]
+ *   (also built as the standalone hkv-bench-kernels)
  *
  * Memory-bound kernels are measured cold: each call works on the next of
  * several copies of its data (weights, or per-layer KV caches) totalling
@@ -22,18 +23,22 @@
 
 #include "kernels.h"
 #include "kernels_impl.h"
+#include "bench_kernels.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
-static size_t cold_bytes = (size_t)1 << 30;   /* data rotated through per measurement */
-static double trial_seconds = 0.12;             /* one timed trial */
-static int trials = 5;                          /* best of: filters out other load */
+/* The benchmark's settings, fixed by the command line. */
+typedef struct bk {
+    size_t cold_bytes;      /* data rotated through per measurement (1: hot) */
+    double trial_seconds;   /* one timed trial */
+    int trials;             /* best of: filters out other load */
+    int use_cpu_time;
+    int64_t cache_rows;     /* rows of one K (or V) cache in the sparse benchmarks */
+} bk;
 
-static int use_cpu_time;
-
-static double now(void)
+static double now(const bk *b)
 {
-    if (!use_cpu_time) return omp_get_wtime();
+    if (!b->use_cpu_time) return omp_get_wtime();
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (ts.tv_sec + 1e-9 * ts.tv_nsec) / omp_get_max_threads();
@@ -41,18 +46,18 @@ static double now(void)
 
 /* Runs step(ctx) (one unit of work) repeatedly; returns the best over
  * `trials` trials of units per second. */
-static double best_rate(void (*step)(void *ctx), void *ctx)
+static double best_rate(const bk *b, void (*step)(void *ctx), void *ctx)
 {
     double best = 0;
     step(ctx);   /* warm-up */
-    for (int t = 0; t < trials; t++) {
+    for (int t = 0; t < b->trials; t++) {
         long units = 0;
-        double t0 = now(), dt;
+        double t0 = now(b), dt;
         do {
             step(ctx);
             units++;
-            dt = now() - t0;
-        } while (dt < trial_seconds);
+            dt = now(b) - t0;
+        } while (dt < b->trial_seconds);
         if (units / dt > best) best = units / dt;
     }
     return best;
@@ -105,7 +110,7 @@ typedef struct {
     uint16_t *scale, *min;
 } wset;
 
-static void wset_make(wset *s, int type, int64_t rows, int64_t cols)
+static void wset_make(size_t cold_bytes, wset *s, int type, int64_t rows, int64_t cols)
 {
     hkv_wmat one = {type, rows, cols, NULL, NULL, NULL};
     size_t bytes = hkv_wmat_bytes(&one);
@@ -148,24 +153,24 @@ static void gemv_step(void *p)
     for (int c = 0; c < g->s->copies; c++) hkv_matmul(g->t, &g->s->m[c], g->x, g->n, g->y, NULL);
 }
 
-static void bench_gemv(const hkv_cpu_kernels *t, double probe)
+static void bench_gemv(const bk *b, const hkv_cpu_kernels *t, double probe)
 {
     const int64_t shapes[][2] = {{576, 1536}, {4096, 4096}, {4096, 14336}};
     const int types[] = {HKV_W_Q4, HKV_W_Q8, HKV_W_F16};
     const char *names[] = {"f32", "f16", "q8", "q4"};
     printf("\nGEMV through hkv_matmul (%d threads), %s weights\n", omp_get_max_threads(),
-           cold_bytes > 1 ? "cold" : "hot");
+           b->cold_bytes > 1 ? "cold" : "hot");
     printf("%-5s %13s %2s %10s %9s %8s\n", "type", "rows x cols", "n", "us/call", "GB/s", "probe%");
     for (unsigned si = 0; si < sizeof shapes / sizeof *shapes; si++)
         for (unsigned ti = 0; ti < 3; ti++) {
             wset s;
-            wset_make(&s, types[ti], shapes[si][0], shapes[si][1]);
+            wset_make(b->cold_bytes, &s, types[ti], shapes[si][0], shapes[si][1]);
             int64_t rows = shapes[si][0], cols = shapes[si][1];
             float *x = xalloc(8 * cols * sizeof *x), *y = xalloc(8 * rows * sizeof *y);
             for (int64_t i = 0; i < 8 * cols; i++) x[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
             for (int n = 1; n <= 8; n += 7) {
                 gemv_ctx g = {t, &s, x, y, n};
-                double sweeps = best_rate(gemv_step, &g);   /* passes over all copies */
+                double sweeps = best_rate(b, gemv_step, &g);   /* passes over all copies */
                 double calls = sweeps * s.copies;
                 double gbs = hkv_wmat_bytes(&s.m[0]) * calls / 1e9;
                 printf("%-5s %6lldx%-6lld %2d %10.1f %9.2f %7.0f%%\n", names[types[ti]], (long long)rows,
@@ -194,7 +199,7 @@ static void mm_step(void *p)
     hkv_matmul_mode(c->t, c->w, c->x, c->n, c->y, c->ws, c->mode);
 }
 
-static void bench_matmul(const hkv_cpu_kernels *t, int quick)
+static void bench_matmul(const bk *b, const hkv_cpu_kernels *t, int quick)
 {
     const int64_t shapes[][2] = {{1536, 576}, {576, 1536}, {4096, 4096}, {14336, 4096}, {4096, 14336}};
     const int64_t n = 512;
@@ -204,10 +209,7 @@ static void bench_matmul(const hkv_cpu_kernels *t, int quick)
     for (unsigned si = 0; si < sizeof shapes / sizeof *shapes; si++) {
         if (quick && si >= 3) break;
         wset s;
-        size_t keep = cold_bytes;
-        cold_bytes = 1;   /* compute-bound: one copy */
-        wset_make(&s, HKV_W_Q4, shapes[si][0], shapes[si][1]);
-        cold_bytes = keep;
+        wset_make(1, &s, HKV_W_Q4, shapes[si][0], shapes[si][1]);   /* compute-bound: one copy */
         int64_t rows = shapes[si][0], cols = shapes[si][1];
         float *x = xalloc(n * cols * sizeof *x), *y = xalloc(n * rows * sizeof *y);
         for (int64_t i = 0; i < n * cols; i++) x[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
@@ -215,7 +217,7 @@ static void bench_matmul(const hkv_cpu_kernels *t, int quick)
         for (int mode = HKV_MM_SHARED_PANEL; mode <= HKV_MM_THREAD_PANEL; mode++) {
             float *ws = xalloc(hkv_matmul_mode_ws_floats(&s.m[0], mode) * sizeof(float));
             mm_ctx c = {t, &s.m[0], x, n, y, ws, mode};
-            double calls = best_rate(mm_step, &c);
+            double calls = best_rate(b, mm_step, &c);
             printf(" %14.1f", 2.0 * n * rows * cols * calls / 1e9);
             free(ws);
         }
@@ -228,8 +230,6 @@ static void bench_matmul(const hkv_cpu_kernels *t, int quick)
 
 /* ---- rerank and sparse attention ---------------------------------------- */
 
-static int64_t cache_rows = 32768;   /* rows of one K (or V) cache */
-#define CACHE_ROWS cache_rows
 
 typedef struct {
     const hkv_cpu_kernels *t;
@@ -239,6 +239,7 @@ typedef struct {
     int ncache, d, g;
     int64_t n;
     int kern, nt;
+    int64_t cache_rows;
 } sparse_ctx;
 
 /* one pass over all caches: each thread walks its own subset, as threads
@@ -251,20 +252,22 @@ static void sparse_step(void *p)
         float out[8 * 128], lse[8], s[8192];
         int me = omp_get_thread_num();
         for (int i = me; i < c->ncache; i += c->nt) {
-            const uint16_t *k = c->kv + (size_t)i * 2 * CACHE_ROWS * c->d;
-            const uint16_t *v = k + (size_t)CACHE_ROWS * c->d;
+            const uint16_t *k = c->kv + (size_t)i * 2 * c->cache_rows * c->d;
+            const uint16_t *v = k + (size_t)c->cache_rows * c->d;
             if (c->kern == 0) c->t->score_max(c->q, c->g, c->d, k, c->d, c->idx, c->n, s);
             else c->t->attn_sparse(c->q, c->g, c->d, k, v, c->d, c->idx, c->n, 0.088f, out, lse);
         }
     }
 }
 
-static void bench_sparse(const hkv_cpu_kernels *t, double probe, int quick)
+static void bench_sparse(const bk *b, const hkv_cpu_kernels *t, double probe, int quick)
 {
+    const int64_t cache_rows = b->cache_rows;
+    const size_t cold_bytes = b->cold_bytes;
     const int nthreads = omp_get_max_threads();
     printf("\nscore_max / attn_sparse over %lld-row fp16 caches, random idx, %s caches;\n"
            "1 thread, and %d threads each on its own caches (GB/s of K/V bytes touched)\n",
-           (long long)CACHE_ROWS, cold_bytes > 1 ? "cold" : "hot", nthreads);
+           (long long)cache_rows, cold_bytes > 1 ? "cold" : "hot", nthreads);
     printf("%3s %2s %5s | %9s %9s %7s | %9s %9s %7s\n", "d", "g", "cand", "score 1t", "score Nt",
            "probe%", "attn 1t", "attn Nt", "probe%");
     const int ds[] = {64, 128};
@@ -272,15 +275,15 @@ static void bench_sparse(const hkv_cpu_kernels *t, double probe, int quick)
     const int64_t cands[] = {256, 1024, 4096, 8192};
     for (int di = 0; di < 2; di++) {
         int d = ds[di];
-        size_t cache_b = (size_t)CACHE_ROWS * d * 2;           /* K or V of one cache */
+        size_t cache_b = (size_t)cache_rows * d * 2;           /* K or V of one cache */
         int ncache = (int)(cold_bytes / (2 * cache_b));          /* "layers" rotated */
         if (ncache < 2 * nthreads) ncache = 2 * nthreads;
         uint16_t *kv = xalloc(2 * cache_b * ncache);
         #pragma omp parallel for schedule(static)
-        for (int c = 0; c < ncache; c++) fill_half(kv + (size_t)c * 2 * CACHE_ROWS * d, 2 * (size_t)CACHE_ROWS * d, 100 + c);
+        for (int c = 0; c < ncache; c++) fill_half(kv + (size_t)c * 2 * cache_rows * d, 2 * (size_t)cache_rows * d, 100 + c);
         int32_t *idx = malloc(8192 * sizeof *idx);
         uint64_t seed = 9;
-        for (int i = 0; i < 8192; i++) idx[i] = (int32_t)(mix(&seed) % CACHE_ROWS);
+        for (int i = 0; i < 8192; i++) idx[i] = (int32_t)(mix(&seed) % cache_rows);
         float *q = malloc(8 * d * sizeof *q);
         for (int i = 0; i < 8 * d; i++) q[i] = (float)((i * 31) % 17) / 17.0f - 0.5f;
 
@@ -292,8 +295,9 @@ static void bench_sparse(const hkv_cpu_kernels *t, double probe, int quick)
                 double res[2][2];   /* [kernel][threads] GB/s */
                 for (int kern = 0; kern < 2; kern++)
                     for (int par = 0; par < 2; par++) {
-                        sparse_ctx c = {t, kv, idx, q, ncache, d, g, n, kern, par ? nthreads : 1};
-                        double calls = best_rate(sparse_step, &c) * ncache;
+                        sparse_ctx c = {t, kv, idx, q, ncache, d, g, n, kern, par ? nthreads : 1,
+                                        cache_rows};
+                        double calls = best_rate(b, sparse_step, &c) * ncache;
                         double bytes = (double)n * d * 2 * (kern ? 2 : 1);
                         res[kern][par] = bytes * calls / 1e9;
                     }
@@ -331,7 +335,7 @@ static void causal_step(void *p)
     }
 }
 
-static void bench_causal(const hkv_cpu_kernels *t)
+static void bench_causal(const bk *b, const hkv_cpu_kernels *t)
 {
     const int nq = 2048;
     const int nthreads = omp_get_max_threads();
@@ -351,7 +355,7 @@ static void bench_causal(const hkv_cpu_kernels *t)
         double res[2], ms = 0;
         for (int par = 0; par < 2; par++) {
             causal_ctx c = {t, kv, q, out, lse, nq, d, g, par ? nthreads : 1};
-            double calls = best_rate(causal_step, &c) * c.nt;
+            double calls = best_rate(b, causal_step, &c) * c.nt;
             double dt = 1.0 / calls;
             res[par] = flops * calls / 1e9;
             if (!par) ms = dt * 1e3;
@@ -364,8 +368,10 @@ static void bench_causal(const hkv_cpu_kernels *t)
     }
 }
 
-int main(int argc, char **argv)
+int hkv_bench_kernels_main(int argc, char **argv)
 {
+    bk b = {.cold_bytes = (size_t)1 << 30, .trial_seconds = 0.12, .trials = 5, .use_cpu_time = 0,
+            .cache_rows = 32768};
     int isa = HKV_ISA_AVX512, quick = 0, hot = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) {
@@ -373,25 +379,29 @@ int main(int argc, char **argv)
         } else if (!strcmp(argv[i], "--hot")) {
             hot = 1;
         } else if (!strcmp(argv[i], "--cpu-time")) {
-            use_cpu_time = 1;
+            b.use_cpu_time = 1;
         } else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
             isa = hkv_isa_parse(argv[++i]);
             if (isa < 0) {
-                fprintf(stderr, "hkv-bench-kernels: unknown ISA '%s' (scalar, avx2, avx512)\n", argv[i]);
+                fprintf(stderr, "hetkv: error: bench kernels: unknown ISA '%s' (scalar, avx2, avx512)\n", argv[i]);
                 return 2;
             }
         } else {
-            fprintf(stderr, "usage: hkv-bench-kernels [--isa scalar|avx2|avx512] [--quick] [--hot] [--cpu-time]\n");
-            return 2;
+            int help = !strcmp(argv[i], "-h") || !strcmp(argv[i], "--help");
+            fprintf(help ? stdout : stderr,
+                    "usage: hetkv bench kernels [--isa scalar|avx2|avx512] [--quick] [--hot] [--cpu-time]\n"
+                    "GEMV, rerank (score_max), sparse and causal attention, prefill matmul: GB/s or\n"
+                    "GFLOP/s beside a bandwidth probe measured in the same run.\n");
+            return help ? 0 : 2;
         }
     }
     if (quick) {
-        cold_bytes = (size_t)256 << 20;
-        trials = 2;
+        b.cold_bytes = (size_t)256 << 20;
+        b.trials = 2;
     }
     if (hot) {
-        cold_bytes = 1;      /* one copy of each matrix */
-        cache_rows = 2048;   /* K+V of one cache: 0.5-1 MB */
+        b.cold_bytes = 1;      /* one copy of each matrix */
+        b.cache_rows = 2048;   /* K+V of one cache: 0.5-1 MB */
     }
     hkv_cpu_kernels t;
     hkv_isa_info info;
@@ -399,19 +409,19 @@ int main(int argc, char **argv)
     int used = hkv_cpu_kernels_init(&t, isa);
     printf("hkv-bench-kernels: isa %s (best here %s), %d OpenMP threads, %s time\n",
            hkv_isa_name(used), hkv_isa_name(info.best), omp_get_max_threads(),
-           use_cpu_time ? "CPU" : "wall");
+           b.use_cpu_time ? "CPU" : "wall");
     double probe = hkv_bandwidth_probe((size_t)2 << 30, 8) / 1e9;
     if (probe <= 0) {
         fprintf(stderr, "hkv-bench-kernels: bandwidth probe failed\n");
         return 1;
     }
     printf("bandwidth probe: %.2f GB/s (2 GiB read-only, all threads, best of 8)\n", probe);
-    bench_gemv(&t, probe);
-    bench_sparse(&t, probe, quick);
-    bench_causal(&t);
-    bench_matmul(&t, quick);
+    bench_gemv(&b, &t, probe);
+    bench_sparse(&b, &t, probe, quick);
+    bench_causal(&b, &t);
+    bench_matmul(&b, &t, quick);
     double probe2 = hkv_bandwidth_probe((size_t)2 << 30, 8) / 1e9;
     printf("\nbandwidth probe again at the end: %.2f GB/s\n", probe2);
-    printf("every figure is the best of %d trials of >= %.2f s\n", trials, trial_seconds);
+    printf("every figure is the best of %d trials of >= %.2f s\n", b.trials, b.trial_seconds);
     return 0;
 }

@@ -5,11 +5,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_kernels.h"
 #include "cli.h"
 #include "generate.h"
 
 static const char bench_usage[] =
     "usage: hetkv bench -m MODEL [options]\n"
+    "       hetkv bench kernels [--quick] [--hot] [--isa NAME]   (hetkv bench kernels --help)\n"
     "\n"
     "Prefill a synthetic prompt of each context length once, fork it into B\n"
     "sequences and time batched decode steps. Reports tokens/s, the bytes a\n"
@@ -52,6 +54,7 @@ static size_t model_weight_bytes(const hkv_model *m) {
 }
 
 int hkv_cmd_bench(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "kernels")) return hkv_bench_kernels_main(argc - 1, argv + 1);
     hkv_err err;
     hkv_err_clear(&err);
     const char *model = NULL;
