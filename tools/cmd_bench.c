@@ -7,6 +7,8 @@
 
 #include "bench_kernels.h"
 #include "cli.h"
+#include "eval.h"
+#include "policy.h"
 #include "generate.h"
 
 static const char bench_usage[] =
@@ -25,13 +27,17 @@ static const char bench_usage[] =
     "  -t, --threads N       CPU threads (default: one per core)\n"
     "      --isa NAME        scalar, avx2, avx512 (default: best)\n"
     "      --probe-mib N     bandwidth probe buffer (default 1024)\n"
+    "      --configs SPEC    KV policies measured side by side on the same prefilled\n"
+    "                        prompt, ';'-separated policy:key=val,... (as hetkv eval;\n"
+    "                        default: the --policy options, else full)\n"
     "      --json            one JSON object on stdout\n";
 
 #define MAXL 16
 
 typedef struct point {
     long long ctx, batch;
-    double prefill_tok_s, step_s, decode_tok_s, bytes_per_step, gbs, matmul_frac, attn_frac;
+    char config[EVAL_SPEC_LEN];
+    double prefill_tok_s, step_s, decode_tok_s, bytes_per_step, gbs, matmul_frac, attn_frac, vs_full;
 } point;
 
 static void synth_prompt(int32_t *t, int64_t n, int vocab) {
@@ -61,6 +67,9 @@ int hkv_cmd_bench(int argc, char **argv) {
     long long ctxs[MAXL] = {1024, 8192}, batches[MAXL] = {1, 8};
     int n_ctx = 2, n_batch = 2, json = 0, isa = -1;
     long long steps = 32, threads = 0, probe_mib = 1024;
+    const char *configs = NULL;
+    eval_config cfg[EVAL_MAX_CONFIGS];
+    int n_cfg = 0;
     int rc = HKV_OK;
     hkv_kv_cli kc;
     hkv_kv_cli_init(&kc);
@@ -92,6 +101,8 @@ int hkv_cmd_bench(int argc, char **argv) {
             rc = hkv_arg_int(a, v, 1, 100000, &steps, &err);
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             rc = hkv_arg_int(a, v, 1, 4096, &threads, &err);
+        } else if (!strcmp(a, "--configs")) {
+            configs = v;
         } else if (!strcmp(a, "--probe-mib")) {
             rc = hkv_arg_int(a, v, 16, 1 << 20, &probe_mib, &err);
         } else if (!strcmp(a, "--isa")) {
@@ -119,12 +130,25 @@ int hkv_cmd_bench(int argc, char **argv) {
     ep.n_ctx = max_ctx + steps + 1;
     ep.max_rows = 256;
     if (!rc) rc = hkv_kv_cli_apply(&kc, &ep, &err);
+    if (!rc && configs && (kc.policy || kc.n_pargs || kc.kv))
+        rc = hkv_seterr(&err, HKV_E_INVAL, "bench: give --configs or --policy/--kv, not both");
+    if (!rc && configs) rc = eval_configs_parse(configs, cfg, &n_cfg, EVAL_MAX_CONFIGS, &err);
+    if (!rc && configs) {
+        /* Keep as many prompt queries as the hungriest policy builds from. */
+        hkv_policy_env env = {.n_ctx = max_ctx + steps + 1};
+        for (int i = 0; i < n_cfg; i++)
+            if (cfg[i].def->queries_wanted) {
+                int64_t w = cfg[i].def->queries_wanted(&cfg[i].args, &env);
+                if (w > ep.tiered.keep_queries) ep.tiered.keep_queries = w;
+            }
+    }
     if (rc) {
         hkv_err_report(&err, stderr);
         return 2;
     }
     hkv_engine *e = NULL;
-    point *pts = calloc((size_t)n_ctx * n_batch, sizeof *pts);
+    int n_pcfg = configs ? n_cfg : 1;
+    point *pts = calloc((size_t)n_ctx * n_batch * n_pcfg, sizeof *pts);
     int32_t *prompt = malloc((size_t)max_ctx * sizeof(int32_t));
     int32_t *toks = malloc((size_t)(max_batch + 1) * sizeof(int32_t));
     hkv_seg *segs = malloc((size_t)(max_batch + 1) * sizeof(hkv_seg));
@@ -157,47 +181,76 @@ int hkv_cmd_bench(int argc, char **argv) {
         rc = hkv_prefill(e, 0, prompt, L, 0, logits, &err);
         double t_pre = hkv_now() - t0;
         if (rc) goto out;
-        for (int bi = 0; bi < n_batch; bi++) {
-            long long B = batches[bi];
-            for (int s = 1; s <= B; s++) {
-                if ((rc = ops->seq_open(e->kv.self, s, L + steps + 1, &err)) ||
-                    (rc = ops->seq_copy(e->kv.self, s, 0, &err)))
+        for (int ci2 = 0; ci2 < n_pcfg; ci2++) {
+            hkv_policy_args cargs;
+            int64_t budget = 0;
+            char label[EVAL_SPEC_LEN] = "";
+            if (configs) {
+                int64_t far = L - ep.tiered.L_init - ep.tiered.L_local;
+                if ((rc = eval_config_resolve(&cfg[ci2], L, far > 0 ? far : 0, &cargs, &budget, label,
+                                              sizeof label, &err)))
                     goto out;
+            } else {
+                snprintf(label, sizeof label, "%s", ep.kv_plain ? "plain" : ep.tiered.policy->name);
             }
-            hkv_fwd_stats before = e->stats;
-            double ts = 0;
-            for (long long st = 0; st < steps + 1; st++) {
-                for (int s = 0; s < B; s++) {
-                    toks[s] = prompt[(L + st * 7 + s) % L];
-                    segs[s] = (hkv_seg){.seq = s + 1, .n = 1, .pos = L + st, .row = s};
+            for (int bi = 0; bi < n_batch; bi++) {
+                long long B = batches[bi];
+                for (int s = 1; s <= B; s++) {
+                    if (configs && (rc = hkv_kv_tiered_set_policy(&e->kv, s, cfg[ci2].def, &cargs, &err)))
+                        goto out;
+                    if ((rc = ops->seq_open(e->kv.self, s, L + steps + 1, &err)) ||
+                        (rc = ops->seq_copy(e->kv.self, s, 0, &err)))
+                        goto out;
                 }
-                int64_t lr[4096];
-                for (int s = 0; s < B; s++) lr[s] = s;
-                double a = hkv_now();
-                if ((rc = hkv_forward(e, toks, B, segs, (int)B, lr, (int)B, logits, &err))) goto out;
-                if (st > 0) ts += hkv_now() - a;   /* first step warms caches */
+                hkv_fwd_stats before = e->stats;
+                double ts = 0;
+                for (long long st = 0; st < steps + 1; st++) {
+                    for (int s = 0; s < B; s++) {
+                        toks[s] = prompt[(L + st * 7 + s) % L];
+                        segs[s] = (hkv_seg){.seq = s + 1, .n = 1, .pos = L + st, .row = s};
+                    }
+                    int64_t lr[4096];
+                    for (int s = 0; s < B; s++) lr[s] = s;
+                    double a = hkv_now();
+                    if ((rc = hkv_forward(e, toks, B, segs, (int)B, lr, (int)B, logits, &err))) goto out;
+                    if (st > 0) ts += hkv_now() - a;   /* first step warms caches */
+                }
+                for (int s = 1; s <= B; s++) ops->seq_close(e->kv.self, s);
+                point *p = &pts[np++];
+                p->ctx = L;
+                p->batch = B;
+                snprintf(p->config, sizeof p->config, "%s", label);
+                p->prefill_tok_s = L / t_pre;
+                p->step_s = ts / steps;
+                p->decode_tok_s = B / p->step_s;
+                /* Bytes a dense step must read; only meaningful for dense attention
+                 * (a selection policy reads what it selects and reranks). */
+                int dense = ep.kv_plain || !strcmp(label, "full") ||
+                            (!configs && ep.tiered.policy == &hkv_policy_full);
+                double kv = (double)B * c->n_layer * c->n_head_kv * (L + steps / 2.0) * c->head_dim * 2 * 2;
+                p->bytes_per_step = dense ? wbytes + kv : 0;
+                p->gbs = dense ? p->bytes_per_step / p->step_s / 1e9 : 0;
+                p->vs_full = 0;
+                for (int j = 0; j < np - 1; j++)
+                    if (!strcmp(pts[j].config, "full") && pts[j].ctx == L && pts[j].batch == B)
+                        p->vs_full = p->decode_tok_s / pts[j].decode_tok_s;
+                double dm = e->stats.matmul - before.matmul, da = e->stats.attn - before.attn;
+                double dt = dm + da + (e->stats.other - before.other);
+                p->matmul_frac = dt > 0 ? dm / dt : 0;
+                p->attn_frac = dt > 0 ? da / dt : 0;
+                if (!json) {
+                    char rd[96] = "";
+                    if (dense)
+                        snprintf(rd, sizeof rd, "reads %7.1f MB/step = %6.2f GB/s (%3.0f%% of probe)",
+                                 p->bytes_per_step / 1e6, p->gbs, probe > 0 ? 100 * p->gbs * 1e9 / probe : 0);
+                    else if (p->vs_full > 0)
+                        snprintf(rd, sizeof rd, "%.2fx the decode tokens/s of full", p->vs_full);
+                    fprintf(stderr, "%-22s ctx %6lld batch %3lld: prefill %7.1f tok/s | decode %7.1f tok/s, "
+                            "step %7.2f ms, %s; matmul %2.0f%%, attention %2.0f%%\n",
+                            label, L, B, p->prefill_tok_s, p->decode_tok_s, p->step_s * 1e3, rd,
+                            100 * p->matmul_frac, 100 * p->attn_frac);
+                }
             }
-            for (int s = 1; s <= B; s++) ops->seq_close(e->kv.self, s);
-            point *p = &pts[np++];
-            p->ctx = L;
-            p->batch = B;
-            p->prefill_tok_s = L / t_pre;
-            p->step_s = ts / steps;
-            p->decode_tok_s = B / p->step_s;
-            double kv = (double)B * c->n_layer * c->n_head_kv * (L + steps / 2.0) * c->head_dim * 2 * 2;
-            p->bytes_per_step = wbytes + kv;
-            p->gbs = p->bytes_per_step / p->step_s / 1e9;
-            double dm = e->stats.matmul - before.matmul, da = e->stats.attn - before.attn;
-            double dt = dm + da + (e->stats.other - before.other);
-            p->matmul_frac = dt > 0 ? dm / dt : 0;
-            p->attn_frac = dt > 0 ? da / dt : 0;
-            if (!json)
-                fprintf(stderr, "ctx %6lld batch %3lld: prefill %8.1f tok/s | decode %8.1f tok/s, "
-                        "step %7.2f ms, reads %7.1f MB/step = %6.2f GB/s (%3.0f%% of probe; "
-                        "matmul %2.0f%%, attention %2.0f%%)\n",
-                        L, B, p->prefill_tok_s, p->decode_tok_s, p->step_s * 1e3,
-                        p->bytes_per_step / 1e6, p->gbs, probe > 0 ? 100 * p->gbs * 1e9 / probe : 0,
-                        100 * p->matmul_frac, 100 * p->attn_frac);
         }
         ops->seq_close(e->kv.self, 0);
     }
@@ -207,12 +260,13 @@ int hkv_cmd_bench(int argc, char **argv) {
         printf(",\"threads\":%d,\"isa\":\"%s\",\"weight_bytes\":%.0f,\"probe_gbs\":%.3f,\"results\":[",
                hkv_threads_count(e->threads), hkv_isa_name(e->kern.isa), wbytes, probe / 1e9);
         for (int i = 0; i < np; i++)
-            printf("%s{\"ctx\":%lld,\"batch\":%lld,\"prefill_tok_s\":%.2f,\"decode_tok_s\":%.2f,"
+            printf("%s{\"config\":\"%s\",\"ctx\":%lld,\"batch\":%lld,\"prefill_tok_s\":%.2f,\"decode_tok_s\":%.2f,"
                    "\"step_ms\":%.3f,\"bytes_per_step\":%.0f,\"gbs\":%.3f,\"frac_of_probe\":%.3f,"
-                   "\"matmul_frac\":%.3f,\"attn_frac\":%.3f}",
-                   i ? "," : "", pts[i].ctx, pts[i].batch, pts[i].prefill_tok_s, pts[i].decode_tok_s,
+                   "\"matmul_frac\":%.3f,\"attn_frac\":%.3f,\"vs_full\":%.3f}",
+                   i ? "," : "", pts[i].config, pts[i].ctx, pts[i].batch, pts[i].prefill_tok_s, pts[i].decode_tok_s,
                    pts[i].step_s * 1e3, pts[i].bytes_per_step, pts[i].gbs,
-                   probe > 0 ? pts[i].gbs * 1e9 / probe : 0, pts[i].matmul_frac, pts[i].attn_frac);
+                   probe > 0 ? pts[i].gbs * 1e9 / probe : 0, pts[i].matmul_frac, pts[i].attn_frac,
+                   pts[i].vs_full);
         printf("]}\n");
     } else {
         fprintf(stderr, "bandwidth probe: %.2f GB/s (read, %d threads, %lld MiB)\n", probe / 1e9,
