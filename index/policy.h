@@ -133,5 +133,8 @@ double hkv_policy_arg(const hkv_policy_def *d, const hkv_policy_args *a, const c
 extern const hkv_policy_def hkv_policy_full;
 extern const hkv_policy_def hkv_policy_oracle;
 extern const hkv_policy_def hkv_policy_ctkvr;
+extern const hkv_policy_def hkv_policy_quest;
+extern const hkv_policy_def hkv_policy_snapkv;
+extern const hkv_policy_def hkv_policy_rocketkv;
 
 #endif

@@ -9,6 +9,9 @@ static const hkv_policy_def *const all_policies[] = {
     &hkv_policy_full,
     &hkv_policy_oracle,
     &hkv_policy_ctkvr,
+    &hkv_policy_quest,
+    &hkv_policy_snapkv,
+    &hkv_policy_rocketkv,
     NULL,
 };
 
