@@ -54,15 +54,17 @@ int32_t eval_argmax(const float *x, int n) {
 }
 
 int eval_fork(eval_run *r, int64_t ctx, const hkv_policy_def *def, const hkv_policy_args *args,
-              int audit, int64_t audit_k, hkv_err *err) {
+              int audit, int64_t audit_k, int64_t *index_bytes, hkv_err *err) {
     hkv_kv *kv = &r->e->kv;
     /* Policy first, on the closed sequence, so the copy builds its index once. */
     kv->ops->seq_close(kv->self, 1);
+    const size_t before = r->e->mem.bytes[HKV_TIER_INDEX];
     int rc = hkv_kv_tiered_set_policy(kv, 1, def, args, err);
     if (!rc) rc = eval_set_audit(kv, audit, audit_k, err);
     if (!rc) rc = kv->ops->seq_open(kv->self, 1, ctx, err);
     if (!rc) rc = kv->ops->seq_copy(kv->self, 1, 0, err);
     hkv_kv_tiered_audit_reset(kv, 1);
+    if (index_bytes) *index_bytes = (int64_t)(r->e->mem.bytes[HKV_TIER_INDEX] - before);
     return rc ? hkv_err_prefix(err, "forking the prompt for '%s'", def->name) : HKV_OK;
 }
 

@@ -88,9 +88,11 @@ typedef struct eval_run {
 
 /* Fork sequence 0 into sequence 1 (capacity ctx) under a configuration:
  * the policy builds its index from sequence 0's kept prompt queries. The
- * audit is switched on (recall against the top-audit_k) or off. */
+ * audit is switched on (recall against the top-audit_k) or off. The INDEX
+ * tier bytes sequence 1 holds (kept queries + the policy's index) go to
+ * *index_bytes when it is not NULL. */
 int eval_fork(eval_run *r, int64_t ctx, const hkv_policy_def *def, const hkv_policy_args *args,
-              int audit, int64_t audit_k, hkv_err *err);
+              int audit, int64_t audit_k, int64_t *index_bytes, hkv_err *err);
 /* Greedy index of the largest logit. */
 int32_t eval_argmax(const float *x, int n);
 
@@ -113,6 +115,7 @@ typedef struct eval_fid_row {
     double far;               /* far tier size, same samples */
     double ms_tok;            /* decode time per token, audit included */
     double t_index;           /* seconds to fork and build the index */
+    int64_t index_bytes;      /* sequence 1's INDEX tier: kept queries + the policy's index */
 } eval_fid_row;
 
 typedef struct eval_fid {

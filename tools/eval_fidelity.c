@@ -90,7 +90,7 @@ int eval_fidelity(eval_run *r, int64_t ctx, eval_fid *out, hkv_err *err) {
         /* A policy without a budget is measured against the default share. */
         int64_t audit_k = row->budget ? row->budget : (int64_t)fmax(1, llround(0.03 * ctx));
         double ti = hkv_now();
-        if ((rc = eval_fork(r, ctx, c->def, &args, 1, audit_k, err))) goto out;
+        if ((rc = eval_fork(r, ctx, c->def, &args, 1, audit_k, &row->index_bytes, err))) goto out;
         row->t_index = hkv_now() - ti;
         hkv_kv_tiered_describe(&e->kv, 1, row->describe, sizeof row->describe);
         double t_dec = 0, kl = 0, kl_max = 0, nll = 0;

@@ -7,17 +7,20 @@ void eval_print_fidelity(FILE *f, const eval_fid *x) {
     fprintf(f, "\nfidelity at context %lld: prompt %lld tokens (prefill %.1f s), then %lld tokens "
             "teacher-forced\n", (long long)x->ctx, (long long)x->n_prompt, x->t_prefill,
             (long long)x->n_cont);
-    fprintf(f, "%-36s %7s %9s %10s %9s %6s %6s %16s %7s\n", "config", "recall", "rel.err",
-            "KL(full|c)", "KL max", "agree", "NLL", "attended/step", "ms/tok*");
+    fprintf(f, "%-36s %7s %9s %10s %9s %6s %6s %16s %9s %7s\n", "config", "recall", "rel.err",
+            "KL(full|c)", "KL max", "agree", "NLL", "attended/step", "index", "ms/tok*");
     for (int i = 0; i < x->n_rows; i++) {
         const eval_fid_row *w = &x->rows[i];
         char att[32];
         double ctx_now = (double)x->n_prompt + x->n_cont / 2.0;   /* mean context during decode */
         snprintf(att, sizeof att, "%.0f (%.1f%%)", w->attended, 100 * w->attended / ctx_now);
-        fprintf(f, "%-36s %7.3f %9.5f %10.6f %9.5f %6.3f %6.3f %16s %7.1f\n", w->label, w->recall,
-                w->rel_err, w->kl, w->kl_max, w->agree, w->nll, att, w->ms_tok);
+        char ib[32];
+        hkv_fmt_bytes((double)w->index_bytes, ib, sizeof ib);
+        fprintf(f, "%-36s %7.3f %9.5f %10.6f %9.5f %6.3f %6.3f %16s %9s %7.1f\n", w->label, w->recall,
+                w->rel_err, w->kl, w->kl_max, w->agree, w->nll, att, ib, w->ms_tok);
     }
-    fprintf(f, "* decode time with the audit on (it also attends densely and ranks every far token)\n");
+    fprintf(f, "index: kept prompt queries + the policy's index (INDEX tier) of the forked sequence\n"
+               "* decode time with the audit on (it also attends densely and ranks every far token)\n");
 }
 
 void eval_print_memory(FILE *f, const hkv_mem_account *m) {
@@ -87,9 +90,9 @@ static void json_fid(FILE *f, const eval_fid *x) {
         js(f, w->describe);
         fprintf(f, ",\"budget\":%lld,\"recall\":%.6f,\"rel_err\":%.6g,\"kl\":%.6g,\"kl_max\":%.6g,"
                 "\"greedy_agree\":%.6f,\"nll\":%.6f,\"attended_per_step\":%.2f,\"far_tokens\":%.2f,"
-                "\"ms_per_token_audited\":%.3f,\"fork_index_s\":%.3f}",
+                "\"ms_per_token_audited\":%.3f,\"fork_index_s\":%.3f,\"index_bytes\":%lld}",
                 (long long)w->budget, w->recall, w->rel_err, w->kl, w->kl_max, w->agree, w->nll,
-                w->attended, w->far, w->ms_tok, w->t_index);
+                w->attended, w->far, w->ms_tok, w->t_index, (long long)w->index_bytes);
     }
     fprintf(f, "]}");
 }

@@ -385,7 +385,7 @@ static int run_trial(eval_run *r, int task, int t, int64_t ctx, eval_task_result
         hkv_policy_args args;
         rc = eval_config_resolve(&r->cfg[ci], ctx, tr->n_prompt - near, &args, &row->budget, row->label,
                                  sizeof row->label, err);
-        if (!rc) rc = eval_fork(r, ctx, r->cfg[ci].def, &args, 0, row->budget > 0 ? row->budget : 1, err);
+        if (!rc) rc = eval_fork(r, ctx, r->cfg[ci].def, &args, 0, row->budget > 0 ? row->budget : 1, NULL, err);
         if (!rc) rc = answer_all(r, ci, tr, cv, tail0, first, ctx, row, err);
     }
     if (!rc && r->verbose) {
