@@ -2,16 +2,17 @@
  * each centroid query and KV head the top-rho far keys by max over the
  * group's query heads of q.k.
  *
- * Scores are C x g x n dot products (C = 2048, g = 4, n = 128K: 10^12
- * multiply-adds per KV head), so they run as fp32 GEMMs (oneDNN sgemm) and
- * are never materialised whole: a task is (KV head, block of centroids); it
- * walks the far keys in chunks, converts each chunk to fp32, multiplies the
+ * Scores are C x g x n dot products of d (C = 2048, g = 4, n = 128K, d = 128:
+ * 1.4e11 multiply-adds per KV head), so they run as fp32 GEMMs (oneDNN sgemm)
+ * and are never materialised whole: a task is (KV head, block of centroids);
+ * it walks the far keys in chunks, converts each chunk to fp32, multiplies the
  * block's g*cb query rows by it, folds the g rows of each centroid into a
  * max, and keeps a running top-rho per centroid. The running top-rho is a
- * buffer plus a threshold: only scores above the rho-th best seen so far are
- * appended, and a full buffer is cut back to rho by quickselect, so after
- * the first chunks almost every score is rejected by one compare. Memory per
- * thread is O(cb * (g*chunk + rho)), independent of the far tier's length. */
+ * buffer plus a threshold: only scores above it are appended (it starts from
+ * a sampled estimate, see sample_thresholds), and a full buffer is cut back
+ * to rho by quickselect, which raises the threshold; almost every score is
+ * rejected by one compare. Memory per thread is O(cb * (g*chunk + rho)),
+ * independent of the far tier's length. */
 #include <math.h>
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
@@ -257,7 +258,8 @@ int hkv_ctkvr_build_lists(const hkv_cpu_kernels *kern, const hkv_ctkvr_build *b,
     if (nt > ntask) nt = (int)ntask;
     if (nt < 1) nt = 1;
 
-    const size_t nf = (size_t)(cb * g * d + nb * d + cb * g * nb + cb * cap + cb + cb * BUILD_SAMPLE);
+    const size_t nf =
+        (size_t)(cb * g * d + nb * d + cb * g * nb + cb * cap + cb + cb * BUILD_SAMPLE);
     const size_t ni = (size_t)(cb * cap + 2 * cb);
     const size_t per = ((nf + ni) * 4 + 63) & ~(size_t)63;
     char *mem_all = hkv_host_alloc(mem, HKV_TIER_WORKSPACE, per * (size_t)nt, err);
@@ -290,14 +292,16 @@ int hkv_ctkvr_build_lists(const hkv_cpu_kernels *kern, const hkv_ctkvr_build *b,
         }
     }
     hkv_host_free(mem, HKV_TIER_WORKSPACE, mem_all, per * (size_t)nt);
-    if (rc) return hkv_seterr(err, rc, "ctkvr index build: oneDNN sgemm failed or a list came out short");
+    if (rc)
+        return hkv_seterr(err, rc, "ctkvr index build: oneDNN sgemm failed or a list came out "
+                          "short");
     return HKV_OK;
 }
 
 /* ---- prompt end (Algorithm 1), see the later-turn rules in ctkvr.c ---------- */
 
 int hkv_ctkvr_prefill_end(void *self, int layer, const hkv_far_view *far,
-                             const hkv_query_view *qv, hkv_err *err)
+                          const hkv_query_view *qv, hkv_err *err)
 {
     ctkvr *s = self;
     const int H = s->H, KH = s->KH, g = s->g, d = s->d;
