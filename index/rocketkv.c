@@ -178,7 +178,9 @@ static int stage1(rocketkv *s, int layer, const hkv_far_view *far, const hkv_que
 {
     rk_layer *ly = &s->lay[layer];
     const int KH = s->KH;
-    const int from_list = ly->built && !s->mt;   /* mt=0 later turn: what is still held */
+    /* mt=0 later turn: what is still held (a far tier that shrank, which the
+     * cache never does, is scored afresh) */
+    const int from_list = ly->built && !s->mt && far->hi >= ly->list_hi;
     int64_t nmax = 0, ntot = 0;
     for (int h = 0; h < KH; h++) {
         const int64_t n = from_list ? ly->n[h] + (far->hi - ly->list_hi) : far->hi - far->lo;
