@@ -278,6 +278,11 @@ void hkv_rocketkv_split_of(int64_t S, int64_t t, int d, double split_r, hkv_rock
 {
     if (S < 1) S = 1;
     if (t < 1) t = 1;
+    /* k from the budget as given: the code's min(S, t) clamp would halve k
+     * for a short prompt, but here S is the prompt alone and generated tokens
+     * join the candidates later, so k stays the budget's half */
+    o->k = (int64_t)llround((double)t / 2.0);
+    if (o->k < 1) o->k = 1;
     if (t > S) t = S;
     o->c = (double)S / (double)t;
     if (o->c < 1) o->c = 1;
@@ -285,9 +290,6 @@ void hkv_rocketkv_split_of(int64_t S, int64_t t, int d, double split_r, hkv_rock
     o->capacity = (int64_t)((double)S / pow(o->c, o->r));
     if (o->capacity < 1) o->capacity = 1;
     if (o->capacity > S) o->capacity = S;
-    o->k = (int64_t)llround((double)t / 2.0);
-    if (o->k > o->capacity) o->k = o->capacity;
-    if (o->k < 1) o->k = 1;
     o->c2 = (double)o->capacity / (double)t;
     if (o->c2 < 1) o->c2 = 1;
     int64_t pf = (int64_t)floor(o->c2), ps = (int64_t)ceil(sqrt(o->c2));

@@ -75,9 +75,12 @@ int64_t hkv_ws_keep(float *s, const int32_t *rows, int64_t lo, int64_t n, int64_
                     int64_t force_from, int32_t *out, int32_t *idx, int32_t *scratch);
 
 /* RocketKV's budget decomposition (notes A2, gpt-fast get_params_for_token_budget):
+ *   k        = round(t/2)             tokens stage 2 attends (the code caps it at
+ *                                     capacity, which counts room for generated
+ *                                     tokens there; here those join the
+ *                                     candidates after the split, so no cap)
  *   t = min(S, t); c = max(1, S/t); r = min(0.2 + 0.06 log2 c, 0.8) (or the given split);
  *   capacity = int(S / c^r)           tokens stage 1 keeps per (layer, KV head)
- *   k        = min(round(t/2), capacity)       tokens stage 2 attends
  *   c2 = max(1, capacity/t); page = min(floor(c2), ceil(sqrt(c2)));
  *   dims = min(d, max(1, round(d*page/c2)))   head-dim coordinates of the estimate */
 typedef struct hkv_rocketkv_split {

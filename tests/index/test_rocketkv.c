@@ -279,7 +279,8 @@ static void test_split(void)
     hkv_rocketkv_split_of(1 << 30, 2, 128, NAN, &sp);
     CHECK(sp.r == 0.8, "r clamps at 0.8: %.3f", sp.r);
     hkv_rocketkv_split_of(1000, 4000, 64, NAN, &sp);   /* budget over the sequence: no compression */
-    CHECK(sp.c == 1 && sp.capacity == 1000 && sp.page == 1 && sp.dims == 64, "t > S");
+    CHECK(sp.c == 1 && sp.capacity == 1000 && sp.page == 1 && sp.dims == 64 && sp.k == 2000,
+          "t > S: k %lld (the budget stays: generated tokens join later)", (long long)sp.k);
     hkv_rocketkv_split_of(32768, 1024, 128, 0.3, &sp);
     CHECK(sp.r == 0.3 && sp.capacity == (int64_t)(32768 / pow(32, 0.3)), "fixed split");
 }
