@@ -187,7 +187,13 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
                     fail = (int)n_sel;
                     continue;
                 }
-                kn->attn_sparse(qb, g, d, fv.k[I->kvh], fv.v[I->kvh], fv.ld, sel, n_sel, scale, o2, l2);
+                /* select returns unique positions in [lo, hi): as many as the range
+                 * means the whole range, read contiguously rather than gathered. */
+                if (n_sel == fv.hi - fv.lo)
+                    kn->attn_dense(qb, g, d, fv.k[I->kvh] + fv.lo * fv.ld, fv.v[I->kvh] + fv.lo * fv.ld,
+                                   fv.ld, n_sel, scale, o2, l2);
+                else
+                    kn->attn_sparse(qb, g, d, fv.k[I->kvh], fv.v[I->kvh], fv.ld, sel, n_sel, scale, o2, l2);
                 hkv_attn_merge(ob, lb, o2, l2, g, d);
             }
             if (t->p.audit) {
