@@ -92,7 +92,6 @@ int eval_fidelity(eval_run *r, int64_t ctx, eval_fid *out, hkv_err *err) {
         double ti = hkv_now();
         if ((rc = eval_fork(r, ctx, c->def, &args, 1, audit_k, &row->index_bytes, err))) goto out;
         row->t_index = hkv_now() - ti;
-        hkv_kv_tiered_describe(&e->kv, 1, row->describe, sizeof row->describe);
         double t_dec = 0, kl = 0, kl_max = 0, nll = 0;
         int64_t agree = 0;
         for (int64_t s = 0; s < T; s++) {
@@ -113,6 +112,8 @@ int eval_fidelity(eval_run *r, int64_t ctx, eval_fid *out, hkv_err *err) {
                 agree++;
             }
         }
+        /* After decode, so the line carries the policy's decode statistics. */
+        hkv_kv_tiered_describe(&e->kv, 1, row->describe, sizeof row->describe);
         hkv_tiered_audit au;
         hkv_kv_tiered_audit_get(&e->kv, 1, &au);
         double samples = au.n / g;
