@@ -25,7 +25,7 @@ static const char eval_usage[] =
     "      --configs SPEC    ';'-separated policy:key=val,... (default below); the budget\n"
     "                        (oracle k, ctkvr rho_p) may be a share of the context, '3%'\n"
     "      --tasks LIST      passkey,needle,multineedle,multiturn or none (default all)\n"
-    "      --task-ctx LIST   task contexts (default: the largest --ctx)\n"
+    "      --task-ctx LIST   task contexts (default: the --ctx list)\n"
     "      --trials N        trials per task and context (default 3)\n"
     "      --answer-tokens N tokens generated per answer at most (default 16)\n"
     "      --seed N          needles, depths and haystack offsets (default 1)\n"
@@ -148,9 +148,12 @@ static int parse_opts(int argc, char **argv, eval_opts *o, hkv_kv_cli *kc, hkv_e
                           "--configs; --kv, --policy and --policy-arg do not apply");
     if (o->no_fidelity) o->n_ctx = 0;
     if (!o->n_task_ctx && o->tasks) {
-        o->task_ctx[0] = o->n_ctx ? 0 : 8192;   /* --no-fidelity alone: the default's largest */
-        for (int i = 0; i < o->n_ctx; i++) o->task_ctx[0] = o->ctx[i] > o->task_ctx[0] ? o->ctx[i] : o->task_ctx[0];
-        o->n_task_ctx = 1;
+        /* The fidelity contexts (or, with --no-fidelity, the default ones):
+         * a small model's own retrieval fades with distance, so the shorter
+         * contexts are where a policy's losses show against full's. */
+        static const long long dflt[] = {2048, 4096, 8192};
+        o->n_task_ctx = o->n_ctx ? o->n_ctx : 3;
+        for (int i = 0; i < o->n_task_ctx; i++) o->task_ctx[i] = o->n_ctx ? o->ctx[i] : dflt[i];
     }
     if (!o->tasks) o->n_task_ctx = 0;
     if (!o->n_ctx && !o->n_task_ctx) return hkv_seterr(err, HKV_E_INVAL, "eval: nothing to run");
