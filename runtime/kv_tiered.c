@@ -408,6 +408,15 @@ int hkv_kv_tiered_create(hkv_kv *kv, const hkv_kv_shape *shape, int max_seqs,
     return HKV_OK;
 }
 
+int hkv_kv_tiered_set_audit(hkv_kv *kv, int on, int64_t k, hkv_err *err) {
+    if (!hkv_kv_is_tiered(kv)) return hkv_seterr(err, HKV_E_INVAL, "the audit needs the tiered KV cache");
+    if (k < 1) return hkv_seterr(err, HKV_E_RANGE, "audit top-k %lld is out of range", (long long)k);
+    tiered *t = kv->self;
+    t->p.audit = on != 0;
+    t->p.audit_k = k;
+    return HKV_OK;
+}
+
 void hkv_kv_tiered_audit_get(hkv_kv *kv, int seq, hkv_tiered_audit *out) {
     memset(out, 0, sizeof *out);
     if (!hkv_kv_is_tiered(kv)) return;

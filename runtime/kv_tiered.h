@@ -40,6 +40,10 @@ int hkv_kv_tiered_create(hkv_kv *kv, const hkv_kv_shape *shape, int max_seqs,
 int hkv_kv_tiered_set_policy(hkv_kv *kv, int seq, const hkv_policy_def *d,
                              const hkv_policy_args *a, hkv_err *err);
 
+/* Switch the audit on or off and set its oracle top-k, between forward
+ * calls (every layer step reads both afresh; its scratch grows on demand). */
+int hkv_kv_tiered_set_audit(hkv_kv *kv, int on, int64_t k, hkv_err *err);
+
 void hkv_kv_tiered_audit_get(hkv_kv *kv, int seq, hkv_tiered_audit *out);
 void hkv_kv_tiered_audit_reset(hkv_kv *kv, int seq);
 /* The policy's describe() line for a sequence. */

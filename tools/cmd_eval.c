@@ -61,7 +61,7 @@ int eval_fork(eval_run *r, int64_t ctx, const hkv_policy_def *def, const hkv_pol
     kv->ops->seq_close(kv->self, 1);
     const size_t before = r->e->mem.bytes[HKV_TIER_INDEX];
     int rc = hkv_kv_tiered_set_policy(kv, 1, def, args, err);
-    if (!rc) rc = eval_set_audit(kv, audit, audit_k, err);
+    if (!rc) rc = hkv_kv_tiered_set_audit(kv, audit, audit_k, err);
     if (!rc) rc = kv->ops->seq_open(kv->self, 1, ctx, err);
     if (!rc) rc = kv->ops->seq_copy(kv->self, 1, 0, err);
     hkv_kv_tiered_audit_reset(kv, 1);

@@ -96,8 +96,6 @@ int eval_fork(eval_run *r, int64_t ctx, const hkv_policy_def *def, const hkv_pol
 /* Greedy index of the largest logit. */
 int32_t eval_argmax(const float *x, int n);
 
-/* The audit switch of the tiered cache (eval_audit.c). */
-int eval_set_audit(hkv_kv *kv, int on, int64_t k, hkv_err *err);
 
 /* ---- fidelity (eval_fidelity.c) -------------------------------------------- */
 
