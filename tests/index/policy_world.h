@@ -1,4 +1,4 @@
-/* Shared by the snapkv and rocketkv tests: a structured synthetic far tier
+/* Shared by the quest, snapkv and rocketkv tests: a structured synthetic far tier
  * (keys in topic runs per KV head, needles), a policy opened on it through the
  * registry, observation windows, and the float64 reference of the window-score
  * pipeline (scores, pooling, top-k). Header-only: each test is one program. */

@@ -18,103 +18,7 @@
 
 #include "window_scores.h"
 
-static int n_fail;
-#define CHECK(c, ...)                                                \
-    do {                                                             \
-        if (!(c)) {                                                  \
-            n_fail++;                                                \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);              \
-            printf(__VA_ARGS__);                                     \
-            printf("\n");                                            \
-        }                                                            \
-    } while (0)
-
-/* ---- the world (the same in each policy test) ------------------------------------- */
-
-typedef struct rng { uint64_t s; } rng;
-static uint64_t rnext(rng *r)
-{
-    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-static double runif(rng *r) { return ((rnext(r) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
-static float rgauss(rng *r) { return (float)(sqrt(-2 * log(runif(r))) * cos(6.283185307179586 * runif(r))); }
-
-/* fp16 -> double, independent of the library's converters */
-static double h2d(uint16_t h)
-{
-    int e = (h >> 10) & 31, m = h & 1023;
-    double v = e ? ldexp(1024 + m, e - 25) : ldexp(m, -24);
-    return (h & 0x8000) ? -v : v;
-}
-
-typedef struct world {
-    int KH, g, H, d, D;
-    int64_t cap, lo, hi;
-    hkv_cpu_kernels kern;
-    uint16_t *k, *v;               /* [KH][cap][d] */
-    const uint16_t *kp[8], *vp[8];
-    float *dir;                    /* [KH][D][d] unit topic directions */
-    int topic[8];
-    int64_t run_left[8];
-    rng r;
-} world;
-
-static void put_key(world *W, int h, int64_t p, const float *x)
-{
-    float v[256];
-    W->kern.f32_to_f16(x, W->k + ((int64_t)h * W->cap + p) * W->d, W->d);
-    for (int i = 0; i < W->d; i++) v[i] = rgauss(&W->r);
-    W->kern.f32_to_f16(v, W->v + ((int64_t)h * W->cap + p) * W->d, W->d);
-}
-
-/* the next key of head h's current topic run */
-static void topic_key(world *W, int h, int64_t p)
-{
-    if (W->run_left[h]-- <= 0) {
-        W->topic[h] = (int)(rnext(&W->r) % (uint64_t)W->D);
-        W->run_left[h] = 8 + (int64_t)(rnext(&W->r) % 57);
-    }
-    const float *c = W->dir + ((int64_t)h * W->D + W->topic[h]) * W->d;
-    float x[256], a = 1.5f + 2.5f * (float)runif(&W->r);
-    for (int i = 0; i < W->d; i++) x[i] = a * c[i] + 0.2f * rgauss(&W->r);
-    put_key(W, h, p, x);
-}
-
-static void world_init(world *W, int KH, int g, int d, int64_t cap, int64_t n_far, uint64_t seed)
-{
-    memset(W, 0, sizeof *W);
-    W->KH = KH, W->g = g, W->H = KH * g, W->d = d, W->D = 48, W->cap = cap;
-    W->lo = 4, W->hi = 4 + n_far, W->r.s = seed;
-    hkv_isa_info info;
-    hkv_isa_detect(&info);
-    const char *isa = getenv("HKV_TEST_ISA");
-    hkv_cpu_kernels_init(&W->kern, isa && hkv_isa_parse(isa) >= 0 ? hkv_isa_parse(isa) : info.best);
-    W->k = calloc((size_t)KH * cap * d, 2);
-    W->v = calloc((size_t)KH * cap * d, 2);
-    W->dir = malloc((size_t)KH * W->D * d * sizeof(float));
-    for (int h = 0; h < KH; h++) {
-        W->kp[h] = W->k + (int64_t)h * cap * d;
-        W->vp[h] = W->v + (int64_t)h * cap * d;
-        for (int c = 0; c < W->D; c++) {
-            float *x = W->dir + ((int64_t)h * W->D + c) * d;
-            double s = 0;
-            for (int i = 0; i < d; i++) x[i] = rgauss(&W->r), s += (double)x[i] * x[i];
-            for (int i = 0; i < d; i++) x[i] = (float)(x[i] / sqrt(s));
-        }
-        for (int64_t p = W->lo; p < W->hi; p++) topic_key(W, h, p);
-    }
-}
-
-static void world_free(world *W) { free(W->k), free(W->v), free(W->dir); }
-
-static hkv_far_view far_of(const world *W)
-{
-    hkv_far_view f = {W->KH, W->d, W->lo, W->hi, W->kp, W->vp, W->d};
-    return f;
-}
+#include "policy_world.h"
 
 /* a query [H][d] leaning towards a topic of each head, fp32 */
 static void make_query(world *W, float *q, float lean)
@@ -131,56 +35,6 @@ static double dot_hd(const float *q, const uint16_t *k, int d)
     double s = 0;
     for (int i = 0; i < d; i++) s += (double)q[i] * h2d(k[i]);
     return s;
-}
-
-typedef struct pol {
-    hkv_policy p;
-    hkv_mem_account mem;
-    hkv_policy_scratch ws;
-    int32_t *out;
-} pol;
-
-static int pol_open(pol *P, const world *W, const char *const *args, int n_args)
-{
-    memset(P, 0, sizeof *P);
-    const hkv_policy_def *def = hkv_policy_find("quest");
-    hkv_policy_args a;
-    hkv_err err = {0};
-    hkv_policy_args_init(def, &a);
-    for (int i = 0; i < n_args; i++)
-        if (hkv_policy_arg_set(def, &a, args[i], &err)) {
-            printf("arg %s: %s\n", args[i], err.msg);
-            return -1;
-        }
-    hkv_policy_env env = {.shape = {1, W->H, W->KH, W->d}, .n_ctx = W->cap, .L_init = (int)W->lo,
-                          .L_local = 64, .kern = &W->kern, .mem = &P->mem, .n_threads = 2};
-    if (def->create(&P->p, &a, &env, &err)) {
-        printf("create: %s\n", err.msg);
-        return -1;
-    }
-    P->p.ops->scratch_need(P->p.self, W->cap, &P->ws.nf, &P->ws.ni);
-    P->ws.f = malloc((size_t)P->ws.nf * 4 + 4);
-    P->ws.i = malloc((size_t)P->ws.ni * 4 + 4);
-    P->out = malloc((size_t)W->cap * 4);
-    return 0;
-}
-
-static void pol_close(pol *P)
-{
-    P->p.ops->destroy(P->p.self);
-    CHECK(P->mem.bytes[HKV_TIER_INDEX] == 0, "index memory left after destroy: %zu",
-          P->mem.bytes[HKV_TIER_INDEX]);
-    free(P->ws.f), free(P->ws.i), free(P->out);
-}
-
-static int prefill(pol *P, const world *W)
-{
-    hkv_far_view f = far_of(W);
-    hkv_query_view qv = {0};
-    hkv_err err = {0};
-    int rc = P->p.ops->prefill_end(P->p.self, 0, &f, &qv, &err);
-    CHECK(rc == 0, "prefill_end: %s", err.msg);
-    return rc;
 }
 
 /* ---- bounds ------------------------------------------------------------------------ */
@@ -219,11 +73,11 @@ static void test_bounds(int d, int g)
     world_init(&W, 2, g, d, 4096, 1000, 1000 + d + g);   /* 1000 = 62 pages + 8 */
     pol P;
     const char *arg = "budget=128";
-    if (pol_open(&P, &W, &arg, 1)) {
+    if (pol_open(&P, &W, "quest", &arg, 1)) {
         CHECK(0, "open");
         return;
     }
-    prefill(&P, &W);
+    prefill(&P, &W, NULL, 0, 0);
     check_bounds(&P, &W, 16, "prompt end");
     for (int step = 0; step < 37; step++) {   /* decode spill, one token at a time */
         for (int h = 0; h < W.KH; h++) topic_key(&W, h, W.hi);
@@ -234,7 +88,7 @@ static void test_bounds(int d, int g)
     }
     for (int i = 0; i < 301; i++, W.hi++)   /* a second turn: many tokens at once */
         for (int h = 0; h < W.KH; h++) topic_key(&W, h, W.hi);
-    prefill(&P, &W);
+    prefill(&P, &W, NULL, 0, 0);
     int64_t np = check_bounds(&P, &W, 16, "second prompt end");
     printf("bounds d=%d g=%d: %lld pages exact after prompt end, 37 appends and a second turn\n", d,
            g, (long long)np);
@@ -271,11 +125,11 @@ static void test_select(int d, int g)
     }
     pol P;
     const char *arg = "budget=256";
-    if (pol_open(&P, &W, &arg, 1)) {
+    if (pol_open(&P, &W, "quest", &arg, 1)) {
         CHECK(0, "open");
         return;
     }
-    prefill(&P, &W);
+    prefill(&P, &W, NULL, 0, 0);
     double *bound = malloc((size_t)np * sizeof *bound), *sorted = malloc((size_t)np * sizeof *sorted);
     uint8_t *sel = calloc((size_t)W.cap, 1);
     double *tok = malloc((size_t)n * sizeof *tok);
@@ -373,11 +227,11 @@ static void test_edges(void)
     world_init(&W, 2, 3, 64, 2048, 0, 77);
     pol P;
     const char *args[] = {"budget=40", "page=16"};   /* rounds down to 2 pages */
-    if (pol_open(&P, &W, args, 2)) {
+    if (pol_open(&P, &W, "quest", args, 2)) {
         CHECK(0, "open");
         return;
     }
-    prefill(&P, &W);
+    prefill(&P, &W, NULL, 0, 0);
     float q[3 * 2 * 64];
     make_query(&W, q, 1.0f);
     hkv_far_view f = far_of(&W);
