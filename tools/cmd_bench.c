@@ -37,6 +37,7 @@ static const char bench_usage[] =
 typedef struct point {
     long long ctx, batch;
     char config[EVAL_SPEC_LEN];
+    int dense_full;        /* measured under the full policy: the speedup reference */
     double prefill_tok_s, step_s, decode_tok_s, bytes_per_step, gbs, matmul_frac, attn_frac, vs_full;
 } point;
 
@@ -225,14 +226,15 @@ int hkv_cmd_bench(int argc, char **argv) {
                 p->decode_tok_s = B / p->step_s;
                 /* Bytes a dense step must read; only meaningful for dense attention
                  * (a selection policy reads what it selects and reranks). */
-                int dense = ep.kv_plain || !strcmp(label, "full") ||
-                            (!configs && ep.tiered.policy == &hkv_policy_full);
+                const hkv_policy_def *pdef = configs ? cfg[ci2].def : ep.tiered.policy;
+                int dense = ep.kv_plain || pdef == &hkv_policy_full;
                 double kv = (double)B * c->n_layer * c->n_head_kv * (L + steps / 2.0) * c->head_dim * 2 * 2;
                 p->bytes_per_step = dense ? wbytes + kv : 0;
                 p->gbs = dense ? p->bytes_per_step / p->step_s / 1e9 : 0;
                 p->vs_full = 0;
+                p->dense_full = dense && !ep.kv_plain;
                 for (int j = 0; j < np - 1; j++)
-                    if (!strcmp(pts[j].config, "full") && pts[j].ctx == L && pts[j].batch == B)
+                    if (pts[j].dense_full && pts[j].ctx == L && pts[j].batch == B)
                         p->vs_full = p->decode_tok_s / pts[j].decode_tok_s;
                 double dm = e->stats.matmul - before.matmul, da = e->stats.attn - before.attn;
                 double dt = dm + da + (e->stats.other - before.other);
