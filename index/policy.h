@@ -95,6 +95,13 @@ typedef struct hkv_policy_ops {
     int64_t (*max_select)(void *self, int64_t n_far);
     /* Scratch select needs for a far tier of n tokens. */
     void (*scratch_need)(void *self, int64_t n_far, int64_t *nf, int64_t *ni);
+    /* After a lookahead (prep HKV_PREP_LOOKAHEAD_*; NULL otherwise): the
+     * sequence has been rewound to its prompt end, far is [lo, hi) of the
+     * prompt again, and qv holds the kept queries up to the last lookahead
+     * token: the last prompt queries, then those of the lookahead tokens
+     * (positions n .. n+L-1, past every far key). Re-selects from scratch. */
+    int (*lookahead_end)(void *self, int layer, const hkv_far_view *far, const hkv_query_view *qv,
+                         hkv_err *err);
     /* Statistics line for reports (may be NULL). */
     void (*describe)(void *self, char *buf, size_t cap);
     void (*destroy)(void *self);
@@ -105,9 +112,21 @@ typedef struct hkv_policy {
     void *self;
 } hkv_policy;
 
+/* What generation does around a policy's prompt (runtime/generate.c). */
+enum hkv_policy_prep {
+    HKV_PREP_NONE = 0,             /* prefill, then decode */
+    HKV_PREP_LOOKAHEAD_TARGET,     /* after prefill: lookahead greedy steps by the target
+                                      itself, rewind, lookahead_end (laq) */
+    HKV_PREP_LOOKAHEAD_DRAFT,      /* after prefill: the draft model answers, the target
+                                      reads that answer, rewind, lookahead_end (speckv) */
+    HKV_PREP_TSP,                  /* token-selective propagation inside prefill (fastkv) */
+    HKV_PREP_COMPRESS_DRAFT,       /* the draft compresses the prompt before prefill (specpc) */
+};
+
 typedef struct hkv_policy_def {
     const char *name;
     int kind;                      /* enum hkv_policy_kind */
+    int prep;                      /* enum hkv_policy_prep */
     const char *summary;
     const hkv_param_def *params;
     int n_params;
@@ -115,6 +134,8 @@ typedef struct hkv_policy_def {
     int64_t (*queries_wanted)(const hkv_policy_args *a, const hkv_policy_env *env);
     int (*create)(hkv_policy *out, const hkv_policy_args *a, const hkv_policy_env *env,
                   hkv_err *err);
+    /* Lookahead tokens wanted (prep HKV_PREP_LOOKAHEAD_*; may be NULL). */
+    int64_t (*lookahead_len)(const hkv_policy_args *a, const hkv_policy_env *env);
 } hkv_policy_def;
 
 /* ---- the registry -------------------------------------------------------- */
