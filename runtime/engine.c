@@ -4,11 +4,13 @@
 #include <string.h>
 
 #include "gguf.h"
+#include "synthetic.h"
 
 void hkv_engine_params_default(hkv_engine_params *p) {
     memset(p, 0, sizeof *p);
     p->isa = -1;
     p->max_seqs = 1;
+    p->synthetic_wtype = HKV_W_Q4;
     hkv_tiered_params_default(&p->tiered);
 }
 
@@ -54,7 +56,9 @@ static int alloc_workspace(hkv_engine *e, hkv_err *err) {
 
 int hkv_engine_open(hkv_engine **out, const hkv_engine_params *p, hkv_err *err) {
     *out = NULL;
-    if (!p->model_path) return hkv_seterr(err, HKV_E_INVAL, "no model file given");
+    if (!p->model_path == !p->synthetic)
+        return hkv_seterr(err, HKV_E_INVAL, p->synthetic ? "give a model file or a synthetic model, "
+                          "not both" : "no model file given");
     if (p->max_seqs < 1 || p->max_seqs > 4096)
         return hkv_seterr(err, HKV_E_RANGE, "batch of %d sequences is out of range (1..4096)",
                           p->max_seqs);
@@ -71,10 +75,16 @@ int hkv_engine_open(hkv_engine **out, const hkv_engine_params *p, hkv_err *err) 
     if ((rc = hkv_threads_init(&e->threads, p->n_threads, err))) goto fail;
     int isa = hkv_cpu_kernels_init(&e->kern, p->isa < 0 ? HKV_ISA_AVX512 : p->isa);
     (void)isa;
-    if ((rc = hkv_gguf_open(&g, p->model_path, err))) goto fail;
-    if ((rc = hkv_model_load(&e->model, g, err))) goto fail;
+    if (p->synthetic) {   /* random weights of a real shape, no tokenizer */
+        if ((rc = hkv_synthetic_build(&e->model, p->synthetic, p->synthetic_wtype,
+                                      p->synthetic_seed, err)))
+            goto fail;
+    } else if ((rc = hkv_gguf_open(&g, p->model_path, err)) ||
+               (rc = hkv_model_load(&e->model, g, err))) {
+        goto fail;
+    }
     e->mem.bytes[HKV_TIER_WEIGHTS] = e->mem.peak[HKV_TIER_WEIGHTS] = e->model.weight_bytes;
-    if ((rc = hkv_tokenizer_load(&e->tok, g, err))) {
+    if (g && (rc = hkv_tokenizer_load(&e->tok, g, err))) {
         hkv_err_prefix(err, "loading tokenizer");
         goto fail;
     }

@@ -17,6 +17,10 @@
 
 typedef struct hkv_engine_params {
     const char *model_path;
+    const char *synthetic;      /* instead of model_path: a synthetic-weight model of a real
+                                   shape (runtime/synthetic.h); it has no tokenizer */
+    int synthetic_wtype;        /* its weight type (enum hkv_wtype; default Q4) */
+    uint64_t synthetic_seed;
     int n_threads;        /* 0: one per core */
     int isa;              /* enum hkv_isa, or -1 for the best this CPU has */
     int max_seqs;         /* sequences that can be open at once (batch) */

@@ -1,0 +1,107 @@
+/* Far-tier host memory (transfer/pinned.h): allocation, NUMA binding
+ * (checked with get_mempolicy, not with our own bookkeeping), accounting,
+ * and failures that name the problem. With a CUDA device present the
+ * page-locked path runs too; without one, REQUIRE must fail clearly. */
+#include <numaif.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "device.h"
+#include "pinned.h"
+
+static int fails = 0;
+#define CHECK(c, ...)                                   \
+    do {                                                \
+        if (!(c)) {                                     \
+            fails++;                                    \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
+            printf(__VA_ARGS__);                        \
+            printf("\n");                               \
+        }                                               \
+    } while (0)
+
+static void fill_and_check(hkv_pinned *b) {
+    unsigned char *p = b->p;
+    for (size_t i = 0; i < b->bytes; i++) p[i] = (unsigned char)(i * 31 + 7);
+    size_t bad = 0;
+    for (size_t i = 0; i < b->bytes; i++) bad += p[i] != (unsigned char)(i * 31 + 7);
+    CHECK(bad == 0, "%zu bytes read back wrong", bad);
+}
+
+int main(void) {
+    hkv_gpu_device dev[4];
+    int n_gpu = 0;
+    char why[256];
+    hkv_gpu_query(dev, 4, &n_gpu, why, sizeof why);
+    printf("test_pinned: %d CUDA device(s)%s%s\n", n_gpu, n_gpu ? "" : ": ", n_gpu ? "" : why);
+
+    hkv_mem_account acc = {0};
+    hkv_pinned_account pin = {0};
+    hkv_err err;
+    hkv_pinned b;
+    const size_t MB = 1 << 20;
+
+    /* Default: page-locked with a GPU, plain memory without; the kind says which. */
+    CHECK(hkv_pinned_alloc(&b, &acc, &pin, HKV_TIER_FAR, 3 * MB + 5, -1, 0, &err) == HKV_OK, "%s", err.msg);
+    CHECK(b.kind == (n_gpu ? HKV_PIN_CUDA_HOST : HKV_PIN_PAGEABLE), "kind %s", hkv_pinned_kind_name(b.kind));
+    CHECK(acc.bytes[HKV_TIER_FAR] == 3 * MB + 5 && acc.n_allocs[HKV_TIER_FAR] == 1, "far accounted");
+    CHECK(pin.bytes == (n_gpu ? 3 * MB + 5 : 0), "pinned counter %zu", pin.bytes);
+    fill_and_check(&b);
+    hkv_pinned_free(&b, &acc, &pin);
+    CHECK(acc.bytes[HKV_TIER_FAR] == 0 && acc.peak[HKV_TIER_FAR] == 3 * MB + 5 && pin.bytes == 0,
+          "freed and un-accounted");
+
+    /* Bound to node 0: the kernel's policy for the range must be MPOL_BIND to node 0. */
+    CHECK(hkv_pinned_alloc(&b, &acc, &pin, HKV_TIER_FAR, 8 * MB, 0, 0, &err) == HKV_OK, "%s", err.msg);
+    CHECK(b.node == 0 && (b.kind == HKV_PIN_PAGEABLE_NUMA || b.kind == HKV_PIN_CUDA_REGISTERED),
+          "node %d kind %s", b.node, hkv_pinned_kind_name(b.kind));
+    fill_and_check(&b);
+    int mode = -1;
+    unsigned long mask[16] = {0};
+    CHECK(get_mempolicy(&mode, mask, sizeof mask * 8, b.p, MPOL_F_ADDR) == 0 && mode == MPOL_BIND &&
+              (mask[0] & 1),
+          "policy of the range: mode %d mask %#lx", mode, mask[0]);
+    int node = -1;
+    CHECK(get_mempolicy(&node, NULL, 0, (char *)b.p + 4 * MB, MPOL_F_NODE | MPOL_F_ADDR) == 0 && node == 0,
+          "a touched page lives on node %d", node);
+    CHECK(acc.bytes[HKV_TIER_FAR] == 8 * MB, "far accounted");
+    hkv_pinned_free(&b, &acc, &pin);
+    CHECK(acc.bytes[HKV_TIER_FAR] == 0 && b.p == NULL, "freed");
+
+    /* Failures name the problem. */
+    hkv_err_clear(&err);
+    CHECK(hkv_pinned_alloc(&b, &acc, &pin, HKV_TIER_FAR, MB, 999, 0, &err) == HKV_E_INVAL &&
+              strstr(err.msg, "NUMA node 999 does not exist") && !b.p,
+          "bad node: %s", err.msg);
+    const size_t absurd = (size_t)1 << 60;   /* 1 EiB: beyond any address space */
+    hkv_err_clear(&err);
+    CHECK(hkv_pinned_alloc(&b, &acc, &pin, HKV_TIER_FAR, absurd, -1, 0, &err) == HKV_E_NOMEM &&
+              strstr(err.msg, "1048576.00 TiB") && strstr(err.msg, "available") &&
+              strstr(err.msg, "far") && !b.p,
+          "absurd size: %s", err.msg);
+    hkv_err_clear(&err);
+    CHECK(hkv_pinned_alloc(&b, &acc, &pin, HKV_TIER_FAR, absurd, 0, 0, &err) == HKV_E_NOMEM &&
+              strstr(err.msg, "1048576.00 TiB") && strstr(err.msg, "available") && !b.p,
+          "absurd size on a node: %s", err.msg);
+    CHECK(acc.bytes[HKV_TIER_FAR] == 0 && acc.n_allocs[HKV_TIER_FAR] == 0, "failures not accounted");
+    hkv_err_clear(&err);
+    CHECK(hkv_pinned_alloc(&b, &acc, &pin, HKV_TIER_FAR, 0, -1, 0, &err) == HKV_E_INVAL &&
+              strstr(err.msg, "0 bytes"),
+          "zero bytes: %s", err.msg);
+    hkv_err_clear(&err);
+    int rc = hkv_pinned_alloc(&b, &acc, &pin, HKV_TIER_FAR, MB, -1, HKV_PIN_REQUIRE, &err);
+    if (n_gpu) {
+        CHECK(rc == HKV_OK && b.kind == HKV_PIN_CUDA_HOST && pin.bytes == MB, "required pinned: %s", err.msg);
+        hkv_pinned_free(&b, &acc, &pin);
+    } else {
+        CHECK(rc == HKV_E_DEVICE && strstr(err.msg, "page-locked") &&
+                  (strstr(err.msg, "no CUDA device") || strstr(err.msg, "without CUDA")) && !b.p,
+              "required pinned without a GPU: %s", err.msg);
+    }
+    hkv_err_clear(&err);
+    CHECK(hkv_pinned_alloc(&b, &acc, &pin, HKV_TIER_FAR, MB, -1, HKV_PIN_REQUIRE | HKV_PIN_NO_CUDA,
+                           &err) == HKV_E_DEVICE && strstr(err.msg, "excluded"),
+          "require without CUDA: %s", err.msg);
+    printf("test_pinned: %s (%d failures)\n", fails ? "FAIL" : "ok", fails);
+    return fails ? 1 : 0;
+}

@@ -1,0 +1,57 @@
+/* Host memory for the far tier, page-locked for the GPU when there is one.
+ *
+ * With CUDA and a device: cudaHostAlloc (portable, mapped), or, when a NUMA
+ * node is given, an mmap bound to that node (mbind) then cudaHostRegister, so
+ * the far tier sits next to the GPU's memory controller. Without a device:
+ * ordinary host memory, bound to the node with libnuma when one is given.
+ * The kind obtained is reported, never hidden: a caller that needs page-locked
+ * memory passes HKV_PIN_REQUIRE and gets an error instead of pageable memory.
+ * Bytes are accounted in the given tier of the hkv_mem_account (the far tier,
+ * normally) and, when page-locked, in an hkv_pinned_account beside it. */
+#ifndef HKV_PINNED_H
+#define HKV_PINNED_H
+
+#include <stddef.h>
+
+#include "host_mem.h"
+#include "status.h"
+
+enum hkv_pinned_kind {
+    HKV_PIN_PAGEABLE = 0,       /* plain host memory (no GPU, or not asked) */
+    HKV_PIN_PAGEABLE_NUMA,      /* plain host memory bound to a NUMA node */
+    HKV_PIN_CUDA_HOST,          /* cudaHostAlloc(portable | mapped) */
+    HKV_PIN_CUDA_REGISTERED,    /* mmap + mbind to the node + cudaHostRegister */
+};
+
+/* Flags. */
+#define HKV_PIN_REQUIRE 1       /* fail unless the memory is page-locked for a GPU */
+#define HKV_PIN_NO_CUDA 2       /* never use CUDA (plain host memory) */
+
+typedef struct hkv_pinned_account {
+    size_t bytes, peak, n_allocs;   /* page-locked bytes only */
+} hkv_pinned_account;
+
+typedef struct hkv_pinned {
+    void *p;
+    size_t bytes;      /* as asked */
+    size_t mapped;     /* bytes mmap'd (rounded to pages); 0 for other kinds */
+    int kind;          /* enum hkv_pinned_kind */
+    int tier;
+    int node;          /* NUMA node bound to, or -1 */
+} hkv_pinned;
+
+const char *hkv_pinned_kind_name(int kind);
+
+/* Allocate bytes for tier (numa_node < 0: no binding). On failure *out is
+ * zeroed and err names the bytes asked, the free host memory, and the CUDA
+ * or system error. acc and pin may be NULL (not accounted). */
+int hkv_pinned_alloc(hkv_pinned *out, hkv_mem_account *acc, hkv_pinned_account *pin, int tier,
+                     size_t bytes, int numa_node, unsigned flags, hkv_err *err);
+/* Release and un-account (the same acc and pin as at allocation). */
+void hkv_pinned_free(hkv_pinned *b, hkv_mem_account *acc, hkv_pinned_account *pin);
+
+/* NUMA node of CUDA device dev (from its PCI bus id in sysfs); -1 when
+ * unknown or built without CUDA. */
+int hkv_pinned_gpu_numa_node(int dev);
+
+#endif
