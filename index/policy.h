@@ -49,6 +49,17 @@ typedef struct hkv_far_view {
     const uint16_t *const *k;
     const uint16_t *const *v;
     int64_t ld;
+    /* After a token-selective prefill (prep HKV_PREP_TSP) the layers past the
+     * TSP layer hold K/V only for the propagated positions: rows != NULL
+     * lists them (ascending, every one < rows_end) and positions below
+     * rows_end that are not listed hold no data. Positions >= rows_end are
+     * all present. rows == NULL: every position is present. Only policies of
+     * prep HKV_PREP_TSP are given such a sequence (set_policy refuses others).
+     * At prefill_end, rows [0, qv->pos0 + qv->n) of k/v hold every present
+     * prompt position, sinks and local window included (the cache copies
+     * them to the near tier, it does not move them). */
+    const int32_t *rows;
+    int64_t n_rows, rows_end;
 } hkv_far_view;
 
 /* The last queries of the prompt, as the cache kept them for policies that
@@ -102,6 +113,16 @@ typedef struct hkv_policy_ops {
      * (positions n .. n+L-1, past every far key). Re-selects from scratch. */
     int (*lookahead_end)(void *self, int layer, const hkv_far_view *far, const hkv_query_view *qv,
                          hkv_err *err);
+    /* Token-selective propagation (prep HKV_PREP_TSP; NULL otherwise),
+     * runtime/tsp_prefill.c. tsp_layer: for a first prompt of n tokens, the
+     * last layer that processes every prompt token, or -1 to prefill
+     * normally (nothing would be dropped). tsp_rows: after that layer's
+     * prefill_end, the ascending prompt positions whose hidden states go on
+     * to the later layers; they include every position the near tier will
+     * hold (the L_init sinks, the last L_local) and the observation window.
+     * Returns their count (<= cap) or a negative HKV_E_*. */
+    int (*tsp_layer)(void *self, int64_t n_prompt);
+    int64_t (*tsp_rows)(void *self, int32_t *out, int64_t cap);
     /* Statistics line for reports (may be NULL). */
     void (*describe)(void *self, char *buf, size_t cap);
     void (*destroy)(void *self);
@@ -157,5 +178,6 @@ extern const hkv_policy_def hkv_policy_ctkvr;
 extern const hkv_policy_def hkv_policy_quest;
 extern const hkv_policy_def hkv_policy_snapkv;
 extern const hkv_policy_def hkv_policy_rocketkv;
+extern const hkv_policy_def hkv_policy_fastkv;
 
 #endif

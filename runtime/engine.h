@@ -71,6 +71,17 @@ int hkv_forward(hkv_engine *e, const int32_t *tokens, int64_t n_rows, const hkv_
                 int n_segs, const int64_t *logit_rows, int n_logits, float *logits,
                 hkv_err *err);
 
+/* hkv_forward in stages, for drivers that run layers on a subset of the
+ * rows (runtime/tsp_prefill.c): embed tokens into the hidden rows e->x
+ * [n_rows][dim]; run layers [l0, l1) on e->x (segments as hkv_forward,
+ * rows with a pos_list are roped at their listed positions); the output
+ * head for rows of e->x. hkv_forward = embed, layers [0, n_layer), head. */
+int hkv_forward_embed(hkv_engine *e, const int32_t *tokens, int64_t n_rows, hkv_err *err);
+int hkv_forward_layers(hkv_engine *e, int l0, int l1, int64_t n_rows, const hkv_seg *segs,
+                       int n_segs, hkv_err *err);
+int hkv_forward_head(hkv_engine *e, const int64_t *logit_rows, int n_logits, float *logits,
+                     hkv_err *err);
+
 /* Wall clock in seconds (monotonic). */
 double hkv_now(void);
 

@@ -90,35 +90,50 @@ static int check_batch(const hkv_engine *e, const int32_t *tokens, int64_t n_row
     return HKV_OK;
 }
 
-int hkv_forward(hkv_engine *e, const int32_t *tokens, int64_t n_rows, const hkv_seg *segs,
-                int n_segs, const int64_t *logit_rows, int n_logits, float *logits,
-                hkv_err *err) {
-    int rc = check_batch(e, tokens, n_rows, segs, n_segs, logit_rows, n_logits, err);
-    if (rc) return rc;
+int hkv_forward_embed(hkv_engine *e, const int32_t *tokens, int64_t n_rows, hkv_err *err) {
+    const hkv_model *m = &e->model;
+    if (n_rows < 1 || n_rows > e->max_rows)
+        return hkv_seterr(err, HKV_E_RANGE, "batch of %lld rows is out of range (1..%d)",
+                          (long long)n_rows, e->max_rows);
+    for (int64_t r = 0; r < n_rows; r++)
+        if (tokens[r] < 0 || tokens[r] >= m->cfg.vocab)
+            return hkv_seterr(err, HKV_E_RANGE, "token id %d is outside the vocabulary (0..%d)",
+                              tokens[r], m->cfg.vocab - 1);
+    const int dim = m->cfg.dim;
+#pragma omp parallel for schedule(static) if (n_rows >= 8)
+    for (int64_t r = 0; r < n_rows; r++)
+        e->kern.dequant_rows(&m->tok_embd, tokens[r], tokens[r] + 1, e->x + r * dim);
+    return HKV_OK;
+}
+
+int hkv_forward_layers(hkv_engine *e, int l0, int l1, int64_t n_rows, const hkv_seg *segs,
+                       int n_segs, hkv_err *err) {
     const hkv_model *m = &e->model;
     const hkv_model_config *c = &m->cfg;
+    if (l0 < 0 || l1 > c->n_layer || l0 > l1 || n_rows < 1 || n_rows > e->max_rows)
+        return hkv_seterr(err, HKV_E_RANGE, "layers [%d, %d) of %d rows: out of range", l0, l1,
+                          (int)n_rows);
     const int dim = c->dim, hd = c->head_dim, H = c->n_head, KH = c->n_head_kv;
     const int64_t qd = (int64_t)H * hd, ld = e->qkv_rows;
     const int rot = c->rope_dim, half = rot / 2;
-    double t0 = hkv_now(), t_mm = 0, t_att = 0, ts;
+    double t_mm = 0, t_att = 0, ts;
+    int rc;
 
-    /* Embedding rows and each row's rope table (shared by all layers). */
+    /* Each row's rope table (shared by the layers); a segment of selected
+     * rows carries each row's original position. */
     for (int i = 0; i < n_segs; i++)
         for (int t = 0; t < segs[i].n; t++) {
             int64_t r = segs[i].row + t;
             float *cs = e->rope_cs + r * rot;
-            double pos = (double)(segs[i].pos + t);
+            double pos = (double)(segs[i].pos_list ? segs[i].pos_list[t] : segs[i].pos + t);
             for (int j = 0; j < half; j++) {
                 double th = pos * (double)m->rope_inv_freq[j];
                 cs[j] = (float)cos(th);
                 cs[half + j] = (float)sin(th);
             }
         }
-#pragma omp parallel for schedule(static) if (n_rows >= 8)
-    for (int64_t r = 0; r < n_rows; r++)
-        e->kern.dequant_rows(&m->tok_embd, tokens[r], tokens[r] + 1, e->x + r * dim);
 
-    for (int l = 0; l < c->n_layer; l++) {
+    for (int l = l0; l < l1; l++) {
         const hkv_layer_weights *L = &m->layers[l];
 #pragma omp parallel for schedule(static) if (n_rows >= 8)
         for (int64_t r = 0; r < n_rows; r++)
@@ -174,18 +189,38 @@ int hkv_forward(hkv_engine *e, const int32_t *tokens, int64_t n_rows, const hkv_
         }
     }
 
+    e->stats.matmul += t_mm;
+    e->stats.attn += t_att;
+    return HKV_OK;
+}
+
+int hkv_forward_head(hkv_engine *e, const int64_t *logit_rows, int n_logits, float *logits,
+                     hkv_err *err) {
+    const hkv_model *m = &e->model;
+    const int dim = m->cfg.dim;
     /* Final norm and the output projection for the requested rows only. */
     for (int i = 0; i < n_logits; i++)
         rmsnorm(e->xn + (int64_t)i * dim, e->x + logit_rows[i] * dim, m->out_norm, dim,
-                c->norm_eps);
-    ts = hkv_now();
+                m->cfg.norm_eps);
+    double ts = hkv_now();
     if (n_logits > 0 && hkv_matmul(&e->kern, &m->output, e->xn, n_logits, logits, e->mm_ws))
         return hkv_seterr(err, HKV_E_INTERNAL, "output projection failed");
-    t_mm += hkv_now() - ts;
+    e->stats.matmul += hkv_now() - ts;
+    return HKV_OK;
+}
+
+int hkv_forward(hkv_engine *e, const int32_t *tokens, int64_t n_rows, const hkv_seg *segs,
+                int n_segs, const int64_t *logit_rows, int n_logits, float *logits,
+                hkv_err *err) {
+    int rc = check_batch(e, tokens, n_rows, segs, n_segs, logit_rows, n_logits, err);
+    if (rc) return rc;
+    double t0 = hkv_now(), mm0 = e->stats.matmul, at0 = e->stats.attn;
+    if ((rc = hkv_forward_embed(e, tokens, n_rows, err)) ||
+        (rc = hkv_forward_layers(e, 0, e->model.cfg.n_layer, n_rows, segs, n_segs, err)) ||
+        (rc = hkv_forward_head(e, logit_rows, n_logits, logits, err)))
+        return rc;
     double total = hkv_now() - t0;
-    e->stats.matmul += t_mm;
-    e->stats.attn += t_att;
-    e->stats.other += total - t_mm - t_att;
+    e->stats.other += total - (e->stats.matmul - mm0) - (e->stats.attn - at0);
     e->stats.rows += n_rows;
     e->stats.calls++;
     return HKV_OK;

@@ -3,8 +3,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tsp_prefill.h"
+
 int hkv_prefill(hkv_engine *e, int seq, const int32_t *prompt, int64_t n, int64_t pos0,
                 float *last_logits, hkv_err *err) {
+    /* A propagating policy (fastkv) takes a sequence's first prompt; later
+     * turns of the conversation prefill normally. */
+    if (pos0 == 0 && hkv_tsp_wanted(e, seq, n))
+        return hkv_tsp_prefill(e, seq, prompt, n, last_logits, err);
     for (int64_t done = 0; done < n;) {
         int64_t chunk = n - done < e->max_rows ? n - done : e->max_rows;
         hkv_seg sg = {.seq = seq, .n = (int32_t)chunk, .pos = pos0 + done, .row = 0,

@@ -23,6 +23,13 @@ typedef struct hkv_seg {
     int64_t pos;
     int64_t row;
     int32_t flags;      /* HKV_SEG_* */
+    /* NULL: positions pos .. pos+n-1. Else row t is at position pos_list[t],
+     * strictly ascending, pos == pos_list[0]: a prompt segment of selected
+     * rows (token-selective propagation, runtime/tsp_prefill.c). The tiered
+     * cache writes them at those positions and from then on treats the
+     * layer's unwritten positions below the last one as absent; the plain
+     * cache rejects such segments. */
+    const int64_t *pos_list;
 } hkv_seg;
 
 /* Segment flags. A segment of a prompt is processed as prefill; the one that

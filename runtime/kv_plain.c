@@ -103,6 +103,10 @@ static int plain_layer_step(void *self, int layer, const hkv_seg *segs, int n_se
             return hkv_seterr(err, HKV_E_INVAL, "segment %d names sequence %d, which is not open",
                               i, sg->seq);
         const kv_seq *sq = &p->seqs[sg->seq];
+        if (sg->pos_list)
+            return hkv_seterr(err, HKV_E_INVAL, "sequence %d: a segment of selected positions "
+                              "(token-selective propagation, fastkv) needs the tiered KV cache; "
+                              "the plain cache stores contiguous positions only", sg->seq);
         if (sg->n < 1 || sg->pos < 0 || sg->pos + sg->n > sq->cap)
             return hkv_seterr(err, HKV_E_CAPACITY, "sequence %d: tokens %lld..%lld exceed its "
                               "context of %lld", sg->seq, (long long)sg->pos,

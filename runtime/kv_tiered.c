@@ -34,6 +34,10 @@ void tiered_far_view(const tiered *t, const tseq *q, int layer, hkv_far_view *v)
     v->k = q->kptr + (size_t)layer * t->s.n_head_kv;
     v->v = q->vptr + (size_t)layer * t->s.n_head_kv;
     v->ld = t->s.head_dim;
+    const tsp_list *tl = q->tsp ? &q->tsp[layer] : NULL;
+    v->rows = tl && tl->rows ? tl->rows : NULL;
+    v->n_rows = v->rows ? tl->n : 0;
+    v->rows_end = v->rows ? tl->end : 0;
 }
 
 static hkv_policy_env policy_env(const tiered *t, const tseq *q) {
@@ -69,6 +73,8 @@ static void seq_free(tiered *t, tseq *q) {
     hkv_host_free(t->mem, HKV_TIER_INDEX, q->qh, q->qh_bytes);
     free(q->prompt_open);
     free(q->far_hi);
+    free(q->fed);
+    tiered_tsp_free(t, q);
     free(q->kptr);
     free(q->vptr);
     memset(q, 0, sizeof *q);
@@ -109,9 +115,10 @@ static int t_seq_open(void *self, int seq, int64_t n_ctx, hkv_err *err) {
         goto fail;
     q->prompt_open = calloc((size_t)L, sizeof *q->prompt_open);
     q->far_hi = calloc((size_t)L, sizeof *q->far_hi);
+    q->fed = calloc((size_t)L, sizeof *q->fed);
     q->kptr = calloc((size_t)L * KH, sizeof *q->kptr);
     q->vptr = calloc((size_t)L * KH, sizeof *q->vptr);
-    if (!q->prompt_open || !q->far_hi || !q->kptr || !q->vptr) {
+    if (!q->prompt_open || !q->far_hi || !q->fed || !q->kptr || !q->vptr) {
         hkv_seterr(err, HKV_E_NOMEM, "no memory for sequence %d's tables", seq);
         goto fail;
     }
@@ -170,6 +177,9 @@ static int t_seq_copy(void *self, int dst, int src, hkv_err *err) {
     if (d->q_keep == s->q_keep && d->qh) memcpy(d->qh, s->qh, s->qh_bytes);
     memcpy(d->prompt_open, s->prompt_open, (size_t)L * sizeof *d->prompt_open);
     memcpy(d->far_hi, s->far_hi, (size_t)L * sizeof *d->far_hi);
+    memcpy(d->fed, s->fed, (size_t)L * sizeof *d->fed);
+    int rt = tiered_tsp_copy(t, d, s, err);
+    if (rt) return rt;
     d->len = s->len;
     d->prompt_done = s->prompt_done;
     memset(&d->audit, 0, sizeof d->audit);
@@ -184,6 +194,11 @@ int hkv_kv_tiered_set_policy(hkv_kv *kv, int seq, const hkv_policy_def *def,
     if (seq < 0 || seq >= t->max_seqs)
         return hkv_seterr(err, HKV_E_RANGE, "sequence %d out of range", seq);
     tseq *q = &t->seqs[seq];
+    if (q->open && q->tsp && def->prep != HKV_PREP_TSP)
+        return hkv_seterr(err, HKV_E_INVAL, "sequence %d was prefilled with token-selective "
+                          "propagation (its later layers hold the propagated tokens only); policy "
+                          "'%s' would read tokens that were never computed: prefill it again",
+                          seq, def->name);
     q->def = def;
     q->args = *a;
     if (!q->open) return HKV_OK;
@@ -243,7 +258,7 @@ static void keep_queries(tiered *t, tseq *q, int layer, const hkv_seg *sg, const
     int64_t first = sg->n > q->q_keep ? sg->n - q->q_keep : 0;
     for (int64_t i = first; i < sg->n; i++)
         t->kern->f32_to_f16(qkv + (sg->row + i) * ld_qkv,
-                            ring + (size_t)((sg->pos + i) % q->q_keep) * qrow, (int64_t)qrow);
+                            ring + (size_t)(seg_pos(sg, i) % q->q_keep) * qrow, (int64_t)qrow);
 }
 
 /* Copy positions [from, to) from the near tier into the far rows, so the far
@@ -271,15 +286,17 @@ static int append_segment(tiered *t, int layer, const hkv_seg *sg, const float *
             flush_near(t, q, layer, lo, sg->pos);
             q->prompt_open[layer] = 1;
         }
+        if ((rc = tiered_tsp_note(t, q, layer, sg, err))) return rc;
         for (int i = 0; i < sg->n; i++) {
             const float *row = qkv + (sg->row + i) * ld_qkv;
-            int64_t p = sg->pos + i;
+            int64_t p = seg_pos(sg, i);
             for (int h = 0; h < KH; h++) {
                 kn->f32_to_f16(row + (size_t)(H + h) * d, far_rows(t, q, q->far_k, layer, h) + p * d, d);
                 kn->f32_to_f16(row + (size_t)(H + KH + h) * d, far_rows(t, q, q->far_v, layer, h) + p * d, d);
             }
         }
         keep_queries(t, q, layer, sg, qkv, ld_qkv);
+        q->fed[layer] = seg_pos(sg, sg->n - 1) + 1;
         return HKV_OK;   /* prompt end runs after attention */
     }
     if (q->prompt_open[layer] && (rc = tiered_prompt_end(t, q, layer, sg->pos, err))) return rc;
@@ -315,14 +332,28 @@ static int t_layer_step(void *self, int layer, const hkv_seg *segs, int n_segs, 
             return hkv_seterr(err, HKV_E_INVAL, "segment %d names sequence %d, which is not open",
                               i, sg->seq);
         const tseq *q = &t->seqs[sg->seq];
-        if (sg->n < 1 || sg->pos < 0 || sg->pos + sg->n > q->cap)
+        if (sg->n < 1 || sg->pos < 0 || seg_pos(sg, sg->n - 1) >= q->cap)
             return hkv_seterr(err, HKV_E_CAPACITY, "sequence %d: tokens %lld..%lld exceed its "
                               "context of %lld", sg->seq, (long long)sg->pos,
-                              (long long)(sg->pos + sg->n - 1), (long long)q->cap);
-        if (sg->pos != q->len)
+                              (long long)seg_pos(sg, sg->n - 1), (long long)q->cap);
+        /* A prompt may be fed to the layers at different times (a staged
+         * prefill, runtime/tsp_prefill.c): while it is open in this layer the
+         * next rows continue what this layer received. */
+        int64_t expect = q->prompt_open[layer] ? q->fed[layer] : q->len;
+        if (sg->pos_list) {
+            if (!(sg->flags & (HKV_SEG_PROMPT | HKV_SEG_PROMPT_END)) || sg->pos != sg->pos_list[0] ||
+                sg->pos < expect)
+                return hkv_seterr(err, HKV_E_INVAL, "sequence %d: a segment of selected positions "
+                                  "must be a prompt segment starting at or after position %lld "
+                                  "with pos == pos_list[0]", sg->seq, (long long)expect);
+            for (int64_t r = 1; r < sg->n; r++)
+                if (sg->pos_list[r] <= sg->pos_list[r - 1])
+                    return hkv_seterr(err, HKV_E_INVAL, "sequence %d: selected positions are not "
+                                      "strictly ascending at row %lld", sg->seq, (long long)r);
+        } else if (sg->pos != expect)
             return hkv_seterr(err, HKV_E_INVAL, "sequence %d: segment at position %lld, but %lld "
                               "tokens are stored (the tiered cache appends in order)", sg->seq,
-                              (long long)sg->pos, (long long)q->len);
+                              (long long)sg->pos, (long long)expect);
         for (int j = 0; j < i; j++)
             if (segs[j].seq == sg->seq)
                 return hkv_seterr(err, HKV_E_INVAL, "sequence %d appears twice in one batch", sg->seq);
@@ -349,10 +380,10 @@ static int t_layer_step(void *self, int layer, const hkv_seg *segs, int n_segs, 
     if ((rc = tiered_attend(t, layer, segs, n_segs, qkv, ld_qkv, out, ld_out, err))) return rc;
     for (int i = 0; i < n_segs; i++) {
         tseq *q = &t->seqs[segs[i].seq];
-        if ((segs[i].flags & HKV_SEG_PROMPT_END) &&
-            (rc = tiered_prompt_end(t, q, layer, segs[i].pos + segs[i].n, err)))
+        const int64_t end = seg_pos(&segs[i], segs[i].n - 1) + 1;
+        if ((segs[i].flags & HKV_SEG_PROMPT_END) && (rc = tiered_prompt_end(t, q, layer, end, err)))
             return rc;
-        if (layer == t->s.n_layer - 1) q->len = segs[i].pos + segs[i].n;
+        if (layer == t->s.n_layer - 1) q->len = end;
     }
     return HKV_OK;
 }

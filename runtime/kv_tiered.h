@@ -49,6 +49,11 @@ void hkv_kv_tiered_audit_reset(hkv_kv *kv, int seq);
 /* The policy's describe() line for a sequence. */
 void hkv_kv_tiered_describe(hkv_kv *kv, int seq, char *buf, size_t cap);
 
+/* The policy definition and instance serving an open sequence (the
+ * token-selective prefill asks the instance which rows propagate). */
+int hkv_kv_tiered_seq_instance(hkv_kv *kv, int seq, const hkv_policy_def **def, hkv_policy *pol,
+                               hkv_err *err);
+
 /* 1 when kv is a tiered cache. */
 int hkv_kv_is_tiered(const hkv_kv *kv);
 

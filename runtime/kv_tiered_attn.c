@@ -18,6 +18,7 @@ typedef struct item { int seg, kvh, q0, nq; } item;
 
 typedef struct need {
     int64_t max_sel, pol_f, pol_i, far;   /* over the batch's decode rows */
+    int64_t tsp_idx;     /* prompt rows over a layer's present positions (kv_tiered_tsp.c) */
 } need;
 
 static int is_prompt(const hkv_seg *sg) {
@@ -29,7 +30,7 @@ static size_t per_thread_floats(const tiered *t, const need *nd) {
     const int g = t->s.n_head / t->s.n_head_kv, d = t->s.head_dim;
     size_t f = 2 * (size_t)QTILE * g * d + QTILE * (size_t)g;   /* q tile, out tile, lse */
     f += 5 * (size_t)g * d + 5 * (size_t)g;                      /* partials */
-    f += (size_t)nd->max_sel + (size_t)nd->pol_f + (size_t)nd->pol_i;
+    f += (size_t)nd->max_sel + (size_t)nd->pol_f + (size_t)nd->pol_i + (size_t)nd->tsp_idx;
     if (t->p.audit) f += 5 * (size_t)nd->far;                    /* scores + 4 int arrays */
     return (f + 15) & ~(size_t)15;
 }
@@ -115,6 +116,11 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
         const hkv_seg *sg = &segs[i];
         if (is_prompt(sg)) {
             n_items += KH * ((sg->n + QTILE - 1) / QTILE);
+            const tseq *q = &t->seqs[sg->seq];
+            if (q->tsp && q->tsp[layer].rows) {
+                int64_t last = seg_pos(sg, sg->n - 1) + 1;
+                if (last > nd.tsp_idx) nd.tsp_idx = last;
+            }
             continue;
         }
         n_items += KH;
@@ -159,13 +165,26 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
         hkv_policy_scratch ps = {.f = (float *)(sel + nd.max_sel), .nf = nd.pol_f,
                                  .i = (int32_t *)((float *)(sel + nd.max_sel) + nd.pol_f), .ni = nd.pol_i};
         float *au = (float *)(ps.i + nd.pol_i);
+        int32_t *tidx = (int32_t *)(au + (t->p.audit ? 5 * (size_t)nd.far : 0));
         const item *I = &items[w];
         const hkv_seg *sg = &segs[I->seg];
         tseq *q = &t->seqs[sg->seq];
         for (int r = 0; r < I->nq; r++)
             memcpy(qb + (size_t)r * g * d, qkv + (sg->row + I->q0 + r) * ld_qkv + (size_t)I->kvh * g * d,
                    (size_t)g * d * sizeof(float));
-        if (is_prompt(sg)) {
+        const tsp_list *tsl = q->tsp && q->tsp[layer].rows ? &q->tsp[layer] : NULL;
+        if (is_prompt(sg) && tsl) {
+            /* After a token-selective prefill: causal over the present
+             * positions only; each query sees a prefix of the tile's list. */
+            int64_t n_idx = tiered_tsp_rows_upto(tsl, seg_pos(sg, I->q0 + I->nq - 1), tidx), c = 0;
+            for (int r = 0; r < I->nq; r++) {
+                int64_t p = seg_pos(sg, I->q0 + r);
+                while (c < n_idx && tidx[c] <= p) c++;
+                kn->attn_sparse(qb + (size_t)r * g * d, g, d, far_rows(t, q, q->far_k, layer, I->kvh),
+                                far_rows(t, q, q->far_v, layer, I->kvh), d, tidx, c, scale,
+                                ob + (size_t)r * g * d, lb + (size_t)r * g);
+            }
+        } else if (is_prompt(sg)) {
             kn->attn_causal(qb, (int64_t)g * d, I->nq, g, d, sg->pos + I->q0,
                             far_rows(t, q, q->far_k, layer, I->kvh), far_rows(t, q, q->far_v, layer, I->kvh),
                             d, scale, ob, (int64_t)g * d, lb);

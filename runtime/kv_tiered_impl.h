@@ -4,12 +4,24 @@
 
 #include "kv_tiered.h"
 
+/* The positions a layer holds after a token-selective prefill (fastkv):
+ * rows[0..n) ascending, all < end; positions >= end are all present. */
+typedef struct tsp_list {
+    int32_t *rows;
+    int64_t n, end;
+    size_t bytes;
+} tsp_list;
+
 typedef struct tseq {
     int open;
     int64_t cap, len;
     int prompt_done;          /* a prompt end has been processed (policy index exists) */
     int *prompt_open;         /* [n_layer]: a prompt is being fed to this layer */
     int64_t *far_hi;          /* [n_layer]: far tier is positions [L_init, far_hi) */
+    int64_t *fed;             /* [n_layer]: end of the rows an open prompt has written (a
+                                 staged prefill feeds layers at different times) */
+    tsp_list *tsp;            /* [n_layer] or NULL: present positions after a token-selective
+                                 prefill (kv_tiered_tsp.c) */
     uint16_t *near_k, *near_v;    /* [n_layer][KH][NR][d]: sinks then ring slots */
     uint16_t *far_k, *far_v;      /* [n_layer][KH][cap][d], position-indexed */
     uint16_t *qh;             /* [n_layer][q_keep][H d]: ring of recent queries, slot p % q_keep */
@@ -50,6 +62,16 @@ static inline int64_t ring_slot(const tiered *t, int64_t pos) {
 
 void tiered_far_view(const tiered *t, const tseq *q, int layer, hkv_far_view *v);
 int tiered_prompt_end(tiered *t, tseq *q, int layer, int64_t end, hkv_err *err);
+/* Token-selective prefill (kv_tiered_tsp.c). */
+int tiered_tsp_note(tiered *t, tseq *q, int layer, const hkv_seg *sg, hkv_err *err);
+void tiered_tsp_free(tiered *t, tseq *q);
+int tiered_tsp_copy(tiered *t, tseq *d, const tseq *s, hkv_err *err);
+/* The present positions <= p_last of (q, layer) into idx (ascending); count. */
+int64_t tiered_tsp_rows_upto(const tsp_list *tl, int64_t p_last, int32_t *idx);
+/* Position of row i of a segment. */
+static inline int64_t seg_pos(const hkv_seg *sg, int64_t i) {
+    return sg->pos_list ? sg->pos_list[i] : sg->pos + i;
+}
 /* Attention of all segments (after their K/V are in place). */
 int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const float *qkv,
                   int64_t ld_qkv, float *out, int64_t ld_out, hkv_err *err);

@@ -6,7 +6,8 @@
 #include "policy.h"
 
 const char hkv_kv_cli_help[] =
-    "      --policy NAME     KV policy: full (default), oracle, ctkvr, quest, snapkv, rocketkv;\n"
+    "      --policy NAME     KV policy: full (default), oracle, ctkvr, quest, snapkv, rocketkv,\n"
+    "                        fastkv;\n"
     "                        'hetkv policies' lists them with their parameters\n"
     "      --policy-arg K=V  a policy parameter (repeatable)\n"
     "      --sink N          attention-sink tokens kept near (default 4)\n"

@@ -8,7 +8,11 @@
  *            lengths: seq 0 decodes from the first token, seq 1 is prefilled
  *            with the first third, seq 2 with the first half, then all decode.
  *            Row p of the output comes from sequence p % 3, so a batching
- *            bug shows up as a mismatch against the other modes. */
+ *            bug shows up as a mismatch against the other modes.
+ *   prompt:  the first --prefix K tokens through hkv_prefill (so a policy's
+ *            own prefill applies, e.g. fastkv's token-selective propagation),
+ *            then one token per step; rows before K-1 are NaN. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +21,8 @@
 #include "generate.h"
 
 static const char usage[] =
-    "usage: hkv-dump-logits -m MODEL --tokens 1,2,3 [--mode prefill|decode|batch] -o OUT.bin\n"
+    "usage: hkv-dump-logits -m MODEL --tokens 1,2,3 [--mode prefill|decode|batch|prompt] -o OUT.bin\n"
+    "                       [--prefix K]   (prompt mode: tokens prefilled by hkv_prefill)\n"
     "                       [-t THREADS] [--isa scalar|avx2|avx512] [--rows N]\n"
     "                       [--kv plain|tiered] [--policy NAME] [--policy-arg K=V] [--sink N] [--local N]\n"
     "Writes little-endian float32 logits [n_tokens][vocab].\n";
@@ -28,7 +33,7 @@ int main(int argc, char **argv) {
     hkv_err err;
     hkv_err_clear(&err);
     const char *model = NULL, *out_path = NULL, *mode = "prefill", *toks_s = NULL;
-    long long threads = 0, rows = 0;
+    long long threads = 0, rows = 0, prefix = 0;
     int isa = -1, rc = HKV_OK;
     hkv_kv_cli kc;
     hkv_kv_cli_init(&kc);
@@ -51,6 +56,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--tokens")) toks_s = v;
         else if (!strcmp(a, "-t")) rc = hkv_arg_int(a, v, 1, 4096, &threads, &err);
         else if (!strcmp(a, "--rows")) rc = hkv_arg_int(a, v, 1, 65536, &rows, &err);
+        else if (!strcmp(a, "--prefix")) rc = hkv_arg_int(a, v, 1, MAXTOK, &prefix, &err);
         else if (!strcmp(a, "--isa")) {
             if ((isa = hkv_isa_parse(v)) < 0) rc = hkv_seterr(&err, HKV_E_INVAL, "unknown isa '%s'", v);
         } else rc = hkv_seterr(&err, HKV_E_INVAL, "unknown option '%s'", a);
@@ -58,7 +64,8 @@ int main(int argc, char **argv) {
     if (!rc && (!model || !out_path || !toks_s))
         rc = hkv_seterr(&err, HKV_E_INVAL, "need -m MODEL, --tokens LIST and -o OUT");
     int is_batch = !strcmp(mode, "batch"), is_decode = !strcmp(mode, "decode");
-    if (!rc && !is_batch && !is_decode && strcmp(mode, "prefill"))
+    int is_prompt = !strcmp(mode, "prompt");
+    if (!rc && !is_batch && !is_decode && !is_prompt && strcmp(mode, "prefill"))
         rc = hkv_seterr(&err, HKV_E_INVAL, "unknown mode '%s'", mode);
     if (rc) {
         hkv_err_report(&err, stderr);
@@ -107,6 +114,17 @@ int main(int argc, char **argv) {
         pre[1] = n / 3;
         pre[2] = n / 2;
     }
+    if (is_prompt) {
+        if (prefix < 1 || prefix > n) {
+            rc = hkv_seterr(&err, HKV_E_RANGE, "--prefix %lld: need 1..%d (the token count)", prefix, n);
+            goto out_lr;
+        }
+        pre[0] = 0;   /* the loop below does nothing; decode starts after the prefix */
+        for (size_t i = 0; i < (size_t)n * V; i++) logits[i] = NAN;
+        if ((rc = hkv_prefill(e, 0, toks, prefix, 0, logits + (size_t)(prefix - 1) * V, &err)))
+            goto out_lr;
+    }
+    int pos[3] = {is_prompt ? (int)prefix : pre[0], pre[1], pre[2]};
     for (int s = 0; s < nseq; s++)
         for (int done = 0; done < pre[s];) {
             int chunk = pre[s] - done < e->max_rows ? pre[s] - done : e->max_rows;
@@ -118,7 +136,6 @@ int main(int argc, char **argv) {
             done += chunk;
         }
     /* Batched decode: every sequence with tokens left advances one position. */
-    int pos[3] = {pre[0], pre[1], pre[2]};
     for (;;) {
         int32_t bt[3];
         hkv_seg sg[3];

@@ -145,7 +145,8 @@ static const float *next_query(world *W, int64_t pos)
 
 static hkv_far_view far_of(const world *W)
 {
-    hkv_far_view f = {W->KH, W->d, W->lo, W->hi, W->kp, W->vp, W->d};
+    hkv_far_view f = {.n_head_kv = W->KH, .head_dim = W->d, .lo = W->lo, .hi = W->hi,
+                      .k = W->kp, .v = W->vp, .ld = W->d};
     return f;
 }
 

@@ -110,7 +110,8 @@ static void world_free(world *W) { free(W->k), free(W->v), free(W->dir); }
 
 static hkv_far_view far_of(const world *W)
 {
-    hkv_far_view f = {W->KH, W->d, W->lo, W->hi, W->kp, W->vp, W->d};
+    hkv_far_view f = {.n_head_kv = W->KH, .head_dim = W->d, .lo = W->lo, .hi = W->hi,
+                      .k = W->kp, .v = W->vp, .ld = W->d};
     return f;
 }
 

@@ -247,6 +247,105 @@ class RefModel:
         return out
 
 
+    # ------------------------------------------------------------ TSP (FastKV)
+    def _layer_sel(self, l: int, x: np.ndarray, pos: np.ndarray, kv: dict, q_out=None) -> np.ndarray:
+        """Layer l on rows x at explicit positions pos (ascending), appending
+        their K/V to kv[l] = (kpos, k [G,T,D], v) and attending causally over
+        every position kv[l] holds. q_out: list that receives the roped
+        queries [n, H, D] (fp16-rounded, as the runtime keeps them)."""
+        L = self.layers[l]
+        n = len(pos)
+        H, G, D = self.n_head, self.n_kv, self.head_dim
+        R = H // G
+        h = self.rmsnorm(x, L["attn_norm"])
+        q, k, v = h @ L["wq"].T, h @ L["wk"].T, h @ L["wv"].T
+        if L["bq"] is not None:
+            q, k, v = q + L["bq"], k + L["bk"], v + L["bv"]
+        q = self.rope(q.reshape(n, H, D), pos)
+        if q_out is not None:
+            q_out.append(q.astype(np.float16).astype(self.dtype))
+        k = self._kv_round(self.rope(k.reshape(n, G, D), pos)).transpose(1, 0, 2)
+        v = self._kv_round(v.reshape(n, G, D)).transpose(1, 0, 2)
+        if l in kv:
+            kp0, k0, v0 = kv[l]
+            kpos, k, v = np.concatenate([kp0, pos]), np.concatenate([k0, k], 1), np.concatenate([v0, v], 1)
+        else:
+            kpos = pos.copy()
+        kv[l] = (kpos, k, v)
+        mask = kpos[None, :] > pos[:, None]
+        qg = q.reshape(n, G, R, D).transpose(1, 2, 0, 3).reshape(G, R * n, D)
+        sc = ((qg @ k.transpose(0, 2, 1)) / np.sqrt(D)).reshape(G, R, n, len(kpos))
+        sc = np.where(mask[None, None], -np.inf, sc)
+        pr = np.exp(sc - sc.max(axis=-1, keepdims=True))
+        pr /= pr.sum(axis=-1, keepdims=True)
+        o = (pr.reshape(G, R * n, len(kpos)) @ v).reshape(G, R, n, D).transpose(2, 0, 1, 3).reshape(n, H * D)
+        x = x + o @ L["wo"].T
+        h = self.rmsnorm(x, L["ffn_norm"])
+        g = h @ L["wg"].T
+        return x + ((g / (1.0 + np.exp(-g))) * (h @ L["wu"].T)) @ L["wd"].T
+
+    def tsp_select(self, q_win: np.ndarray, win_pos: np.ndarray, kpos: np.ndarray, k: np.ndarray,
+                   tsp_len: int, kernel: int, avg: bool, forced) -> np.ndarray:
+        """FastKV's HiddenCompress (notes B1-B2) over keys k [G,T,D] at kpos
+        (= 0..T-1): window attention (exact softmax over the keys each window
+        query sees) summed over the window rows and all heads, pooled along
+        the sequence (avg: zero padding counted), top tsp_len with the forced
+        positions first; ascending positions."""
+        H, G, D = self.n_head, self.n_kv, self.head_dim
+        R = H // G
+        T = len(kpos)
+        tot = np.zeros(T)
+        for gi in range(G):
+            s = np.zeros(T)
+            for r in range(len(win_pos)):
+                for j in range(R):
+                    lg = k[gi] @ q_win[r, gi * R + j] / np.sqrt(D)
+                    lg = np.where(kpos <= win_pos[r], lg, -np.inf)
+                    e = np.exp(lg - lg.max())
+                    s += e / e.sum()
+            pad = kernel // 2
+            sp = np.concatenate([np.zeros(pad) if avg else np.full(pad, -np.inf), s,
+                                 np.zeros(pad) if avg else np.full(pad, -np.inf)])
+            win = np.lib.stride_tricks.sliding_window_view(sp, kernel)
+            tot += win.sum(axis=1) / kernel if avg else win.max(axis=1)
+        key = np.where(np.isin(kpos, list(forced)), np.inf, tot)
+        order = sorted(range(T), key=lambda i: (-key[i], i))
+        return np.sort(kpos[order[:min(tsp_len, T)]])
+
+    def forward_tsp(self, ids, tsp_layer: int, tsp_len: int, window: int, kernel: int = 7,
+                    avg: bool = True, L_init: int = 4, L_local: int = 256):
+        """Token-selective propagation prefill: every token through layers
+        0..tsp_layer, the selected ones (plus the sinks and the last
+        max(L_local, window), which hetkv's near tier holds) onward at their
+        original positions. Returns (last-token logits, kv, selected
+        positions); decode_tsp continues it (every present key attended)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        n = len(ids)
+        pos = np.arange(n)
+        kv: dict = {}
+        x = self.tok_embd[ids].astype(self.dtype, copy=True)
+        sel = pos
+        for l in range(self.n_layers):
+            qs: list = []
+            x = self._layer_sel(l, x, sel, kv, qs if l == tsp_layer else None)
+            if l == tsp_layer and n > tsp_len:
+                tail = max(L_local, window)
+                forced = set(range(min(L_init, n))) | set(range(max(n - tail, 0), n))
+                kpos, k, _ = kv[l]
+                sel = self.tsp_select(qs[0][n - window:], pos[n - window:], kpos, k, tsp_len,
+                                      kernel, avg, forced)
+                x = x[sel]
+        lg = self.rmsnorm(x[-1:], self.out_norm) @ self.output.T
+        return lg[0], kv, sel
+
+    def decode_tsp(self, tok: int, kv: dict, p: int) -> np.ndarray:
+        """One decode token at position p over a forward_tsp cache."""
+        x = self.tok_embd[np.array([tok])].astype(self.dtype, copy=True)
+        for l in range(self.n_layers):
+            x = self._layer_sel(l, x, np.array([p]), kv)
+        return (self.rmsnorm(x, self.out_norm) @ self.output.T)[0]
+
+
 _models: dict = {}
 
 
