@@ -26,7 +26,7 @@ extern "C" int hkv_gpu_query(hkv_gpu_device *devs, int max, int *n, char *why, s
         if (cudaGetDeviceProperties(&p, i) != cudaSuccess) continue;
         hkv_gpu_device *d = &devs[*n];
         memset(d, 0, sizeof *d);
-        snprintf(d->name, sizeof d->name, "%s", p.name);
+        snprintf(d->name, sizeof d->name, "%.*s", (int)sizeof d->name - 1, p.name);
         d->mem_total = p.totalGlobalMem;
         d->cc_major = p.major;
         d->cc_minor = p.minor;

@@ -1,0 +1,57 @@
+/* The GPU side's context: one device, its main stream, the cuBLAS handle and
+ * every device allocation, accounted per tier against caps (--gpu-mem), the
+ * way transfer/host_mem.h accounts host memory. Usable from C11.
+ *
+ * Streams cross the C API as void* (a cudaStream_t); NULL is the legacy
+ * default stream. Device pointers are plain pointers the host must not
+ * dereference. Built without CUDA, every call fails with HKV_E_UNSUPPORTED
+ * ("built without CUDA"); hkv_gpu_query (device.h) says why there is no GPU. */
+#ifndef HKV_GPU_CTX_H
+#define HKV_GPU_CTX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "host_mem.h"   /* enum hkv_tier: the GPU uses the same tiers */
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct hkv_gpu_ctx hkv_gpu_ctx;
+
+/* Select `device`, create its stream and cuBLAS handle. tier_cap (may be
+ * NULL) holds HKV_TIER_COUNT byte caps, 0 meaning no per-tier cap;
+ * total_cap caps the sum (0: the device's free memory at creation). Fails
+ * with HKV_E_DEVICE naming the CUDA error when there is no usable device. */
+int hkv_gpu_ctx_create(hkv_gpu_ctx **out, int device, const size_t *tier_cap, size_t total_cap,
+                       hkv_err *err);
+void hkv_gpu_ctx_destroy(hkv_gpu_ctx *ctx);
+
+/* The context's main stream (a cudaStream_t). */
+void *hkv_gpu_ctx_stream(hkv_gpu_ctx *ctx);
+
+/* Device memory in `tier`. Fails with HKV_E_CAPACITY and "GPU tier X: asked
+ * N, cap C, in use U" when a cap would be exceeded, HKV_E_NOMEM with the CUDA
+ * error when the device refuses. bytes == 0 is an error (HKV_E_INVAL). */
+void *hkv_gpu_alloc(hkv_gpu_ctx *ctx, int tier, size_t bytes, hkv_err *err);
+/* bytes must be what was asked; p may be NULL. */
+void hkv_gpu_free(hkv_gpu_ctx *ctx, int tier, void *p, size_t bytes);
+/* Bytes in use in a tier (tier < 0: all tiers), and the peak. */
+size_t hkv_gpu_in_use(const hkv_gpu_ctx *ctx, int tier);
+size_t hkv_gpu_peak(const hkv_gpu_ctx *ctx, int tier);
+
+/* Copies and fills on a stream (asynchronous with respect to the host only
+ * for pinned host memory); hkv_gpu_sync waits for the stream and reports any
+ * error a kernel on it raised. */
+int hkv_gpu_upload(void *dst, const void *src, size_t bytes, void *stream, hkv_err *err);
+int hkv_gpu_download(void *dst, const void *src, size_t bytes, void *stream, hkv_err *err);
+int hkv_gpu_memset(void *dst, int byte, size_t bytes, void *stream, hkv_err *err);
+int hkv_gpu_sync(void *stream, hkv_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,70 @@
+/* Internal to the .cu files of gpu/: turning CUDA and cuBLAS status codes
+ * into hkv_err (the one conversion point), launch checks, small device
+ * helpers. Not a public header. */
+#ifndef HKV_GPU_INTERNAL_CUH
+#define HKV_GPU_INTERNAL_CUH
+
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+extern "C" {
+#include "gpu_ctx.h"
+#include "status.h"
+}
+
+/* Record a CUDA / cuBLAS failure of `what` (the call's text) in err and
+ * return the HKV_E_* code: HKV_E_NOMEM for allocation failures, else
+ * HKV_E_DEVICE. */
+int hkv_gpu_fail(hkv_err *err, cudaError_t e, const char *what);
+int hkv_gpu_fail(hkv_err *err, cublasStatus_t s, const char *what);
+
+#define HKV_CUDA_TRY(err, call)                                               \
+    do {                                                                      \
+        cudaError_t hkv_e_ = (call);                                          \
+        if (hkv_e_ != cudaSuccess) return hkv_gpu_fail((err), hkv_e_, #call); \
+    } while (0)
+
+#define HKV_CUBLAS_TRY(err, call)                                                       \
+    do {                                                                                \
+        cublasStatus_t hkv_s_ = (call);                                                 \
+        if (hkv_s_ != CUBLAS_STATUS_SUCCESS) return hkv_gpu_fail((err), hkv_s_, #call); \
+    } while (0)
+
+/* After a launch: a bad configuration shows up here, not at the next sync. */
+#define HKV_LAUNCH_CHECK(err) HKV_CUDA_TRY(err, cudaGetLastError())
+
+/* The context's cuBLAS handle (gpu_ctx.cu). */
+cublasHandle_t hkv_gpu_ctx_blas(hkv_gpu_ctx *ctx);
+
+static inline cudaStream_t hkv_stream(void *s) { return (cudaStream_t)s; }
+
+/* Blocks for a 1-D grid over n items, capped (kernels stride over the rest). */
+static inline unsigned hkv_grid1(int64_t n, int threads)
+{
+    int64_t b = (n + threads - 1) / threads;
+    if (b > 65535 * 16) b = 65535 * 16;
+    return (unsigned)(b < 1 ? 1 : b);
+}
+
+__device__ __forceinline__ float hkv_warp_max(float x)
+{
+    for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    return x;
+}
+__device__ __forceinline__ float hkv_warp_sum(float x)
+{
+    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+__device__ __forceinline__ double hkv_warp_sum_d(double x)
+{
+    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
+__device__ __forceinline__ float hkv_h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+__device__ __forceinline__ uint16_t hkv_f2h(float f) { return __half_as_ushort(__float2half_rn(f)); }
+
+#endif

@@ -1,0 +1,161 @@
+/* Built without CUDA (-Dcuda=disabled or no nvcc): the GPU tier's C API
+ * links and every call says so (HKV_E_UNSUPPORTED), so callers fail with a
+ * message instead of a missing symbol. */
+#include "gpu_kernels.h"
+
+#define NO_CUDA(err, what) hkv_seterr((err), HKV_E_UNSUPPORTED, "%s: this binary was built without CUDA", (what))
+
+int hkv_gpu_ctx_create(hkv_gpu_ctx **out, int device, const size_t *tier_cap, size_t total_cap,
+                       hkv_err *err)
+{
+    (void)device, (void)tier_cap, (void)total_cap;
+    if (out) *out = NULL;
+    return NO_CUDA(err, "GPU context");
+}
+void hkv_gpu_ctx_destroy(hkv_gpu_ctx *ctx) { (void)ctx; }
+void *hkv_gpu_ctx_stream(hkv_gpu_ctx *ctx) { (void)ctx; return NULL; }
+void *hkv_gpu_alloc(hkv_gpu_ctx *ctx, int tier, size_t bytes, hkv_err *err)
+{
+    (void)ctx, (void)tier, (void)bytes;
+    NO_CUDA(err, "GPU allocation");
+    return NULL;
+}
+void hkv_gpu_free(hkv_gpu_ctx *ctx, int tier, void *p, size_t bytes) { (void)ctx, (void)tier, (void)p, (void)bytes; }
+size_t hkv_gpu_in_use(const hkv_gpu_ctx *ctx, int tier) { (void)ctx, (void)tier; return 0; }
+size_t hkv_gpu_peak(const hkv_gpu_ctx *ctx, int tier) { (void)ctx, (void)tier; return 0; }
+int hkv_gpu_upload(void *dst, const void *src, size_t bytes, void *stream, hkv_err *err)
+{
+    (void)dst, (void)src, (void)bytes, (void)stream;
+    return NO_CUDA(err, "GPU upload");
+}
+int hkv_gpu_download(void *dst, const void *src, size_t bytes, void *stream, hkv_err *err)
+{
+    (void)dst, (void)src, (void)bytes, (void)stream;
+    return NO_CUDA(err, "GPU download");
+}
+int hkv_gpu_memset(void *dst, int byte, size_t bytes, void *stream, hkv_err *err)
+{
+    (void)dst, (void)byte, (void)bytes, (void)stream;
+    return NO_CUDA(err, "GPU memset");
+}
+int hkv_gpu_sync(void *stream, hkv_err *err)
+{
+    (void)stream;
+    return NO_CUDA(err, "GPU sync");
+}
+
+int hkv_gpu_embed(const uint16_t *table, int64_t vocab, int64_t dim, const int32_t *tokens,
+                  int64_t n, float *x, void *stream, hkv_err *err)
+{
+    (void)table, (void)vocab, (void)dim, (void)tokens, (void)n, (void)x, (void)stream;
+    return NO_CUDA(err, "gpu embed");
+}
+int hkv_gpu_rmsnorm(const float *x, int64_t ldx, const float *w, int64_t n, int dim, float eps,
+                    float *y, int64_t ldy, void *stream, hkv_err *err)
+{
+    (void)x, (void)ldx, (void)w, (void)n, (void)dim, (void)eps, (void)y, (void)ldy, (void)stream;
+    return NO_CUDA(err, "gpu rmsnorm");
+}
+int hkv_gpu_rope(float *x, int64_t ldx, int64_t n, int n_heads, int head_dim, int rot,
+                 int layout, const float *inv_freq, const int64_t *pos, void *stream,
+                 hkv_err *err)
+{
+    (void)x, (void)ldx, (void)n, (void)n_heads, (void)head_dim, (void)rot, (void)layout;
+    (void)inv_freq, (void)pos, (void)stream;
+    return NO_CUDA(err, "gpu rope");
+}
+int hkv_gpu_swiglu(const float *gu, int64_t n, int64_t F, float *out, void *stream, hkv_err *err)
+{
+    (void)gu, (void)n, (void)F, (void)out, (void)stream;
+    return NO_CUDA(err, "gpu swiglu");
+}
+int hkv_gpu_add(float *x, const float *y, int64_t n, void *stream, hkv_err *err)
+{
+    (void)x, (void)y, (void)n, (void)stream;
+    return NO_CUDA(err, "gpu add");
+}
+int hkv_gpu_f32_to_f16(const float *src, uint16_t *dst, int64_t n, void *stream, hkv_err *err)
+{
+    (void)src, (void)dst, (void)n, (void)stream;
+    return NO_CUDA(err, "gpu f32_to_f16");
+}
+int hkv_gpu_f16_to_f32(const uint16_t *src, float *dst, int64_t n, void *stream, hkv_err *err)
+{
+    (void)src, (void)dst, (void)n, (void)stream;
+    return NO_CUDA(err, "gpu f16_to_f32");
+}
+
+int hkv_gpu_wmat_upload(hkv_gpu_ctx *ctx, const hkv_cpu_kernels *kern, const hkv_wmat *src,
+                        hkv_mem_account *host_mem, hkv_gpu_wmat *dst, hkv_err *err)
+{
+    (void)ctx, (void)kern, (void)src, (void)host_mem;
+    if (dst) dst->rows = dst->cols = 0, dst->w = NULL;
+    return NO_CUDA(err, "gpu weight upload");
+}
+void hkv_gpu_wmat_free(hkv_gpu_ctx *ctx, hkv_gpu_wmat *w) { (void)ctx, (void)w; }
+int hkv_gpu_gemm(hkv_gpu_ctx *ctx, const hkv_gpu_wmat *w, const uint16_t *x, int64_t n, float *y,
+                 int64_t ldy, void *stream, hkv_err *err)
+{
+    (void)ctx, (void)w, (void)x, (void)n, (void)y, (void)ldy, (void)stream;
+    return NO_CUDA(err, "gpu gemm");
+}
+
+int hkv_gpu_attn_prefill(const float *q, int64_t ldq, int64_t nq, int n_head, int n_head_kv,
+                         int d, int64_t p0, const uint16_t *k, const uint16_t *v, int64_t ld,
+                         int64_t hs, float scale, float *out, int64_t ldo, float *lse,
+                         void *stream, hkv_err *err)
+{
+    (void)q, (void)ldq, (void)nq, (void)n_head, (void)n_head_kv, (void)d, (void)p0, (void)k;
+    (void)v, (void)ld, (void)hs, (void)scale, (void)out, (void)ldo, (void)lse, (void)stream;
+    return NO_CUDA(err, "gpu prefill attention");
+}
+int hkv_gpu_attn_decode(const float *q, int n_seq, int n_head, int n_head_kv, int d,
+                        const uint16_t *k, const uint16_t *v, int64_t ld, int64_t hs, int64_t ss,
+                        const int32_t *n_rows, const int32_t *idx, int64_t idx_ld, float scale,
+                        float *out, float *lse, void *stream, hkv_err *err)
+{
+    (void)q, (void)n_seq, (void)n_head, (void)n_head_kv, (void)d, (void)k, (void)v, (void)ld;
+    (void)hs, (void)ss, (void)n_rows, (void)idx, (void)idx_ld, (void)scale, (void)out, (void)lse;
+    (void)stream;
+    return NO_CUDA(err, "gpu decode attention");
+}
+int hkv_gpu_attn_merge(float *out_a, float *lse_a, const float *out_b, const float *lse_b,
+                       int64_t n, int d, void *stream, hkv_err *err)
+{
+    (void)out_a, (void)lse_a, (void)out_b, (void)lse_b, (void)n, (void)d, (void)stream;
+    return NO_CUDA(err, "gpu attention merge");
+}
+
+size_t hkv_gpu_ctkvr_recall_ws_bytes(const hkv_gpu_ctkvr *ix, int64_t max_far)
+{
+    (void)ix, (void)max_far;
+    return 0;
+}
+int hkv_gpu_ctkvr_recall(const hkv_gpu_ctkvr *ix, const float *q, int64_t Cp, const int64_t *far,
+                         int64_t max_far, int32_t *cand, int64_t cand_cap, int32_t *n_cand,
+                         void *ws, size_t ws_bytes, void *stream, hkv_err *err)
+{
+    (void)ix, (void)q, (void)Cp, (void)far, (void)max_far, (void)cand, (void)cand_cap;
+    (void)n_cand, (void)ws, (void)ws_bytes, (void)stream;
+    return NO_CUDA(err, "gpu ctkvr recall");
+}
+int hkv_gpu_ctkvr_dcu(const hkv_gpu_ctkvr *ix, const float *q, const int32_t *sel, int64_t sel_ld,
+                      const int32_t *n_sel, void *stream, hkv_err *err)
+{
+    (void)ix, (void)q, (void)sel, (void)sel_ld, (void)n_sel, (void)stream;
+    return NO_CUDA(err, "gpu ctkvr dcu");
+}
+size_t hkv_gpu_ctkvr_build_ws_bytes(int64_t n_far, int64_t n_centroids)
+{
+    (void)n_far, (void)n_centroids;
+    return 0;
+}
+int hkv_gpu_ctkvr_build(const hkv_gpu_ctkvr *ix, int s, const uint16_t *q, int64_t ldq, int64_t n,
+                        const int32_t *slot, const uint16_t *k, int64_t ld, int64_t hs,
+                        int64_t lo, int64_t hi, void *ws, size_t ws_bytes, void *stream,
+                        hkv_err *err)
+{
+    (void)ix, (void)s, (void)q, (void)ldq, (void)n, (void)slot, (void)k, (void)ld, (void)hs;
+    (void)lo, (void)hi, (void)ws, (void)ws_bytes, (void)stream;
+    return NO_CUDA(err, "gpu ctkvr build");
+}
