@@ -39,6 +39,47 @@ static int shape_ok(const hkv_model_config *c, hkv_err *err) {
     return HKV_OK;
 }
 
+/* As ctkvr.c's resolve(): C = min(2048, n/16), rho' = about 3% of n in
+ * [32, 1024], rho = 2.5 rho', C and rho clamped to the context. */
+static void ctkvr_conf(const hkv_policy_args *a, int64_t n_ctx, int64_t *C, int64_t *rho_p,
+                       int64_t *rho) {
+    const hkv_policy_def *d = &hkv_policy_ctkvr;
+    double v = hkv_policy_arg(d, a, "C");
+    *C = isnan(v) ? min64(2048, n_ctx / 16) : (int64_t)v;
+    *C = max64(1, min64(*C, n_ctx));
+    v = hkv_policy_arg(d, a, "rho_p");
+    *rho_p = isnan(v) ? hkv_ws_default_budget(n_ctx) : (int64_t)v;
+    v = hkv_policy_arg(d, a, "rho");
+    *rho = isnan(v) ? (int64_t)llround(2.5 * (double)*rho_p) : (int64_t)v;
+    *rho = max64(1, min64(*rho, n_ctx));
+}
+
+static int64_t snapkv_budget(const hkv_policy_args *a, int64_t n_ctx) {
+    double v = hkv_policy_arg(&hkv_policy_snapkv, a, "budget");
+    return min64(isnan(v) ? hkv_ws_default_budget(n_ctx) : (int64_t)v, n_ctx);
+}
+
+void hkv_plan_describe(const hkv_policy_def *d, const hkv_policy_args *a, int64_t n_ctx,
+                       char *buf, size_t cap) {
+    hkv_policy_args dflt;
+    if (!a) {
+        hkv_policy_args_init(d, &dflt);
+        a = &dflt;
+    }
+    if (d == &hkv_policy_ctkvr) {
+        int64_t C, rho_p, rho;
+        ctkvr_conf(a, n_ctx, &C, &rho_p, &rho);
+        snprintf(buf, cap, "ctkvr C=%lld rho=%lld rho'=%lld", (long long)C, (long long)rho,
+                 (long long)rho_p);
+    } else if (d == &hkv_policy_quest) {
+        snprintf(buf, cap, "quest page=%.0f", hkv_policy_arg(d, a, "page"));
+    } else if (d == &hkv_policy_snapkv) {
+        snprintf(buf, cap, "snapkv budget=%lld", (long long)snapkv_budget(a, n_ctx));
+    } else {
+        snprintf(buf, cap, "%s", d->name);
+    }
+}
+
 int hkv_plan_index_bytes(const hkv_policy_def *d, const hkv_policy_args *a,
                          const hkv_model_config *c, int64_t n_ctx, int index_on_host,
                          uint64_t *gpu, uint64_t *host, hkv_err *err) {
@@ -58,16 +99,8 @@ int hkv_plan_index_bytes(const hkv_policy_def *d, const hkv_policy_args *a,
         /* full keeps the KV itself on the GPU (counted as near); oracle scans
          * the far tier on the host: neither has an index. */
     } else if (d == &hkv_policy_ctkvr) {
-        /* As ctkvr.c's resolve(): C = min(2048, n/16), rho' = about 3% of n,
-         * rho = 2.5 rho', each clamped to the context. */
-        double v = hkv_policy_arg(d, a, "C");
-        int64_t C = isnan(v) ? min64(2048, n_ctx / 16) : (int64_t)v;
-        C = max64(1, min64(C, n_ctx));
-        v = hkv_policy_arg(d, a, "rho_p");
-        int64_t rho_p = isnan(v) ? hkv_ws_default_budget(n_ctx) : (int64_t)v;
-        v = hkv_policy_arg(d, a, "rho");
-        int64_t rho = isnan(v) ? (int64_t)llround(2.5 * (double)rho_p) : (int64_t)v;
-        rho = max64(1, min64(rho, n_ctx));
+        int64_t C, rho_p, rho;
+        ctkvr_conf(a, n_ctx, &C, &rho_p, &rho);
         const uint64_t cent = L * (uint64_t)C * H * hd * 2;      /* [C][H][d] fp16 per layer */
         const uint64_t fifo = L * KH * (8 + (uint64_t)C);        /* cursor, count; DCU flags */
         const uint64_t ivf = L * KH * (uint64_t)C * (uint64_t)rho * 4 +  /* [KH][C][rho] int32 */
@@ -82,9 +115,7 @@ int hkv_plan_index_bytes(const hkv_policy_def *d, const hkv_policy_args *a,
         g = L * KH * pages * 2 * hd * 2 + L * 16 + L * KH * 16;
     } else if (d == &hkv_policy_snapkv) {
         /* The kept positions per (layer, KV head), int32. */
-        double v = hkv_policy_arg(d, a, "budget");
-        int64_t b = isnan(v) ? hkv_ws_default_budget(n_ctx) : (int64_t)v;
-        b = min64(b, n_ctx);
+        const int64_t b = snapkv_budget(a, n_ctx);
         const uint64_t kept = L * KH * (uint64_t)b * 4 + L * KH * 8;
         g = index_on_host ? 0 : kept;
         h = index_on_host ? kept : 0;
@@ -101,12 +132,9 @@ int hkv_plan_index_bytes(const hkv_policy_def *d, const hkv_policy_args *a,
 /* Candidate ids the GPU hands the host per (sequence, KV head) each step. */
 static uint64_t step_ids(const hkv_policy_def *d, const hkv_policy_args *a, int64_t n_ctx) {
     if (d == &hkv_policy_ctkvr) {
-        double v = hkv_policy_arg(d, a, "rho_p");
-        int64_t rho_p = isnan(v) ? hkv_ws_default_budget(n_ctx) : (int64_t)v;
-        v = hkv_policy_arg(d, a, "rho");
-        int64_t rho = isnan(v) ? (int64_t)llround(2.5 * (double)rho_p) : (int64_t)v;
-        int64_t Cp = (int64_t)hkv_policy_arg(d, a, "Cp");
-        return (uint64_t)min64(n_ctx, Cp * max64(1, min64(rho, n_ctx)));
+        int64_t C, rho_p, rho;
+        ctkvr_conf(a, n_ctx, &C, &rho_p, &rho);
+        return (uint64_t)min64(n_ctx, (int64_t)hkv_policy_arg(d, a, "Cp") * rho);
     }
     return 0;
 }

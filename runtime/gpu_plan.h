@@ -70,6 +70,11 @@ int hkv_plan_index_bytes(const hkv_policy_def *d, const hkv_policy_args *a,
                          const hkv_model_config *cfg, int64_t n_ctx, int index_on_host,
                          uint64_t *gpu, uint64_t *host, hkv_err *err);
 
+/* The parameters the plan resolved for policy d at n_ctx, as text
+ * ("ctkvr C=2048 rho=2480 rho'=992"). */
+void hkv_plan_describe(const hkv_policy_def *d, const hkv_policy_args *a, int64_t n_ctx,
+                       char *buf, size_t cap);
+
 /* Weight bytes on the GPU with elem-byte matrices (fp16: 2). */
 uint64_t hkv_plan_weight_bytes(const hkv_model_config *cfg, int elem_bytes);
 /* Parameters of the model (matrices, embeddings, norms, biases). */

@@ -12,7 +12,7 @@
 #include "generate.h"
 
 static const char bench_usage[] =
-    "usage: hetkv bench -m MODEL [options]\n"
+    "usage: hetkv bench (-m MODEL | --synthetic NAME) [options]\n"
     "       hetkv bench kernels [--quick] [--hot] [--isa NAME]   (hetkv bench kernels --help)\n"
     "\n"
     "Prefill a synthetic prompt of each context length once, fork it into B\n"
@@ -74,6 +74,8 @@ int hkv_cmd_bench(int argc, char **argv) {
     int rc = HKV_OK;
     hkv_kv_cli kc;
     hkv_kv_cli_init(&kc);
+    hkv_device_cli dc;
+    hkv_device_cli_init(&dc);
     for (int i = 1; i < argc && !rc; i++) {
         const char *a = argv[i], *v = NULL;
         int k = hkv_kv_cli_parse(&kc, argc, argv, &i, &err);
@@ -82,9 +84,15 @@ int hkv_cmd_bench(int argc, char **argv) {
             break;
         }
         if (k == 1) continue;
+        if ((k = hkv_device_cli_parse(&dc, argc, argv, &i, &err)) < 0) {
+            rc = k;
+            break;
+        }
+        if (k == 1) continue;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(bench_usage, stdout);
             fputs(hkv_kv_cli_help, stdout);
+            fputs(hkv_device_cli_help, stdout);
             return 0;
         } else if (!strcmp(a, "--json")) {
             json = 1;
@@ -113,7 +121,8 @@ int hkv_cmd_bench(int argc, char **argv) {
             rc = hkv_seterr(&err, HKV_E_INVAL, "bench: unknown option '%s'", a);
         }
     }
-    if (!rc && !model) rc = hkv_seterr(&err, HKV_E_INVAL, "bench: no model (-m MODEL)");
+    if (!rc && !model && !dc.synthetic)
+        rc = hkv_seterr(&err, HKV_E_INVAL, "bench: no model (-m MODEL or --synthetic NAME)");
     if (rc) {
         hkv_err_report(&err, stderr);
         return 2;
@@ -124,7 +133,7 @@ int hkv_cmd_bench(int argc, char **argv) {
 
     hkv_engine_params ep;
     hkv_engine_params_default(&ep);
-    ep.model_path = model;
+    if (!rc) rc = hkv_device_cli_apply(&dc, model, &ep, &err);
     ep.n_threads = (int)threads;
     ep.isa = isa;
     ep.max_seqs = (int)max_batch + 1;     /* seq 0 keeps the prefilled prompt */
@@ -146,6 +155,18 @@ int hkv_cmd_bench(int argc, char **argv) {
     if (rc) {
         hkv_err_report(&err, stderr);
         return 2;
+    }
+    /* --device cuda: the device and the plan's admission of every
+     * configuration, before anything is loaded (a refusal wins); cpu: OK. */
+    for (int i = 0; i < (configs ? n_cfg : 1); i++) {
+        hkv_engine_params cp = ep;
+        if (configs) cp.tiered.policy = cfg[i].def, cp.tiered.args = cfg[i].args;
+        rc = hkv_device_cli_check(&dc, model, &cp, (int)max_batch, max_ctx + steps + 1, &err);
+        if (rc != HKV_E_UNSUPPORTED) break;
+    }
+    if (rc) {
+        hkv_err_report(&err, stderr);
+        return 1;
     }
     hkv_engine *e = NULL;
     int n_pcfg = configs ? n_cfg : 1;

@@ -4,21 +4,32 @@
 
 #include "cli.h"
 #include "device.h"
+#include "gpu_plan.h"
+#include "synthetic.h"
 #include "host_mem.h"
 #include "isa.h"
 #include "threads.h"
 
 static const char info_usage[] =
-    "usage: hetkv info [--json]\n"
+    "usage: hetkv info [--json] [--synthetic NAME] [--device cpu|cuda] [--gpu-mem SIZE]\n"
     "\n"
     "Show the CPU model and instruction sets, cores and NUMA nodes (hwloc),\n"
-    "memory, and CUDA devices or why there are none.\n";
+    "memory, and CUDA devices or why there are none. --synthetic adds a synthetic\n"
+    "model's shape and sizes; --device cuda the GPU memory cap run and bench would use.\n";
 
 int hkv_cmd_info(int argc, char **argv) {
     int json = 0;
     hkv_err err;
     hkv_err_clear(&err);
+    hkv_device_cli dc;
+    hkv_device_cli_init(&dc);
     for (int i = 1; i < argc; i++) {
+        int k = hkv_device_cli_parse(&dc, argc, argv, &i, &err);
+        if (k < 0) {
+            hkv_err_report(&err, stderr);
+            return 2;
+        }
+        if (k == 1) continue;
         if (!strcmp(argv[i], "--json")) json = 1;
         else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             fputs(info_usage, stdout);
@@ -41,6 +52,17 @@ int hkv_cmd_info(int argc, char **argv) {
     char why[256];
     hkv_gpu_query(gpus, 16, &n_gpu, why, sizeof why);
     size_t mem_total = hkv_host_mem_total(), mem_free = hkv_host_mem_free();
+    uint64_t cap = 0;
+    char cap_desc[256] = "";
+    if (hkv_device_cli_cap(&dc, &cap, cap_desc, sizeof cap_desc, &err)) {
+        hkv_err_report(&err, stderr);
+        return 1;
+    }
+    hkv_model_config mc;
+    if (dc.synthetic && hkv_synthetic_config(dc.synthetic, &mc, &err)) {
+        hkv_err_report(&err, stderr);
+        return 1;
+    }
 
     struct { const char *name; int on; } flags[] = {
         {"avx2", isa.avx2}, {"fma", isa.fma}, {"f16c", isa.f16c}, {"avx512f", isa.avx512f},
@@ -71,7 +93,22 @@ int hkv_cmd_info(int argc, char **argv) {
             printf(",\"reason\":");
             hkv_json_str(stdout, why, strlen(why));
         }
-        printf("}}\n");
+        printf("}");
+        if (dc.cuda) printf(",\"gpu_cap\":%llu", (unsigned long long)cap);
+        if (dc.synthetic) {
+            printf(",\"synthetic\":{\"name\":");
+            hkv_json_str(stdout, mc.name, strlen(mc.name));
+            printf(",\"layers\":%d,\"dim\":%d,\"heads\":%d,\"kv_heads\":%d,\"head_dim\":%d,"
+                   "\"ffn\":%d,\"vocab\":%d,\"ctx_train\":%d,\"params\":%llu,\"host_bytes_q4\":%llu,"
+                   "\"host_bytes_f16\":%llu,\"gpu_weight_bytes_fp16\":%llu,\"kv_bytes_per_token\":%llu}",
+                   mc.n_layer, mc.dim, mc.n_head, mc.n_head_kv, mc.head_dim, mc.ffn, mc.vocab,
+                   mc.ctx_train, (unsigned long long)hkv_plan_param_count(&mc),
+                   (unsigned long long)hkv_synthetic_host_bytes(&mc, HKV_W_Q4),
+                   (unsigned long long)hkv_synthetic_host_bytes(&mc, HKV_W_F16),
+                   (unsigned long long)hkv_plan_weight_bytes(&mc, 2),
+                   (unsigned long long)mc.n_layer * mc.n_head_kv * mc.head_dim * 4);
+        }
+        printf("}\n");
         return 0;
     }
     char t[32], f[32];
@@ -94,6 +131,22 @@ int hkv_cmd_info(int argc, char **argv) {
             printf("CUDA %d:  %s, compute %d.%d, %d SMs, %s (%s free)\n", i, gpus[i].name,
                    gpus[i].cc_major, gpus[i].cc_minor, gpus[i].sm_count, t, f);
         }
+    }
+    if (dc.cuda) {
+        hkv_fmt_bytes((double)cap, t, sizeof t);
+        printf("GPU cap: %s (%s)\n", t, cap_desc);
+    }
+    if (dc.synthetic) {
+        char q4[32], f16[32], gw[32], kv[32];
+        hkv_fmt_bytes((double)hkv_synthetic_host_bytes(&mc, HKV_W_Q4), q4, sizeof q4);
+        hkv_fmt_bytes((double)hkv_synthetic_host_bytes(&mc, HKV_W_F16), f16, sizeof f16);
+        hkv_fmt_bytes((double)hkv_plan_weight_bytes(&mc, 2), gw, sizeof gw);
+        hkv_fmt_bytes((double)mc.n_layer * mc.n_head_kv * mc.head_dim * 4, kv, sizeof kv);
+        printf("Model:   %s: %d layers, dim %d, %d/%d heads of %d, ffn %d, vocab %d, context %d\n",
+               mc.name, mc.n_layer, mc.dim, mc.n_head, mc.n_head_kv, mc.head_dim, mc.ffn, mc.vocab,
+               mc.ctx_train);
+        printf("         %.2fB parameters; host weights %s (q4) or %s (f16); GPU weights %s "
+               "(fp16); KV %s per token\n", (double)hkv_plan_param_count(&mc) / 1e9, q4, f16, gw, kv);
     }
     return 0;
 }

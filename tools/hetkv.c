@@ -16,6 +16,7 @@ static const char usage[] =
     "  eval    fidelity of KV policies against dense attention, and retrieval tasks\n"
     "  info    CPU, instruction sets, cores, NUMA nodes, memory and CUDA devices\n"
     "  policies  the KV policies and their parameters\n"
+    "  plan    the GPU memory plan: bytes per tier and the largest batch under a cap\n"
     "\n"
     "hetkv COMMAND --help shows each command's options.\n";
 
@@ -31,6 +32,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "bench")) return hkv_cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "eval")) return hkv_cmd_eval(argc - 1, argv + 1);
     if (!strcmp(cmd, "policies")) return hkv_cmd_policies(argc - 1, argv + 1);
-    fprintf(stderr, "hetkv: error: unknown command '%s' (run, bench, eval, info, policies; see hetkv --help)\n", cmd);
+    if (!strcmp(cmd, "plan")) return hkv_cmd_plan(argc - 1, argv + 1);
+    fprintf(stderr, "hetkv: error: unknown command '%s' (run, bench, eval, info, policies, plan; see hetkv --help)\n", cmd);
     return 2;
 }

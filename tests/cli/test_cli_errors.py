@@ -56,6 +56,28 @@ cases = [
     ("bench bad list", [hetkv, "bench", *M, "--ctx", "1024,,2"], 2, "bad list"),
     ("bench bad isa", [hetkv, "bench", *M, "--isa", "neon"], 2, "unknown"),
     ("info bad option", [hetkv, "info", "--bogus"], 2, "unknown option"),
+    # devices, GPU memory caps, synthetic models, admission (tools/cli_device.c, hetkv plan)
+    ("gpu-mem garbage", [hetkv, "bench", "--synthetic", "smollm2-135m", "--device", "cuda", "--gpu-mem", "lots"], 2,
+     "'lots' is not a size"),
+    ("gpu-mem zero", [hetkv, "plan", "--synthetic", "llama3-8b", "--gpu-mem", "0G"], 2, "is zero"),
+    ("gpu-mem negative", [hetkv, "plan", "--synthetic", "llama3-8b", "--gpu-mem", "-24G"], 2, "not a size"),
+    ("gpu-mem absurd", [hetkv, "plan", "--synthetic", "llama3-8b", "--gpu-mem", "5000T"], 2, "absurdly large"),
+    ("gpu-mem without cuda", [hetkv, "bench", *M, "--gpu-mem", "24G"], 1, "needs --device cuda"),
+    ("info gpu-mem without cuda", [hetkv, "info", "--gpu-mem", "8G"], 1, "needs --device cuda"),
+    ("bad device", [hetkv, "run", *M, "-p", "x", "--device", "tpu"], 2, "not cpu or cuda"),
+    # without a GPU: names why; with one: the plan's verdict or no GPU execution path yet
+    ("bench device cuda", [hetkv, "bench", "--synthetic", "llama3-8b", "--device", "cuda"], 1, "--device cuda:"),
+    ("run device cuda", [hetkv, "run", *M, "-p", "x", "--device", "cuda"], 1, "--device cuda:"),
+    ("unknown synthetic", [hetkv, "bench", "--synthetic", "gpt5"], 2, "unknown synthetic model 'gpt5'"),
+    ("synthetic and model", [hetkv, "bench", "--synthetic", "smollm2-135m", *M], 2, "not both"),
+    ("run synthetic", [hetkv, "run", "--synthetic", "smollm2-135m", "-p", "x"], 2, "no tokenizer"),
+    ("batch does not fit", [hetkv, "plan", "--synthetic", "llama3-8b", "--gpu-mem", "24G", "--ctx", "32768",
+                            "--policy", "full", "--batch", "4"], 1,
+     "needs 31.04 GiB of GPU memory (weights 14.96 GiB, near 16.00 GiB, index 0 B, workspace 80.08 MiB) "
+     "but the cap is 24.00 GiB"),
+    ("plan no cap", [hetkv, "plan", "--synthetic", "llama3-8b"], 2, "no cap"),
+    ("plan policy without formula", [hetkv, "plan", "--synthetic", "llama3-8b", "--gpu-mem", "24G", "--policy",
+                                     "rocketkv"], 1, "no GPU memory formula for policy 'rocketkv'"),
     ("dump bad token", [dump, *M, "--tokens", "1,99999999", "-o", os.path.join(tmp, "o.bin")], 1,
      "outside the vocabulary"),
 ]

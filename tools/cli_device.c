@@ -1,0 +1,132 @@
+/* The device and model-source options run, bench, info and plan share:
+ * --device cpu|cuda, --gpu-mem SIZE, --synthetic NAME, --synthetic-weights T.
+ * With --device cuda the device is queried and the request is planned and
+ * admitted (runtime/gpu_plan.h) before anything is loaded. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "device.h"
+#include "gguf.h"
+#include "gpu_plan.h"
+#include "synthetic.h"
+
+const char hkv_device_cli_help[] =
+    "      --device cpu|cuda the host path (default) or the GPU: cuda queries the device and\n"
+    "                        admits the batch x context against the GPU memory plan before\n"
+    "                        anything is loaded (hetkv plan prints the plan)\n"
+    "      --gpu-mem SIZE    GPU memory cap, e.g. 24G (default: the device's free memory)\n"
+    "      --synthetic NAME  random weights of a real shape instead of -m: llama3-8b,\n"
+    "                        llama3.1-8b, yi-9b, qwen2.5-7b, smollm2-135m (no tokenizer)\n"
+    "      --synthetic-weights q4|q8|f16|f32  their host weight format (default q4)\n";
+
+void hkv_device_cli_init(hkv_device_cli *d) {
+    memset(d, 0, sizeof *d);
+    d->synthetic_wtype = HKV_W_Q4;
+}
+
+int hkv_device_cli_parse(hkv_device_cli *d, int argc, char **argv, int *i, hkv_err *err) {
+    const char *a = argv[*i], *v = NULL;
+    int rc;
+    if (strcmp(a, "--device") && strcmp(a, "--gpu-mem") && strcmp(a, "--synthetic") &&
+        strcmp(a, "--synthetic-weights"))
+        return 0;
+    if ((rc = hkv_arg_value(argc, argv, i, &v, err))) return rc;
+    if (!strcmp(a, "--device")) {
+        if (strcmp(v, "cpu") && strcmp(v, "cuda"))
+            return hkv_seterr(err, HKV_E_INVAL, "--device: '%s' is not cpu or cuda", v);
+        d->cuda = !strcmp(v, "cuda");
+    } else if (!strcmp(a, "--gpu-mem")) {
+        if ((rc = hkv_parse_size("--gpu-mem", v, &d->gpu_mem, err))) return rc;
+    } else if (!strcmp(a, "--synthetic")) {
+        hkv_model_config c;
+        if ((rc = hkv_synthetic_config(v, &c, err))) return hkv_err_prefix(err, "--synthetic");
+        d->synthetic = v;
+    } else {
+        if ((d->synthetic_wtype = hkv_synthetic_wtype_parse(v)) < 0)
+            return hkv_seterr(err, HKV_E_INVAL, "--synthetic-weights: '%s' is not q4, q8, f16 or f32", v);
+    }
+    return 1;
+}
+
+int hkv_device_cli_apply(const hkv_device_cli *d, const char *model_path, hkv_engine_params *ep,
+                         hkv_err *err) {
+    if (model_path && d->synthetic)
+        return hkv_seterr(err, HKV_E_INVAL, "give -m MODEL or --synthetic NAME, not both");
+    if (!model_path && !d->synthetic)
+        return hkv_seterr(err, HKV_E_INVAL, "no model (-m MODEL or --synthetic NAME)");
+    ep->model_path = model_path;
+    ep->synthetic = d->synthetic;
+    ep->synthetic_wtype = d->synthetic_wtype;
+    return HKV_OK;
+}
+
+int hkv_cli_model_config(const char *model_path, const char *synthetic, hkv_model_config *cfg,
+                         hkv_err *err) {
+    if (synthetic) return hkv_synthetic_config(synthetic, cfg, err);
+    hkv_gguf *g = NULL;
+    int rc = hkv_gguf_open(&g, model_path, err);
+    if (!rc) rc = hkv_model_config_read(g, cfg, err);
+    hkv_gguf_close(g);
+    return rc;
+}
+
+int hkv_device_cli_cap(const hkv_device_cli *d, uint64_t *cap, char *desc, size_t desc_cap,
+                       hkv_err *err) {
+    *cap = 0;
+    if (desc_cap) desc[0] = 0;
+    if (!d->cuda) {
+        if (d->gpu_mem)
+            return hkv_seterr(err, HKV_E_INVAL, "--gpu-mem caps the GPU side: it needs --device cuda");
+        return HKV_OK;
+    }
+    hkv_gpu_device dev[1];
+    int n = 0;
+    char why[256];
+    hkv_gpu_query(dev, 1, &n, why, sizeof why);
+    if (n < 1)
+        return hkv_seterr(err, HKV_E_DEVICE, "--device cuda: %s%s", why,
+                          hkv_gpu_built() ? "" : " (rebuild with nvcc present, or -Dcuda=enabled)");
+    char tot[32], fr[32];
+    hkv_fmt_bytes((double)dev[0].mem_total, tot, sizeof tot);
+    hkv_fmt_bytes((double)dev[0].mem_free, fr, sizeof fr);
+    if (d->gpu_mem > dev[0].mem_total) {
+        char want[32];
+        hkv_fmt_bytes((double)d->gpu_mem, want, sizeof want);
+        return hkv_seterr(err, HKV_E_RANGE, "--gpu-mem %s is more than %s has (%s total, %s free)",
+                          want, dev[0].name, tot, fr);
+    }
+    *cap = d->gpu_mem ? d->gpu_mem : dev[0].mem_free;
+    snprintf(desc, desc_cap, "%s, %s total, %s free%s", dev[0].name, tot, fr,
+             d->gpu_mem ? ", capped by --gpu-mem" : "");
+    return HKV_OK;
+}
+
+int hkv_device_cli_check(const hkv_device_cli *d, const char *model_path, const hkv_engine_params *ep,
+                         int batch, int64_t n_ctx, hkv_err *err) {
+    uint64_t cap;
+    char desc[256];
+    int rc = hkv_device_cli_cap(d, &cap, desc, sizeof desc, err);
+    if (rc || !d->cuda) return rc;
+    hkv_model_config cfg;
+    if ((rc = hkv_cli_model_config(model_path, d->synthetic, &cfg, err))) return rc;
+    if (ep->kv_plain)
+        return hkv_seterr(err, HKV_E_UNSUPPORTED, "--device cuda plans the tiered cache; --kv plain "
+                          "is the host reference only");
+    hkv_plan_params pp = {.cfg = &cfg, .batch = batch, .n_ctx = n_ctx > 0 ? n_ctx : cfg.ctx_train,
+                          .L_init = ep->tiered.L_init, .L_local = ep->tiered.L_local,
+                          .policy = ep->tiered.policy, .args = &ep->tiered.args,
+                          .max_rows = ep->max_rows};
+    hkv_plan plan;
+    if ((rc = hkv_plan_compute(&pp, &plan, err)) || (rc = hkv_plan_admit(&pp, &plan, cap, err)))
+        return hkv_err_prefix(err, "--device cuda (%s)", desc);
+    char need[32], cp[32];
+    hkv_fmt_bytes((double)plan.gpu_total, need, sizeof need);
+    hkv_fmt_bytes((double)cap, cp, sizeof cp);
+    /* Honest refusal: the plan fits, but no GPU execution path is wired into
+     * the engine yet, and running on the host instead would be a silent fallback. */
+    return hkv_seterr(err, HKV_E_UNSUPPORTED,
+                      "--device cuda: the plan fits (%s of the %s cap on %s), but this hetkv has "
+                      "no GPU execution path in run and bench yet; use --device cpu, or hetkv plan "
+                      "for the GPU memory plan", need, cp, desc);
+}
