@@ -178,6 +178,9 @@ extern const hkv_policy_def hkv_policy_ctkvr;
 extern const hkv_policy_def hkv_policy_quest;
 extern const hkv_policy_def hkv_policy_snapkv;
 extern const hkv_policy_def hkv_policy_rocketkv;
+extern const hkv_policy_def hkv_policy_laq;      /* prep LOOKAHEAD_TARGET */
+extern const hkv_policy_def hkv_policy_speckv;   /* prep LOOKAHEAD_DRAFT (--draft MODEL) */
+extern const hkv_policy_def hkv_policy_specpc;   /* prep COMPRESS_DRAFT (--draft MODEL) */
 extern const hkv_policy_def hkv_policy_fastkv;
 
 #endif

@@ -12,6 +12,9 @@ static const hkv_policy_def *const all_policies[] = {
     &hkv_policy_quest,
     &hkv_policy_snapkv,
     &hkv_policy_rocketkv,
+    &hkv_policy_laq,
+    &hkv_policy_speckv,
+    &hkv_policy_specpc,
     &hkv_policy_fastkv,
     NULL,
 };

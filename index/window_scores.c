@@ -125,10 +125,19 @@ static int pass2(const hkv_cpu_kernels *kern, const hkv_ws_job *j, int g, const 
         for (int64_t r = 0; r < R; r++) {
             const int64_t nv = w->nv[r / g];
             const float *s = w->s + r * WS_KEYS;
-            if (nv == 0 || !isfinite(lse[r])) continue;
+            const float wt = j->q_weight ? j->q_weight[r / g] : 1.0f;
+            if (nv == 0 || !isfinite(lse[r]) || wt == 0) continue;
             for (int64_t k = 0; k < nv; k++) w->e[k] = s[k] - lse[r];
             kern->exp(w->e, w->e, nv);
-            for (int64_t k = 0; k < nv; k++) out[x + k] += w->e[k];
+            if (j->reduce_max)
+                for (int64_t k = 0; k < nv; k++) {
+                    float v = wt * w->e[k];
+                    out[x + k] = v > out[x + k] ? v : out[x + k];
+                }
+            else if (wt == 1.0f)
+                for (int64_t k = 0; k < nv; k++) out[x + k] += w->e[k];
+            else
+                for (int64_t k = 0; k < nv; k++) out[x + k] += wt * w->e[k];
         }
     }
     return HKV_OK;

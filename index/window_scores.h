@@ -24,6 +24,7 @@ int64_t hkv_ws_default_budget(int64_t n_ctx);
  * For KV head h and each scored far position x = rows[h][i] (or lo + i):
  *   out[h*ld_out + i] = sum over window rows r < qv->n and heads j of h's
  *       group of softmax_x(q_{r,j} . k_x / sqrt(d)),
+ * (or the max over them, see reduce_max below),
  * the softmax running over the scored positions x <= pos0 + r (causal: a far
  * key after a window query gets weight 0 and is left out of its
  * normalisation). Only far keys are visible here (see snapkv.c for why the
@@ -37,6 +38,12 @@ typedef struct hkv_ws_job {
     float *out;                   /* [n_head_kv][ld_out] */
     int64_t ld_out;
     int n_threads;                /* <= 0: OpenMP's default */
+    /* Variants (zero-initialised jobs are SnapKV's sum): reduce_max = 1 takes
+     * the max over window rows and group heads instead of the sum (SpecKV,
+     * SpecPC); q_weight[r] (NULL: 1) scales window row r's weights first
+     * (SpecPC's linspace(0, 1, w)). */
+    int reduce_max;
+    const float *q_weight;
 } hkv_ws_job;
 
 /* The last w rows of qv: the cache may keep more prompt queries than a

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "draft.h"
 #include "gguf.h"
 #include "synthetic.h"
 
@@ -101,6 +102,7 @@ int hkv_engine_open(hkv_engine **out, const hkv_engine_params *p, hkv_err *err) 
                      : hkv_kv_tiered_create(&e->kv, &shape, p->max_seqs, &p->tiered, &e->kern,
                                             &e->mem, err);
     if (rc) goto fail;
+    if (p->draft_path && (rc = hkv_draft_open(e, err))) goto fail;
     *out = e;
     return HKV_OK;
 fail:
@@ -116,6 +118,7 @@ void hkv_engine_set_kv(hkv_engine *e, hkv_kv kv) {
 
 void hkv_engine_close(hkv_engine *e) {
     if (!e) return;
+    hkv_engine_close(e->draft);
     if (e->kv.ops) e->kv.ops->destroy(e->kv.self);
     float *bufs[] = {e->x, e->xn, e->qkv, e->att, e->h, e->tmp, e->rope_cs, e->mm_ws};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);

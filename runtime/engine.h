@@ -28,6 +28,7 @@ typedef struct hkv_engine_params {
     int max_rows;         /* tokens per forward call (prefill chunk); 0: 256 */
     int kv_plain;         /* 1: the plain contiguous cache (reference); 0: tiered */
     hkv_tiered_params tiered;   /* near/far sizes and the policy */
+    const char *draft_path;     /* a draft model (same tokenizer) for speckv/specpc, or NULL */
 } hkv_engine_params;
 
 void hkv_engine_params_default(hkv_engine_params *p);
@@ -54,6 +55,9 @@ typedef struct hkv_engine {
     float *rope_cs;        /* [max_rows][rope_dim]: cos then sin per row */
     size_t ws_bytes;
     hkv_fwd_stats stats;
+    /* The draft engine (runtime/draft.c) when draft_path is set: plain
+     * forward, one sequence, its own memory account. */
+    struct hkv_engine *draft;
 } hkv_engine;
 
 /* Load the model and tokenizer, fill the kernel table, pin threads, create

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lookahead.h"
 #include "tsp_prefill.h"
 
 int hkv_prefill(hkv_engine *e, int seq, const int32_t *prompt, int64_t n, int64_t pos0,
@@ -50,15 +51,20 @@ int hkv_generate(hkv_engine *e, hkv_gen_request *reqs, int n_reqs, hkv_token_cb 
     hkv_seg *segs = malloc((size_t)n_reqs * sizeof(hkv_seg));
     int64_t *lrows = malloc((size_t)n_reqs * sizeof(int64_t));
     int *active = malloc((size_t)n_reqs * sizeof(int));
+    /* where each sequence's decode continues: the prompt length, or what a
+     * compressing policy (specpc) kept of it */
+    int64_t *base = malloc((size_t)n_reqs * sizeof(int64_t));
     int rc = HKV_OK, opened = 0;
-    if (!smp || !logits || !toks || !segs || !lrows || !active) {
+    if (!smp || !logits || !toks || !segs || !lrows || !active || !base) {
         rc = hkv_seterr(err, HKV_E_NOMEM, "no memory for a batch of %d", n_reqs);
         goto done;
     }
     for (int i = 0; i < n_reqs; i++)
         if ((rc = hkv_sampler_init(&smp[i], &reqs[i].sp, V, err))) goto done;
     for (; opened < n_reqs; opened++) {
-        rc = e->kv.ops->seq_open(e->kv.self, opened, reqs[opened].n_prompt + reqs[opened].n_predict + 1,
+        /* + room for a policy's lookahead tokens (laq, speckv), rewound before decode */
+        rc = e->kv.ops->seq_open(e->kv.self, opened, reqs[opened].n_prompt + reqs[opened].n_predict + 1 +
+                                                         hkv_lookahead_room(e, opened),
                                  err);
         if (rc) {
             hkv_err_prefix(err, "admitting sequence %d", opened);
@@ -71,7 +77,11 @@ int hkv_generate(hkv_engine *e, hkv_gen_request *reqs, int n_reqs, hkv_token_cb 
     for (int i = 0; i < n_reqs; i++) {
         hkv_gen_request *r = &reqs[i];
         double t0 = hkv_now();
-        if ((rc = hkv_prefill(e, i, r->prompt, r->n_prompt, 0, logits, err))) goto done;
+        /* the policy's prep (lookahead, draft compression) counts in the TTFT */
+        if ((rc = hkv_prefill_prep(e, i, r->prompt, r->n_prompt, logits,
+                                   r->n_predict + 1 + hkv_lookahead_room(e, i), r->n_predict,
+                                   &base[i], err)))
+            goto done;
         st->t_prefill += hkv_now() - t0;
         st->n_prefill_tokens += r->n_prompt;
         if (r->n_predict == 0) {
@@ -97,7 +107,7 @@ int hkv_generate(hkv_engine *e, hkv_gen_request *reqs, int n_reqs, hkv_token_cb 
             hkv_gen_request *r = &reqs[active[a]];
             toks[a] = r->out[r->n_out - 1];
             segs[a] = (hkv_seg){.seq = active[a], .n = 1,
-                                .pos = r->n_prompt + r->n_out - 1, .row = a};
+                                .pos = base[active[a]] + r->n_out - 1, .row = a};
             lrows[a] = a;
         }
         if ((rc = hkv_forward(e, toks, n_active, segs, n_active, lrows, n_active, logits, err)))
@@ -131,5 +141,6 @@ done:
     free(segs);
     free(lrows);
     free(active);
+    free(base);
     return rc;
 }

@@ -57,6 +57,10 @@ typedef struct hkv_kv_ops {
     int (*seq_copy)(void *self, int dst, int src, hkv_err *err);
     /* Tokens stored so far for seq. */
     int64_t (*seq_len)(void *self, int seq);
+    /* Drop every token of seq at positions >= n (n <= seq_len): the next
+     * segment starts at n. Lookahead (runtime/lookahead.c) decodes a few
+     * tokens to learn from their queries, then rewinds to the prompt end. */
+    int (*seq_rewind)(void *self, int seq, int64_t n, hkv_err *err);
     /* One layer for the whole batch: qkv rows hold [Q (n_head·d) | K | V
      * (n_head_kv·d each)] with stride ld_qkv floats; K and V are appended at
      * the segments' positions, then each query row attends causally; out rows

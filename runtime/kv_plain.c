@@ -184,6 +184,19 @@ static int plain_layer_step(void *self, int layer, const hkv_seg *segs, int n_se
     return HKV_OK;
 }
 
+/* Rows past n are simply overwritten by the next segment. */
+static int plain_seq_rewind(void *self, int seq, int64_t n, hkv_err *err) {
+    kv_plain *p = self;
+    if (seq < 0 || seq >= p->max_seqs || !p->seqs[seq].k)
+        return hkv_seterr(err, HKV_E_INVAL, "rewind: sequence %d is not open", seq);
+    kv_seq *sq = &p->seqs[seq];
+    if (n < 0 || n > sq->len)
+        return hkv_seterr(err, HKV_E_RANGE, "rewind of sequence %d to %lld tokens, but it holds %lld",
+                          seq, (long long)n, (long long)sq->len);
+    sq->len = n;
+    return HKV_OK;
+}
+
 static void plain_destroy(void *self) {
     kv_plain *p = self;
     if (!p) return;
@@ -198,6 +211,7 @@ static const hkv_kv_ops plain_ops = {
     .seq_close = plain_seq_close,
     .seq_copy = plain_seq_copy,
     .seq_len = plain_seq_len,
+    .seq_rewind = plain_seq_rewind,
     .layer_step = plain_layer_step,
     .destroy = plain_destroy,
 };

@@ -403,6 +403,7 @@ static const hkv_kv_ops tiered_ops = {
     .seq_close = t_seq_close,
     .seq_copy = t_seq_copy,
     .seq_len = t_seq_len,
+    .seq_rewind = tiered_seq_rewind,
     .layer_step = t_layer_step,
     .destroy = t_destroy,
 };

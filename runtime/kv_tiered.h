@@ -49,10 +49,26 @@ void hkv_kv_tiered_audit_reset(hkv_kv *kv, int seq);
 /* The policy's describe() line for a sequence. */
 void hkv_kv_tiered_describe(hkv_kv *kv, int seq, char *buf, size_t cap);
 
+/* Lookahead (kv_tiered_lookahead.c). After seq_rewind to the prompt end n,
+ * call the sequence's policy's lookahead_end for every layer with the far
+ * tier of the prompt and the kept queries of positions up to end (> n: the
+ * lookahead tokens' queries stay in the query ring after the rewind). */
+int hkv_kv_tiered_lookahead_end(hkv_kv *kv, int seq, int64_t end, hkv_err *err);
+/* Right after a prompt was fed to seq (nothing decoded since): layer's K/V
+ * rows of every position [0, len) (lo = 0: sinks and ring included, the far
+ * rows hold the whole prompt) and the last kept queries, copied into qbuf
+ * (room for qbuf_rows rows of n_head*d fp16). Used by draft compression. */
+int hkv_kv_tiered_prompt_view(hkv_kv *kv, int seq, int layer, hkv_far_view *far,
+                              hkv_query_view *qv, uint16_t *qbuf, int64_t qbuf_rows, hkv_err *err);
+
 /* The policy definition and instance serving an open sequence (the
  * token-selective prefill asks the instance which rows propagate). */
 int hkv_kv_tiered_seq_instance(hkv_kv *kv, int seq, const hkv_policy_def **def, hkv_policy *pol,
                                hkv_err *err);
+
+/* The policy a sequence runs (or will run when opened) and its arguments;
+ * NULL when kv is not tiered or seq is out of range. */
+const hkv_policy_def *hkv_kv_tiered_seq_policy(const hkv_kv *kv, int seq, hkv_policy_args *args);
 
 /* 1 when kv is a tiered cache. */
 int hkv_kv_is_tiered(const hkv_kv *kv);

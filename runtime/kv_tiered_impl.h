@@ -62,6 +62,8 @@ static inline int64_t ring_slot(const tiered *t, int64_t pos) {
 
 void tiered_far_view(const tiered *t, const tseq *q, int layer, hkv_far_view *v);
 int tiered_prompt_end(tiered *t, tseq *q, int layer, int64_t end, hkv_err *err);
+/* Rewind (kv_tiered_lookahead.c): drop positions >= n. */
+int tiered_seq_rewind(void *self, int seq, int64_t n, hkv_err *err);
 /* Token-selective prefill (kv_tiered_tsp.c). */
 int tiered_tsp_note(tiered *t, tseq *q, int layer, const hkv_seg *sg, hkv_err *err);
 void tiered_tsp_free(tiered *t, tseq *q);

@@ -7,9 +7,11 @@
 
 const char hkv_kv_cli_help[] =
     "      --policy NAME     KV policy: full (default), oracle, ctkvr, quest, snapkv, rocketkv,\n"
-    "                        fastkv;\n"
+    "                        fastkv, laq, speckv, specpc;\n"
     "                        'hetkv policies' lists them with their parameters\n"
     "      --policy-arg K=V  a policy parameter (repeatable)\n"
+    "      --draft MODEL     draft model for speckv and specpc (a GGUF model sharing the\n"
+    "                        target's tokenizer; the target itself will do)\n"
     "      --sink N          attention-sink tokens kept near (default 4)\n"
     "      --local N         local window kept near (default 256)\n"
     "      --kv plain        the plain contiguous cache instead of the tiered one (reference)\n";
@@ -24,7 +26,7 @@ int hkv_kv_cli_parse(hkv_kv_cli *k, int argc, char **argv, int *i, hkv_err *err)
     const char *a = argv[*i], *v = NULL;
     int rc;
     if (strcmp(a, "--kv") && strcmp(a, "--policy") && strcmp(a, "--policy-arg") &&
-        strcmp(a, "--sink") && strcmp(a, "--local"))
+        strcmp(a, "--sink") && strcmp(a, "--local") && strcmp(a, "--draft"))
         return 0;
     if ((rc = hkv_arg_value(argc, argv, i, &v, err))) return rc;
     if (!strcmp(a, "--kv")) {
@@ -33,6 +35,8 @@ int hkv_kv_cli_parse(hkv_kv_cli *k, int argc, char **argv, int *i, hkv_err *err)
         k->kv = v;
     } else if (!strcmp(a, "--policy")) {
         k->policy = v;
+    } else if (!strcmp(a, "--draft")) {
+        k->draft = v;
     } else if (!strcmp(a, "--policy-arg")) {
         if (k->n_pargs >= HKV_CLI_MAX_PARGS)
             return hkv_seterr(err, HKV_E_RANGE, "more than %d --policy-arg options", HKV_CLI_MAX_PARGS);
@@ -47,8 +51,9 @@ int hkv_kv_cli_parse(hkv_kv_cli *k, int argc, char **argv, int *i, hkv_err *err)
 
 int hkv_kv_cli_apply(const hkv_kv_cli *k, hkv_engine_params *ep, hkv_err *err) {
     if (k->kv && !strcmp(k->kv, "plain")) {
-        if (k->policy || k->n_pargs || k->sink >= 0 || k->local >= 0)
-            return hkv_seterr(err, HKV_E_INVAL, "--kv plain takes no policy, sink or local options");
+        if (k->policy || k->n_pargs || k->sink >= 0 || k->local >= 0 || k->draft)
+            return hkv_seterr(err, HKV_E_INVAL, "--kv plain takes no policy, sink, local or draft "
+                              "options");
         ep->kv_plain = 1;
         return HKV_OK;
     }
@@ -71,6 +76,12 @@ int hkv_kv_cli_apply(const hkv_kv_cli *k, hkv_engine_params *ep, hkv_err *err) {
         int rc = hkv_policy_arg_set(tp->policy, &tp->args, k->pargs[i], err);
         if (rc) return rc;
     }
+    /* speckv and specpc run the draft model: ask for it before any work */
+    if (!k->draft && (tp->policy->prep == HKV_PREP_LOOKAHEAD_DRAFT ||
+                      tp->policy->prep == HKV_PREP_COMPRESS_DRAFT))
+        return hkv_seterr(err, HKV_E_INVAL, "policy '%s' needs --draft MODEL (a GGUF model sharing "
+                          "the target's tokenizer; the target itself will do)", tp->policy->name);
+    ep->draft_path = k->draft;
     if (k->sink >= 0) tp->L_init = (int)k->sink;
     if (k->local >= 0) tp->L_local = (int)k->local;
     return HKV_OK;

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "eval.h"
+#include "lookahead.h"
 
 static const char eval_usage[] =
     "usage: hetkv eval -m MODEL [options]\n"
@@ -62,11 +63,17 @@ int eval_fork(eval_run *r, int64_t ctx, const hkv_policy_def *def, const hkv_pol
     const size_t before = r->e->mem.bytes[HKV_TIER_INDEX];
     int rc = hkv_kv_tiered_set_policy(kv, 1, def, args, err);
     if (!rc) rc = hkv_kv_tiered_set_audit(kv, audit, audit_k, err);
-    if (!rc) rc = kv->ops->seq_open(kv->self, 1, ctx, err);
+    /* + room for the lookahead tokens of laq/speckv (eval_fork_prep) */
+    if (!rc) rc = kv->ops->seq_open(kv->self, 1, ctx + hkv_lookahead_room(r->e, 1), err);
     if (!rc) rc = kv->ops->seq_copy(kv->self, 1, 0, err);
     hkv_kv_tiered_audit_reset(kv, 1);
     if (index_bytes) *index_bytes = (int64_t)(r->e->mem.bytes[HKV_TIER_INDEX] - before);
     return rc ? hkv_err_prefix(err, "forking the prompt for '%s'", def->name) : HKV_OK;
+}
+
+int eval_fork_prep(eval_run *r, const int32_t *prompt, int64_t n, float *logits, int64_t max_new,
+                   int64_t *base, hkv_err *err) {
+    return hkv_fork_prep(r->e, 1, prompt, n, logits, max_new, base, err);
 }
 
 static int parse_tasks(const char *v, int *mask, hkv_err *err) {
@@ -275,6 +282,14 @@ int hkv_cmd_eval(int argc, char **argv) {
     for (int i = 0; i < o.n_ctx; i++) ep.n_ctx = o.ctx[i] > ep.n_ctx ? o.ctx[i] : ep.n_ctx;
     for (int i = 0; i < o.n_task_ctx; i++) ep.n_ctx = o.task_ctx[i] > ep.n_ctx ? o.task_ctx[i] : ep.n_ctx;
     if ((rc = hkv_kv_cli_apply(&kc, &ep, &err))) goto out;
+    for (int c = 0; c < r.n_cfg; c++)   /* speckv and specpc run the draft model */
+        if (!ep.draft_path && (r.cfg[c].def->prep == HKV_PREP_LOOKAHEAD_DRAFT ||
+                               r.cfg[c].def->prep == HKV_PREP_COMPRESS_DRAFT)) {
+            rc = hkv_seterr(&err, HKV_E_INVAL, "configuration '%s' needs --draft MODEL (a GGUF "
+                            "model sharing the target's tokenizer; the target itself will do)",
+                            r.cfg[c].def->name);
+            goto out;
+        }
     if ((rc = hkv_engine_open(&r.e, &ep, &err))) goto out;
     const int near = ep.tiered.L_init + ep.tiered.L_local;
     if ((rc = check_plan(&o, &r, near, r.e->model.cfg.ctx_train, &err))) goto out;

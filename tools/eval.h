@@ -93,6 +93,15 @@ typedef struct eval_run {
  * *index_bytes when it is not NULL. */
 int eval_fork(eval_run *r, int64_t ctx, const hkv_policy_def *def, const hkv_policy_args *args,
               int audit, int64_t audit_k, int64_t *index_bytes, hkv_err *err);
+/* After eval_fork, the prep its policy asks (index/policy.h): laq and
+ * speckv run their lookahead on sequence 1 from the prompt and its prefill
+ * logits; specpc re-prefills sequence 1 with the draft-compressed prompt.
+ * logits: in, the prompt's prefill logits; out, those of the first token
+ * (the compressed prompt's for specpc). max_new: output cap of the draft's
+ * answer (0: the policy's lookahead). *base: the position sequence 1
+ * continues at (n, or the compressed length). */
+int eval_fork_prep(eval_run *r, const int32_t *prompt, int64_t n, float *logits, int64_t max_new,
+                   int64_t *base, hkv_err *err);
 /* Greedy index of the largest logit. */
 int32_t eval_argmax(const float *x, int n);
 

@@ -16,7 +16,7 @@ const char eval_default_configs[] =
 
 /* The parameter that is "far tokens attended per step and KV head", in the
  * order policies name it; the first the policy has is its budget. */
-static const char *const budget_names[] = {"rho_p", "k", "budget", "token_budget", NULL};
+static const char *const budget_names[] = {"rho_p", "k", "budget", "token_budget", "C", NULL};
 
 static const char *budget_key_of(const hkv_policy_def *d) {
     for (int i = 0; budget_names[i]; i++)

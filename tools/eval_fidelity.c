@@ -65,8 +65,9 @@ int eval_fidelity(eval_run *r, int64_t ctx, eval_fid *out, hkv_err *err) {
         return hkv_seterr(err, HKV_E_INVAL, "fidelity needs the 'full' configuration as reference");
     const int32_t *tok = r->corpus->tok;
     float *ref = malloc((size_t)T * V * sizeof *ref), *lp = malloc((size_t)V * sizeof *lp);
+    float *first = malloc((size_t)V * sizeof *first);   /* the prompt's prefill logits */
     int rc = HKV_OK;
-    if (!ref || !lp) {
+    if (!ref || !lp || !first) {
         rc = hkv_seterr(err, HKV_E_NOMEM, "no memory for %lld x %d reference log-probabilities",
                         (long long)T, V);
         goto out;
@@ -76,7 +77,7 @@ int eval_fidelity(eval_run *r, int64_t ctx, eval_fid *out, hkv_err *err) {
     if ((rc = ops->seq_open(e->kv.self, 0, ctx, err))) goto out;
     if (r->verbose) fprintf(stderr, "eval: fidelity at %lld: prefill %lld tokens...\n", (long long)ctx, (long long)Lp);
     double t0 = hkv_now();
-    if ((rc = hkv_prefill(e, 0, tok, Lp, 0, NULL, err))) goto out;
+    if ((rc = hkv_prefill(e, 0, tok, Lp, 0, first, err))) goto out;
     out->t_prefill = hkv_now() - t0;
     for (int oi = 0; oi < r->n_cfg; oi++) {
         const int ci = order[oi];
@@ -91,11 +92,15 @@ int eval_fidelity(eval_run *r, int64_t ctx, eval_fid *out, hkv_err *err) {
         int64_t audit_k = row->budget ? row->budget : (int64_t)fmax(1, llround(0.03 * ctx));
         double ti = hkv_now();
         if ((rc = eval_fork(r, ctx, c->def, &args, 1, audit_k, &row->index_bytes, err))) goto out;
+        int64_t base = Lp;   /* where the fork continues (specpc: its compressed length) */
+        memcpy(r->logits, first, (size_t)V * sizeof *first);
+        if ((rc = eval_fork_prep(r, tok, Lp, r->logits, 0, &base, err))) goto out;
+        hkv_kv_tiered_audit_reset(&e->kv, 1);   /* lookahead steps are not decode */
         row->t_index = hkv_now() - ti;
         double t_dec = 0, kl = 0, kl_max = 0, nll = 0;
         int64_t agree = 0;
         for (int64_t s = 0; s < T; s++) {
-            hkv_seg sg = {.seq = 1, .n = 1, .pos = Lp + s, .row = 0, .flags = 0};
+            hkv_seg sg = {.seq = 1, .n = 1, .pos = base + s, .row = 0, .flags = 0};
             int64_t lr = 0;
             double a = hkv_now();
             if ((rc = hkv_forward(e, &tok[Lp + s], 1, &sg, 1, &lr, 1, r->logits, err))) goto out;
@@ -136,5 +141,6 @@ out:
     ops->seq_close(e->kv.self, 0);
     free(ref);
     free(lp);
+    free(first);
     return rc ? hkv_err_prefix(err, "fidelity at context %lld", (long long)ctx) : HKV_OK;
 }

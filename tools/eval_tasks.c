@@ -296,11 +296,12 @@ static int append_text(const hkv_tokenizer *tk, char **s, const int32_t *toks, i
 
 /* One configuration through every turn of a trial (sequence 0 prefilled). */
 static int answer_all(eval_run *r, int ci, eval_trial *tr, convo *cv, const char *tail0,
-                      const float *first, int64_t ctx, eval_task_row *row, hkv_err *err) {
+                      const float *first, int64_t base, int64_t ctx, eval_task_row *row,
+                      hkv_err *err) {
     hkv_engine *e = r->e;
     const hkv_tokenizer *tk = e->tok;
     int32_t out[256];
-    int64_t pos = tr->n_prompt;
+    int64_t pos = base;   /* n_prompt, or what specpc kept of it */
     char *fed = strdup(tail0);   /* everything after the haystack that the sequence holds */
     int32_t *seg = NULL;
     int rc = fed ? HKV_OK : hkv_seterr(err, HKV_E_NOMEM, "no memory");
@@ -368,9 +369,10 @@ static int run_trial(eval_run *r, int task, int t, int64_t ctx, eval_task_result
     make_trial(task, t, r->trials, r->seed, ctx, tr);
     convo *cv = calloc(1, sizeof *cv);
     float *first = malloc((size_t)e->model.cfg.vocab * sizeof *first);
+    float *first_c = malloc((size_t)e->model.cfg.vocab * sizeof *first);   /* per configuration */
     int32_t *prompt = NULL;
     char *tail0 = NULL;
-    int rc = cv && first ? HKV_OK : hkv_seterr(err, HKV_E_NOMEM, "no memory for a trial");
+    int rc = cv && first && first_c ? HKV_OK : hkv_seterr(err, HKV_E_NOMEM, "no memory for a trial");
     for (int j = 0; !rc && j < tr->n_turns; j++) texts(task, tr, j, cv->q[j], cv->pre[j], sizeof cv->q[j]);
     uint64_t hseed = r->seed ^ 0x5851f42d4c957f2dULL * (uint64_t)(1 + task * 64 + t) ^ (uint64_t)ctx;
     if (!rc) rc = build_prompt(r, task, ctx, hseed, tr, cv, &tail0, &prompt, &tr->n_prompt, err);
@@ -386,7 +388,10 @@ static int run_trial(eval_run *r, int task, int t, int64_t ctx, eval_task_result
         rc = eval_config_resolve(&r->cfg[ci], ctx, tr->n_prompt - near, &args, &row->budget, row->label,
                                  sizeof row->label, err);
         if (!rc) rc = eval_fork(r, ctx, r->cfg[ci].def, &args, 0, row->budget > 0 ? row->budget : 1, NULL, err);
-        if (!rc) rc = answer_all(r, ci, tr, cv, tail0, first, ctx, row, err);
+        int64_t base = tr->n_prompt;
+        if (!rc) memcpy(first_c, first, (size_t)e->model.cfg.vocab * sizeof *first);
+        if (!rc) rc = eval_fork_prep(r, prompt, tr->n_prompt, first_c, r->answer_tokens, &base, err);
+        if (!rc) rc = answer_all(r, ci, tr, cv, tail0, first_c, base, ctx, row, err);
     }
     if (!rc && r->verbose) {
         fprintf(stderr, "eval: %s at %lld, trial %d/%d (%lld prompt tokens, prefill %.1f s):", eval_task_names[task],
@@ -401,6 +406,7 @@ static int run_trial(eval_run *r, int task, int t, int64_t ctx, eval_task_result
     ops->seq_close(e->kv.self, 0);
     free(cv);
     free(first);
+    free(first_c);
     free(prompt);
     free(tail0);
     return rc;

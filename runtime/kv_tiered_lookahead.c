@@ -1,0 +1,124 @@
+/* The tiered cache's side of lookahead policies (laq, speckv) and of draft
+ * prompt compression (specpc): rewinding a sequence to its prompt end,
+ * handing the policy the kept queries of the lookahead tokens, and a view
+ * of a freshly fed prompt's rows and queries.
+ *
+ * Where a position lives. While a prompt is fed (prompt_open) every token
+ * is in the far rows. After a prompt end or in decode, the far rows hold
+ * [0, far_hi) (the prompt rows also stay there: prompt end copies, it does
+ * not move) and the near tier holds the sinks and the ring; a decode token
+ * that displaces position p from its ring slot first moves p to the far
+ * rows. So after any sequence of steps, a position p < n is either in its
+ * ring slot (p >= far_hi) or in the far rows (p < far_hi, or a prompt is
+ * open): a rewind restores the ring from the far rows where needed. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv_tiered_impl.h"
+
+int tiered_seq_rewind(void *self, int seq, int64_t n, hkv_err *err) {
+    tiered *t = self;
+    if (seq < 0 || seq >= t->max_seqs || !t->seqs[seq].open)
+        return hkv_seterr(err, HKV_E_INVAL, "rewind: sequence %d is not open", seq);
+    tseq *q = &t->seqs[seq];
+    if (n < 0 || n > q->len)
+        return hkv_seterr(err, HKV_E_RANGE, "rewind of sequence %d to %lld tokens, but it holds %lld",
+                          seq, (long long)n, (long long)q->len);
+    const int KH = t->s.n_head_kv, d = t->s.head_dim, Li = t->p.L_init, Ll = t->p.L_local;
+    const size_t row = (size_t)d * 2;
+    const int64_t ring_from = n - Ll > Li ? n - Ll : Li;
+    for (int l = 0; l < t->s.n_layer; l++) {
+        const int all_far = q->prompt_open[l];
+        for (int h = 0; h < KH; h++) {
+            uint16_t *nk = near_rows(t, q, q->near_k, l, h), *nv = near_rows(t, q, q->near_v, l, h);
+            const uint16_t *fk = far_rows(t, q, q->far_k, l, h), *fv = far_rows(t, q, q->far_v, l, h);
+            if (all_far)
+                for (int64_t p = 0; p < n && p < Li; p++) {
+                    memcpy(nk + p * d, fk + p * d, row);
+                    memcpy(nv + p * d, fv + p * d, row);
+                }
+            for (int64_t p = ring_from; p < n; p++) {
+                if (!all_far && p >= q->far_hi[l]) continue;   /* still in its slot */
+                int64_t s = ring_slot(t, p);
+                memcpy(nk + s * d, fk + p * d, row);
+                memcpy(nv + s * d, fv + p * d, row);
+            }
+        }
+        q->far_hi[l] = ring_from;
+        q->prompt_open[l] = 0;
+    }
+    q->len = n;
+    return HKV_OK;
+}
+
+/* Rows [end - n, end) of the query ring of (q, layer) in position order. */
+static int64_t linearise(const tiered *t, const tseq *q, int layer, int64_t end, uint16_t *dst,
+                         int64_t cap) {
+    const size_t qrow = (size_t)t->s.n_head * t->s.head_dim;
+    int64_t n = end < q->q_keep ? end : q->q_keep;
+    if (n > cap) n = cap;
+    const uint16_t *ring = q->qh + (size_t)layer * q->q_keep * qrow;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t p = end - n + i;
+        memcpy(dst + i * qrow, ring + (size_t)(p % q->q_keep) * qrow, qrow * 2);
+    }
+    return n;
+}
+
+int hkv_kv_tiered_lookahead_end(hkv_kv *kv, int seq, int64_t end, hkv_err *err) {
+    if (!hkv_kv_is_tiered(kv))
+        return hkv_seterr(err, HKV_E_INVAL, "lookahead needs the tiered KV cache");
+    tiered *t = kv->self;
+    if (seq < 0 || seq >= t->max_seqs || !t->seqs[seq].open)
+        return hkv_seterr(err, HKV_E_INVAL, "lookahead end: sequence %d is not open", seq);
+    tseq *q = &t->seqs[seq];
+    if (!q->pol.ops || !q->pol.ops->lookahead_end)
+        return hkv_seterr(err, HKV_E_INVAL, "policy '%s' has no lookahead", q->def->name);
+    if (end < q->len || end > q->cap)
+        return hkv_seterr(err, HKV_E_RANGE, "lookahead end at %lld, but sequence %d holds %lld "
+                          "tokens of %lld", (long long)end, seq, (long long)q->len, (long long)q->cap);
+    const size_t qrow = (size_t)t->s.n_head * t->s.head_dim;
+    const int64_t nq = end < q->q_keep ? end : q->q_keep;
+    uint16_t *lin = NULL;
+    if (nq > 0 && !(lin = hkv_host_alloc(t->mem, HKV_TIER_WORKSPACE, (size_t)nq * qrow * 2, err)))
+        return hkv_err_prefix(err, "lookahead queries");
+    int rc = HKV_OK;
+    for (int l = 0; l < t->s.n_layer && !rc; l++) {
+        int64_t n = nq > 0 ? linearise(t, q, l, end, lin, nq) : 0;
+        hkv_query_view qv = {.n = n, .pos0 = end - n, .q = lin, .ld = (int64_t)qrow};
+        hkv_far_view fv;
+        tiered_far_view(t, q, l, &fv);
+        if ((rc = q->pol.ops->lookahead_end(q->pol.self, l, &fv, &qv, err)))
+            hkv_err_prefix(err, "policy '%s' at lookahead end, layer %d", q->def->name, l);
+    }
+    if (lin) hkv_host_free(t->mem, HKV_TIER_WORKSPACE, lin, (size_t)nq * qrow * 2);
+    return rc;
+}
+
+int hkv_kv_tiered_prompt_view(hkv_kv *kv, int seq, int layer, hkv_far_view *far,
+                              hkv_query_view *qv, uint16_t *qbuf, int64_t qbuf_rows, hkv_err *err) {
+    if (!hkv_kv_is_tiered(kv))
+        return hkv_seterr(err, HKV_E_INVAL, "a prompt view needs the tiered KV cache");
+    tiered *t = kv->self;
+    if (seq < 0 || seq >= t->max_seqs || !t->seqs[seq].open || layer < 0 || layer >= t->s.n_layer)
+        return hkv_seterr(err, HKV_E_INVAL, "prompt view: sequence %d (layer %d) is not open", seq,
+                          layer);
+    const tseq *q = &t->seqs[seq];
+    tiered_far_view(t, q, layer, far);
+    far->lo = 0;   /* the far rows hold the whole prompt just fed */
+    far->hi = q->len;
+    const size_t qrow = (size_t)t->s.n_head * t->s.head_dim;
+    int64_t n = q->q_keep > 0 && qbuf ? linearise(t, q, layer, q->len, qbuf, qbuf_rows) : 0;
+    *qv = (hkv_query_view){.n = n, .pos0 = q->len - n, .q = qbuf, .ld = (int64_t)qrow};
+    return HKV_OK;
+}
+
+const hkv_policy_def *hkv_kv_tiered_seq_policy(const hkv_kv *kv, int seq, hkv_policy_args *args) {
+    if (!hkv_kv_is_tiered(kv)) return NULL;
+    const tiered *t = kv->self;
+    if (seq < 0 || seq >= t->max_seqs) return NULL;
+    const tseq *q = &t->seqs[seq];
+    const hkv_policy_def *d = q->def ? q->def : t->p.policy;
+    if (args) *args = q->def ? q->args : t->p.args;
+    return d;
+}
