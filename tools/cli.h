@@ -48,10 +48,41 @@ int hkv_kv_cli_parse(hkv_kv_cli *k, int argc, char **argv, int *i, hkv_err *err)
 int hkv_kv_cli_apply(const hkv_kv_cli *k, hkv_engine_params *ep, hkv_err *err);
 extern const char hkv_kv_cli_help[];
 
+/* Device and model-source options shared by run, bench, info and plan
+ * (cli_device.c): --device cpu|cuda  --gpu-mem SIZE  --synthetic NAME
+ * --synthetic-weights q4|q8|f16|f32. */
+typedef struct hkv_device_cli {
+    int cuda;                 /* --device cuda */
+    uint64_t gpu_mem;         /* --gpu-mem; 0: not given */
+    const char *synthetic;    /* --synthetic NAME (checked against the table) */
+    int synthetic_wtype;      /* enum hkv_wtype */
+} hkv_device_cli;
+void hkv_device_cli_init(hkv_device_cli *d);
+/* 1 when argv[*i] was one of the options (value consumed), 0 if not, < 0 on error. */
+int hkv_device_cli_parse(hkv_device_cli *d, int argc, char **argv, int *i, hkv_err *err);
+/* The model source into engine params: exactly one of model_path and --synthetic. */
+int hkv_device_cli_apply(const hkv_device_cli *d, const char *model_path, hkv_engine_params *ep,
+                         hkv_err *err);
+/* A model's shape without its weights: the synthetic table or GGUF metadata. */
+int hkv_cli_model_config(const char *model_path, const char *synthetic, hkv_model_config *cfg,
+                         hkv_err *err);
+/* The GPU memory cap: 0 for cpu (--gpu-mem then is an error); for cuda the
+ * --gpu-mem value or the device's free memory; no device, or a cap above the
+ * device's memory, is an error naming why. desc describes the device. */
+int hkv_device_cli_cap(const hkv_device_cli *d, uint64_t *cap, char *desc, size_t desc_cap,
+                       hkv_err *err);
+/* Before loading anything: HKV_OK for cpu; for cuda, the device, the cap and
+ * the plan's admission of batch x n_ctx (n_ctx 0: the model's), then an
+ * error either way (the refusal, or: no GPU execution path yet). */
+int hkv_device_cli_check(const hkv_device_cli *d, const char *model_path,
+                         const hkv_engine_params *ep, int batch, int64_t n_ctx, hkv_err *err);
+extern const char hkv_device_cli_help[];
+
 /* The subcommands. */
 int hkv_cmd_run(int argc, char **argv);
 int hkv_cmd_info(int argc, char **argv);
 int hkv_cmd_bench(int argc, char **argv);
 int hkv_cmd_policies(int argc, char **argv);
+int hkv_cmd_plan(int argc, char **argv);
 
 #endif

@@ -36,6 +36,7 @@ typedef struct run_opts {
     double temp, top_p;
     int chat, json, ignore_eos, isa, temp_set;
     hkv_kv_cli kv;
+    hkv_device_cli dev;
 } run_opts;
 
 typedef struct stream_ctx {
@@ -75,10 +76,13 @@ static int parse(int argc, char **argv, run_opts *o, hkv_err *err) {
     o->seed = 42;
     o->isa = -1;
     hkv_kv_cli_init(&o->kv);
+    hkv_device_cli_init(&o->dev);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
         int rc = hkv_kv_cli_parse(&o->kv, argc, argv, &i, err);
         if (rc < 0) return rc;
+        if (rc == 1) continue;
+        if ((rc = hkv_device_cli_parse(&o->dev, argc, argv, &i, err)) < 0) return rc;
         if (rc == 1) continue;
 #define VAL() do { if ((rc = hkv_arg_value(argc, argv, &i, &v, err))) return rc; } while (0)
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return 1;
@@ -106,6 +110,12 @@ static int parse(int argc, char **argv, run_opts *o, hkv_err *err) {
         if (rc) return rc;
 #undef VAL
     }
+    /* A synthetic model's text would be noise from random weights, and it has
+     * no tokenizer to make any: refuse rather than invent one. */
+    if (o->dev.synthetic)
+        return hkv_seterr(err, HKV_E_UNSUPPORTED, "run: --synthetic models have random weights and "
+                          "no tokenizer, so there is no text to read or write; use hetkv bench "
+                          "--synthetic %s (token ids) or hetkv plan", o->dev.synthetic);
     if (!o->model) return hkv_seterr(err, HKV_E_INVAL, "run: no model (-m MODEL)");
     if (!o->prompt == !o->file)
         return hkv_seterr(err, HKV_E_INVAL, "run: give exactly one of -p PROMPT or -f FILE");
@@ -192,6 +202,8 @@ int hkv_cmd_run(int argc, char **argv) {
     if (rc == 1) {
         fputs(run_usage, stdout);
         fputs(hkv_kv_cli_help, stdout);
+        fputs("\nDevice:\n", stdout);
+        fputs(hkv_device_cli_help, stdout);
         return 0;
     }
     if (rc) {
@@ -213,6 +225,8 @@ int hkv_cmd_run(int argc, char **argv) {
     ep.isa = o.isa;
     ep.max_seqs = (int)o.batch;
     if ((rc = hkv_kv_cli_apply(&o.kv, &ep, &err))) goto out;
+    /* --device cuda: device and admission (context: -c, else the model's) before loading. */
+    if ((rc = hkv_device_cli_check(&o.dev, o.model, &ep, (int)o.batch, o.ctx, &err))) goto out;
     double t0 = hkv_now();
     if ((rc = hkv_engine_open(&e, &ep, &err))) goto out;
     double t_load = hkv_now() - t0;
