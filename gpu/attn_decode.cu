@@ -9,7 +9,7 @@ extern "C" {
 #include "gpu_kernels.h"
 }
 
-__global__ void __launch_bounds__(ATT_WARPS * 32)
+static __global__ void __launch_bounds__(ATT_WARPS * 32)
 k_attn_decode(const float *q, int H, int KH, int g, int d, const uint16_t *k, const uint16_t *v,
               int64_t ld, int64_t hs, int64_t ss, const int32_t *n_rows, const int32_t *idx,
               int64_t idx_ld, float scale, float *out, float *lse)
@@ -53,7 +53,7 @@ extern "C" int hkv_gpu_attn_decode(const float *q, int n_seq, int n_head, int n_
 
 /* One warp per row: every lane reads both lse values before lane 0 writes
  * lse_a, so the in-place update has no read/write race. */
-__global__ void k_attn_merge(float *out_a, float *lse_a, const float *out_b, const float *lse_b,
+static __global__ void k_attn_merge(float *out_a, float *lse_a, const float *out_b, const float *lse_b,
                              int64_t n, int d)
 {
     const int lane = threadIdx.x & 31;

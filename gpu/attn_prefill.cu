@@ -12,7 +12,7 @@ extern "C" {
 #include "gpu_kernels.h"
 }
 
-__global__ void __launch_bounds__(ATT_WARPS * 32)
+static __global__ void __launch_bounds__(ATT_WARPS * 32)
 k_attn_prefill(const float *q, int64_t ldq, int64_t nq, int H, int g, int d, int64_t p0,
                const uint16_t *k, const uint16_t *v, int64_t ld, int64_t hs, float scale,
                float *out, int64_t ldo, float *lse)

@@ -23,7 +23,7 @@ extern "C" {
 #define SMEM_MAX (48 * 1024)
 
 /* Unit-norm fp16 centroids: warp per (row i, query head), as hkv_ctkvr_store_unit. */
-__global__ void k_build_cent(const uint16_t *q, int64_t ldq, int64_t n, int H, int KH, int d,
+static __global__ void k_build_cent(const uint16_t *q, int64_t ldq, int64_t n, int H, int KH, int d,
                              int64_t C, const int32_t *slot, uint16_t *cent, int64_t s)
 {
     const int64_t i = blockIdx.x;
@@ -46,7 +46,7 @@ __global__ void k_build_cent(const uint16_t *q, int64_t ldq, int64_t n, int H, i
 
 /* Thread t: key t % BK of the tile, centroid t / BK of the block's ct. Keys
  * in shared memory padded to d/2 + 1 words per row (odd: conflict-free). */
-__global__ void k_build_scores(const uint16_t *q, int64_t ldq, int64_t i0, int64_t nc, int g,
+static __global__ void k_build_scores(const uint16_t *q, int64_t ldq, int64_t i0, int64_t nc, int g,
                                int d, int h, const uint16_t *k, int64_t ld, int64_t lo,
                                int64_t nfar, int ct, float *scores)
 {
@@ -93,7 +93,7 @@ static __device__ __forceinline__ uint32_t sel_key(float x)
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-__global__ void __launch_bounds__(SEL_THREADS)
+static __global__ void __launch_bounds__(SEL_THREADS)
 k_build_select(const float *scores, int64_t nfar, int64_t lo, int64_t rho, int64_t i0, int64_t n,
                int h, const int32_t *slot, int32_t *ivf, int32_t *len, int64_t C, int64_t list0)
 {
@@ -161,7 +161,7 @@ k_build_select(const float *scores, int64_t nfar, int64_t lo, int64_t rho, int64
 }
 
 /* hi - lo <= rho: every far position is in every list (none when empty). */
-__global__ void k_build_fill(int64_t n, int64_t lo, int64_t nfar, int64_t rho, const int32_t *slot,
+static __global__ void k_build_fill(int64_t n, int64_t lo, int64_t nfar, int64_t rho, const int32_t *slot,
                              int32_t *ivf, int32_t *len, int64_t C, int64_t lists0)
 {
     const int64_t i = blockIdx.x;

@@ -48,7 +48,7 @@ static __device__ int64_t rc_block_scan(int64_t v, int64_t *total)
     return before + x - v;
 }
 
-__global__ void __launch_bounds__(RC_THREADS)
+static __global__ void __launch_bounds__(RC_THREADS)
 k_ctkvr_recall(const uint16_t *cent, const int32_t *ivf, const int32_t *len, const int32_t *fifo,
                int H, int KH, int d, int64_t C, int64_t rho, const float *q, int64_t Cp,
                const int64_t *far, int64_t W, float *score_ws, uint32_t *bm_ws, int32_t *cand,
@@ -206,7 +206,7 @@ extern "C" int hkv_gpu_ctkvr_recall(const hkv_gpu_ctkvr *ix, const float *q, int
 /* dcu=1: the FIFO push of ctkvr_impl.h's hkv_ctkvr_fifo_push, the unit query
  * heads as the new centroid (float64 norm, fp32 scale, RNE to fp16, as
  * hkv_ctkvr_store_unit) and the reranked positions as its list. */
-__global__ void __launch_bounds__(RC_THREADS)
+static __global__ void __launch_bounds__(RC_THREADS)
 k_ctkvr_dcu(uint16_t *cent, int32_t *ivf, int32_t *len, int32_t *fifo, int H, int KH, int d,
             int64_t C, int64_t rho, const float *q, const int32_t *sel, int64_t sel_ld,
             const int32_t *n_sel)

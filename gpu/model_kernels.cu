@@ -12,7 +12,7 @@ extern "C" {
 
 #define MK_THREADS 256
 
-__global__ void k_embed(const uint16_t *table, int64_t vocab, int64_t dim, const int32_t *tok,
+static __global__ void k_embed(const uint16_t *table, int64_t vocab, int64_t dim, const int32_t *tok,
                         int64_t n, float *x)
 {
     const int64_t total = n * dim;
@@ -25,7 +25,7 @@ __global__ void k_embed(const uint16_t *table, int64_t vocab, int64_t dim, const
 }
 
 /* One block per row: sum of squares in double, then the scaled copy. */
-__global__ void k_rmsnorm(const float *x, int64_t ldx, const float *w, int dim, float eps,
+static __global__ void k_rmsnorm(const float *x, int64_t ldx, const float *w, int dim, float eps,
                           float *y, int64_t ldy)
 {
     __shared__ double part[MK_THREADS / 32];
@@ -49,7 +49,7 @@ __global__ void k_rmsnorm(const float *x, int64_t ldx, const float *w, int dim, 
 }
 
 /* One thread per (row, head, rotated pair). */
-__global__ void k_rope(float *x, int64_t ldx, int64_t n, int n_heads, int head_dim, int rot,
+static __global__ void k_rope(float *x, int64_t ldx, int64_t n, int n_heads, int head_dim, int rot,
                        int layout, const float *inv_freq, const int64_t *pos)
 {
     const int half = rot / 2;
@@ -71,7 +71,7 @@ __global__ void k_rope(float *x, int64_t ldx, int64_t n, int n_heads, int head_d
     }
 }
 
-__global__ void k_swiglu(const float *gu, int64_t n, int64_t F, float *out)
+static __global__ void k_swiglu(const float *gu, int64_t n, int64_t F, float *out)
 {
     const int64_t total = n * F;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
@@ -82,21 +82,21 @@ __global__ void k_swiglu(const float *gu, int64_t n, int64_t F, float *out)
     }
 }
 
-__global__ void k_add(float *x, const float *y, int64_t n)
+static __global__ void k_add(float *x, const float *y, int64_t n)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
         x[i] += y[i];
 }
 
-__global__ void k_f32_to_f16(const float *s, uint16_t *d, int64_t n)
+static __global__ void k_f32_to_f16(const float *s, uint16_t *d, int64_t n)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
         d[i] = hkv_f2h(s[i]);
 }
 
-__global__ void k_f16_to_f32(const uint16_t *s, float *d, int64_t n)
+static __global__ void k_f16_to_f32(const uint16_t *s, float *d, int64_t n)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
