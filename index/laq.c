@@ -12,7 +12,9 @@
  * tokens stage 1 dropped can come back: in hetkv nothing was dropped, the
  * selection only decides what is attended. Decode then attends the kept
  * set plus every far token that arrives later (LAQ keeps all generated
- * tokens).
+ * tokens). A later prompt end (a new turn) runs stage 1 again over the
+ * whole far tier: the engine looks ahead after a request's first prompt
+ * only, so later turns are re-selected SnapKV-style (LAQ itself evicts once).
  *
  * Choices ([C]/[I] in the notes): the code's softmax probabilities summed
  * (not the paper's raw q.K); one selection per KV head (group sum) instead

@@ -16,7 +16,8 @@
  *
  * Before the lookahead (prefill_end) the same scoring runs with the prompt
  * window alone, so a sequence has a selection at every moment; the
- * lookahead replaces it.
+ * lookahead replaces it. A later prompt end (a new turn, no draft run)
+ * re-selects that way over the whole far tier.
  *
  * Default lookahead 64: the paper's setting is "all" (to EOS or the task's
  * max_new_tokens, which hkv_generate applies: the lookahead is cut to the
