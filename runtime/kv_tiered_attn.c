@@ -51,15 +51,29 @@ static void audit_row(tiered *t, tseq *q, int layer, int kvh, const float *qv, c
                       int32_t *rows, int32_t *top, int32_t *work, int32_t *mark) {
     const int g = t->s.n_head / t->s.n_head_kv, d = t->s.head_dim;
     const hkv_cpu_kernels *kn = t->kern;
-    const int64_t n_far = fv->hi - fv->lo;
+    const int64_t n_span = fv->hi - fv->lo;
     const float scale = 1.0f / sqrtf((float)d);
     (void)layer;
+    /* The far tokens present: all of [lo, hi), or after a token-selective
+     * prefill the propagated ones and those after (kv_tiered_tsp.c). */
+    int64_t n_far = 0;
+    if (fv->rows) {
+        for (int64_t i = 0; i < fv->n_rows; i++)
+            if (fv->rows[i] >= fv->lo && fv->rows[i] < fv->hi) rows[n_far++] = fv->rows[i];
+        for (int64_t p = fv->rows_end > fv->lo ? fv->rows_end : fv->lo; p < fv->hi; p++)
+            rows[n_far++] = (int32_t)p;
+    } else {
+        for (int64_t i = 0; i < n_span; i++) rows[n_far++] = (int32_t)(fv->lo + i);
+    }
     /* Dense reference: near + every far token. */
     memcpy(tmp_o, o_near, (size_t)g * d * sizeof(float));
     memcpy(tmp_l, lse_near, (size_t)g * sizeof(float));
     float *of = tmp_o + (size_t)g * d, *lf = tmp_l + g;
-    kn->attn_dense(qv, g, d, fv->k[kvh] + fv->lo * fv->ld, fv->v[kvh] + fv->lo * fv->ld, fv->ld,
-                   n_far, scale, of, lf);
+    if (fv->rows)
+        kn->attn_sparse(qv, g, d, fv->k[kvh], fv->v[kvh], fv->ld, rows, n_far, scale, of, lf);
+    else
+        kn->attn_dense(qv, g, d, fv->k[kvh] + fv->lo * fv->ld, fv->v[kvh] + fv->lo * fv->ld, fv->ld,
+                       n_far, scale, of, lf);
     hkv_attn_merge(tmp_o, tmp_l, of, lf, g, d);
     double err_sum = 0;
     for (int h = 0; h < g; h++) {
@@ -73,16 +87,15 @@ static void audit_row(tiered *t, tseq *q, int layer, int kvh, const float *qv, c
     }
     double recall = 1;
     if (n_far > 0) {
-        for (int64_t i = 0; i < n_far; i++) rows[i] = (int32_t)(fv->lo + i);
         kn->score_max(qv, g, d, fv->k[kvh], fv->ld, rows, n_far, scores);
         int64_t k = t->p.audit_k < n_far ? t->p.audit_k : n_far;
         int64_t m = hkv_topk(scores, n_far, k, top, work);
-        memset(mark, 0, (size_t)n_far * sizeof *mark);
-        for (int64_t i = 0; i < m; i++) mark[top[i]] = 1;
+        memset(mark, 0, (size_t)n_span * sizeof *mark);
+        for (int64_t i = 0; i < m; i++) mark[rows[top[i]] - fv->lo] = 1;
         int64_t hit = 0;
         for (int64_t i = 0; i < n_sel; i++) {
             int64_t r = sel[i] - fv->lo;
-            if (r >= 0 && r < n_far && mark[r]) {
+            if (r >= 0 && r < n_span && mark[r]) {
                 hit++;
                 mark[r] = 0;
             }
