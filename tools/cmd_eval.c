@@ -65,7 +65,9 @@ int eval_fork(eval_run *r, int64_t ctx, const hkv_policy_def *def, const hkv_pol
     if (!rc) rc = hkv_kv_tiered_set_audit(kv, audit, audit_k, err);
     /* + room for the lookahead tokens of laq/speckv (eval_fork_prep) */
     if (!rc) rc = kv->ops->seq_open(kv->self, 1, ctx + hkv_lookahead_room(r->e, 1), err);
-    if (!rc) rc = kv->ops->seq_copy(kv->self, 1, 0, err);
+    /* fastkv's prefill differs (token-selective propagation): its fork is
+     * left empty here and prefilled by eval_fork_prep. */
+    if (!rc && def->prep != HKV_PREP_TSP) rc = kv->ops->seq_copy(kv->self, 1, 0, err);
     hkv_kv_tiered_audit_reset(kv, 1);
     if (index_bytes) *index_bytes = (int64_t)(r->e->mem.bytes[HKV_TIER_INDEX] - before);
     return rc ? hkv_err_prefix(err, "forking the prompt for '%s'", def->name) : HKV_OK;
@@ -73,6 +75,12 @@ int eval_fork(eval_run *r, int64_t ctx, const hkv_policy_def *def, const hkv_pol
 
 int eval_fork_prep(eval_run *r, const int32_t *prompt, int64_t n, float *logits, int64_t max_new,
                    int64_t *base, hkv_err *err) {
+    const hkv_policy_def *d = NULL;
+    if (!hkv_kv_tiered_seq_instance(&r->e->kv, 1, &d, NULL, NULL) && d->prep == HKV_PREP_TSP) {
+        *base = n;   /* eval_fork left it empty: the policy's own prefill, its logits */
+        int rc = hkv_prefill(r->e, 1, prompt, n, 0, logits, err);
+        return rc ? hkv_err_prefix(err, "'%s' prefill of the prompt", d->name) : HKV_OK;
+    }
     return hkv_fork_prep(r->e, 1, prompt, n, logits, max_new, base, err);
 }
 
