@@ -67,6 +67,8 @@ int tiered_seq_rewind(void *self, int seq, int64_t n, hkv_err *err);
 /* Token-selective prefill (kv_tiered_tsp.c). */
 int tiered_tsp_note(tiered *t, tseq *q, int layer, const hkv_seg *sg, hkv_err *err);
 void tiered_tsp_free(tiered *t, tseq *q);
+/* A rewind to n drops the listed positions >= n. */
+void tiered_tsp_rewind(tiered *t, tseq *q, int64_t n);
 int tiered_tsp_copy(tiered *t, tseq *d, const tseq *s, hkv_err *err);
 /* The present positions <= p_last of (q, layer) into idx (ascending); count. */
 int64_t tiered_tsp_rows_upto(const tsp_list *tl, int64_t p_last, int32_t *idx);

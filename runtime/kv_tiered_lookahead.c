@@ -47,6 +47,7 @@ int tiered_seq_rewind(void *self, int seq, int64_t n, hkv_err *err) {
         q->far_hi[l] = ring_from;
         q->prompt_open[l] = 0;
     }
+    tiered_tsp_rewind(t, q, n);
     q->len = n;
     return HKV_OK;
 }

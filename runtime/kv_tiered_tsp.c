@@ -84,3 +84,12 @@ int hkv_kv_tiered_seq_instance(hkv_kv *kv, int seq, const hkv_policy_def **def, 
     if (pol) *pol = t->seqs[seq].pol;
     return HKV_OK;
 }
+
+void tiered_tsp_rewind(tiered *t, tseq *q, int64_t n) {
+    if (!q->tsp) return;
+    for (int l = 0; l < t->s.n_layer; l++) {
+        tsp_list *tl = &q->tsp[l];
+        while (tl->n > 0 && tl->rows[tl->n - 1] >= n) tl->n--;
+        if (tl->end > n) tl->end = n;   /* positions >= n are written afresh */
+    }
+}
