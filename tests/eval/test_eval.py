@@ -80,6 +80,27 @@ for t in d["tasks"]:
           and len(t["trial_log"]) == 2, "questions asked: " + t["task"])
 check(d["memory"]["far"]["peak"] > 0 and d["memory"]["index"]["peak"] > 0, "memory per tier", d["memory"])
 
+# fastkv prefills the prompt itself (token-selective propagation): without a cut (the prompt
+# is shorter than tsp_len) and with one at tsp_len=300, each measured against full (its fork
+# is its own prefill; decode attends the kept set, the near tier and the far tokens that
+# arrived since, up to --cont 16); the multi-turn task continues a propagated prompt.
+r = subprocess.run(base + ["--ctx", "1024", "--cont", "16", "--task-ctx", "1024", "--trials", "1",
+                           "--tasks", "multiturn", "--json", "--configs",
+                           "fastkv:budget=10%;fastkv:budget=10%,tsp_len=300"],
+                   capture_output=True, text=True, timeout=600)
+check(r.returncode == 0, "fastkv eval exits 0", r.stderr[-600:])
+if r.returncode == 0:
+    d = json.loads(r.stdout)
+    _, fk, fk_tsp = d["fidelity"][0]["configs"]
+    for c in (fk, fk_tsp):
+        check(c["kl"] > 1e-6 and 0 <= c["recall"] <= 1 and 0 <= c["greedy_agree"] <= 1
+              and c["attended_per_step"] <= c["budget"] + NEAR + 16, "fastkv bounds: " + c["label"], c)
+    check(fk_tsp["label"] == "fastkv budget=102 (10%) tsp_len=300" and fk_tsp["kl"] != fk["kl"],
+          "the cut changes the result", (fk["kl"], fk_tsp["kl"], fk_tsp["label"]))
+    t = d["tasks"][0]
+    check(len(t["configs"]) == 3 and all(c["questions"] == 3 for c in t["configs"]),
+          "fastkv multi-turn questions asked", t["configs"])
+
 small = os.path.join(tmp, "small.txt")
 with open(small, "w") as f:
     f.write("A short text. " * 80)
