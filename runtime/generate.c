@@ -63,8 +63,9 @@ int hkv_generate(hkv_engine *e, hkv_gen_request *reqs, int n_reqs, hkv_token_cb 
         if ((rc = hkv_sampler_init(&smp[i], &reqs[i].sp, V, err))) goto done;
     for (; opened < n_reqs; opened++) {
         /* + room for a policy's lookahead tokens (laq, speckv), rewound before decode */
-        rc = e->kv.ops->seq_open(e->kv.self, opened, reqs[opened].n_prompt + reqs[opened].n_predict + 1 +
-                                                         hkv_lookahead_room(e, opened),
+        rc = e->kv.ops->seq_open(e->kv.self, opened,
+                                 hkv_prep_prompt_len(e, opened, reqs[opened].n_prompt) +
+                                     reqs[opened].n_predict + 1 + hkv_lookahead_room(e, opened),
                                  err);
         if (rc) {
             hkv_err_prefix(err, "admitting sequence %d", opened);

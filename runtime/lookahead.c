@@ -82,6 +82,14 @@ out:
     return rc;
 }
 
+int64_t hkv_prep_prompt_len(const hkv_engine *e, int seq, int64_t n) {
+    hkv_policy_args args;
+    const hkv_policy_def *def = hkv_kv_tiered_seq_policy(&e->kv, seq, &args);
+    if (!def || def->prep != HKV_PREP_COMPRESS_DRAFT) return n;
+    double C = hkv_policy_arg(def, &args, "C");
+    return C >= 1 && C < (double)n ? (int64_t)C : n;
+}
+
 int64_t hkv_lookahead_room(const hkv_engine *e, int seq) {
     hkv_policy_args args;
     const hkv_policy_def *def = hkv_kv_tiered_seq_policy(&e->kv, seq, &args);

@@ -34,6 +34,11 @@ int hkv_prefill_prep(hkv_engine *e, int seq, const int32_t *prompt, int64_t n, f
 int hkv_fork_prep(hkv_engine *e, int seq, const int32_t *prompt, int64_t n, float *logits,
                   int64_t max_new, int64_t *base, hkv_err *err);
 
+/* Prompt tokens seq will hold for a prompt of n: min(n, C) for a
+ * compressing policy (specpc), else n. Open it for that many (+ output), so
+ * its far tier reserves only what it will hold. */
+int64_t hkv_prep_prompt_len(const hkv_engine *e, int seq, int64_t n);
+
 /* Extra tokens of capacity a sequence needs for its policy's lookahead
  * (its lookahead_len; 0 for other policies): open it with that much more. */
 int64_t hkv_lookahead_room(const hkv_engine *e, int seq);
