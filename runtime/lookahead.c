@@ -156,13 +156,14 @@ int hkv_prefill_prep(hkv_engine *e, int seq, const int32_t *prompt, int64_t n, f
     const hkv_policy_def *def = hkv_kv_tiered_seq_policy(&e->kv, seq, &args);
     int rc;
     if (def && def->prep == HKV_PREP_COMPRESS_DRAFT) {
-        int32_t *keep = malloc((size_t)n * sizeof *keep);
-        if (!keep) return hkv_seterr(err, HKV_E_NOMEM, "no memory for %lld prompt tokens", (long long)n);
+        const size_t kb = (size_t)n * sizeof(int32_t);
+        int32_t *keep = hkv_host_alloc(&e->mem, HKV_TIER_WORKSPACE, kb, err);
+        if (!keep) return hkv_err_prefix(err, "specpc: kept positions of %lld prompt tokens", (long long)n);
         int64_t c = 0;
         rc = hkv_specpc_compress(e, def, &args, prompt, n, keep, &c, err);
         for (int64_t i = 0; !rc && i < c; i++) keep[i] = prompt[keep[i]];
         if (!rc) rc = hkv_prefill(e, seq, keep, c, 0, last_logits, err);
-        free(keep);
+        hkv_host_free(&e->mem, HKV_TIER_WORKSPACE, keep, kb);
         if (!rc) *n_stored = c;
         return rc;
     }
