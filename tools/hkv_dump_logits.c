@@ -11,7 +11,9 @@
  *            bug shows up as a mismatch against the other modes.
  *   prompt:  the first --prefix K tokens through hkv_prefill (so a policy's
  *            own prefill applies, e.g. fastkv's token-selective propagation),
- *            then one token per step; rows before K-1 are NaN. */
+ *            then one token per step; rows before K-1 are NaN. --turn2 S,E
+ *            feeds positions [S, E) as a second prompt (a later turn; rows
+ *            S..E-2 NaN) and decodes the rest. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +25,7 @@
 static const char usage[] =
     "usage: hkv-dump-logits -m MODEL --tokens 1,2,3 [--mode prefill|decode|batch|prompt] -o OUT.bin\n"
     "                       [--prefix K]   (prompt mode: tokens prefilled by hkv_prefill)\n"
+    "                       [--turn2 S,E]  (prompt mode: positions S..E-1 as a second prompt)\n"
     "                       [-t THREADS] [--isa scalar|avx2|avx512] [--rows N]\n"
     "                       [--kv plain|tiered] [--policy NAME] [--policy-arg K=V] [--sink N] [--local N]\n"
     "Writes little-endian float32 logits [n_tokens][vocab].\n";
@@ -33,7 +36,8 @@ int main(int argc, char **argv) {
     hkv_err err;
     hkv_err_clear(&err);
     const char *model = NULL, *out_path = NULL, *mode = "prefill", *toks_s = NULL;
-    long long threads = 0, rows = 0, prefix = 0;
+    long long threads = 0, rows = 0, prefix = 0, turn2[2] = {-1, -1};
+    int n_turn2 = 0;
     int isa = -1, rc = HKV_OK;
     hkv_kv_cli kc;
     hkv_kv_cli_init(&kc);
@@ -57,6 +61,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "-t")) rc = hkv_arg_int(a, v, 1, 4096, &threads, &err);
         else if (!strcmp(a, "--rows")) rc = hkv_arg_int(a, v, 1, 65536, &rows, &err);
         else if (!strcmp(a, "--prefix")) rc = hkv_arg_int(a, v, 1, MAXTOK, &prefix, &err);
+        else if (!strcmp(a, "--turn2")) {
+            n_turn2 = 2;
+            rc = hkv_arg_int_list(a, v, 1, MAXTOK, turn2, &n_turn2, &err);
+            if (!rc && (n_turn2 != 2 || turn2[1] <= turn2[0]))
+                rc = hkv_seterr(&err, HKV_E_INVAL, "--turn2 S,E: two positions, S < E");
+        }
         else if (!strcmp(a, "--isa")) {
             if ((isa = hkv_isa_parse(v)) < 0) rc = hkv_seterr(&err, HKV_E_INVAL, "unknown isa '%s'", v);
         } else rc = hkv_seterr(&err, HKV_E_INVAL, "unknown option '%s'", a);
@@ -137,6 +147,12 @@ int main(int argc, char **argv) {
         }
     /* Batched decode: every sequence with tokens left advances one position. */
     for (;;) {
+        if (is_prompt && n_turn2 == 2 && pos[0] == turn2[0] && turn2[1] <= n) {
+            if ((rc = hkv_prefill(e, 0, toks + turn2[0], turn2[1] - turn2[0], turn2[0],
+                                  logits + (size_t)(turn2[1] - 1) * V, &err)))
+                goto out_lr;
+            pos[0] = (int)turn2[1];
+        }
         int32_t bt[3];
         hkv_seg sg[3];
         int who[3], nb = 0;

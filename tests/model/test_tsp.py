@@ -64,7 +64,7 @@ def dump(exe: str, model: str, ids: list[int], prefix: int, args: list[str], voc
 
 
 def case(exe, tmp, name, cfg, n_tok, prefix, tsp_layer, tsp_len, window, pool, sink, local, rows,
-         tol, seed):
+         tol, seed, turn2=None):
     path = os.path.join(tmp, name + ".gguf")
     gen.write_model(cfg, path, verbose=False)
     ref = rf.RefModel(path)
@@ -74,23 +74,39 @@ def case(exe, tmp, name, cfg, n_tok, prefix, tsp_layer, tsp_len, window, pool, s
             "--policy-arg", f"tsp_layer={tsp_layer}", "--policy-arg", f"tsp_len={tsp_len}",
             "--policy-arg", f"window={window}", "--policy-arg", f"pool={pool}",
             "--policy-arg", "budget=100000"]
+    if turn2:
+        args += ["--turn2", f"{turn2[0]},{turn2[1]}"]
     c, msg = dump(exe, path, ids, prefix, args, ref.vocab, tmp)
     if c is None:
         report(False, name, msg)
         return
     lg, kv, sel = ref.forward_tsp(ids[:prefix], tsp_layer, tsp_len, window, 7, pool == 1, sink, local)
     r = [lg]
-    for p in range(prefix, n_tok):
+    keep = [prefix - 1]   # engine rows compared
+    p = prefix
+    while p < n_tok:
+        if turn2 and p == turn2[0]:
+            # a later turn: every row through every layer, attending the keys each layer holds
+            pos = np.arange(turn2[0], turn2[1])
+            x = ref.tok_embd[np.array(ids[turn2[0]:turn2[1]])].astype(ref.dtype, copy=True)
+            for l in range(ref.n_layers):
+                x = ref._layer_sel(l, x, pos, kv)
+            r.append((ref.rmsnorm(x[-1:], ref.out_norm) @ ref.output.T)[0])
+            keep.append(turn2[1] - 1)
+            p = turn2[1]
+            continue
         r.append(ref.decode_tsp(ids[p], kv, p))
+        keep.append(p)
+        p += 1
     r = np.array(r)
-    cc = c[prefix - 1:]
+    cc = c[keep]
     scale = float(np.abs(r).max())
     rel = float(np.abs(cc - r).max()) / scale
     am = int((cc.argmax(1) != r.argmax(1)).sum())
     report(rel <= tol and am == 0 and np.isfinite(cc).all(), name,
            f"{len(sel)} of {prefix} tokens propagated past layer {tsp_layer}; {len(r)} rows, "
            f"rel {rel:.2e} (tol {tol:.0e}), argmax mismatches {am}")
-    full = ref.forward(ids, None, "all")[prefix - 1:]
+    full = ref.forward(ids, None, "all")[keep]
     dfull = float(np.abs(cc - full).max()) / scale
     report(dfull > 20 * tol, name + " differs from full",
            f"rel {dfull:.2e} from the full-prompt reference (must exceed {20 * tol:.0e})")
@@ -117,6 +133,10 @@ def main(argv=None) -> int:
         case(exe, tmp, "llama4_tsp0_max", llama, 110, 100, 0, 40, 6, 0, 2, 20, 16, a.tol, 2)
         case(exe, tmp, "llama4_tsp2_onechunk", llama, 96, 90, 2, 30, 8, 1, 3, 8, 256, a.tol, 3)
         case(exe, tmp, "qwen3_tsp0", qwen, 100, 90, 0, 36, 8, 1, 4, 12, 16, a.tol, 4)
+        # a second turn after a propagated prompt: its rows attend the propagated positions
+        # of the later layers (and every one of the earlier), across chunks
+        case(exe, tmp, "llama4_tsp1_turn2", llama, 160, 100, 1, 40, 8, 1, 4, 16, 16, a.tol, 5,
+             turn2=(104, 150))
         # bad parameters: a clear error naming the parameter
         path = os.path.join(tmp, "llama4.gguf")
         gen.write_model(llama, path, verbose=False)
