@@ -15,6 +15,10 @@ last max(L_local, window) forced) and continues with those rows only, at
 their original positions; decode attends every key a layer holds (the
 policy's budget is set above the far tier, so decode drops nothing).
 
+Small-budget cases: decode attends, per KV head, the sinks, the kept far tokens of
+fastkv_keep (group-shared window scores among the tokens the layer holds) and
+everything from the ring start on.
+
 Checks per case: the last prompt token's logits and every decode row within
 tol of the reference (argmax equal); and the same logits differ from the
 full (no-TSP) reference by far more than tol, so the cut really happened.
@@ -64,7 +68,7 @@ def dump(exe: str, model: str, ids: list[int], prefix: int, args: list[str], voc
 
 
 def case(exe, tmp, name, cfg, n_tok, prefix, tsp_layer, tsp_len, window, pool, sink, local, rows,
-         tol, seed, turn2=None):
+         tol, seed, turn2=None, budget=100000):
     path = os.path.join(tmp, name + ".gguf")
     gen.write_model(cfg, path, verbose=False)
     ref = rf.RefModel(path)
@@ -73,7 +77,7 @@ def case(exe, tmp, name, cfg, n_tok, prefix, tsp_layer, tsp_len, window, pool, s
     args = ["--rows", str(rows), "--sink", str(sink), "--local", str(local), "--policy", "fastkv",
             "--policy-arg", f"tsp_layer={tsp_layer}", "--policy-arg", f"tsp_len={tsp_len}",
             "--policy-arg", f"window={window}", "--policy-arg", f"pool={pool}",
-            "--policy-arg", "budget=100000"]
+            "--policy-arg", f"budget={budget}"]
     if turn2:
         args += ["--turn2", f"{turn2[0]},{turn2[1]}"]
     c, msg = dump(exe, path, ids, prefix, args, ref.vocab, tmp)
@@ -81,8 +85,11 @@ def case(exe, tmp, name, cfg, n_tok, prefix, tsp_layer, tsp_len, window, pool, s
         report(False, name, msg)
         return
     lg, kv, sel = ref.forward_tsp(ids[:prefix], tsp_layer, tsp_len, window, 7, pool == 1, sink, local)
+    keep = None
+    if budget < prefix:   # decode attends each layer's kept set (fastkv_keep), not every key
+        keep = ref.fastkv_keep(kv, prefix, budget, window, 7, pool == 1, sink, local)
     r = [lg]
-    keep = [prefix - 1]   # engine rows compared
+    rows_cmp = [prefix - 1]   # engine rows compared
     p = prefix
     while p < n_tok:
         if turn2 and p == turn2[0]:
@@ -92,21 +99,21 @@ def case(exe, tmp, name, cfg, n_tok, prefix, tsp_layer, tsp_len, window, pool, s
             for l in range(ref.n_layers):
                 x = ref._layer_sel(l, x, pos, kv)
             r.append((ref.rmsnorm(x[-1:], ref.out_norm) @ ref.output.T)[0])
-            keep.append(turn2[1] - 1)
+            rows_cmp.append(turn2[1] - 1)
             p = turn2[1]
             continue
-        r.append(ref.decode_tsp(ids[p], kv, p))
-        keep.append(p)
+        r.append(ref.decode_tsp(ids[p], kv, p, keep))
+        rows_cmp.append(p)
         p += 1
     r = np.array(r)
-    cc = c[keep]
+    cc = c[rows_cmp]
     scale = float(np.abs(r).max())
     rel = float(np.abs(cc - r).max()) / scale
     am = int((cc.argmax(1) != r.argmax(1)).sum())
     report(rel <= tol and am == 0 and np.isfinite(cc).all(), name,
            f"{len(sel)} of {prefix} tokens propagated past layer {tsp_layer}; {len(r)} rows, "
            f"rel {rel:.2e} (tol {tol:.0e}), argmax mismatches {am}")
-    full = ref.forward(ids, None, "all")[keep]
+    full = ref.forward(ids, None, "all")[rows_cmp]
     dfull = float(np.abs(cc - full).max()) / scale
     report(dfull > 20 * tol, name + " differs from full",
            f"rel {dfull:.2e} from the full-prompt reference (must exceed {20 * tol:.0e})")
@@ -137,6 +144,12 @@ def main(argv=None) -> int:
         # of the later layers (and every one of the earlier), across chunks
         case(exe, tmp, "llama4_tsp1_turn2", llama, 160, 100, 1, 40, 8, 1, 4, 16, 16, a.tol, 5,
              turn2=(104, 150))
+        # a small budget: decode attends each layer's kept far tokens (group-shared, chosen
+        # among the propagated ones past the TSP layer), the sinks and the local window
+        case(exe, tmp, "llama4_tsp1_budget12", llama, 130, 110, 1, 44, 8, 1, 4, 16, 16, a.tol, 6,
+             budget=12)
+        case(exe, tmp, "qwen3_tsp1_budget6_max", qwen, 110, 100, 1, 40, 6, 0, 2, 12, 32, a.tol, 7,
+             budget=6)
         # bad parameters: a clear error naming the parameter
         path = os.path.join(tmp, "llama4.gguf")
         gen.write_model(llama, path, verbose=False)

@@ -248,11 +248,14 @@ class RefModel:
 
 
     # ------------------------------------------------------------ TSP (FastKV)
-    def _layer_sel(self, l: int, x: np.ndarray, pos: np.ndarray, kv: dict, q_out=None) -> np.ndarray:
+    def _layer_sel(self, l: int, x: np.ndarray, pos: np.ndarray, kv: dict, q_out=None,
+                   allow=None) -> np.ndarray:
         """Layer l on rows x at explicit positions pos (ascending), appending
         their K/V to kv[l] = (kpos, k [G,T,D], v) and attending causally over
-        every position kv[l] holds. q_out: list that receives the roped
-        queries [n, H, D] (fp16-rounded, as the runtime keeps them)."""
+        every position kv[l] holds (allow: a function (l, kpos) -> [G, T]
+        bool of the keys each KV head may attend, or None). q_out: list that
+        receives the roped queries [n, H, D] (fp16-rounded, as the runtime
+        keeps them)."""
         L = self.layers[l]
         n = len(pos)
         H, G, D = self.n_head, self.n_kv, self.head_dim
@@ -276,6 +279,8 @@ class RefModel:
         qg = q.reshape(n, G, R, D).transpose(1, 2, 0, 3).reshape(G, R * n, D)
         sc = ((qg @ k.transpose(0, 2, 1)) / np.sqrt(D)).reshape(G, R, n, len(kpos))
         sc = np.where(mask[None, None], -np.inf, sc)
+        if allow is not None:
+            sc = np.where(allow(l, kpos)[:, None, None, :], sc, -np.inf)
         pr = np.exp(sc - sc.max(axis=-1, keepdims=True))
         pr /= pr.sum(axis=-1, keepdims=True)
         o = (pr.reshape(G, R * n, len(kpos)) @ v).reshape(G, R, n, D).transpose(2, 0, 1, 3).reshape(n, H * D)
@@ -322,12 +327,13 @@ class RefModel:
         ids = np.asarray(ids, dtype=np.int64)
         n = len(ids)
         pos = np.arange(n)
-        kv: dict = {}
+        kv: dict = {"win": {}}
         x = self.tok_embd[ids].astype(self.dtype, copy=True)
         sel = pos
         for l in range(self.n_layers):
             qs: list = []
-            x = self._layer_sel(l, x, sel, kv, qs if l == tsp_layer else None)
+            x = self._layer_sel(l, x, sel, kv, qs)
+            kv["win"][l] = qs[0][-window:]   # the layer's observation window
             if l == tsp_layer and n > tsp_len:
                 tail = max(L_local, window)
                 forced = set(range(min(L_init, n))) | set(range(max(n - tail, 0), n))
@@ -338,11 +344,53 @@ class RefModel:
         lg = self.rmsnorm(x[-1:], self.out_norm) @ self.output.T
         return lg[0], kv, sel
 
-    def decode_tsp(self, tok: int, kv: dict, p: int) -> np.ndarray:
-        """One decode token at position p over a forward_tsp cache."""
+    def fastkv_keep(self, kv: dict, end: int, budget: int, window: int, kernel: int, avg: bool,
+                    L_init: int, L_local: int) -> dict:
+        """fastkv's per-layer keep over a forward_tsp cache of a prompt of end
+        tokens: per KV head, window attention (exact softmax over the keys the
+        layer holds) summed over the window and the group, pooled along the
+        held positions, top budget far positions (far: [L_init, ring_from),
+        ring_from = max(end - L_local, L_init)). Returns l -> [G] sets."""
+        H, G, D = self.n_head, self.n_kv, self.head_dim
+        R = H // G
+        ring_from = max(end - L_local, L_init)
+        keep = {}
+        for l in range(self.n_layers):
+            kpos, k, _ = kv[l]
+            qw = kv["win"][l]
+            wpos = np.arange(end - len(qw), end)
+            far = (kpos >= L_init) & (kpos < ring_from)
+            sets = []
+            for gi in range(G):
+                s = np.zeros(len(kpos))
+                for r in range(len(wpos)):
+                    for j in range(R):
+                        lg = np.where(kpos <= wpos[r], k[gi] @ qw[r, gi * R + j] / np.sqrt(D), -np.inf)
+                        e = np.exp(lg - lg.max())
+                        s += e / e.sum()
+                pad = kernel // 2
+                fill = np.zeros(pad) if avg else np.full(pad, -np.inf)
+                win = np.lib.stride_tricks.sliding_window_view(np.concatenate([fill, s, fill]), kernel)
+                s = win.sum(axis=1) / kernel if avg else win.max(axis=1)
+                cand = [i for i in range(len(kpos)) if far[i]]
+                cand.sort(key=lambda i: (-(np.inf if kpos[i] >= wpos[0] else s[i]), i))
+                sets.append(set(int(kpos[i]) for i in cand[:budget]))
+            keep[l] = sets
+        keep["ring_from"], keep["L_init"] = ring_from, L_init
+        return keep
+
+    def decode_tsp(self, tok: int, kv: dict, p: int, keep: dict | None = None) -> np.ndarray:
+        """One decode token at position p over a forward_tsp cache; with
+        keep (fastkv_keep), each KV head attends the sinks, its kept far
+        positions and everything from ring_from on."""
+        allow = None
+        if keep is not None:
+            def allow(l, kpos):
+                base = (kpos < keep["L_init"]) | (kpos >= keep["ring_from"])
+                return np.array([base | np.isin(kpos, list(keep[l][g])) for g in range(self.n_kv)])
         x = self.tok_embd[np.array([tok])].astype(self.dtype, copy=True)
         for l in range(self.n_layers):
-            x = self._layer_sel(l, x, np.array([p]), kv)
+            x = self._layer_sel(l, x, np.array([p]), kv, allow=allow)
         return (self.rmsnorm(x, self.out_norm) @ self.output.T)[0]
 
 
