@@ -98,8 +98,12 @@ int hkv_engine_open(hkv_engine **out, const hkv_engine_params *p, hkv_err *err) 
     if (e->max_rows < p->max_seqs) e->max_rows = p->max_seqs;
     if ((rc = alloc_workspace(e, err))) goto fail;
     hkv_kv_shape shape = {c->n_layer, c->n_head, c->n_head_kv, c->head_dim};
+    if (p->device_cuda) {   /* the GPU reads far rows by DMA: page-locked, near its node */
+        e->p.tiered.pin_far = 1;
+        e->p.tiered.pin_numa_node = hkv_pinned_gpu_numa_node(0);
+    }
     rc = p->kv_plain ? hkv_kv_plain_create(&e->kv, &shape, p->max_seqs, &e->kern, &e->mem, err)
-                     : hkv_kv_tiered_create(&e->kv, &shape, p->max_seqs, &p->tiered, &e->kern,
+                     : hkv_kv_tiered_create(&e->kv, &shape, p->max_seqs, &e->p.tiered, &e->kern,
                                             &e->mem, err);
     if (rc) goto fail;
     if (p->draft_path && (rc = hkv_draft_open(e, err))) goto fail;

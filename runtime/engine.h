@@ -29,6 +29,8 @@ typedef struct hkv_engine_params {
     int kv_plain;         /* 1: the plain contiguous cache (reference); 0: tiered */
     hkv_tiered_params tiered;   /* near/far sizes and the policy */
     const char *draft_path;     /* a draft model (same tokenizer) for speckv/specpc, or NULL */
+    int device_cuda;            /* --device cuda: the tiered cache's far rows are page-locked
+                                   (pin_far) and bound to device 0's NUMA node when known */
 } hkv_engine_params;
 
 void hkv_engine_params_default(hkv_engine_params *p);

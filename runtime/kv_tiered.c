@@ -21,6 +21,7 @@ void hkv_tiered_params_default(hkv_tiered_params *p) {
     memset(p, 0, sizeof *p);
     p->L_init = 4;
     p->L_local = 256;
+    p->pin_numa_node = -1;
     p->policy = &hkv_policy_full;
     hkv_policy_args_init(p->policy, &p->args);
     p->audit_k = 1024;
@@ -64,12 +65,21 @@ static int policy_rebuild(tiered *t, tseq *q, hkv_err *err) {
     return HKV_OK;
 }
 
+/* The far rows: page-locked (NUMA-bound to the GPU's node when known) when
+ * the engine asked for it and a CUDA device is usable, else ordinary host
+ * memory as before; FAR is accounted either way. */
+static int far_alloc(tiered *t, hkv_pinned *b, size_t bytes, hkv_err *err) {
+    const int node = t->p.pin_far ? t->p.pin_numa_node : -1;
+    return hkv_pinned_alloc(b, t->mem, &t->pin, HKV_TIER_FAR, bytes, node,
+                            t->p.pin_far ? 0 : HKV_PIN_NO_CUDA, err);
+}
+
 static void seq_free(tiered *t, tseq *q) {
     if (q->pol.ops) q->pol.ops->destroy(q->pol.self);
     hkv_host_free(t->mem, HKV_TIER_NEAR, q->near_k, q->near_bytes);
     hkv_host_free(t->mem, HKV_TIER_NEAR, q->near_v, q->near_bytes);
-    hkv_host_free(t->mem, HKV_TIER_FAR, q->far_k, q->far_bytes);
-    hkv_host_free(t->mem, HKV_TIER_FAR, q->far_v, q->far_bytes);
+    hkv_pinned_free(&q->far_kb, t->mem, &t->pin);
+    hkv_pinned_free(&q->far_vb, t->mem, &t->pin);
     hkv_host_free(t->mem, HKV_TIER_INDEX, q->qh, q->qh_bytes);
     free(q->prompt_open);
     free(q->far_hi);
@@ -107,12 +117,14 @@ static int t_seq_open(void *self, int seq, int64_t n_ctx, hkv_err *err) {
     q->far_bytes = (size_t)L * KH * (size_t)n_ctx * d * 2;
     q->qh_bytes = (size_t)L * q->q_keep * t->s.n_head * d * 2;
     int rc = HKV_E_NOMEM;
+    q->far_kb.node = q->far_vb.node = -1;
     if (!(q->near_k = hkv_host_alloc(t->mem, HKV_TIER_NEAR, q->near_bytes, err)) ||
         !(q->near_v = hkv_host_alloc(t->mem, HKV_TIER_NEAR, q->near_bytes, err)) ||
-        !(q->far_k = hkv_host_alloc(t->mem, HKV_TIER_FAR, q->far_bytes, err)) ||
-        !(q->far_v = hkv_host_alloc(t->mem, HKV_TIER_FAR, q->far_bytes, err)) ||
+        far_alloc(t, &q->far_kb, q->far_bytes, err) || far_alloc(t, &q->far_vb, q->far_bytes, err) ||
         (q->qh_bytes && !(q->qh = hkv_host_alloc(t->mem, HKV_TIER_INDEX, q->qh_bytes, err))))
         goto fail;
+    q->far_k = q->far_kb.p;
+    q->far_v = q->far_vb.p;
     q->prompt_open = calloc((size_t)L, sizeof *q->prompt_open);
     q->far_hi = calloc((size_t)L, sizeof *q->far_hi);
     q->fed = calloc((size_t)L, sizeof *q->fed);
@@ -460,6 +472,11 @@ void hkv_kv_tiered_audit_reset(hkv_kv *kv, int seq) {
     if (!hkv_kv_is_tiered(kv)) return;
     tiered *t = kv->self;
     if (seq >= 0 && seq < t->max_seqs) memset(&t->seqs[seq].audit, 0, sizeof t->seqs[seq].audit);
+}
+
+void hkv_kv_tiered_pinned(hkv_kv *kv, hkv_pinned_account *out) {
+    memset(out, 0, sizeof *out);
+    if (hkv_kv_is_tiered(kv)) *out = ((tiered *)kv->self)->pin;
 }
 
 void hkv_kv_tiered_describe(hkv_kv *kv, int seq, char *buf, size_t cap) {

@@ -6,6 +6,7 @@
 #define HKV_KV_TIERED_H
 
 #include "kv.h"
+#include "pinned.h"
 #include "policy.h"
 
 typedef struct hkv_tiered_params {
@@ -16,6 +17,10 @@ typedef struct hkv_tiered_params {
     int64_t keep_queries;          /* last prompt queries kept for policies (0: as the policy asks) */
     int audit;                     /* also compute dense and oracle attention, for eval */
     int64_t audit_k;               /* oracle top-k the recall is measured against */
+    int pin_far;                   /* 1: far rows page-locked for a CUDA device when one is usable
+                                      (hkv_pinned_alloc); 0: ordinary host memory. Set by the
+                                      engine for --device cuda; FAR is accounted the same way */
+    int pin_numa_node;             /* with pin_far: the GPU's NUMA node to bind to, -1: none */
 } hkv_tiered_params;
 
 void hkv_tiered_params_default(hkv_tiered_params *p);
@@ -60,6 +65,10 @@ int hkv_kv_tiered_lookahead_end(hkv_kv *kv, int seq, int64_t end, hkv_err *err);
  * (room for qbuf_rows rows of n_head*d fp16). Used by draft compression. */
 int hkv_kv_tiered_prompt_view(hkv_kv *kv, int seq, int layer, hkv_far_view *far,
                               hkv_query_view *qv, uint16_t *qbuf, int64_t qbuf_rows, hkv_err *err);
+
+/* Page-locked far-tier bytes now held and their peak (0 without a CUDA
+ * device or without pin_far). */
+void hkv_kv_tiered_pinned(hkv_kv *kv, hkv_pinned_account *out);
 
 /* The policy definition and instance serving an open sequence (the
  * token-selective prefill asks the instance which rows propagate). */

@@ -24,6 +24,7 @@ typedef struct tseq {
                                  prefill (kv_tiered_tsp.c) */
     uint16_t *near_k, *near_v;    /* [n_layer][KH][NR][d]: sinks then ring slots */
     uint16_t *far_k, *far_v;      /* [n_layer][KH][cap][d], position-indexed */
+    hkv_pinned far_kb, far_vb;    /* their allocations (page-locked with pin_far and a device) */
     uint16_t *qh;             /* [n_layer][q_keep][H d]: ring of recent queries, slot p % q_keep */
     int64_t q_keep;
     const uint16_t **kptr, **vptr;  /* [n_layer][KH]: far row bases for far views */
@@ -41,6 +42,7 @@ typedef struct tiered {
     int max_seqs;
     const hkv_cpu_kernels *kern;
     hkv_mem_account *mem;
+    hkv_pinned_account pin;   /* page-locked far-tier bytes (pin_far with a CUDA device) */
     tseq *seqs;
     /* Per-thread scratch of layer_step, grown on demand (WORKSPACE tier). */
     float *scratch;

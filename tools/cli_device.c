@@ -58,6 +58,7 @@ int hkv_device_cli_apply(const hkv_device_cli *d, const char *model_path, hkv_en
     ep->model_path = model_path;
     ep->synthetic = d->synthetic;
     ep->synthetic_wtype = d->synthetic_wtype;
+    ep->device_cuda = d->cuda;   /* far tier page-locked (run/bench refuse cuda before this today) */
     return HKV_OK;
 }
 

@@ -346,7 +346,9 @@ int hkv_cmd_bench(int argc, char **argv) {
             else
                 printf(",\"ttft_s\":null}");
         }
-        printf("]}\n");
+        hkv_pinned_account pin;   /* page-locked far tier over the run: 0 without a CUDA device */
+        hkv_kv_tiered_pinned(&e->kv, &pin);
+        printf("],\"far_pinned_peak\":%zu,\"far_peak\":%zu}\n", pin.peak, e->mem.peak[HKV_TIER_FAR]);
     } else {
         fprintf(stderr, "bandwidth probe: %.2f GB/s (read, %d threads, %lld MiB)\n", probe / 1e9,
                 hkv_threads_count(e->threads), probe_mib);

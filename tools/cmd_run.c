@@ -164,6 +164,9 @@ static void print_json(const run_opts *o, hkv_engine *e, const int32_t *prompt, 
     fputs(",\"memory\":{", f);
     for (int t = 0; t < HKV_TIER_COUNT; t++)
         fprintf(f, "%s\"%s\":%zu", t ? "," : "", hkv_tier_name(t), e->mem.peak[t]);
+    hkv_pinned_account pin;
+    hkv_kv_tiered_pinned(&e->kv, &pin);   /* page-locked far bytes: 0 without a CUDA device */
+    fprintf(f, "},\"far_pinned\":{\"bytes\":%zu,\"peak\":%zu", pin.bytes, pin.peak);
     if (e->draft) {
         fputs("},\"draft_memory\":{", f);
         for (int t = 0; t < HKV_TIER_COUNT; t++)
@@ -182,9 +185,13 @@ static void print_summary(hkv_engine *e, const hkv_gen_stats *st, int64_t n_prom
     fprintf(stderr, "hetkv: decode %lld tokens in %.3f s (%.1f tokens/s, %d steps)\n",
             (long long)st->n_decode_tokens, st->t_decode,
             st->t_decode > 0 ? st->n_decode_tokens / st->t_decode : 0, st->decode_steps);
-    fprintf(stderr, "hetkv: memory: weights %s, KV near %s, KV far %s, index %s, workspace %s\n",
-            b[HKV_TIER_WEIGHTS], b[HKV_TIER_NEAR], b[HKV_TIER_FAR], b[HKV_TIER_INDEX],
-            b[HKV_TIER_WORKSPACE]);
+    hkv_pinned_account pin;
+    char pb[32];
+    hkv_kv_tiered_pinned(&e->kv, &pin);
+    hkv_fmt_bytes((double)pin.peak, pb, sizeof pb);
+    fprintf(stderr, "hetkv: memory: weights %s, KV near %s, KV far %s, index %s, workspace %s; "
+            "far tier page-locked %s\n", b[HKV_TIER_WEIGHTS], b[HKV_TIER_NEAR], b[HKV_TIER_FAR],
+            b[HKV_TIER_INDEX], b[HKV_TIER_WORKSPACE], pb);
     if (e->draft) {   /* the draft engine (speckv, specpc) has its own account */
         for (int t = 0; t < HKV_TIER_COUNT; t++)
             hkv_fmt_bytes((double)e->draft->mem.peak[t], b[t], sizeof b[t]);
@@ -224,6 +231,7 @@ int hkv_cmd_run(int argc, char **argv) {
     ep.n_threads = (int)o.threads;
     ep.isa = o.isa;
     ep.max_seqs = (int)o.batch;
+    ep.device_cuda = o.dev.cuda;
     if ((rc = hkv_kv_cli_apply(&o.kv, &ep, &err))) goto out;
     /* --device cuda: device and admission (context: -c, else the model's) before loading. */
     if ((rc = hkv_device_cli_check(&o.dev, o.model, &ep, (int)o.batch, o.ctx, &err))) goto out;
