@@ -54,9 +54,43 @@ static void ctkvr_conf(const hkv_policy_args *a, int64_t n_ctx, int64_t *C, int6
     *rho = max64(1, min64(*rho, n_ctx));
 }
 
-static int64_t snapkv_budget(const hkv_policy_args *a, int64_t n_ctx) {
-    double v = hkv_policy_arg(&hkv_policy_snapkv, a, "budget");
-    return min64(isnan(v) ? hkv_ws_default_budget(n_ctx) : (int64_t)v, n_ctx);
+/* A kept-set policy's budget, resolved as its create() does: NAN = about 3%
+ * of the context, never more than the context (keepset.c, snapkv.c,
+ * fastkv.c clamp; rocketkv's k is the budget as given). */
+static int64_t budget_of(const hkv_policy_def *d, const hkv_policy_args *a, int64_t n_ctx) {
+    double v = hkv_policy_arg(d, a, "budget");
+    int64_t b = isnan(v) ? hkv_ws_default_budget(n_ctx) : (int64_t)v;
+    if (d != &hkv_policy_rocketkv) b = min64(b, n_ctx);
+    return max64(b, 1);
+}
+
+/* rocketkv's stage-1 split at a prompt of n (rocketkv.c: S = the prompt, t = 2k). */
+static void rocketkv_conf(const hkv_policy_args *a, int64_t n_ctx, int d, hkv_rocketkv_split *sp) {
+    hkv_rocketkv_split_of(n_ctx, 2 * budget_of(&hkv_policy_rocketkv, a, n_ctx), d,
+                          hkv_policy_arg(&hkv_policy_rocketkv, a, "split"), sp);
+}
+
+/* fastkv's TSP layer (fastkv.c: default n_layer/2 - 1) and whether a prompt
+ * of n is cut (only a prompt longer than tsp_len is). */
+static int fastkv_tsp_layer(const hkv_policy_args *a, int n_layer) {
+    double v = hkv_policy_arg(&hkv_policy_fastkv, a, "tsp_layer");
+    int l = isnan(v) ? n_layer / 2 - 1 : (int)v;
+    return l < 0 ? 0 : l >= n_layer ? n_layer - 1 : l;
+}
+
+static int fastkv_cuts(const hkv_policy_args *a, int64_t n_ctx) {
+    return n_ctx > (int64_t)hkv_policy_arg(&hkv_policy_fastkv, a, "tsp_len");
+}
+
+static int64_t lookahead_of(const hkv_policy_def *d, const hkv_policy_args *a, int64_t n_ctx) {
+    if (!d->lookahead_len) return 0;
+    hkv_policy_env env = {.n_ctx = n_ctx};
+    int64_t L = d->lookahead_len(a, &env);
+    return L > 0 ? L : 0;
+}
+
+static int64_t far_of(const hkv_plan_params *p) {
+    return max64(0, p->n_ctx - p->L_init - p->L_local);
 }
 
 void hkv_plan_describe(const hkv_policy_def *d, const hkv_policy_args *a, int64_t n_ctx,
@@ -74,30 +108,67 @@ void hkv_plan_describe(const hkv_policy_def *d, const hkv_policy_args *a, int64_
     } else if (d == &hkv_policy_quest) {
         snprintf(buf, cap, "quest page=%.0f", hkv_policy_arg(d, a, "page"));
     } else if (d == &hkv_policy_snapkv) {
-        snprintf(buf, cap, "snapkv budget=%lld", (long long)snapkv_budget(a, n_ctx));
+        snprintf(buf, cap, "snapkv budget=%lld", (long long)budget_of(d, a, n_ctx));
+    } else if (d == &hkv_policy_rocketkv) {
+        hkv_rocketkv_split sp;
+        rocketkv_conf(a, n_ctx, 128, &sp);
+        snprintf(buf, cap, "rocketkv k=%lld keep=%lld%s", (long long)budget_of(d, a, n_ctx),
+                 (long long)sp.capacity, hkv_policy_arg(d, a, "mt") >= 1 ? " mt" : "");
+    } else if (d == &hkv_policy_laq || d == &hkv_policy_speckv) {
+        snprintf(buf, cap, "%s budget=%lld L=%lld", d->name, (long long)budget_of(d, a, n_ctx),
+                 (long long)lookahead_of(d, a, n_ctx));
+    } else if (d == &hkv_policy_fastkv) {
+        snprintf(buf, cap, "fastkv budget=%lld tsp=%.0f", (long long)budget_of(d, a, n_ctx),
+                 hkv_policy_arg(d, a, "tsp_len"));
+    } else if (d == &hkv_policy_specpc) {
+        snprintf(buf, cap, "specpc C=%.0f", hkv_policy_arg(d, a, "C"));
     } else {
         snprintf(buf, cap, "%s", d->name);
     }
 }
 
-int hkv_plan_index_bytes(const hkv_policy_def *d, const hkv_policy_args *a,
-                         const hkv_model_config *c, int64_t n_ctx, int index_on_host,
-                         uint64_t *gpu, uint64_t *host, hkv_err *err) {
-    *gpu = 0;
-    if (host) *host = 0;
-    int rc = shape_ok(c, err);
-    if (rc) return rc;
+int64_t hkv_plan_kept_rows(const hkv_plan_params *p) {
+    const hkv_policy_def *d = p->policy ? p->policy : &hkv_policy_full;
     hkv_policy_args dflt;
+    const hkv_policy_args *a = p->args;
     if (!a) {
         hkv_policy_args_init(d, &dflt);
         a = &dflt;
     }
+    const int64_t far = far_of(p);
+    if (d == &hkv_policy_snapkv || d == &hkv_policy_laq || d == &hkv_policy_speckv ||
+        d == &hkv_policy_fastkv)
+        return min64(budget_of(d, a, p->n_ctx), far);
+    if (d == &hkv_policy_rocketkv) {   /* the stage-1 survivors stage 2 picks from each step */
+        hkv_rocketkv_split sp;
+        rocketkv_conf(a, p->n_ctx, p->cfg->head_dim, &sp);
+        return min64(sp.capacity, far);
+    }
+    return 0;
+}
+
+int hkv_plan_index_bytes(const hkv_plan_params *p, uint64_t *gpu, uint64_t *host, hkv_err *err) {
+    *gpu = 0;
+    if (host) *host = 0;
+    const hkv_model_config *c = p->cfg;
+    int rc = shape_ok(c, err);
+    if (rc) return rc;
+    const hkv_policy_def *d = p->policy ? p->policy : &hkv_policy_full;
+    hkv_policy_args dflt;
+    const hkv_policy_args *a = p->args;
+    if (!a) {
+        hkv_policy_args_init(d, &dflt);
+        a = &dflt;
+    }
+    const int64_t n_ctx = p->n_ctx;
+    const int index_on_host = p->index_on_host;
     const uint64_t L = (uint64_t)c->n_layer, KH = (uint64_t)c->n_head_kv, H = (uint64_t)c->n_head;
     const uint64_t hd = (uint64_t)c->head_dim;
     uint64_t g = 0, h = 0;
-    if (d == &hkv_policy_full || d == &hkv_policy_oracle) {
-        /* full keeps the KV itself on the GPU (counted as near); oracle scans
-         * the far tier on the host: neither has an index. */
+    if (d == &hkv_policy_full || d == &hkv_policy_oracle || d == &hkv_policy_specpc) {
+        /* full (and specpc, which runs full over its C tokens) keeps the KV
+         * itself on the GPU (counted as near); oracle scans the far tier on
+         * the host: none has an index. */
     } else if (d == &hkv_policy_ctkvr) {
         int64_t C, rho_p, rho;
         ctkvr_conf(a, n_ctx, &C, &rho_p, &rho);
@@ -113,16 +184,41 @@ int hkv_plan_index_bytes(const hkv_policy_def *d, const hkv_policy_args *a,
         if (P < 1) return hkv_seterr(err, HKV_E_RANGE, "plan: quest page %lld", (long long)P);
         const uint64_t pages = (uint64_t)(n_ctx / P + 1);
         g = L * KH * pages * 2 * hd * 2 + L * 16 + L * KH * 16;
-    } else if (d == &hkv_policy_snapkv) {
-        /* The kept positions per (layer, KV head), int32. */
-        const int64_t b = snapkv_budget(a, n_ctx);
-        const uint64_t kept = L * KH * (uint64_t)b * 4 + L * KH * 8;
-        g = index_on_host ? 0 : kept;
-        h = index_on_host ? kept : 0;
+    } else if (d == &hkv_policy_snapkv || d == &hkv_policy_laq || d == &hkv_policy_speckv ||
+               d == &hkv_policy_fastkv) {
+        /* The kept positions per (layer, KV head), int32, and their counts;
+         * laq/speckv (keepset.c) add per-layer selection ends, scored counts,
+         * flags and prompt ends; laq's stage-1 set is the same storage,
+         * re-selected at lookahead_end. */
+        const uint64_t b = (uint64_t)budget_of(d, a, n_ctx);
+        uint64_t kept = L * KH * b * 4 + L * KH * 8, tsp = 0;
+        if (d == &hkv_policy_laq || d == &hkv_policy_speckv) kept += L * (8 + 8 + 4 + 8);
+        if (d == &hkv_policy_fastkv && fastkv_cuts(a, n_ctx)) {
+            /* The propagated positions: the policy's [n] list, and the tiered
+             * cache's per-layer lists of the sequence's capacity for every
+             * layer past the TSP layer (kv_tiered_tsp.c). */
+            const uint64_t later = L - 1 - (uint64_t)fastkv_tsp_layer(a, c->n_layer);
+            tsp = (uint64_t)n_ctx * 4 + later * (uint64_t)n_ctx * 4;
+        }
+        g = index_on_host ? 0 : kept + tsp;
+        h = index_on_host ? kept + tsp : 0;
+    } else if (d == &hkv_policy_rocketkv) {
+        /* Per layer and KV head: a count, the candidate list (survivors, room
+         * for 1024 later far tokens) and the page min/max bounds of the HSA
+         * estimate, [2d][pages] fp16 (rocketkv.c block_alloc), plus per-step
+         * statistics. The GPU reads the bounds every step; the list can live
+         * on the host, where the chosen pages' positions are resolved. */
+        hkv_rocketkv_split sp;
+        rocketkv_conf(a, n_ctx, c->head_dim, &sp);
+        const uint64_t cap = (uint64_t)min64(sp.capacity, far_of(p)) + 1024;
+        const uint64_t pcap = cap / (uint64_t)sp.page + 1;
+        const uint64_t list = L * KH * cap * 4;
+        const uint64_t rest = L * KH * (8 + 2 * hd * pcap * 2) + L * KH * 16;
+        g = rest + (index_on_host ? 0 : list);
+        h = index_on_host ? list : 0;
     } else {
         return hkv_seterr(err, HKV_E_UNSUPPORTED,
-                          "plan: no GPU memory formula for policy '%s' yet (full, oracle, "
-                          "ctkvr, quest and snapkv have one)", d->name);
+                          "plan: no GPU memory formula for policy '%s' yet", d->name);
     }
     *gpu = g;
     if (host) *host = h;
@@ -166,18 +262,32 @@ int hkv_plan_compute(const hkv_plan_params *p, hkv_plan *o, hkv_err *err) {
     o->kv_per_token = L * KH * hd * 2 * 2;
     o->weights = hkv_plan_weight_bytes(c, p->weight_elem_bytes ? p->weight_elem_bytes : 2);
 
+    if (p->n_gen < 0 || p->n_gen >= p->n_ctx)
+        return hkv_seterr(err, HKV_E_RANGE, "plan: %lld generated tokens do not leave a prompt in "
+                          "a context of %lld", (long long)p->n_gen, (long long)p->n_ctx);
+    if (p->draft && (rc = shape_ok(p->draft, err))) return hkv_err_prefix(err, "draft");
     uint64_t ig = 0, ih = 0;
-    if ((rc = hkv_plan_index_bytes(d, a, c, p->n_ctx, p->index_on_host, &ig, &ih, err))) return rc;
-    o->kv_on_gpu = d == &hkv_policy_full;
-    if (o->kv_on_gpu) {
+    if ((rc = hkv_plan_index_bytes(p, &ig, &ih, err))) return rc;
+    const int64_t prompt = p->n_ctx - p->n_gen;
+    o->kv_on_gpu = d == &hkv_policy_full || d == &hkv_policy_specpc;
+    if (d == &hkv_policy_full) {
         o->per_seq_near = ctx * o->kv_per_token;   /* dense decode reads it all every step */
         o->per_seq_pinned = 0;
+    } else if (d == &hkv_policy_specpc) {
+        /* The target prefills only C prompt tokens and attends densely over
+         * them and what it generates: no far tier at all. */
+        const double C = hkv_policy_arg(d, a, "C");
+        o->per_seq_near = (uint64_t)(min64((int64_t)C, prompt) + p->n_gen) * o->kv_per_token;
+        o->per_seq_pinned = 0;
     } else {
-        /* The near rows never exceed the context; the far tier is reserved for
-         * the whole context at seq_open, as kv_tiered.c does. */
+        /* The near rows never exceed the context, an eviction policy's kept
+         * rows sit beside them; the far tier is reserved for the whole context
+         * (and the lookahead room of laq/speckv) at seq_open, as kv_tiered.c
+         * and generate.c do. */
         uint64_t nr = (uint64_t)min64((int64_t)p->L_init + p->L_local, p->n_ctx);
-        o->per_seq_near = nr * o->kv_per_token;
-        o->per_seq_pinned = ctx * o->kv_per_token + ih;
+        o->per_seq_kept = (uint64_t)hkv_plan_kept_rows(p) * o->kv_per_token;
+        o->per_seq_near = nr * o->kv_per_token + o->per_seq_kept;
+        o->per_seq_pinned = (ctx + (uint64_t)lookahead_of(d, a, p->n_ctx)) * o->kv_per_token + ih;
     }
     o->per_seq_index = ig;
     o->near = B * o->per_seq_near;
@@ -194,8 +304,26 @@ int hkv_plan_compute(const hkv_plan_params *p, hkv_plan *o, hkv_err *err) {
     ws += 2 * B * H * (hd + 1) * 4;
     ws += B * KH * step_ids(d, a, p->n_ctx) * 4;
     ws += p->cublas_ws ? p->cublas_ws : HKV_PLAN_CUBLAS_WS;
+    /* fastkv cutting a prompt keeps every prompt token's hidden row (fp32)
+     * through the first layers (tsp_prefill.c); prefills run one at a time. */
+    if (d == &hkv_policy_fastkv && fastkv_cuts(a, p->n_ctx)) ws += (uint64_t)prompt * dim * 4;
     o->workspace = ws;
-    o->gpu_total = o->weights + o->near + o->index + o->workspace;
+    if (d->prep == HKV_PREP_LOOKAHEAD_DRAFT || d->prep == HKV_PREP_COMPRESS_DRAFT) {
+        /* The draft (runtime/draft.c): its weights, the KV of the one sequence
+         * it prefills (the prompt, plus speckv's answer) kept dense, its
+         * activations for R rows and one row of logits. With no draft given
+         * the target drafts for itself: the weights are already there. */
+        const hkv_model_config *dc = p->draft ? p->draft : c;
+        const uint64_t dw = p->draft ? hkv_plan_weight_bytes(dc, p->weight_elem_bytes ? p->weight_elem_bytes : 2) : 0;
+        const uint64_t dkv = (uint64_t)dc->n_layer * dc->n_head_kv * dc->head_dim * 2 * 2;
+        const uint64_t dqkv = (uint64_t)(dc->n_head + 2 * dc->n_head_kv) * dc->head_dim;
+        const uint64_t dtok = (uint64_t)prompt + (uint64_t)lookahead_of(d, a, p->n_ctx);
+        o->draft = dw + dtok * dkv +
+                   R * (2 * (uint64_t)dc->dim + dqkv + (uint64_t)dc->n_head * dc->head_dim +
+                        2 * (uint64_t)dc->ffn) * 4 +
+                   (uint64_t)dc->vocab * 4;
+    }
+    o->gpu_total = o->weights + o->near + o->index + o->workspace + o->draft;
     return HKV_OK;
 }
 
@@ -208,10 +336,17 @@ int hkv_plan_admit(const hkv_plan_params *p, const hkv_plan *o, uint64_t cap, hk
     hkv_fmt_bytes((double)o->index, i, sizeof i);
     hkv_fmt_bytes((double)o->workspace, s, sizeof s);
     hkv_fmt_bytes((double)cap, cp, sizeof cp);
+    char dr[48] = "";
+    if (o->draft) {
+        char x[32];
+        hkv_fmt_bytes((double)o->draft, x, sizeof x);
+        snprintf(dr, sizeof dr, ", draft %s", x);
+    }
     return hkv_seterr(err, HKV_E_CAPACITY,
                       "batch %d x context %lld with policy %s needs %s of GPU memory (weights %s, "
-                      "near %s, index %s, workspace %s) but the cap is %s", p->batch,
-                      (long long)p->n_ctx, p->policy ? p->policy->name : "full", t, w, n, i, s, cp);
+                      "near %s, index %s, workspace %s%s) but the cap is %s", p->batch,
+                      (long long)p->n_ctx, p->policy ? p->policy->name : "full", t, w, n, i, s, dr,
+                      cp);
 }
 
 int hkv_plan_max_batch(const hkv_plan_params *p, uint64_t cap, int max_batch, int *out,

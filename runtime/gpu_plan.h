@@ -6,8 +6,17 @@
  * (weights, near KV, policy index, workspace), how many bytes of pinned host
  * memory hold the far tier, whether the total fits a cap, and the largest
  * batch that fits. The formulas follow the structures the host code
- * allocates (runtime/kv_tiered.c, index/ctkvr.c, quest.c, snapkv.c) and
- * docs/ARCHITECTURE.md ("GPU memory plan") writes them out. */
+ * allocates (runtime/kv_tiered.c, kv_tiered_tsp.c, index/ctkvr.c, quest.c,
+ * snapkv.c, rocketkv.c, keepset.c (laq, speckv), fastkv.c; specpc runs
+ * `full` over its compressed prompt) and docs/ARCHITECTURE.md ("GPU memory
+ * plan") writes them out.
+ *
+ * Eviction policies (snapkv, rocketkv, laq, speckv, fastkv) keep the K/V
+ * rows of their kept set on the GPU beside the near tier: those rows are
+ * what every decode step attends, so they count in `near`. The whole far
+ * tier still sits in pinned host memory, as kv_tiered.c reserves it: the
+ * prompt is written there before any selection, and laq's re-selection,
+ * rocketkv mt=1 and later turns read it again. */
 #ifndef HKV_GPU_PLAN_H
 #define HKV_GPU_PLAN_H
 
@@ -34,19 +43,28 @@ typedef struct hkv_plan_params {
                                        sets) live in pinned host memory; only what the GPU
                                        reads every step (centroids, page bounds) stays */
     uint64_t cublas_ws;             /* 0: HKV_PLAN_CUBLAS_WS */
+    const hkv_model_config *draft;  /* speckv/specpc's draft shape; NULL: the target's own */
+    int64_t n_gen;                  /* of n_ctx, tokens generated after the prompt (specpc
+                                       keeps C prompt tokens + these); 0: none */
 } hkv_plan_params;
 
 /* Bytes per tier. GPU tiers are totals for the whole batch; per_seq_* are
  * one sequence's share. */
 typedef struct hkv_plan {
     uint64_t weights;     /* GPU: every matrix in the GPU dtype, norms and biases fp32 */
-    uint64_t near;        /* GPU: sinks + local ring per (layer, KV head); full: the whole KV */
+    uint64_t near;        /* GPU: sinks + local ring per (layer, KV head), plus an eviction
+                             policy's kept rows; full and specpc: the whole (compressed) KV */
     uint64_t index;       /* GPU: policy index (centroids, IVF lists, FIFO, page bounds) */
-    uint64_t workspace;   /* GPU: activations for max(max_rows, batch) rows, logits, cuBLAS */
+    uint64_t workspace;   /* GPU: activations for max(max_rows, batch) rows, logits, cuBLAS;
+                             fastkv: the prompt's hidden rows while it is cut (one prefill) */
+    uint64_t draft;       /* GPU, once per batch: speckv/specpc's draft weights (fp16; none
+                             when the target is its own draft), one sequence's draft KV
+                             over the prompt, its activations */
     uint64_t gpu_total;
     uint64_t pinned;      /* host: far tier (K and V for the whole context), and the
                              index lists when index_on_host */
     uint64_t per_seq_near, per_seq_index, per_seq_pinned;
+    uint64_t per_seq_kept; /* of per_seq_near: the kept set's K/V rows (eviction policies) */
     uint64_t kv_per_token; /* K+V bytes of one token over all layers (fp16) */
     int kv_on_gpu;        /* 1 when the policy keeps the whole KV on the GPU (full) */
 } hkv_plan;
@@ -64,11 +82,16 @@ int hkv_plan_admit(const hkv_plan_params *p, const hkv_plan *plan, uint64_t cap,
 int hkv_plan_max_batch(const hkv_plan_params *p, uint64_t cap, int max_batch, int *out,
                        hkv_err *err);
 
-/* GPU-resident index bytes of one sequence of policy d at context n_ctx
- * (host-resident part in *host when index_on_host; may be NULL). */
-int hkv_plan_index_bytes(const hkv_policy_def *d, const hkv_policy_args *a,
-                         const hkv_model_config *cfg, int64_t n_ctx, int index_on_host,
-                         uint64_t *gpu, uint64_t *host, hkv_err *err);
+/* GPU-resident index bytes of one sequence of p->policy at p->n_ctx (with
+ * p->L_init + p->L_local near rows), host-resident part in *host when
+ * p->index_on_host (host may be NULL). The sum is what the policy (and, for
+ * fastkv, the tiered cache's propagated-position lists) allocates in the
+ * INDEX tier, less a few small bookkeeping structs. */
+int hkv_plan_index_bytes(const hkv_plan_params *p, uint64_t *gpu, uint64_t *host, hkv_err *err);
+
+/* Far tokens an eviction policy keeps per (layer, KV head) at p->n_ctx
+ * (0 for the others): their K/V rows are GPU-resident. */
+int64_t hkv_plan_kept_rows(const hkv_plan_params *p);
 
 /* The parameters the plan resolved for policy d at n_ctx, as text
  * ("ctkvr C=2048 rho=2480 rho'=992"). */

@@ -8,6 +8,7 @@
 #include "cli.h"
 #include "eval.h"
 #include "gpu_plan.h"
+#include "synthetic.h"
 
 static const char plan_usage[] =
     "usage: hetkv plan (--synthetic NAME | -m MODEL) (--gpu-mem LIST | --device cuda) [options]\n"
@@ -31,6 +32,10 @@ static const char plan_usage[] =
     "      --sink N          sink tokens in the near tier (default 4)\n"
     "      --local N         local window in the near tier (default 256)\n"
     "      --max-rows N      rows per forward call, sizes the workspace (default 256)\n"
+    "      --draft NAME|PATH speckv/specpc's draft: a synthetic shape or a GGUF file (default:\n"
+    "                        the target is its own draft)\n"
+    "      --gen N           of each context, tokens generated after the prompt (specpc keeps\n"
+    "                        C prompt tokens + these; default 0)\n"
     "      --batch N         admission check of N sequences: exit 1, naming what was needed\n"
     "                        and what was available, when any row does not fit\n"
     "      --json            one JSON object on stdout\n";
@@ -70,7 +75,8 @@ int hkv_cmd_plan(int argc, char **argv) {
     hkv_err err;
     hkv_err_clear(&err);
     const char *model = NULL, *policies = "full,ctkvr", *configs = NULL, *where = "gpu";
-    long long ctxs[MAXL] = {32768, 98304}, sink = 4, local = 256, max_rows = 256, batch = 0;
+    const char *draft = NULL;
+    long long ctxs[MAXL] = {32768, 98304}, sink = 4, local = 256, max_rows = 256, batch = 0, gen = 0;
     int n_ctx = 2, n_caps = 0, json = 0, rc = HKV_OK;
     uint64_t caps[MAXL], host_cap = 0;
     hkv_device_cli dc;
@@ -117,6 +123,10 @@ int hkv_cmd_plan(int argc, char **argv) {
             rc = hkv_arg_int(a, v, 1, 65536, &max_rows, &err);
         } else if (!strcmp(a, "--batch")) {
             rc = hkv_arg_int(a, v, 1, 1 << 20, &batch, &err);
+        } else if (!strcmp(a, "--draft")) {
+            draft = v;
+        } else if (!strcmp(a, "--gen")) {
+            rc = hkv_arg_int(a, v, 0, 1LL << 30, &gen, &err);
         } else {
             rc = hkv_seterr(&err, HKV_E_INVAL, "plan: unknown option '%s' (see hetkv plan --help)", a);
         }
@@ -142,11 +152,27 @@ int hkv_cmd_plan(int argc, char **argv) {
     }
     eval_config cfg[EVAL_MAX_CONFIGS];
     int n_cfg = 0;
-    hkv_model_config mc;
+    hkv_model_config mc, dmc;
     row *rows = NULL;
     if ((rc = eval_configs_parse(configs, cfg, &n_cfg, EVAL_MAX_CONFIGS, &err)) ||
         (rc = hkv_cli_model_config(model, dc.synthetic, &mc, &err)))
         goto out;
+    /* --draft: a synthetic shape by name, else a GGUF file's metadata. */
+    if (draft && hkv_synthetic_config(draft, &dmc, &err) != HKV_OK &&
+        (rc = hkv_cli_model_config(draft, NULL, &dmc, &err))) {
+        hkv_err_prefix(&err, "--draft '%s' (a synthetic shape or a GGUF file)", draft);
+        goto out;
+    }
+    if (draft && dmc.vocab != mc.vocab) {
+        rc = hkv_seterr(&err, HKV_E_INVAL, "--draft %s has a vocabulary of %d, the target %d: a "
+                        "draft must share the target's tokenizer", draft, dmc.vocab, mc.vocab);
+        goto out;
+    }
+    for (int i = 0; i < n_ctx && !rc; i++)
+        if (gen >= ctxs[i])
+            rc = hkv_seterr(&err, HKV_E_RANGE, "--gen %lld leaves no prompt in a context of %lld",
+                            gen, ctxs[i]);
+    if (rc) goto out;
     if (dc.cuda) {   /* the device's free memory, or each --gpu-mem checked against it */
         hkv_device_cli one = dc;
         for (int i = 0; i < (n_caps ? n_caps : 1) && !rc; i++) {
@@ -187,7 +213,8 @@ int hkv_cmd_plan(int argc, char **argv) {
                     hkv_plan_params pp = {.cfg = &mc, .batch = 1, .n_ctx = ctxs[xi],
                                           .L_init = (int)sink, .L_local = (int)local,
                                           .policy = cfg[pi].def, .args = &args,
-                                          .max_rows = (int)max_rows, .index_on_host = on_host};
+                                          .max_rows = (int)max_rows, .index_on_host = on_host,
+                                          .draft = draft ? &dmc : NULL, .n_gen = gen};
                     if ((rc = hkv_plan_compute(&pp, &r->one, &err))) goto out;
                     /* Placement only matters to policies with lists that can move. */
                     if (wi == 1 && r->one.index == rows[nr - 1].one.index &&
@@ -246,11 +273,13 @@ int hkv_cmd_plan(int argc, char **argv) {
             hkv_json_str(stdout, r->label, strlen(r->label));
             printf(",\"index_on\":\"%s\",\"near_per_seq\":%llu,\"index_per_seq\":%llu,"
                    "\"pinned_per_seq\":%llu,\"workspace_batch1\":%llu,\"max_batch\":%d,\"host_bound\":%s,"
-                   "\"gpu_at_max\":%llu,\"pinned_at_max\":%llu",
+                   "\"gpu_at_max\":%llu,\"pinned_at_max\":%llu,\"kept_per_seq\":%llu,"
+                   "\"draft\":%llu",
                    r->on_host ? "host" : "gpu", (unsigned long long)r->one.per_seq_near,
                    (unsigned long long)r->one.per_seq_index, (unsigned long long)r->one.per_seq_pinned,
                    (unsigned long long)r->one.workspace, r->max_batch, r->host_bound ? "true" : "false",
-                   (unsigned long long)r->at_max.gpu_total, (unsigned long long)r->at_max.pinned);
+                   (unsigned long long)r->at_max.gpu_total, (unsigned long long)r->at_max.pinned,
+                   (unsigned long long)r->one.per_seq_kept, (unsigned long long)r->one.draft);
             if (batch) {
                 printf(",\"batch\":%lld,\"fits\":%s", batch, r->admitted ? "true" : "false");
                 if (!r->admitted) {
@@ -279,6 +308,23 @@ int hkv_cmd_plan(int argc, char **argv) {
                    r->label, r->on_host ? "host" : "gpu", n, x, p, r->max_batch, r->host_bound ? "h" : " ",
                    r->max_batch ? g : "-", r->max_batch ? pm : "-");
         }
+        int any_kept = 0, any_draft = 0;
+        for (int i = 0; i < nr; i++) any_kept |= rows[i].one.per_seq_kept > 0, any_draft |= rows[i].one.draft > 0;
+        if (any_kept)
+            printf("(eviction policies: near/seq includes the kept set's K/V rows, GPU-resident)\n");
+        if (any_draft) {
+            for (int i = 0; i < nr; i++)
+                if (rows[i].one.draft && rows[i].cap == rows[0].cap && (i == 0 || rows[i].ctx != rows[i - 1].ctx ||
+                                          strcmp(rows[i].label, rows[i - 1].label))) {
+                    char dd[32];
+                    fmt(rows[i].one.draft, dd);
+                    printf("(%s at %lld: + %s once for the draft %s: its prompt KV and "
+                           "activations%s)\n", rows[i].label, rows[i].ctx, dd,
+                           draft ? dmc.name : "(the target itself, weights shared; --draft NAME|PATH "
+                           "for another)", draft ? ", weights" : "");
+                }
+        }
+        if (gen) printf("(of each context, %lld tokens generated after the prompt)\n", gen);
         if (host_cap) {
             char hc[32];
             fmt(host_cap, hc);

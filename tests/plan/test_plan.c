@@ -137,7 +137,9 @@ static void index_vs_policies(void) {
                 hkv_policy pol = {0};
                 CHECK(d->create(&pol, &a, &env, &err) == HKV_OK, "%s create: %s", d->name, err.msg);
                 uint64_t g = 0, h = 0;
-                CHECK(hkv_plan_index_bytes(d, &a, &c, ctxs[ci], 0, &g, &h, &err) == HKV_OK, "%s", err.msg);
+                hkv_plan_params pp = {.cfg = &c, .batch = 1, .n_ctx = ctxs[ci], .L_init = 4,
+                                      .L_local = 16, .policy = d, .args = &a};
+                CHECK(hkv_plan_index_bytes(&pp, &g, &h, &err) == HKV_OK, "%s", err.msg);
                 const double got = (double)mem.bytes[HKV_TIER_INDEX], want = (double)g;
                 const double slack = 2048 + 512.0 * c.n_layer + 128.0 * c.n_layer * c.n_head_kv;
                 CHECK(got >= want && got <= want + slack,
@@ -145,15 +147,18 @@ static void index_vs_policies(void) {
                       (long long)ctxs[ci], ai, want, got);
                 EQ(h, 0);
                 uint64_t g2 = 0, h2 = 0;   /* the host/GPU split adds up */
-                CHECK(hkv_plan_index_bytes(d, &a, &c, ctxs[ci], 1, &g2, &h2, &err) == HKV_OK, "split");
+                pp.index_on_host = 1;
+                CHECK(hkv_plan_index_bytes(&pp, &g2, &h2, &err) == HKV_OK, "split");
                 EQ(g2 + h2, g);
                 if (pol.ops) pol.ops->destroy(pol.self);
             }
     hkv_err err;
     uint64_t g;
-    const hkv_policy_def *rk = hkv_policy_find("rocketkv");
-    CHECK(rk && hkv_plan_index_bytes(rk, NULL, &c, 4096, 0, &g, NULL, &err) == HKV_E_UNSUPPORTED &&
-              strstr(err.msg, "rocketkv"),
+    /* Every registered policy has a formula now; an unknown one is refused by name. */
+    const hkv_policy_def none = {.name = "nosuch"};
+    hkv_plan_params pn = {.cfg = &c, .batch = 1, .n_ctx = 4096, .L_init = 4, .L_local = 16,
+                          .policy = &none};
+    CHECK(hkv_plan_index_bytes(&pn, &g, NULL, &err) == HKV_E_UNSUPPORTED && strstr(err.msg, "nosuch"),
           "a policy without a formula is refused by name");
 }
 
