@@ -84,8 +84,12 @@ cases = [
      "needs 31.04 GiB of GPU memory (weights 14.96 GiB, near 16.00 GiB, index 0 B, workspace 80.08 MiB) "
      "but the cap is 24.00 GiB"),
     ("plan no cap", [hetkv, "plan", "--synthetic", "llama3-8b"], 2, "no cap"),
-    ("plan policy without formula", [hetkv, "plan", "--synthetic", "llama3-8b", "--gpu-mem", "24G", "--policy",
-                                     "rocketkv"], 1, "no GPU memory formula for policy 'rocketkv'"),
+    ("plan missing draft", [hetkv, "plan", "--synthetic", "llama3-8b", "--gpu-mem", "24G", "--policy", "specpc",
+                            "--draft", os.path.join(tmp, "no_such_draft.gguf")], 1, "--draft '"),
+    ("plan draft vocabulary", [hetkv, "plan", "--synthetic", "llama3-8b", "--gpu-mem", "24G", "--policy",
+                               "speckv", "--draft", "smollm2-135m"], 1, "must share the target's tokenizer"),
+    ("plan gen too long", [hetkv, "plan", "--synthetic", "llama3-8b", "--gpu-mem", "24G", "--ctx", "1024",
+                           "--policy", "specpc", "--gen", "1024"], 1, "leaves no prompt"),
     ("dump bad token", [dump, *M, "--tokens", "1,99999999", "-o", os.path.join(tmp, "o.bin")], 1,
      "outside the vocabulary"),
 ]
