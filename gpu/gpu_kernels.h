@@ -163,6 +163,81 @@ int hkv_gpu_ctkvr_build(const hkv_gpu_ctkvr *ix, int s, const uint16_t *q, int64
                         int64_t lo, int64_t hi, void *ws, size_t ws_bytes, void *stream,
                         hkv_err *err);
 
+/* ---- other policies' prompt-end and decode pieces (window_scores.cu, pool_keep.cu,
+ * quest_select.cu). Compiled and reviewed against index/; not yet run on a GPU. ---- */
+
+/* index/window_scores.h's hkv_ws_window_scores on the device. Window: W
+ * rows of q (fp16 [W][n_head][d], row stride ldq) at positions pos0 + a.
+ * KV head h's key at position p: k + h*hs + p*ld (fp16). Head h scores
+ * n_rows[h] (device int32, NULL: n) far rows, row i at position rows[h*rows_ld
+ * + i] (device int32, ascending) or lo + i without rows. out[h*ld_out + i] =
+ * sum (reduce_max: max) over window rows a and h's g heads j of
+ * q_weight[a] (device fp32 [W], NULL: 1) * softmax_i(q_{a,j} . k / sqrt(d)),
+ * the softmax over the scored rows with position <= pos0 + a only (0 for the
+ * others). W = 0 gives zeros. d even <= 256, 4-byte aligned keys. Workspace:
+ * hkv_gpu_window_scores_ws_bytes(W, n_head, n) (small: per row and 4096-key
+ * chunk one (max, sum), no [W][n] matrix). */
+size_t hkv_gpu_window_scores_ws_bytes(int64_t W, int n_head, int64_t n);
+int hkv_gpu_window_scores(const uint16_t *q, int64_t ldq, int64_t W, int64_t pos0, int n_head,
+                          int n_head_kv, int d, const uint16_t *k, int64_t ld, int64_t hs,
+                          int64_t lo, int64_t n, const int32_t *rows, int64_t rows_ld,
+                          const int32_t *n_rows, const float *q_weight, int reduce_max,
+                          float *out, int64_t ld_out, void *ws, size_t ws_bytes, void *stream,
+                          hkv_err *err);
+
+/* hkv_ws_pool on n_batch rows of n (row b's length n_len[b], device int32,
+ * or n): in [b*ld_in ...] -> out [b*ld_out ...], distinct buffers; kernel
+ * odd; avg 0: max over the clipped window, 1: window sum / kernel. */
+int hkv_gpu_pool(const float *in, int64_t ld_in, float *out, int64_t ld_out, int n_batch,
+                 int64_t n, const int32_t *n_len, int kernel, int avg, void *stream,
+                 hkv_err *err);
+
+/* hkv_ws_keep per batch row b (scores s + b*lds, length n_len[b] or n):
+ * the min(k, len) best, positions >= force_from first (position rows[b*rows_ld
+ * + i], device int32 ascending, or lo + i), ties to the lower index; out
+ * [b*out_ld ...] gets their positions ascending, n_out[b] the count (device).
+ * s is not modified. */
+int hkv_gpu_keep(const float *s, int64_t lds, int n_batch, int64_t n, const int32_t *n_len,
+                 const int32_t *rows, int64_t rows_ld, int64_t lo, int64_t k, int64_t force_from,
+                 int32_t *out, int64_t out_ld, int32_t *n_out, void *stream, hkv_err *err);
+
+/* quest (index/quest.c): bounds fp16 [n_head_kv][np_cap][2d], page i of head
+ * h = [max | min] over positions [lo + i*P, lo + (i+1)*P). extend folds far
+ * positions [from, to) into their pages (from == lo starts afresh); bit-equal
+ * to the host's. select: for one token's q (fp32 [n_head_kv*g][d], device)
+ * over far [lo, hi) of built pages, per KV head the K pages of best group-max
+ * bound sum_e max(q_e*max_e, q_e*min_e) (ties to the lower page), as
+ * ascending positions into out [h*out_ld ...], the count into n_out[h]
+ * (device); all of [lo, hi) when hi - lo <= K*P. */
+int hkv_gpu_quest_extend(uint16_t *bounds, int64_t np_cap, int n_head_kv, int d, int64_t P,
+                         const uint16_t *k, int64_t ld, int64_t hs, int64_t lo, int64_t from,
+                         int64_t to, void *stream, hkv_err *err);
+size_t hkv_gpu_quest_select_ws_bytes(int n_head_kv, int64_t n_far, int64_t P, int64_t K);
+int hkv_gpu_quest_select(const uint16_t *bounds, int64_t np_cap, int n_head_kv, int g, int d,
+                         int64_t P, int64_t K, const float *q, int64_t lo, int64_t hi, int32_t *out,
+                         int64_t out_ld, int32_t *n_out, void *ws, size_t ws_bytes, void *stream,
+                         hkv_err *err);
+
+/* RocketKV stage 2 (index/rocketkv.c, rocketkv_hsa.cu). Lists: cand int32
+ * [KH][cap] ascending far positions, n_cand[h] valid (device); bounds fp16
+ * [KH][2d][pcap], pcap >= ceil(cap/page): rows 0..d-1 the max of each page of
+ * `page` list entries, rows d..2d-1 the min (the host's layout). bounds
+ * (re)builds pages >= pg_from of every list from the keys (k + h*hs +
+ * p*ld), bit-equal to the host's. hsa: the select of rerank=1 for one
+ * token's q (fp32 [KH*g][d], device): top `dims` coordinates of sum_j |q_j|,
+ * page estimates, SparQ-tempered softmax per head summed over the group,
+ * the top k list entries (ties to the lower entry) as ascending positions
+ * into out [h*out_ld ...], counts into n_out (device); a list of at most k
+ * entries comes back whole. d <= 256, g <= 64. */
+int hkv_gpu_rocketkv_bounds(const int32_t *cand, int64_t cap, const int32_t *n_cand, int n_head_kv,
+                            int d, int64_t page, int64_t pcap, int64_t pg_from, const uint16_t *k,
+                            int64_t ld, int64_t hs, uint16_t *bnd, void *stream, hkv_err *err);
+size_t hkv_gpu_rocketkv_hsa_ws_bytes(int n_head_kv, int g, int64_t cap, int64_t page);
+int hkv_gpu_rocketkv_hsa(const uint16_t *bnd, int64_t pcap, const int32_t *cand, int64_t cap,
+                         const int32_t *n_cand, int n_head_kv, int g, int d, int64_t page,
+                         int64_t dims, int64_t k, const float *q, int32_t *out, int64_t out_ld,
+                         int32_t *n_out, void *ws, size_t ws_bytes, void *stream, hkv_err *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -159,3 +159,82 @@ int hkv_gpu_ctkvr_build(const hkv_gpu_ctkvr *ix, int s, const uint16_t *q, int64
     (void)lo, (void)hi, (void)ws, (void)ws_bytes, (void)stream;
     return NO_CUDA(err, "gpu ctkvr build");
 }
+
+size_t hkv_gpu_window_scores_ws_bytes(int64_t W, int n_head, int64_t n)
+{
+    (void)W, (void)n_head, (void)n;
+    return 0;
+}
+int hkv_gpu_window_scores(const uint16_t *q, int64_t ldq, int64_t W, int64_t pos0, int n_head,
+                          int n_head_kv, int d, const uint16_t *k, int64_t ld, int64_t hs,
+                          int64_t lo, int64_t n, const int32_t *rows, int64_t rows_ld,
+                          const int32_t *n_rows, const float *q_weight, int reduce_max,
+                          float *out, int64_t ld_out, void *ws, size_t ws_bytes, void *stream,
+                          hkv_err *err)
+{
+    (void)q, (void)ldq, (void)W, (void)pos0, (void)n_head, (void)n_head_kv, (void)d, (void)k;
+    (void)ld, (void)hs, (void)lo, (void)n, (void)rows, (void)rows_ld, (void)n_rows, (void)q_weight;
+    (void)reduce_max, (void)out, (void)ld_out, (void)ws, (void)ws_bytes, (void)stream;
+    return NO_CUDA(err, "gpu window scores");
+}
+int hkv_gpu_pool(const float *in, int64_t ld_in, float *out, int64_t ld_out, int n_batch,
+                 int64_t n, const int32_t *n_len, int kernel, int avg, void *stream,
+                 hkv_err *err)
+{
+    (void)in, (void)ld_in, (void)out, (void)ld_out, (void)n_batch, (void)n, (void)n_len;
+    (void)kernel, (void)avg, (void)stream;
+    return NO_CUDA(err, "gpu pool");
+}
+int hkv_gpu_keep(const float *s, int64_t lds, int n_batch, int64_t n, const int32_t *n_len,
+                 const int32_t *rows, int64_t rows_ld, int64_t lo, int64_t k, int64_t force_from,
+                 int32_t *out, int64_t out_ld, int32_t *n_out, void *stream, hkv_err *err)
+{
+    (void)s, (void)lds, (void)n_batch, (void)n, (void)n_len, (void)rows, (void)rows_ld, (void)lo;
+    (void)k, (void)force_from, (void)out, (void)out_ld, (void)n_out, (void)stream;
+    return NO_CUDA(err, "gpu keep");
+}
+int hkv_gpu_quest_extend(uint16_t *bounds, int64_t np_cap, int n_head_kv, int d, int64_t P,
+                         const uint16_t *k, int64_t ld, int64_t hs, int64_t lo, int64_t from,
+                         int64_t to, void *stream, hkv_err *err)
+{
+    (void)bounds, (void)np_cap, (void)n_head_kv, (void)d, (void)P, (void)k, (void)ld, (void)hs;
+    (void)lo, (void)from, (void)to, (void)stream;
+    return NO_CUDA(err, "gpu quest extend");
+}
+size_t hkv_gpu_quest_select_ws_bytes(int n_head_kv, int64_t n_far, int64_t P, int64_t K)
+{
+    (void)n_head_kv, (void)n_far, (void)P, (void)K;
+    return 0;
+}
+int hkv_gpu_quest_select(const uint16_t *bounds, int64_t np_cap, int n_head_kv, int g, int d,
+                         int64_t P, int64_t K, const float *q, int64_t lo, int64_t hi, int32_t *out,
+                         int64_t out_ld, int32_t *n_out, void *ws, size_t ws_bytes, void *stream,
+                         hkv_err *err)
+{
+    (void)bounds, (void)np_cap, (void)n_head_kv, (void)g, (void)d, (void)P, (void)K, (void)q;
+    (void)lo, (void)hi, (void)out, (void)out_ld, (void)n_out, (void)ws, (void)ws_bytes, (void)stream;
+    return NO_CUDA(err, "gpu quest select");
+}
+int hkv_gpu_rocketkv_bounds(const int32_t *cand, int64_t cap, const int32_t *n_cand, int n_head_kv,
+                            int d, int64_t page, int64_t pcap, int64_t pg_from, const uint16_t *k,
+                            int64_t ld, int64_t hs, uint16_t *bnd, void *stream, hkv_err *err)
+{
+    (void)cand, (void)cap, (void)n_cand, (void)n_head_kv, (void)d, (void)page, (void)pcap;
+    (void)pg_from, (void)k, (void)ld, (void)hs, (void)bnd, (void)stream;
+    return NO_CUDA(err, "gpu rocketkv bounds");
+}
+size_t hkv_gpu_rocketkv_hsa_ws_bytes(int n_head_kv, int g, int64_t cap, int64_t page)
+{
+    (void)n_head_kv, (void)g, (void)cap, (void)page;
+    return 0;
+}
+int hkv_gpu_rocketkv_hsa(const uint16_t *bnd, int64_t pcap, const int32_t *cand, int64_t cap,
+                         const int32_t *n_cand, int n_head_kv, int g, int d, int64_t page,
+                         int64_t dims, int64_t k, const float *q, int32_t *out, int64_t out_ld,
+                         int32_t *n_out, void *ws, size_t ws_bytes, void *stream, hkv_err *err)
+{
+    (void)bnd, (void)pcap, (void)cand, (void)cap, (void)n_cand, (void)n_head_kv, (void)g, (void)d;
+    (void)page, (void)dims, (void)k, (void)q, (void)out, (void)out_ld, (void)n_out, (void)ws;
+    (void)ws_bytes, (void)stream;
+    return NO_CUDA(err, "gpu rocketkv hsa");
+}
