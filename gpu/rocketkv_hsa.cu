@@ -104,16 +104,20 @@ k_hsa_pages(const uint16_t *bnd, int64_t pcap, const int32_t *n_cand, int g, int
         a[c] = v;
     }
     __syncthreads();
+    for (int c = threadIdx.x; c < d; c += blockDim.x) {   /* rank of each coordinate */
+        const uint32_t kc = r_key(a[c]);
+        int rank = 0;
+        for (int c2 = 0; c2 < d; c2++) {
+            const uint32_t k2 = r_key(a[c2]);
+            rank += k2 > kc || (k2 == kc && c2 < c);
+        }
+        dim_row[c] = rank;
+    }
+    __syncthreads();
     if (threadIdx.x == 0) {   /* the top dims coordinates, in coordinate order */
         int m1 = 0;
         for (int c = 0; c < d; c++) {
-            const uint32_t kc = r_key(a[c]);
-            int rank = 0;
-            for (int c2 = 0; c2 < d; c2++) {
-                const uint32_t k2 = r_key(a[c2]);
-                rank += k2 > kc || (k2 == kc && c2 < c);
-            }
-            if (rank < dims) {
+            if (dim_row[c] < dims) {   /* m1 <= c: overwrites only ranks already read */
                 float sg = 0;
                 for (int j = 0; j < g; j++) sg += qh[j * d + c];
                 dim_c[m1] = c;
