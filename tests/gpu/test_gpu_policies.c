@@ -38,9 +38,9 @@ static void gauss_half(test_rng *r, uint16_t *dst, int64_t n, float amp)
     }
 }
 
-static void world_init(world *Wd, int64_t nfar, int64_t W, test_rng *r)
+static void world_init(world *Wd, int KH, int g, int d, int64_t nfar, int64_t W, test_rng *r)
 {
-    Wd->KH = 3, Wd->g = 3, Wd->H = 9, Wd->d = 64;
+    Wd->KH = KH, Wd->g = g, Wd->H = KH * g, Wd->d = d;
     Wd->lo = 4, Wd->hi = 4 + nfar, Wd->cap = Wd->hi + 80, Wd->W = W;
     Wd->pos0 = Wd->hi - W / 2;   /* the first half of the window is past every far key */
     hkv_cpu_kernels_init(&Wd->kern, test_best_isa());
@@ -747,33 +747,40 @@ static void rocketkv_check(hkv_gpu_ctx *ctx, const world *Wd, int64_t budget, te
 int main(void)
 {
     test_rng r = {11};
-    world A, B;
-    world_init(&A, 5000, 16, &r);   /* two 4096-key chunks */
-    world_init(&B, 700, 5, &r);
-    ws_case cs[4];
+    world A, B, C;
+    world_init(&A, 3, 3, 64, 5000, 16, &r);   /* SmolLM2's heads; two 4096-key chunks */
+    world_init(&B, 3, 3, 64, 700, 5, &r);
+    world_init(&C, 2, 4, 128, 2100, 32, &r);  /* Llama-3-8B's group and head size */
+    const world *cw[5] = {&A, &A, &A, &B, &C};
+    ws_case cs[5];
     ws_case_init(&cs[0], &A, 0, 0, 0, &r);   /* SnapKV's sum */
     ws_case_init(&cs[1], &A, 1, 1, 0, &r);   /* SpecPC's weighted max */
     ws_case_init(&cs[2], &A, 0, 0, 1, &r);   /* row lists (after a token-selective prefill) */
     ws_case_init(&cs[3], &B, 1, 0, 1, &r);
-    for (int i = 0; i < 4; i++) ws_check_host(i < 3 ? &A : &B, &cs[i]);
+    ws_case_init(&cs[4], &C, 0, 1, 0, &r);   /* weighted sum */
+    for (int i = 0; i < 5; i++) ws_check_host(cw[i], &cs[i]);
     rocketkv_host_check(&A, 64, &r);
     rocketkv_host_check(&B, 32, &r);
+    rocketkv_host_check(&C, 64, &r);
     quest_host_check(&A, 16, 256, &r);
     quest_host_check(&B, 5, 64, &r);
+    quest_host_check(&C, 32, 512, &r);
     if (test_failures) return test_report("gpu_policies (host references)");
     printf("gpu_policies: float64 references agree with the host (%d checks)\n", test_checks);
 
     hkv_gpu_ctx *ctx = gpu_test_open("gpu_policies");
-    for (int i = 0; i < 4; i++) ws_check_gpu(ctx, i < 3 ? &A : &B, &cs[i]);
+    for (int i = 0; i < 5; i++) ws_check_gpu(ctx, cw[i], &cs[i]);
     pool_keep_check(ctx, 5000, &r);
     pool_keep_check(ctx, 200, &r);
     quest_check(ctx, &A, 16, 256, &r);
     quest_check(ctx, &B, 5, 64, &r);    /* partial last pages */
     quest_check(ctx, &B, 16, 4096, &r); /* the budget covers the far tier */
+    quest_check(ctx, &C, 32, 512, &r);
     rocketkv_check(ctx, &A, 64, &r);
     rocketkv_check(ctx, &B, 32, &r);
+    rocketkv_check(ctx, &C, 64, &r);
     hkv_gpu_ctx_destroy(ctx);
-    for (int i = 0; i < 4; i++) free(cs[i].rows), free(cs[i].qw);
-    free(A.k), free(A.q), free(B.k), free(B.q);
+    for (int i = 0; i < 5; i++) free(cs[i].rows), free(cs[i].qw);
+    free(A.k), free(A.q), free(B.k), free(B.q), free(C.k), free(C.q);
     return test_report("gpu_policies");
 }
