@@ -67,13 +67,8 @@ static double arg_of(const hkv_policy_args *a, int i)
 /* Parameters with the derived defaults filled in from the context length. */
 static int resolve(const hkv_policy_args *a, int64_t n_ctx, ct_conf *c, hkv_err *err)
 {
-    for (int i = 0; i < P_COUNT; i++) {
-        double v = arg_of(a, i);
-        const hkv_param_def *p = &ctkvr_params[i];
-        if (!isnan(v) && (v < p->lo || v > p->hi || (p->is_int && v != floor(v))))
-            return hkv_seterr(err, HKV_E_RANGE, "ctkvr: %s=%g is out of range (%g..%g%s)",
-                              p->key, v, p->lo, p->hi, p->is_int ? ", integer" : "");
-    }
+    int rc_args = hkv_policy_args_check(&hkv_policy_ctkvr, a, err);
+    if (rc_args) return rc_args;
     if (n_ctx < 1) n_ctx = 1;
     double v = arg_of(a, P_C);
     c->C = isnan(v) ? hkv_min64(2048, n_ctx / 16) : (int64_t)v;

@@ -168,6 +168,10 @@ const hkv_policy_def *const *hkv_policy_list(void);
 /* Parse "KEY=VALUE" into args (checks key and range, names both on error). */
 int hkv_policy_args_init(const hkv_policy_def *d, hkv_policy_args *a);
 int hkv_policy_arg_set(const hkv_policy_def *d, hkv_policy_args *a, const char *kv, hkv_err *err);
+/* Every set value of a within its parameter's range (and an integer where
+ * asked): what each policy's create checks, since args may be filled
+ * directly rather than through hkv_policy_arg_set. */
+int hkv_policy_args_check(const hkv_policy_def *d, const hkv_policy_args *a, hkv_err *err);
 /* Value of parameter `key`: the one set, else the default (NAN if derived). */
 double hkv_policy_arg(const hkv_policy_def *d, const hkv_policy_args *a, const char *key);
 

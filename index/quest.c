@@ -224,13 +224,8 @@ static int quest_create(hkv_policy *out, const hkv_policy_args *a, const hkv_pol
         return hkv_seterr(err, HKV_E_INVAL, "quest: bad shape (%d layers, %d heads, %d KV heads, "
                           "d=%d, context %lld) or no kernels", sh->n_layer, sh->n_head,
                           sh->n_head_kv, sh->head_dim, (long long)env->n_ctx);
-    for (int i = 0; i < P_COUNT; i++) {
-        double v = arg_of(a, i);
-        const hkv_param_def *p = &quest_params[i];
-        if (!isnan(v) && (v < p->lo || v > p->hi || v != floor(v)))
-            return hkv_seterr(err, HKV_E_RANGE, "quest: %s=%g is out of range (%g..%g, integer)",
-                              p->key, v, p->lo, p->hi);
-    }
+    int rc_args = hkv_policy_args_check(&hkv_policy_quest, a, err);
+    if (rc_args) return rc_args;
     quest *s = hkv_host_calloc(env->mem, HKV_TIER_INDEX, sizeof *s, err);
     if (!s) return hkv_err_prefix(err, "quest");
     s->kern = env->kern, s->mem = env->mem;

@@ -69,6 +69,17 @@ int hkv_policy_arg_set(const hkv_policy_def *d, hkv_policy_args *a, const char *
     return HKV_OK;
 }
 
+int hkv_policy_args_check(const hkv_policy_def *d, const hkv_policy_args *a, hkv_err *err) {
+    for (int i = 0; a && i < d->n_params; i++) {
+        const double v = a->v[i];
+        const hkv_param_def *p = &d->params[i];
+        if (!isnan(v) && (v < p->lo || v > p->hi || (p->is_int && v != floor(v))))
+            return hkv_seterr(err, HKV_E_RANGE, "%s: %s=%g is out of range (%g..%g%s)", d->name,
+                              p->key, v, p->lo, p->hi, p->is_int ? ", integer" : "");
+    }
+    return HKV_OK;
+}
+
 double hkv_policy_arg(const hkv_policy_def *d, const hkv_policy_args *a, const char *key) {
     int i = param_index(d, key, strlen(key));
     if (i < 0) return NAN;

@@ -431,13 +431,8 @@ static int rocketkv_create(hkv_policy *out, const hkv_policy_args *a, const hkv_
         return hkv_seterr(err, HKV_E_INVAL, "rocketkv: bad shape (%d layers, %d heads, %d KV heads, "
                           "d=%d, context %lld) or no kernels", sh->n_layer, sh->n_head,
                           sh->n_head_kv, sh->head_dim, (long long)env->n_ctx);
-    for (int i = 0; i < P_COUNT; i++) {
-        double v = arg_of(a, i);
-        const hkv_param_def *p = &rocketkv_params[i];
-        if (!isnan(v) && (v < p->lo || v > p->hi || (p->is_int && v != floor(v))))
-            return hkv_seterr(err, HKV_E_RANGE, "rocketkv: %s=%g is out of range (%g..%g%s)",
-                              p->key, v, p->lo, p->hi, p->is_int ? ", integer" : "");
-    }
+    int rc_args = hkv_policy_args_check(&hkv_policy_rocketkv, a, err);
+    if (rc_args) return rc_args;
     if (((int)arg_of(a, P_KERNEL) & 1) == 0)
         return hkv_seterr(err, HKV_E_RANGE, "rocketkv: kernel=%g must be odd (a centred window)",
                           arg_of(a, P_KERNEL));

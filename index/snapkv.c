@@ -230,13 +230,8 @@ static int snapkv_create(hkv_policy *out, const hkv_policy_args *a, const hkv_po
         sh->n_head < sh->n_head_kv || sh->n_head % sh->n_head_kv)
         return hkv_seterr(err, HKV_E_INVAL, "snapkv: bad shape (%d layers, %d heads, %d KV heads, "
                           "d=%d) or no kernels", sh->n_layer, sh->n_head, sh->n_head_kv, sh->head_dim);
-    for (int i = 0; i < P_COUNT; i++) {
-        double v = arg_of(a, i);
-        const hkv_param_def *p = &snapkv_params[i];
-        if (!isnan(v) && (v < p->lo || v > p->hi || v != floor(v)))
-            return hkv_seterr(err, HKV_E_RANGE, "snapkv: %s=%g is out of range (%g..%g, integer)",
-                              p->key, v, p->lo, p->hi);
-    }
+    int rc_args = hkv_policy_args_check(&hkv_policy_snapkv, a, err);
+    if (rc_args) return rc_args;
     if (((int)arg_of(a, P_KERNEL) & 1) == 0)
         return hkv_seterr(err, HKV_E_RANGE, "snapkv: kernel=%g must be odd (a centred window)",
                           arg_of(a, P_KERNEL));

@@ -159,13 +159,8 @@ static const hkv_policy_ops speckv_ops = {
 
 static int speckv_create(hkv_policy *out, const hkv_policy_args *a, const hkv_policy_env *env,
                          hkv_err *err) {
-    for (int i = 0; i < P_COUNT; i++) {
-        double v = arg_of(a, i);
-        const hkv_param_def *p = &speckv_params[i];
-        if (!isnan(v) && (v < p->lo || v > p->hi || v != floor(v)))
-            return hkv_seterr(err, HKV_E_RANGE, "speckv: %s=%g is out of range (%g..%g, integer)",
-                              p->key, v, p->lo, p->hi);
-    }
+    int rc_args = hkv_policy_args_check(&hkv_policy_speckv, a, err);
+    if (rc_args) return rc_args;
     if (((int)arg_of(a, P_KERNEL) & 1) == 0)
         return hkv_seterr(err, HKV_E_RANGE, "speckv: kernel=%g must be odd (a centred window)",
                           arg_of(a, P_KERNEL));

@@ -20,14 +20,8 @@ static const hkv_param_def specpc_params[] = {
 
 static int specpc_create(hkv_policy *out, const hkv_policy_args *a, const hkv_policy_env *env,
                          hkv_err *err) {
-    const int n = (int)(sizeof specpc_params / sizeof specpc_params[0]);
-    for (int i = 0; i < n; i++) {
-        double v = a ? a->v[i] : NAN;
-        const hkv_param_def *p = &specpc_params[i];
-        if (!isnan(v) && (v < p->lo || v > p->hi || v != floor(v)))
-            return hkv_seterr(err, HKV_E_RANGE, "specpc: %s=%g is out of range (%g..%g, integer)",
-                              p->key, v, p->lo, p->hi);
-    }
+    int rc_args = hkv_policy_args_check(&hkv_policy_specpc, a, err);
+    if (rc_args) return rc_args;
     hkv_policy_args none;
     hkv_policy_args_init(&hkv_policy_full, &none);
     return hkv_policy_full.create(out, &none, env, err);
