@@ -93,13 +93,18 @@ static int64_t far_of(const hkv_plan_params *p) {
     return max64(0, p->n_ctx - p->L_init - p->L_local);
 }
 
+/* The policy's arguments, or its defaults when none were given. */
+static const hkv_policy_args *args_or_default(const hkv_policy_def *d, const hkv_policy_args *a,
+                                              hkv_policy_args *dflt) {
+    if (a) return a;
+    hkv_policy_args_init(d, dflt);
+    return dflt;
+}
+
 void hkv_plan_describe(const hkv_policy_def *d, const hkv_policy_args *a, int64_t n_ctx,
                        char *buf, size_t cap) {
     hkv_policy_args dflt;
-    if (!a) {
-        hkv_policy_args_init(d, &dflt);
-        a = &dflt;
-    }
+    a = args_or_default(d, a, &dflt);
     if (d == &hkv_policy_ctkvr) {
         int64_t C, rho_p, rho;
         ctkvr_conf(a, n_ctx, &C, &rho_p, &rho);
@@ -130,11 +135,7 @@ void hkv_plan_describe(const hkv_policy_def *d, const hkv_policy_args *a, int64_
 int64_t hkv_plan_kept_rows(const hkv_plan_params *p) {
     const hkv_policy_def *d = p->policy ? p->policy : &hkv_policy_full;
     hkv_policy_args dflt;
-    const hkv_policy_args *a = p->args;
-    if (!a) {
-        hkv_policy_args_init(d, &dflt);
-        a = &dflt;
-    }
+    const hkv_policy_args *a = args_or_default(d, p->args, &dflt);
     const int64_t far = far_of(p);
     if (d == &hkv_policy_snapkv || d == &hkv_policy_laq || d == &hkv_policy_speckv ||
         d == &hkv_policy_fastkv)
@@ -155,11 +156,7 @@ int hkv_plan_index_bytes(const hkv_plan_params *p, uint64_t *gpu, uint64_t *host
     if (rc) return rc;
     const hkv_policy_def *d = p->policy ? p->policy : &hkv_policy_full;
     hkv_policy_args dflt;
-    const hkv_policy_args *a = p->args;
-    if (!a) {
-        hkv_policy_args_init(d, &dflt);
-        a = &dflt;
-    }
+    const hkv_policy_args *a = args_or_default(d, p->args, &dflt);
     const int64_t n_ctx = p->n_ctx;
     const int index_on_host = p->index_on_host;
     const uint64_t L = (uint64_t)c->n_layer, KH = (uint64_t)c->n_head_kv, H = (uint64_t)c->n_head;
@@ -251,11 +248,7 @@ int hkv_plan_compute(const hkv_plan_params *p, hkv_plan *o, hkv_err *err) {
                           "out of range", p->L_init, p->L_local, p->max_rows, p->weight_elem_bytes);
     const hkv_policy_def *d = p->policy ? p->policy : &hkv_policy_full;
     hkv_policy_args dflt;
-    const hkv_policy_args *a = p->args;
-    if (!a) {
-        hkv_policy_args_init(d, &dflt);
-        a = &dflt;
-    }
+    const hkv_policy_args *a = args_or_default(d, p->args, &dflt);
     const uint64_t B = (uint64_t)p->batch, L = (uint64_t)c->n_layer, KH = (uint64_t)c->n_head_kv;
     const uint64_t hd = (uint64_t)c->head_dim, H = (uint64_t)c->n_head;
     const uint64_t ctx = (uint64_t)p->n_ctx;
