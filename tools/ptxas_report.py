@@ -29,6 +29,12 @@ import tempfile
 
 EXIT_SKIP = 77
 
+
+def die(msg):
+    """Usage errors exit 2, apart from --check's 1 (problems found)."""
+    print(msg, file=sys.stderr)
+    sys.exit(2)
+
 # Include dirs and defines of the project build (meson.build's `inc` and the
 # CUDA branch's -DHKV_HAVE_CUDA=1; release buildtype gives -O3 -DNDEBUG).
 # No -std: the build passes none, so nvcc's default dialect applies here too.
@@ -71,7 +77,7 @@ def find_nvcc(explicit):
 def arch_limits(arch):
     base = re.sub(r'[a-z]$', '', arch)  # sm_90a has sm_90's limits
     if base not in ARCH_LIMITS:
-        raise SystemExit('ptxas_report: no occupancy limits known for %s (know: %s)'
+        die('ptxas_report: no occupancy limits known for %s (know: %s)'
                          % (arch, ', '.join(sorted(ARCH_LIMITS))))
     return dict(COMMON_LIMITS, **ARCH_LIMITS[base])
 
@@ -315,7 +321,19 @@ def compile_one(nvcc, root, src, archs, maxrreg, workdir):
     return src, parse_ptxas(p.stdout + p.stderr), ptx, None
 
 
-def build_report(nvcc, root, files, archs, maxrreg, jobs):
+def parse_launch(spec):
+    """'k_a=128:20608,k_b=256' -> {name: (threads, dynamic smem bytes)}."""
+    out = {}
+    for item in filter(None, (x.strip() for x in spec.split(','))):
+        m = re.fullmatch(r'([\w:$.]+)=(\d+)(?::(\d+))?', item)
+        if not m:
+            die('ptxas_report: --launch %r: want NAME=THREADS[:DYN_SMEM_BYTES]' % item)
+        out[m.group(1)] = (int(m.group(2)), int(m.group(3) or 0))
+    return out
+
+
+def build_report(nvcc, root, files, archs, maxrreg, jobs, launch=None):
+    launch = launch or {}
     rows, callees, errors = [], [], []
     with tempfile.TemporaryDirectory(prefix='ptxas_report.') as work:
         with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -340,13 +358,21 @@ def build_report(nvcc, root, files, archs, maxrreg, jobs):
                 callees.append(base)
                 continue
             p = ptx.get(arch, {}).get(name, {})
-            block = p.get('block') or DEFAULT_BLOCK
-            row = dict(base, smem_static=rec['smem'], barriers=rec['barriers'],
+            block, block_from = p.get('block') or DEFAULT_BLOCK, p.get('block_from') or 'assumed'
+            dyn = 0
+            if dem[name][1] in launch:
+                block, dyn = launch[dem[name][1]]
+                block_from = '--launch'
+                if p.get('block') and block > p['block']:
+                    die('ptxas_report: --launch %s=%d exceeds its %s %d'
+                                     % (dem[name][1], block, p['block_from'], p['block']))
+            row = dict(base, smem_static=rec['smem'], smem_dynamic=dyn, barriers=rec['barriers'],
                        cmem={str(k): v for k, v in sorted(rec['cmem'].items())},
-                       block=block, block_from=p.get('block_from') or 'assumed',
+                       block=block, block_from=block_from,
                        mma=p.get('mma', 0), ldg128=p.get('ldg128', 0), ldg=p.get('ldg', 0),
                        ldg_by_bits={str(k): v for k, v in sorted(p.get('ldg_bits', {}).items())})
-            row.update(occupancy(arch_limits(arch), rec['regs'], rec['smem'], rec['barriers'], block))
+            row.update(occupancy(arch_limits(arch), rec['regs'], rec['smem'] + dyn, rec['barriers'],
+                                 block))
             rows.append(row)
     return rows, callees, errors
 
@@ -368,10 +394,11 @@ def markdown(rows, callees, archs):
             if r['arch'] != arch:
                 continue
             cmem = ' '.join('c%s=%d' % kv for kv in sorted(r['cmem'].items())) or '-'
-            block = '%d' % r['block'] + ('' if r['block_from'] != 'assumed' else '*')
-            out.append('| %s | %s | %s | %d/%d | %d | %d | %s | %s | %d | %.0f%% | %s | %d | %d / %d |' % (
+            block = '%d%s' % (r['block'], {'assumed': '*', '--launch': '='}.get(r['block_from'], ''))
+            smem = '%d' % r['smem_static'] + ('+%d' % r['smem_dynamic'] if r['smem_dynamic'] else '')
+            out.append('| %s | %s | %s | %d/%d | %d | %s | %s | %s | %d | %.0f%% | %s | %d | %d / %d |' % (
                 r['kernel'], r['file'], _num(r['registers']), r['spill_stores'], r['spill_loads'],
-                r['stack_frame'], r['smem_static'], cmem, block, r['blocks_per_sm'],
+                r['stack_frame'], smem, cmem, block, r['blocks_per_sm'],
                 100 * r['occupancy'], ', '.join(r['limited_by']), r['mma'], r['ldg128'], r['ldg']))
         cs = [c for c in callees if c['arch'] == arch]
         if cs:
@@ -382,8 +409,9 @@ def markdown(rows, callees, archs):
                 out.append('| %s | %s | %s | %d/%d | %d |' % (c['kernel'], c['file'], _num(c['registers']),
                            c['spill_stores'], c['spill_loads'], c['stack_frame']))
         out.append('')
-    out.append('`*` block size not in the PTX (no `__launch_bounds__`): %d assumed. '
-               'Occupancy: static shared memory only, no dynamic.' % DEFAULT_BLOCK)
+    out.append('block: from `__launch_bounds__` (.maxntid); `*` none there, %d assumed; `=` given '
+               'by --launch. smem: static, `+N` dynamic given by --launch (otherwise none is '
+               'counted).' % DEFAULT_BLOCK)
     return '\n'.join(out) + '\n'
 
 
@@ -514,6 +542,10 @@ def main(argv=None):
                     help='pass -maxrregcount=N (to provoke spills when testing --check)')
     ap.add_argument('--self-test', action='store_true',
                     help='compile a probe with a known spill, MMA and 128-bit load; exit 1 unless all are seen')
+    ap.add_argument('--launch', default='',
+                    help='NAME=THREADS[:DYN_SMEM],...: block size and dynamic shared memory of '
+                         'named kernels as the host launches them (for occupancy)')
+    ap.add_argument('--kernels', help='comma list: report only these kernels (--check sees all)')
     ap.add_argument('--jobs', type=int, default=2, help='parallel nvcc runs (default 2)')
     args = ap.parse_args(argv)
 
@@ -547,16 +579,27 @@ def main(argv=None):
         print('ptxas_report: no .cu files under %s' % root, file=sys.stderr)
         return 2
 
+    launch = parse_launch(args.launch)
     rows, callees, errors = build_report(nvcc, root, files, archs, args.maxrregcount,
-                                         max(1, args.jobs))
+                                         max(1, args.jobs), launch)
+    unknown = sorted(set(launch) - {r['kernel'] for r in rows})
+    if unknown and not errors:
+        print('ptxas_report: --launch names no compiled kernel: %s' % ', '.join(unknown),
+              file=sys.stderr)
+        return 2
+    shown, shown_callees = rows, callees
+    if args.kernels:
+        wanted = {k.strip() for k in args.kernels.split(',')}
+        shown = [r for r in rows if r['kernel'] in wanted]
+        shown_callees = [c for c in callees if c['kernel'] in wanted]
     for src, err in errors:
         print('ptxas_report: %s failed to compile:\n%s' % (src, err), file=sys.stderr)
     if args.json:
         text = json.dumps({'nvcc': nvcc, 'archs': archs, 'maxrregcount': args.maxrregcount,
-                           'default_block': DEFAULT_BLOCK, 'kernels': rows,
-                           'device_functions': callees}, indent=1) + '\n'
+                           'default_block': DEFAULT_BLOCK, 'kernels': shown,
+                           'device_functions': shown_callees}, indent=1) + '\n'
     else:
-        text = markdown(rows, callees, archs)
+        text = markdown(shown, shown_callees, archs)
     if args.out:
         with open(args.out, 'w') as fh:
             fh.write(text)
