@@ -48,7 +48,7 @@ static __device__ __forceinline__ void hkv_att_block(
     const int32_t *__restrict__ idx, int64_t kend, int d, float scale, const float *q,
     int64_t klim, float *out, float *lse, bool active)
 {
-    extern __shared__ __align__(16) uint32_t att_smem[];
+    HKV_DYN_SHARED(uint32_t, att_smem);
     const int dh = d / 2, kstr = dh + 1, dw = d / 32;
     uint32_t *ks = att_smem;                        /* [32][kstr] */
     uint32_t *vs = ks + ATT_TILE * kstr;            /* [32][dh] */

@@ -45,7 +45,7 @@ extern "C" int hkv_gpu_attn_decode(const float *q, int n_seq, int n_head, int n_
                           "pairs exceed a grid", n_seq, n_head_kv);
     const int g = n_head / n_head_kv, warps = g < ATT_WARPS ? g : ATT_WARPS;
     dim3 grid((unsigned)((int64_t)n_seq * n_head_kv), (unsigned)((g + ATT_WARPS - 1) / ATT_WARPS));
-    k_attn_decode<<<grid, warps * 32, hkv_att_smem_bytes(d), hkv_stream(stream)>>>(
+    HKV_LAUNCH(k_attn_decode, grid, warps * 32, hkv_att_smem_bytes(d), hkv_stream(stream))(
         q, n_head, n_head_kv, g, d, k, v, ld, hs, ss, n_rows, idx, idx_ld, scale, out, lse);
     HKV_LAUNCH_CHECK(err);
     return HKV_OK;
@@ -89,7 +89,8 @@ extern "C" int hkv_gpu_attn_merge(float *out_a, float *lse_a, const float *out_b
                           (long long)n, d);
     if (!n) return HKV_OK;
     const int rows_per_block = 8;
-    k_attn_merge<<<hkv_grid1(n, rows_per_block), rows_per_block * 32, 0, hkv_stream(stream)>>>(
+    HKV_LAUNCH(k_attn_merge, hkv_grid1(n, rows_per_block), rows_per_block * 32, 0,
+               hkv_stream(stream))(
         out_a, lse_a, out_b, lse_b, n, d);
     HKV_LAUNCH_CHECK(err);
     return HKV_OK;

@@ -50,7 +50,7 @@ extern "C" int hkv_gpu_attn_prefill(const float *q, int64_t ldq, int64_t nq, int
         return hkv_seterr(err, HKV_E_RANGE, "gpu prefill attention: %lld queries in one call; "
                           "split the chunk", (long long)nq);
     dim3 grid((unsigned)bx, (unsigned)n_head_kv);
-    k_attn_prefill<<<grid, ATT_WARPS * 32, hkv_att_smem_bytes(d), hkv_stream(stream)>>>(
+    HKV_LAUNCH(k_attn_prefill, grid, ATT_WARPS * 32, hkv_att_smem_bytes(d), hkv_stream(stream))(
         q, ldq, nq, n_head, g, d, p0, k, v, ld, hs, scale, out, ldo, lse);
     HKV_LAUNCH_CHECK(err);
     return HKV_OK;

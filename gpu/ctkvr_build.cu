@@ -50,7 +50,7 @@ static __global__ void k_build_scores(const uint16_t *q, int64_t ldq, int64_t i0
                                int d, int h, const uint16_t *k, int64_t ld, int64_t lo,
                                int64_t nfar, int ct, float *scores)
 {
-    extern __shared__ uint32_t bs_smem[];
+    HKV_DYN_SHARED(uint32_t, bs_smem);
     const int dh = d / 2, kstr = dh + 1, gdh = g * dh;
     uint32_t *qs = bs_smem;               /* [ct][g*dh] */
     uint32_t *ks = qs + ct * gdh;         /* [BK][kstr] */
@@ -95,7 +95,7 @@ static __device__ __forceinline__ uint32_t sel_key(float x)
 
 static __global__ void __launch_bounds__(SEL_THREADS)
 k_build_select(const float *scores, int64_t nfar, int64_t lo, int64_t rho, int64_t i0, int64_t n,
-               int h, const int32_t *slot, int32_t *ivf, int32_t *len, int64_t C, int64_t list0)
+               int h, const int32_t *slot, int32_t *ivf, int32_t *len, int64_t list0)
 {
     __shared__ uint32_t hist[256];
     __shared__ uint32_t prefix_s, mask_s;
@@ -199,10 +199,11 @@ extern "C" int hkv_gpu_ctkvr_build(const hkv_gpu_ctkvr *ix, int s, const uint16_
     cudaStream_t st = hkv_stream(stream);
     const int64_t nfar = hi - lo, rho = ix->rho, C = ix->C, lists0 = (int64_t)s * KH * C;
     dim3 gc((unsigned)n, (unsigned)KH);
-    k_build_cent<<<gc, 128, 0, st>>>(q, ldq, n, H, KH, d, C, slot, ix->cent, s);
+    HKV_LAUNCH(k_build_cent, gc, 128, 0, st)(q, ldq, n, H, KH, d, C, slot, ix->cent, s);
     HKV_LAUNCH_CHECK(err);
     if (nfar <= rho) {
-        k_build_fill<<<gc, 256, 0, st>>>(n, lo, nfar, rho, slot, ix->ivf, ix->len, C, lists0);
+        HKV_LAUNCH(k_build_fill, gc, 256, 0, st)(
+            n, lo, nfar, rho, slot, ix->ivf, ix->len, C, lists0);
         HKV_LAUNCH_CHECK(err);
         return HKV_OK;
     }
@@ -229,12 +230,11 @@ extern "C" int hkv_gpu_ctkvr_build(const hkv_gpu_ctkvr *ix, int s, const uint16_
         for (int64_t i0 = 0; i0 < n; i0 += cb) {
             const int64_t nc = n - i0 < cb ? n - i0 : cb;
             dim3 gs((unsigned)((nfar + BK - 1) / BK), (unsigned)((nc + ct - 1) / ct));
-            k_build_scores<<<gs, BK * ct, smem, st>>>(q, ldq, i0, nc, g, d, h, k + h * hs, ld, lo,
-                                                      nfar, ct, scores);
+            HKV_LAUNCH(k_build_scores, gs, BK * ct, smem, st)(
+                q, ldq, i0, nc, g, d, h, k + h * hs, ld, lo, nfar, ct, scores);
             HKV_LAUNCH_CHECK(err);
-            k_build_select<<<(unsigned)nc, SEL_THREADS, 0, st>>>(scores, nfar, lo, rho, i0, n, h,
-                                                                slot, ix->ivf, ix->len, C,
-                                                                lists0 + (int64_t)h * C);
+            HKV_LAUNCH(k_build_select, (unsigned)nc, SEL_THREADS, 0, st)(
+                scores, nfar, lo, rho, i0, n, h, slot, ix->ivf, ix->len, lists0 + (int64_t)h * C);
             HKV_LAUNCH_CHECK(err);
         }
     return HKV_OK;

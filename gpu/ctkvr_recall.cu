@@ -54,7 +54,7 @@ k_ctkvr_recall(const uint16_t *cent, const int32_t *ivf, const int32_t *len, con
                const int64_t *far, int64_t W, float *score_ws, uint32_t *bm_ws, int32_t *cand,
                int64_t cand_cap, int32_t *n_cand)
 {
-    extern __shared__ float qn[];            /* [g][d] unit query heads */
+    HKV_DYN_SHARED(float, qn);            /* [g][d] unit query heads */
     __shared__ float red_v[RC_WARPS];
     __shared__ int red_i[RC_WARPS];
     __shared__ int sel_last;
@@ -196,7 +196,7 @@ extern "C" int hkv_gpu_ctkvr_recall(const hkv_gpu_ctkvr *ix, const float *q, int
     const size_t pairs = (size_t)ix->n_seq * ix->n_head_kv;
     float *score_ws = (float *)ws;
     uint32_t *bm_ws = (uint32_t *)(score_ws + pairs * (size_t)ix->C);
-    k_ctkvr_recall<<<(unsigned)pairs, RC_THREADS, smem, hkv_stream(stream)>>>(
+    HKV_LAUNCH(k_ctkvr_recall, (unsigned)pairs, RC_THREADS, smem, hkv_stream(stream))(
         ix->cent, ix->ivf, ix->len, ix->fifo, ix->n_head, ix->n_head_kv, ix->d, ix->C, ix->rho, q,
         Cp, far, (int64_t)rc_words(max_far), score_ws, bm_ws, cand, cand_cap, n_cand);
     HKV_LAUNCH_CHECK(err);
@@ -255,7 +255,7 @@ extern "C" int hkv_gpu_ctkvr_dcu(const hkv_gpu_ctkvr *ix, const float *q, const 
         return hkv_seterr(err, HKV_E_INVAL, "gpu ctkvr dcu: bad arguments (selection stride %lld)",
                           (long long)sel_ld);
     const size_t pairs = (size_t)ix->n_seq * ix->n_head_kv;
-    k_ctkvr_dcu<<<(unsigned)pairs, RC_THREADS, 0, hkv_stream(stream)>>>(
+    HKV_LAUNCH(k_ctkvr_dcu, (unsigned)pairs, RC_THREADS, 0, hkv_stream(stream))(
         ix->cent, ix->ivf, ix->len, ix->fifo, ix->n_head, ix->n_head_kv, ix->d, ix->C, ix->rho, q,
         sel, sel_ld, n_sel);
     HKV_LAUNCH_CHECK(err);

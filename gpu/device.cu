@@ -9,6 +9,12 @@ extern "C" {
 
 extern "C" int hkv_gpu_built(void) { return 1; }
 
+#ifdef HKV_CUDA_EMU
+extern "C" const char *hkv_gpu_backend(void) { return "cuda-emu"; }
+#else
+extern "C" const char *hkv_gpu_backend(void) { return "cuda"; }
+#endif
+
 extern "C" int hkv_gpu_query(hkv_gpu_device *devs, int max, int *n, char *why, size_t why_cap) {
     *n = 0;
     if (why && why_cap) why[0] = 0;
@@ -31,6 +37,9 @@ extern "C" int hkv_gpu_query(hkv_gpu_device *devs, int max, int *n, char *why, s
         d->cc_major = p.major;
         d->cc_minor = p.minor;
         d->sm_count = p.multiProcessorCount;
+#ifdef HKV_CUDA_EMU
+        d->emulated = 1;
+#endif
         size_t fr = 0, tot = 0;
         if (cudaSetDevice(i) == cudaSuccess && cudaMemGetInfo(&fr, &tot) == cudaSuccess)
             d->mem_free = fr;

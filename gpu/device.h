@@ -14,10 +14,15 @@ typedef struct hkv_gpu_device {
     size_t mem_total, mem_free;
     int cc_major, cc_minor;
     int sm_count;
+    int emulated;   /* 1: the CUDA emulator on the CPU (-Dgpu_emu=true), not a GPU */
 } hkv_gpu_device;
 
 /* 1 when this binary was built with the gpu/ tree. */
 int hkv_gpu_built(void);
+
+/* What gpu/ runs on in this binary, as JSON outputs name it: "cuda" (nvcc,
+ * a real GPU), "cuda-emu" (the CUDA emulator on the CPU) or "none". */
+const char *hkv_gpu_backend(void);
 
 /* Fill up to max devices; *n gets the count (0 when none). When there are
  * none, `why` explains (not built with CUDA, no driver, no device, ...).

@@ -6,6 +6,8 @@
 
 int hkv_gpu_built(void) { return 0; }
 
+const char *hkv_gpu_backend(void) { return "none"; }
+
 int hkv_gpu_query(hkv_gpu_device *devs, int max, int *n, char *why, size_t why_cap) {
     (void)devs;
     (void)max;

@@ -32,6 +32,19 @@ int hkv_gpu_fail(hkv_err *err, cublasStatus_t s, const char *what);
         if (hkv_s_ != CUBLAS_STATUS_SUCCESS) return hkv_gpu_fail((err), hkv_s_, #call); \
     } while (0)
 
+/* The two constructs of CUDA C++ that are not C++, one macro each in both
+ * builds: nvcc gets the chevrons and `extern __shared__`; the CUDA emulator
+ * (gpu/emu/, -Dgpu_emu=true) a launch that captures the arguments and a
+ * pointer to the block's dynamic shared memory. Kernel bodies are the same
+ * source for both. Use: HKV_LAUNCH(kernel, grid, block, smem, stream)(args). */
+#ifdef HKV_CUDA_EMU
+#define HKV_LAUNCH HKV_EMU_LAUNCH
+#define HKV_DYN_SHARED HKV_EMU_DYN_SHARED
+#else
+#define HKV_LAUNCH(kernel, grid, block, smem, stream) kernel<<<(grid), (block), (smem), (stream)>>>
+#define HKV_DYN_SHARED(T, name) extern __shared__ __align__(16) T name[]
+#endif
+
 /* After a launch: a bad configuration shows up here, not at the next sync. */
 #define HKV_LAUNCH_CHECK(err) HKV_CUDA_TRY(err, cudaGetLastError())
 

@@ -110,8 +110,8 @@ extern "C" int hkv_gpu_embed(const uint16_t *table, int64_t vocab, int64_t dim,
         return hkv_seterr(err, HKV_E_INVAL, "gpu embed: bad arguments (vocab %lld, dim %lld, n %lld)",
                           (long long)vocab, (long long)dim, (long long)n);
     if (!n) return HKV_OK;
-    k_embed<<<hkv_grid1(n * dim, MK_THREADS), MK_THREADS, 0, hkv_stream(stream)>>>(table, vocab, dim,
-                                                                                tokens, n, x);
+    HKV_LAUNCH(k_embed, hkv_grid1(n * dim, MK_THREADS), MK_THREADS, 0, hkv_stream(stream))(
+        table, vocab, dim, tokens, n, x);
     HKV_LAUNCH_CHECK(err);
     return HKV_OK;
 }
@@ -126,7 +126,8 @@ extern "C" int hkv_gpu_rmsnorm(const float *x, int64_t ldx, const float *w, int6
     if (n > 2147483647)
         return hkv_seterr(err, HKV_E_RANGE, "gpu rmsnorm: %lld rows exceed a grid", (long long)n);
     if (!n) return HKV_OK;
-    k_rmsnorm<<<(unsigned)n, MK_THREADS, 0, hkv_stream(stream)>>>(x, ldx, w, dim, eps, y, ldy);
+    HKV_LAUNCH(k_rmsnorm, (unsigned)n, MK_THREADS, 0, hkv_stream(stream))(
+        x, ldx, w, dim, eps, y, ldy);
     HKV_LAUNCH_CHECK(err);
     return HKV_OK;
 }
@@ -142,7 +143,7 @@ extern "C" int hkv_gpu_rope(float *x, int64_t ldx, int64_t n, int n_heads, int h
                           "layout %d, stride %lld)", n_heads, head_dim, rot, layout, (long long)ldx);
     if (!n) return HKV_OK;
     const int64_t total = n * n_heads * (rot / 2);
-    k_rope<<<hkv_grid1(total, MK_THREADS), MK_THREADS, 0, hkv_stream(stream)>>>(
+    HKV_LAUNCH(k_rope, hkv_grid1(total, MK_THREADS), MK_THREADS, 0, hkv_stream(stream))(
         x, ldx, n, n_heads, head_dim, rot, layout, inv_freq, pos);
     HKV_LAUNCH_CHECK(err);
     return HKV_OK;
@@ -155,7 +156,8 @@ extern "C" int hkv_gpu_swiglu(const float *gu, int64_t n, int64_t F, float *out,
         return hkv_seterr(err, HKV_E_INVAL, "gpu swiglu: bad arguments (n %lld, F %lld)",
                           (long long)n, (long long)F);
     if (!n) return HKV_OK;
-    k_swiglu<<<hkv_grid1(n * F, MK_THREADS), MK_THREADS, 0, hkv_stream(stream)>>>(gu, n, F, out);
+    HKV_LAUNCH(k_swiglu, hkv_grid1(n * F, MK_THREADS), MK_THREADS, 0, hkv_stream(stream))(
+        gu, n, F, out);
     HKV_LAUNCH_CHECK(err);
     return HKV_OK;
 }
@@ -164,7 +166,7 @@ extern "C" int hkv_gpu_add(float *x, const float *y, int64_t n, void *stream, hk
 {
     if (!x || !y || n < 0) return hkv_seterr(err, HKV_E_INVAL, "gpu add: bad arguments");
     if (!n) return HKV_OK;
-    k_add<<<hkv_grid1(n, MK_THREADS), MK_THREADS, 0, hkv_stream(stream)>>>(x, y, n);
+    HKV_LAUNCH(k_add, hkv_grid1(n, MK_THREADS), MK_THREADS, 0, hkv_stream(stream))(x, y, n);
     HKV_LAUNCH_CHECK(err);
     return HKV_OK;
 }
@@ -174,7 +176,8 @@ extern "C" int hkv_gpu_f32_to_f16(const float *src, uint16_t *dst, int64_t n, vo
 {
     if (!src || !dst || n < 0) return hkv_seterr(err, HKV_E_INVAL, "gpu f32_to_f16: bad arguments");
     if (!n) return HKV_OK;
-    k_f32_to_f16<<<hkv_grid1(n, MK_THREADS), MK_THREADS, 0, hkv_stream(stream)>>>(src, dst, n);
+    HKV_LAUNCH(k_f32_to_f16, hkv_grid1(n, MK_THREADS), MK_THREADS, 0, hkv_stream(stream))(
+        src, dst, n);
     HKV_LAUNCH_CHECK(err);
     return HKV_OK;
 }
@@ -184,7 +187,8 @@ extern "C" int hkv_gpu_f16_to_f32(const uint16_t *src, float *dst, int64_t n, vo
 {
     if (!src || !dst || n < 0) return hkv_seterr(err, HKV_E_INVAL, "gpu f16_to_f32: bad arguments");
     if (!n) return HKV_OK;
-    k_f16_to_f32<<<hkv_grid1(n, MK_THREADS), MK_THREADS, 0, hkv_stream(stream)>>>(src, dst, n);
+    HKV_LAUNCH(k_f16_to_f32, hkv_grid1(n, MK_THREADS), MK_THREADS, 0, hkv_stream(stream))(
+        src, dst, n);
     HKV_LAUNCH_CHECK(err);
     return HKV_OK;
 }

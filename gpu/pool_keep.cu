@@ -148,7 +148,8 @@ extern "C" int hkv_gpu_pool(const float *in, int64_t ld_in, float *out, int64_t 
                           "(odd), avg %d, in and out distinct)", n_batch, (long long)n, kernel, avg);
     if (!n || !n_batch) return HKV_OK;
     dim3 grid(hkv_grid1(n, 256) > 4096 ? 4096u : hkv_grid1(n, 256), (unsigned)n_batch);
-    k_pool<<<grid, 256, 0, hkv_stream(stream)>>>(in, ld_in, out, ld_out, n, n_len, kernel, avg);
+    HKV_LAUNCH(k_pool, grid, 256, 0, hkv_stream(stream))(
+        in, ld_in, out, ld_out, n, n_len, kernel, avg);
     HKV_LAUNCH_CHECK(err);
     return HKV_OK;
 }
@@ -165,7 +166,7 @@ extern "C" int hkv_gpu_keep(const float *s, int64_t lds, int n_batch, int64_t n,
                           "%lld, out_ld %lld)", n_batch, (long long)n, (long long)k,
                           (long long)out_ld);
     if (!n_batch) return HKV_OK;
-    k_keep<<<(unsigned)n_batch, PK_THREADS, 0, hkv_stream(stream)>>>(
+    HKV_LAUNCH(k_keep, (unsigned)n_batch, PK_THREADS, 0, hkv_stream(stream))(
         s, lds, n, n_len, rows, rows_ld, lo, k, force_from, out, out_ld, n_out);
     HKV_LAUNCH_CHECK(err);
     return HKV_OK;

@@ -121,7 +121,7 @@ extern "C" int hkv_gpu_quest_extend(uint16_t *bounds, int64_t np_cap, int n_head
         return hkv_seterr(err, HKV_E_INVAL, "gpu quest extend: %lld pages in one call",
                           (long long)(pg1 - pg0 + 1));
     dim3 grid((unsigned)(pg1 - pg0 + 1), (unsigned)n_head_kv);
-    k_quest_extend<<<grid, d < 256 ? ((d + 31) / 32) * 32 : 256, 0, hkv_stream(stream)>>>(
+    HKV_LAUNCH(k_quest_extend, grid, d < 256 ? ((d + 31) / 32) * 32 : 256, 0, hkv_stream(stream))(
         bounds, np_cap, d, P, k, ld, hs, lo, from, to, pg0);
     HKV_LAUNCH_CHECK(err);
     return HKV_OK;
@@ -148,7 +148,7 @@ extern "C" int hkv_gpu_quest_select(const uint16_t *bounds, int64_t np_cap, int 
     cudaStream_t st = hkv_stream(stream);
     const int64_t n = hi - lo;
     if (n <= K * P) {   /* the budget covers the whole far tier (n may be 0) */
-        k_quest_all<<<(unsigned)n_head_kv, 256, 0, st>>>(lo, n, out, out_ld, n_out);
+        HKV_LAUNCH(k_quest_all, (unsigned)n_head_kv, 256, 0, st)(lo, n, out, out_ld, n_out);
         HKV_LAUNCH_CHECK(err);
         return HKV_OK;
     }
@@ -159,13 +159,14 @@ extern "C" int hkv_gpu_quest_select(const uint16_t *bounds, int64_t np_cap, int 
     const int64_t np = (n + P - 1) / P;
     float *sc = (float *)ws;
     int32_t *sel = (int32_t *)(sc + (size_t)n_head_kv * np), *n_sel = sel + (size_t)n_head_kv * K;
-    k_quest_scores<<<dim3((unsigned)((np + 127) / 128), (unsigned)n_head_kv), 128, 0, st>>>(
+    HKV_LAUNCH(k_quest_scores, dim3((unsigned)((np + 127) / 128), (unsigned)n_head_kv), 128, 0, st)(
         bounds, np_cap, g, d, q, np, sc);
     HKV_LAUNCH_CHECK(err);
     int rc = hkv_gpu_keep(sc, np, n_head_kv, np, NULL, NULL, 0, 0, K, INT64_MAX, sel, K, n_sel,
                           stream, err);
     if (rc) return hkv_err_prefix(err, "gpu quest select");
-    k_quest_expand<<<(unsigned)n_head_kv, 256, 0, st>>>(sel, K, n_sel, P, lo, hi, out, out_ld, n_out);
+    HKV_LAUNCH(k_quest_expand, (unsigned)n_head_kv, 256, 0, st)(
+        sel, K, n_sel, P, lo, hi, out, out_ld, n_out);
     HKV_LAUNCH_CHECK(err);
     return HKV_OK;
 }

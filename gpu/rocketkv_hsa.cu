@@ -189,8 +189,8 @@ extern "C" int hkv_gpu_rocketkv_bounds(const int32_t *cand, int64_t cap, const i
     if ((int64_t)grid.x * 256 < items)
         return hkv_seterr(err, HKV_E_UNSUPPORTED, "gpu rocketkv bounds: %lld page elements in one "
                           "call", (long long)items);
-    k_hsa_bounds<<<grid, 256, 0, hkv_stream(stream)>>>(cand, cap, n_cand, d, page, pcap, pg_from,
-                                                       k, ld, hs, bnd);
+    HKV_LAUNCH(k_hsa_bounds, grid, 256, 0, hkv_stream(stream))(
+        cand, cap, n_cand, d, page, pcap, pg_from, k, ld, hs, bnd);
     HKV_LAUNCH_CHECK(err);
     return HKV_OK;
 }
@@ -222,11 +222,11 @@ extern "C" int hkv_gpu_rocketkv_hsa(const uint16_t *bnd, int64_t pcap, const int
     cudaStream_t st = hkv_stream(stream);
     const int64_t np = (cap + page - 1) / page;
     float *zw = (float *)ws, *S = zw + (size_t)n_head_kv * g * np, *ts = S + (size_t)n_head_kv * np;
-    k_hsa_pages<<<(unsigned)n_head_kv, HSA_THREADS, 0, st>>>(bnd, pcap, n_cand, g, d, page, dims, q,
-                                                             zw, S, np);
+    HKV_LAUNCH(k_hsa_pages, (unsigned)n_head_kv, HSA_THREADS, 0, st)(
+        bnd, pcap, n_cand, g, d, page, dims, q, zw, S, np);
     HKV_LAUNCH_CHECK(err);
     dim3 grid(hkv_grid1(cap, 256) > 4096 ? 4096u : hkv_grid1(cap, 256), (unsigned)n_head_kv);
-    k_hsa_tokens<<<grid, 256, 0, st>>>(S, np, n_cand, page, ts, cap);
+    HKV_LAUNCH(k_hsa_tokens, grid, 256, 0, st)(S, np, n_cand, page, ts, cap);
     HKV_LAUNCH_CHECK(err);
     /* lists within k come back whole (ascending, as the host's copy) */
     int rc = hkv_gpu_keep(ts, cap, n_head_kv, cap, n_cand, cand, cap, 0, k, INT64_MAX, out, out_ld,

@@ -173,15 +173,18 @@ extern "C" int hkv_gpu_window_scores(const uint16_t *q, int64_t ldq, int64_t W, 
     const int64_t R = W * g, chunks = (n + WS_CHUNK - 1) / WS_CHUNK;
     float *stats = (float *)ws, *lse = stats + (size_t)n_head_kv * R * chunks * 2;
     const float scale = 1.0f / sqrtf((float)d);
-    k_ws_stats<<<dim3((unsigned)chunks, (unsigned)R, (unsigned)n_head_kv), WS_THREADS, 0, st>>>(
+    HKV_LAUNCH(k_ws_stats, dim3((unsigned)chunks, (unsigned)R, (unsigned)n_head_kv), WS_THREADS, 0,
+               st)(
         q, ldq, pos0, g, d, k, ld, hs, lo, n, rows, rows_ld, n_rows, scale, stats);
     HKV_LAUNCH_CHECK(err);
     const int64_t nl = (int64_t)n_head_kv * R;
-    k_ws_lse<<<(unsigned)((nl + 127) / 128), 128, 0, st>>>(stats, R, chunks, n_head_kv, lse);
+    HKV_LAUNCH(k_ws_lse, (unsigned)((nl + 127) / 128), 128, 0, st)(
+        stats, R, chunks, n_head_kv, lse);
     HKV_LAUNCH_CHECK(err);
-    k_ws_acc<<<dim3((unsigned)((n + WS_THREADS - 1) / WS_THREADS), (unsigned)n_head_kv), WS_THREADS,
-               0, st>>>(q, ldq, W, pos0, g, d, k, ld, hs, lo, n, rows, rows_ld, n_rows, scale, lse,
-                        q_weight, reduce_max, out, ld_out);
+    HKV_LAUNCH(k_ws_acc, dim3((unsigned)((n + WS_THREADS - 1) / WS_THREADS), (unsigned)n_head_kv),
+               WS_THREADS, 0, st)(
+        q, ldq, W, pos0, g, d, k, ld, hs, lo, n, rows, rows_ld, n_rows, scale, lse, q_weight,
+        reduce_max, out, ld_out);
     HKV_LAUNCH_CHECK(err);
     return HKV_OK;
 }

@@ -80,11 +80,13 @@ int hkv_cmd_info(int argc, char **argv) {
         for (int i = 0, k = 0; i < nf; i++)
             if (flags[i].on) printf("%s\"%s\"", k++ ? "," : "", flags[i].name);
         printf("]},\"memory\":{\"total\":%zu,\"available\":%zu},", mem_total, mem_free);
-        printf("\"cuda\":{\"built\":%s,\"devices\":[", hkv_gpu_built() ? "true" : "false");
+        printf("\"cuda\":{\"built\":%s,\"backend\":\"%s\",\"devices\":[",
+               hkv_gpu_built() ? "true" : "false", hkv_gpu_backend());
         for (int i = 0; i < n_gpu; i++) {
             printf("%s{\"name\":", i ? "," : "");
             hkv_json_str(stdout, gpus[i].name, strlen(gpus[i].name));
-            printf(",\"memory\":%zu,\"free\":%zu,\"compute_capability\":\"%d.%d\",\"sms\":%d}",
+            printf(",\"device\":\"%s\",\"memory\":%zu,\"free\":%zu,\"compute_capability\":"
+                   "\"%d.%d\",\"sms\":%d}", gpus[i].emulated ? "cuda-emu" : "cuda",
                    gpus[i].mem_total, gpus[i].mem_free, gpus[i].cc_major, gpus[i].cc_minor,
                    gpus[i].sm_count);
         }
@@ -128,8 +130,10 @@ int hkv_cmd_info(int argc, char **argv) {
         for (int i = 0; i < n_gpu; i++) {
             hkv_fmt_bytes((double)gpus[i].mem_total, t, sizeof t);
             hkv_fmt_bytes((double)gpus[i].mem_free, f, sizeof f);
-            printf("CUDA %d:  %s, compute %d.%d, %d SMs, %s (%s free)\n", i, gpus[i].name,
-                   gpus[i].cc_major, gpus[i].cc_minor, gpus[i].sm_count, t, f);
+            printf("CUDA %d:  %s, compute %d.%d, %d SMs, %s (%s free)%s\n", i, gpus[i].name,
+                   gpus[i].cc_major, gpus[i].cc_minor, gpus[i].sm_count, t, f,
+                   gpus[i].emulated ? "\n         emulated: not a GPU; it proves logic, ordering and "
+                                      "memory bounds, never speed" : "");
         }
     }
     if (dc.cuda) {

@@ -1,0 +1,375 @@
+/* Streams as in-order host queues, each drained by its own host thread, so
+ * work on two streams really runs at the same time and a missing
+ * synchronisation shows as a wrong result or a ThreadSanitizer report.
+ * Events are counters under a lock: a record is a queue item that completes
+ * the event's latest generation; a wait is an item that blocks until the
+ * generation recorded at the time of the wait call completes. The legacy
+ * default stream (0) is ordered against every blocking stream in both
+ * directions, as the CUDA runtime defines it; non-blocking streams are not.
+ * HKV_EMU_EAGER=1 runs each item on the calling thread at enqueue time, all
+ * streams in program order: a bug that disappears there is an ordering bug. */
+#include <time.h>
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "emu_internal.h"
+
+struct hkv_emu_stream {
+    unsigned flags = 0;
+    int priority = 0;
+    bool legacy = false;
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<std::function<void()>> q;
+    uint64_t enq = 0, done = 0;
+    bool stop = false;
+    std::thread th;
+};
+
+struct hkv_emu_event {
+    unsigned flags = 0;
+    std::mutex mu;
+    std::condition_variable cv;
+    uint64_t recorded = 0, completed = 0;
+    double t = 0;   /* seconds, at the latest completion */
+};
+
+namespace hkv_emu {
+
+namespace {
+
+struct registry {
+    std::mutex mu;
+    std::set<hkv_emu_stream *> streams;
+    std::set<hkv_emu_event *> events;
+    hkv_emu_stream *legacy = nullptr;
+};
+
+void drain(hkv_emu_stream *s)
+{
+    std::unique_lock<std::mutex> lk(s->mu);
+    for (;;) {
+        s->cv.wait(lk, [s] { return s->stop || !s->q.empty(); });
+        if (s->q.empty()) return;
+        std::function<void()> item = std::move(s->q.front());
+        s->q.pop_front();
+        lk.unlock();
+        item();
+        lk.lock();
+        s->done++;
+        s->cv.notify_all();
+    }
+}
+
+void start(hkv_emu_stream *s)
+{
+    if (!cfg().eager) s->th = std::thread(drain, s);
+}
+
+registry &reg()
+{
+    static registry *r = [] {
+        registry *x = new registry;
+        x->legacy = new hkv_emu_stream;
+        x->legacy->legacy = true;
+        start(x->legacy);
+        x->streams.insert(x->legacy);
+        return x;
+    }();
+    return *r;
+}
+
+hkv_emu_stream *resolve(cudaStream_t s) { return s ? s : reg().legacy; }
+
+/* Wait until stream t has completed its first n items. */
+void wait_done(hkv_emu_stream *t, uint64_t n)
+{
+    std::unique_lock<std::mutex> lk(t->mu);
+    t->cv.wait(lk, [t, n] { return t->done >= n; });
+}
+
+double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Append an item; returns its sequence number in s (1-based). */
+uint64_t push(hkv_emu_stream *s, std::function<void()> item)
+{
+    registry &r = reg();
+    /* implicit ordering with the legacy stream, captured now */
+    std::vector<std::pair<hkv_emu_stream *, uint64_t>> deps;
+    {
+        std::lock_guard<std::mutex> lk(r.mu);
+        if (s->legacy) {
+            for (hkv_emu_stream *t : r.streams)
+                if (t != s && !(t->flags & cudaStreamNonBlocking)) {
+                    std::lock_guard<std::mutex> tl(t->mu);
+                    if (t->enq > t->done) deps.push_back({t, t->enq});
+                }
+        } else if (!(s->flags & cudaStreamNonBlocking)) {
+            std::lock_guard<std::mutex> tl(r.legacy->mu);
+            if (r.legacy->enq > r.legacy->done) deps.push_back({r.legacy, r.legacy->enq});
+        }
+    }
+    if (cfg().eager) {
+        item();
+        std::lock_guard<std::mutex> lk(s->mu);
+        s->done = ++s->enq;
+        return s->enq;
+    }
+    std::lock_guard<std::mutex> lk(s->mu);
+    if (deps.empty()) s->q.push_back(std::move(item));
+    else
+        s->q.push_back([deps, item] {
+            for (auto &d : deps) wait_done(d.first, d.second);
+            item();
+        });
+    s->cv.notify_all();
+    return ++s->enq;
+}
+
+}  // namespace
+
+bool stream_valid(cudaStream_t s)
+{
+    if (!s) return true;
+    registry &r = reg();
+    std::lock_guard<std::mutex> lk(r.mu);
+    return r.streams.count(s) != 0;
+}
+
+cudaError_t enqueue(cudaStream_t s, std::function<void()> item)
+{
+    if (!stream_valid(s)) return cudaErrorInvalidResourceHandle;
+    push(resolve(s), std::move(item));
+    return cudaSuccess;
+}
+
+cudaError_t enqueue_wait(cudaStream_t s, std::function<void()> item)
+{
+    if (!stream_valid(s)) return cudaErrorInvalidResourceHandle;
+    hkv_emu_stream *t = resolve(s);
+    wait_done(t, push(t, std::move(item)));
+    return cudaSuccess;
+}
+
+void device_sync(void)
+{
+    registry &r = reg();
+    std::vector<std::pair<hkv_emu_stream *, uint64_t>> all;
+    {
+        std::lock_guard<std::mutex> lk(r.mu);
+        for (hkv_emu_stream *t : r.streams) {
+            std::lock_guard<std::mutex> tl(t->mu);
+            all.push_back({t, t->enq});
+        }
+    }
+    for (auto &p : all) wait_done(p.first, p.second);
+}
+
+}  // namespace hkv_emu
+
+using namespace hkv_emu;
+
+extern "C" {
+
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t *out, unsigned int flags, int priority)
+{
+    if (!out || (flags & ~cudaStreamNonBlocking)) return ret(cudaErrorInvalidValue);
+    if (sticky()) return ret(sticky());
+    hkv_emu_stream *s = new hkv_emu_stream;
+    s->flags = flags;
+    s->priority = priority < -5 ? -5 : priority > 0 ? 0 : priority;
+    start(s);
+    registry &r = reg();
+    std::lock_guard<std::mutex> lk(r.mu);
+    r.streams.insert(s);
+    *out = s;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *out, unsigned int flags)
+{
+    return cudaStreamCreateWithPriority(out, flags, 0);
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t *out) { return cudaStreamCreateWithPriority(out, 0, 0); }
+
+cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest)
+{
+    if (least) *least = 0;
+    if (greatest) *greatest = -5;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t s)
+{
+    if (!s || !stream_valid(s)) return ret(cudaErrorInvalidResourceHandle);
+    registry &r = reg();
+    {
+        std::lock_guard<std::mutex> lk(r.mu);
+        r.streams.erase(s);
+    }
+    /* CUDA lets queued work finish after a destroy; here the caller waits for it */
+    {
+        std::lock_guard<std::mutex> lk(s->mu);
+        s->stop = true;
+        s->cv.notify_all();
+    }
+    if (s->th.joinable()) s->th.join();
+    delete s;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t s)
+{
+    if (!stream_valid(s)) return ret(cudaErrorInvalidResourceHandle);
+    hkv_emu_stream *t = resolve(s);
+    uint64_t n;
+    {
+        std::lock_guard<std::mutex> lk(t->mu);
+        n = t->enq;
+    }
+    wait_done(t, n);
+    return sticky() ? ret(sticky()) : cudaSuccess;
+}
+
+cudaError_t cudaStreamQuery(cudaStream_t s)
+{
+    if (!stream_valid(s)) return ret(cudaErrorInvalidResourceHandle);
+    if (sticky()) return ret(sticky());
+    hkv_emu_stream *t = resolve(s);
+    std::lock_guard<std::mutex> lk(t->mu);
+    return t->done == t->enq ? cudaSuccess : cudaErrorNotReady;
+}
+
+cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *user)
+{
+    if (!fn) return ret(cudaErrorInvalidValue);
+    if (sticky()) return ret(sticky());
+    return ret(enqueue(s, [fn, user] { fn(user); }));
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *out, unsigned int flags)
+{
+    if (!out || (flags & ~(cudaEventBlockingSync | cudaEventDisableTiming)))
+        return ret(cudaErrorInvalidValue);
+    hkv_emu_event *e = new hkv_emu_event;
+    e->flags = flags;
+    registry &r = reg();
+    std::lock_guard<std::mutex> lk(r.mu);
+    r.events.insert(e);
+    *out = e;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t *out) { return cudaEventCreateWithFlags(out, 0); }
+
+static bool event_valid(cudaEvent_t e)
+{
+    registry &r = reg();
+    std::lock_guard<std::mutex> lk(r.mu);
+    return e && r.events.count(e);
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t e)
+{
+    if (!event_valid(e)) return ret(cudaErrorInvalidResourceHandle);
+    /* a record still queued keeps a pointer: wait for it, as the runtime
+     * defers the release until the event completes */
+    {
+        std::unique_lock<std::mutex> lk(e->mu);
+        e->cv.wait(lk, [e] { return e->completed >= e->recorded; });
+    }
+    registry &r = reg();
+    {
+        std::lock_guard<std::mutex> lk(r.mu);
+        r.events.erase(e);
+    }
+    delete e;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
+{
+    if (!event_valid(e) || !stream_valid(s)) return ret(cudaErrorInvalidResourceHandle);
+    if (sticky()) return ret(sticky());
+    uint64_t g;
+    {
+        std::lock_guard<std::mutex> lk(e->mu);
+        g = ++e->recorded;
+    }
+    return ret(enqueue(s, [e, g] {
+        std::lock_guard<std::mutex> lk(e->mu);
+        if (g > e->completed) {
+            e->completed = g;
+            e->t = now_s();
+        }
+        e->cv.notify_all();
+    }));
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t e)
+{
+    if (!event_valid(e)) return ret(cudaErrorInvalidResourceHandle);
+    if (sticky()) return ret(sticky());
+    std::lock_guard<std::mutex> lk(e->mu);
+    return e->completed >= e->recorded ? cudaSuccess : cudaErrorNotReady;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t e)
+{
+    if (!event_valid(e)) return ret(cudaErrorInvalidResourceHandle);
+    std::unique_lock<std::mutex> lk(e->mu);
+    const uint64_t g = e->recorded;
+    e->cv.wait(lk, [e, g] { return e->completed >= g; });
+    return sticky() ? ret(sticky()) : cudaSuccess;
+}
+
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
+{
+    if (!ms || !event_valid(a) || !event_valid(b)) return ret(cudaErrorInvalidResourceHandle);
+    if ((a->flags | b->flags) & cudaEventDisableTiming) return ret(cudaErrorInvalidResourceHandle);
+    double ta, tb;
+    {
+        std::lock_guard<std::mutex> lk(a->mu);
+        if (!a->recorded) return ret(cudaErrorInvalidResourceHandle);
+        if (a->completed < a->recorded) return ret(cudaErrorNotReady);
+        ta = a->t;
+    }
+    {
+        std::lock_guard<std::mutex> lk(b->mu);
+        if (!b->recorded) return ret(cudaErrorInvalidResourceHandle);
+        if (b->completed < b->recorded) return ret(cudaErrorNotReady);
+        tb = b->t;
+    }
+    *ms = (float)((tb - ta) * 1e3);
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags)
+{
+    if (!event_valid(e) || !stream_valid(s)) return ret(cudaErrorInvalidResourceHandle);
+    if (flags) return ret(cudaErrorInvalidValue);
+    if (sticky()) return ret(sticky());
+    uint64_t g;
+    {
+        std::lock_guard<std::mutex> lk(e->mu);
+        g = e->recorded;   /* the most recent record at the time of this call */
+    }
+    if (!g) return cudaSuccess;
+    return ret(enqueue(s, [e, g] {
+        std::unique_lock<std::mutex> lk(e->mu);
+        e->cv.wait(lk, [e, g] { return e->completed >= g; });
+    }));
+}
+
+}  // extern "C"

@@ -1,0 +1,2 @@
+/* Shim: the cuBLAS subset, from the emulator (-Dgpu_emu=true). */
+#include "../emu_cublas.h"
