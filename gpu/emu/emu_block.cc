@@ -13,10 +13,11 @@
  * the source lines.
  *
  * Sanitizers are told about every stack switch (ASan: start/finish switch
- * fiber; TSan: one fiber per CUDA thread, switched without implied
- * synchronisation, with happens-before edges only where CUDA has them: block
- * start, barriers, collectives, block end), so a shared-memory race between
- * two barriers is a race TSan can report. */
+ * fiber; TSan: one fiber per CUDA thread). TSan sees each switch as a
+ * synchronisation (the scheduler and its fibers share bookkeeping), so it
+ * reports races between blocks on different workers, between streams and
+ * between the host and a stream, not between threads of one block: those
+ * show as wrong results under the shuffled order. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -230,7 +231,7 @@ void resume(worker *w, fiber *f)
     __sanitizer_start_switch_fiber(&fake, f->stack_lo, f->stack_bytes);
 #endif
 #ifdef HKV_EMU_TSAN
-    __tsan_switch_to_fiber(f->tsan, __tsan_switch_to_fiber_no_sync);
+    __tsan_switch_to_fiber(f->tsan, 0);
 #endif
     ctx::transfer_t t = ctx::jump_fcontext(f->fc, f);
     f->fc = t.fctx;
@@ -250,7 +251,7 @@ void park(fiber *f)
     __sanitizer_start_switch_fiber(&fake, w->asan_bottom, w->asan_size);
 #endif
 #ifdef HKV_EMU_TSAN
-    __tsan_switch_to_fiber(w->tsan_self, __tsan_switch_to_fiber_no_sync);
+    __tsan_switch_to_fiber(w->tsan_self, 0);
 #endif
     ctx::transfer_t t = ctx::jump_fcontext(w->sched, nullptr);
     w->sched = t.fctx;
@@ -268,7 +269,7 @@ void park(fiber *f)
     __sanitizer_start_switch_fiber(nullptr, w->asan_bottom, w->asan_size);
 #endif
 #ifdef HKV_EMU_TSAN
-    __tsan_switch_to_fiber(w->tsan_self, __tsan_switch_to_fiber_no_sync);
+    __tsan_switch_to_fiber(w->tsan_self, 0);
 #endif
     ctx::jump_fcontext(w->sched, nullptr);
     (void)f;
@@ -587,13 +588,19 @@ static void complete(fiber *f, warp_group &g)
     const int base = f->warp * 32;
     uint64_t all = 0;
     unsigned ballot = 0, radd = 0, rmin = 0xffffffffu, rmax = 0;
+    int32_t smin = INT32_MAX, smax = INT32_MIN;
     for (int l = 0; l < 32; l++)
         if (g.mask & (1u << l)) {
+            const uint32_t u = (uint32_t)g.val[l];
+            const int32_t i = (int32_t)u;
             ballot |= (g.val[l] != 0) << l;
-            radd += (uint32_t)g.val[l];
-            rmin = (uint32_t)g.val[l] < rmin ? (uint32_t)g.val[l] : rmin;
-            rmax = (uint32_t)g.val[l] > rmax ? (uint32_t)g.val[l] : rmax;
+            radd += u;
+            rmin = u < rmin ? u : rmin;
+            rmax = u > rmax ? u : rmax;
+            smin = i < smin ? i : smin;
+            smax = i > smax ? i : smax;
         }
+    const bool is_signed = g.arg[__builtin_ctz(g.mask)] != 0;   /* reduce_minmax's int overload */
     for (int l = 0; l < 32; l++) {
         if (!(g.mask & (1u << l))) continue;
         fiber *o = (*b->f)[base + l];
@@ -619,8 +626,8 @@ static void complete(fiber *f, warp_group &g)
         case W_ANY: r = ballot != 0; break;
         case W_ALL: r = ballot == g.mask; break;
         case W_RADD: r = radd; break;
-        case W_RMIN: r = rmin; break;
-        case W_RMAX: r = rmax; break;
+        case W_RMIN: r = is_signed ? (uint32_t)smin : rmin; break;
+        case W_RMAX: r = is_signed ? (uint32_t)smax : rmax; break;
         case W_MATCH_ANY: {
             unsigned m = 0;
             for (int j = 0; j < 32; j++)

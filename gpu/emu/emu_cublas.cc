@@ -104,8 +104,11 @@ void run_gemm(const gemm_args &g)
 cublasStatus_t check(const gemm_args &g, cublasComputeType_t ct)
 {
     if (g.m < 0 || g.n < 0 || g.k < 0) return CUBLAS_STATUS_INVALID_VALUE;
-    if ((g.ta != CUBLAS_OP_N && g.ta != CUBLAS_OP_T) || (g.tb != CUBLAS_OP_N && g.tb != CUBLAS_OP_T))
-        return CUBLAS_STATUS_INVALID_VALUE;
+    /* CUBLAS_OP_C is the transpose for real data */
+    const auto op_ok = [](cublasOperation_t o) {
+        return o == CUBLAS_OP_N || o == CUBLAS_OP_T || o == CUBLAS_OP_C;
+    };
+    if (!op_ok(g.ta) || !op_ok(g.tb)) return CUBLAS_STATUS_INVALID_VALUE;
     const int ar = g.ta == CUBLAS_OP_N ? g.m : g.k, br = g.tb == CUBLAS_OP_N ? g.k : g.n;
     if (g.lda < (ar > 1 ? ar : 1) || g.ldb < (br > 1 ? br : 1) || g.ldc < (g.m > 1 ? g.m : 1))
         return CUBLAS_STATUS_INVALID_VALUE;

@@ -134,6 +134,17 @@ static inline unsigned match_any(const char *s, unsigned m, T v)
     return (unsigned)warp_op(W_MATCH_ANY, m, u, 0, 32, (int)sizeof(T), s);
 }
 
+/* __reduce_min/max_sync: the int overloads compare signed (redux.sync.s32),
+ * the unsigned ones unsigned; arg carries which. */
+static inline int reduce_minmax(const char *s, warp_op_kind op, unsigned m, int v)
+{
+    return (int)(uint32_t)warp_op(op, m, (uint32_t)v, 1, 32, 4, s);
+}
+static inline unsigned reduce_minmax(const char *s, warp_op_kind op, unsigned m, unsigned v)
+{
+    return (unsigned)warp_op(op, m, v, 0, 32, 4, s);
+}
+
 /* The running block's dynamic shared memory (HKV_DYN_SHARED). */
 static inline void *dyn_shared(void) { return tl_thread->block->dyn_smem; }
 
@@ -213,10 +224,8 @@ static inline cudaError_t cudaFuncSetAttribute(void (*fn)(P...), cudaFuncAttribu
 #define __all_sync(m, p) ((int)hkv_emu::warp_op(hkv_emu::W_ALL, (m), (p) != 0, 0, 32, 4, HKV_EMU_SITE))
 #define __reduce_add_sync(m, v) \
     ((unsigned)hkv_emu::warp_op(hkv_emu::W_RADD, (m), (uint32_t)(v), 0, 32, 4, HKV_EMU_SITE))
-#define __reduce_min_sync(m, v) \
-    ((unsigned)hkv_emu::warp_op(hkv_emu::W_RMIN, (m), (uint32_t)(v), 0, 32, 4, HKV_EMU_SITE))
-#define __reduce_max_sync(m, v) \
-    ((unsigned)hkv_emu::warp_op(hkv_emu::W_RMAX, (m), (uint32_t)(v), 0, 32, 4, HKV_EMU_SITE))
+#define __reduce_min_sync(m, v) hkv_emu::reduce_minmax(HKV_EMU_SITE, hkv_emu::W_RMIN, (m), (v))
+#define __reduce_max_sync(m, v) hkv_emu::reduce_minmax(HKV_EMU_SITE, hkv_emu::W_RMAX, (m), (v))
 #define __match_any_sync(m, v) hkv_emu::match_any(HKV_EMU_SITE, (m), (v))
 #define __activemask() hkv_emu::active_mask()
 

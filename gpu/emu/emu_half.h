@@ -22,7 +22,8 @@ static inline uint16_t f32_to_f16(float f, round_mode rm)
 {
     const uint32_t u = f32_bits(f), sign = (u >> 16) & 0x8000u;
     const uint32_t ax = u & 0x7fffffffu;
-    if (ax >= 0x7f800000u) return (uint16_t)(sign | (ax > 0x7f800000u ? 0x7fffu : 0x7c00u));
+    if (ax > 0x7f800000u) return 0x7fffu;   /* NaN: the canonical NaN, as cvt.f16.f32 gives */
+    if (ax == 0x7f800000u) return (uint16_t)(sign | 0x7c00u);
     const bool neg = sign != 0;
     /* the exact magnitude as m * 2^(e - 150) with a 24-bit significand */
     int e = (int)(ax >> 23);
@@ -76,7 +77,7 @@ static inline float f16_to_f32(uint16_t h)
 static inline uint16_t f32_to_bf16(float f, round_mode rm)
 {
     uint32_t u = f32_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fffu;   /* the canonical NaN */
     const uint32_t rem = u & 0xffffu, neg = u >> 31;
     uint32_t q = u >> 16;
     bool up = false;
@@ -111,7 +112,7 @@ struct __half {
     unsigned short __x;
     __half() = default;
     __half(float f) : __x(hkv_emu::f32_to_f16(f, hkv_emu::RN)) {}
-    __half(double f) : __x(hkv_emu::f32_to_f16((float)f, hkv_emu::RN)) {}
+    __half(double f) : __x(hkv_emu::f64_to_f16_rn(f)) {}   /* one rounding, as __double2half */
     operator float() const { return hkv_emu::f16_to_f32(__x); }
 };
 struct alignas(4) __half2 {
@@ -136,6 +137,7 @@ static inline __nv_bfloat16 hkv_emu_mkbf16(uint16_t b) { __nv_bfloat16 h; h.__x 
 static inline float __half2float(__half h) { return hkv_emu::f16_to_f32(h.__x); }
 static inline __half __float2half(float f) { return hkv_emu_mkhalf(hkv_emu::f32_to_f16(f, hkv_emu::RN)); }
 static inline __half __float2half_rn(float f) { return __float2half(f); }
+static inline __half __double2half(double d) { return hkv_emu_mkhalf(hkv_emu::f64_to_f16_rn(d)); }
 static inline __half __float2half_rz(float f) { return hkv_emu_mkhalf(hkv_emu::f32_to_f16(f, hkv_emu::RZ)); }
 static inline __half __float2half_rd(float f) { return hkv_emu_mkhalf(hkv_emu::f32_to_f16(f, hkv_emu::RD)); }
 static inline __half __float2half_ru(float f) { return hkv_emu_mkhalf(hkv_emu::f32_to_f16(f, hkv_emu::RU)); }
@@ -167,17 +169,25 @@ static inline __half __hfma(__half a, __half b, __half c)
 }
 static inline __half __hneg(__half a) { return hkv_emu_mkhalf((uint16_t)(a.__x ^ 0x8000u)); }
 static inline bool __hisnan(__half a) { return (a.__x & 0x7fffu) > 0x7c00u; }
+/* cuda_fp16.h: a NaN input gives the other; two NaNs the canonical NaN;
+ * +0 is greater than -0. */
 static inline __half __hmax(__half a, __half b)
 {
+    if (__hisnan(a) && __hisnan(b)) return hkv_emu_mkhalf(0x7fffu);
     if (__hisnan(a)) return b;
     if (__hisnan(b)) return a;
-    return __half2float(a) >= __half2float(b) ? a : b;
+    const float x = __half2float(a), y = __half2float(b);
+    if (x == y) return (a.__x & 0x8000u) ? b : a;
+    return x > y ? a : b;
 }
 static inline __half __hmin(__half a, __half b)
 {
+    if (__hisnan(a) && __hisnan(b)) return hkv_emu_mkhalf(0x7fffu);
     if (__hisnan(a)) return b;
     if (__hisnan(b)) return a;
-    return __half2float(a) <= __half2float(b) ? a : b;
+    const float x = __half2float(a), y = __half2float(b);
+    if (x == y) return (a.__x & 0x8000u) ? a : b;
+    return x < y ? a : b;
 }
 static inline bool __hlt(__half a, __half b) { return __half2float(a) < __half2float(b); }
 static inline bool __hgt(__half a, __half b) { return __half2float(a) > __half2float(b); }

@@ -356,6 +356,7 @@ cudaError_t cudaDeviceReset(void)
     device_sync();
     free_all_device();
     clear_sticky();
+    tl_last = cudaSuccess;
     return cudaSuccess;
 }
 

@@ -36,7 +36,9 @@ struct hkv_emu_event {
     std::mutex mu;
     std::condition_variable cv;
     uint64_t recorded = 0, completed = 0;
-    double t = 0;   /* seconds, at the latest completion */
+    double t = 0;        /* seconds, at the latest completion */
+    int pending = 0;     /* queued records and waits that point here */
+    bool destroyed = false;
 };
 
 namespace hkv_emu {
@@ -48,6 +50,10 @@ struct registry {
     std::set<hkv_emu_stream *> streams;
     std::set<hkv_emu_event *> events;
     hkv_emu_stream *legacy = nullptr;
+    /* Destroyed streams: their threads finish the queued work after
+     * cudaStreamDestroy returns, and items of other streams may still wait
+     * on their counters, so the objects are kept (a few hundred bytes each). */
+    std::vector<hkv_emu_stream *> retired;
 };
 
 void drain(hkv_emu_stream *s)
@@ -218,14 +224,16 @@ cudaError_t cudaStreamDestroy(cudaStream_t s)
         std::lock_guard<std::mutex> lk(r.mu);
         r.streams.erase(s);
     }
-    /* CUDA lets queued work finish after a destroy; here the caller waits for it */
+    /* CUDA returns at once and releases the stream when its work is done:
+     * the stream's thread drains the queue and ends. */
     {
         std::lock_guard<std::mutex> lk(s->mu);
         s->stop = true;
         s->cv.notify_all();
     }
-    if (s->th.joinable()) s->th.join();
-    delete s;
+    if (s->th.joinable()) s->th.detach();
+    std::lock_guard<std::mutex> lk(r.mu);
+    r.retired.push_back(s);
     return cudaSuccess;
 }
 
@@ -280,21 +288,35 @@ static bool event_valid(cudaEvent_t e)
     return e && r.events.count(e);
 }
 
+/* A queued record or wait on e is done with it; the last one frees a
+ * destroyed event. */
+static void event_item_done(hkv_emu_event *e)
+{
+    bool free_it;
+    {
+        std::lock_guard<std::mutex> lk(e->mu);
+        free_it = --e->pending == 0 && e->destroyed;
+    }
+    if (free_it) delete e;
+}
+
+/* Returns at once, as CUDA does; the memory goes when no queued record or
+ * wait points to the event any more. */
 cudaError_t cudaEventDestroy(cudaEvent_t e)
 {
     if (!event_valid(e)) return ret(cudaErrorInvalidResourceHandle);
-    /* a record still queued keeps a pointer: wait for it, as the runtime
-     * defers the release until the event completes */
-    {
-        std::unique_lock<std::mutex> lk(e->mu);
-        e->cv.wait(lk, [e] { return e->completed >= e->recorded; });
-    }
     registry &r = reg();
     {
         std::lock_guard<std::mutex> lk(r.mu);
         r.events.erase(e);
     }
-    delete e;
+    bool free_now;
+    {
+        std::lock_guard<std::mutex> lk(e->mu);
+        e->destroyed = true;
+        free_now = e->pending == 0;
+    }
+    if (free_now) delete e;
     return cudaSuccess;
 }
 
@@ -306,15 +328,21 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
     {
         std::lock_guard<std::mutex> lk(e->mu);
         g = ++e->recorded;
+        e->pending++;
     }
-    return ret(enqueue(s, [e, g] {
-        std::lock_guard<std::mutex> lk(e->mu);
-        if (g > e->completed) {
-            e->completed = g;
-            e->t = now_s();
+    cudaError_t rc = enqueue(s, [e, g] {
+        {
+            std::lock_guard<std::mutex> lk(e->mu);
+            if (g > e->completed) {
+                e->completed = g;
+                e->t = now_s();
+            }
+            e->cv.notify_all();
         }
-        e->cv.notify_all();
-    }));
+        event_item_done(e);
+    });
+    if (rc) event_item_done(e);
+    return ret(rc);
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t e)
@@ -364,12 +392,18 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flag
     {
         std::lock_guard<std::mutex> lk(e->mu);
         g = e->recorded;   /* the most recent record at the time of this call */
+        if (g) e->pending++;
     }
     if (!g) return cudaSuccess;
-    return ret(enqueue(s, [e, g] {
-        std::unique_lock<std::mutex> lk(e->mu);
-        e->cv.wait(lk, [e, g] { return e->completed >= g; });
-    }));
+    cudaError_t rc = enqueue(s, [e, g] {
+        {
+            std::unique_lock<std::mutex> lk(e->mu);
+            e->cv.wait(lk, [e, g] { return e->completed >= g; });
+        }
+        event_item_done(e);
+    });
+    if (rc) event_item_done(e);
+    return ret(rc);
 }
 
 }  // extern "C"

@@ -21,7 +21,6 @@
 
 static int test_failures __attribute__((unused));
 static int test_checks __attribute__((unused));
-static int test_skips __attribute__((unused));
 
 #define CHECK(cond, ...)                                                         \
     do {                                                                         \
@@ -51,27 +50,8 @@ static int test_skips __attribute__((unused));
               cudaGetErrorName(want));                                                \
     } while (0)
 
-/* A check of documented behaviour that the emulator is known to get wrong
- * (reported, not fixed in this tree when the check was written). When it
- * fails it is printed, every run, as a KNOWN_EMU_BUG skip and not counted as a
- * failure, so the suite passes; when it passes it counts as an ordinary check
- * and says that its marker is stale (the emulator was fixed: make it a CHECK). */
-#define CHECK_KNOWN_EMU_BUG(id, cond, ...)                                       \
-    do {                                                                         \
-        if (cond) {                                                              \
-            test_checks++;                                                       \
-            printf("KNOWN_EMU_BUG %s: passes now, the marker at %s:%d is stale\n", id, __FILE__, __LINE__); \
-        } else {                                                                 \
-            test_skips++;                                                        \
-            printf("KNOWN_EMU_BUG %s (check skipped): ", id);                   \
-            printf(__VA_ARGS__);                                                 \
-            putchar('\n');                                                       \
-        }                                                                        \
-    } while (0)
-
 static inline int test_report(const char *name)
 {
-    if (test_skips) printf("%s: %d checks of known emulator bugs skipped (KNOWN_EMU_BUG above)\n", name, test_skips);
     printf("%s: %d checks, %d failures\n", name, test_checks, test_failures);
     return test_failures ? 1 : 0;
 }

@@ -223,7 +223,7 @@ static void test_shapes(cublasHandle_t h, cudaStream_t s)
         CUDA_OK(cudaStreamSynchronize(s));
         cudaFree(d);
         cudaFree(c);
-        CHECK_KNOWN_EMU_BUG("cublas-op-c-refused", st == CUBLAS_STATUS_SUCCESS,
+        CHECK(st == CUBLAS_STATUS_SUCCESS,
                             "cublasGemmEx with CUBLAS_OP_C: %s, want success (the transpose for real data; "
                             "gpu/emu/emu_cublas.cc, check)", cublasGetStatusName(st));
         if (st == CUBLAS_STATUS_SUCCESS) {

@@ -611,16 +611,15 @@ static void test_minmax_half2_double(void)
     /* __hmax / __hmin (cuda_fp16.h) */
     struct mm {
         uint16_t a, b, max, min;   /* canonical NaN is 0x7fff */
-        const char *known_max, *known_min;   /* known emulator bugs (reported), or null */
     } const M[] = {
-        {0x3c00, 0x4000, 0x4000, 0x3c00, nullptr, nullptr}, {0xc000, 0x3c00, 0x3c00, 0xc000, nullptr, nullptr},
-        {0x7c00, 0xfc00, 0x7c00, 0xfc00, nullptr, nullptr}, {0x7e00, 0x4200, 0x4200, 0x4200, nullptr, nullptr},
-        {0x4200, 0x7e00, 0x4200, 0x4200, nullptr, nullptr}, {0xfe01, 0xc200, 0xc200, 0xc200, nullptr, nullptr},
+        {0x3c00, 0x4000, 0x4000, 0x3c00}, {0xc000, 0x3c00, 0x3c00, 0xc000},
+        {0x7c00, 0xfc00, 0x7c00, 0xfc00}, {0x7e00, 0x4200, 0x4200, 0x4200},
+        {0x4200, 0x7e00, 0x4200, 0x4200}, {0xfe01, 0xc200, 0xc200, 0xc200},
         /* +0.0 > -0.0 */
-        {0x8000, 0x0000, 0x0000, 0x8000, "hmax-signed-zero", nullptr},
-        {0x0000, 0x8000, 0x0000, 0x8000, nullptr, "hmin-signed-zero"},
+        {0x8000, 0x0000, 0x0000, 0x8000},
+        {0x0000, 0x8000, 0x0000, 0x8000},
         /* both NaN: canonical NaN */
-        {0x7e00, 0x7d00, 0x7fff, 0x7fff, "hmax-nan-nan", "hmin-nan-nan"},
+        {0x7e00, 0x7d00, 0x7fff, 0x7fff},
     };
     const int nm = sizeof M / sizeof M[0];
     std::vector<uint16_t> a(nm), b(nm);
@@ -631,20 +630,10 @@ static void test_minmax_half2_double(void)
     launched();
     const std::vector<uint16_t> o = from_dev(dout, (size_t)nm * 2);
     for (int i = 0; i < nm; i++) {
-        if (M[i].known_max)
-            CHECK_KNOWN_EMU_BUG(M[i].known_max, o[2 * i] == M[i].max,
-                                "__hmax(0x%04x, 0x%04x) = 0x%04x, want 0x%04x (gpu/emu/emu_half.h, __hmax)", M[i].a,
-                                M[i].b, o[2 * i], M[i].max);
-        else
-            CHECK(o[2 * i] == M[i].max, "__hmax(0x%04x, 0x%04x) = 0x%04x, want 0x%04x", M[i].a, M[i].b, o[2 * i],
-                  M[i].max);
-        if (M[i].known_min)
-            CHECK_KNOWN_EMU_BUG(M[i].known_min, o[2 * i + 1] == M[i].min,
-                                "__hmin(0x%04x, 0x%04x) = 0x%04x, want 0x%04x (gpu/emu/emu_half.h, __hmin)", M[i].a,
-                                M[i].b, o[2 * i + 1], M[i].min);
-        else
-            CHECK(o[2 * i + 1] == M[i].min, "__hmin(0x%04x, 0x%04x) = 0x%04x, want 0x%04x", M[i].a, M[i].b,
-                  o[2 * i + 1], M[i].min);
+        CHECK(o[2 * i] == M[i].max, "__hmax(0x%04x, 0x%04x) = 0x%04x, want 0x%04x", M[i].a, M[i].b,
+              o[2 * i], M[i].max);
+        CHECK(o[2 * i + 1] == M[i].min, "__hmin(0x%04x, 0x%04x) = 0x%04x, want 0x%04x", M[i].a, M[i].b,
+              o[2 * i + 1], M[i].min);
     }
     cudaFree(da);
     cudaFree(db);
@@ -681,7 +670,7 @@ static void test_minmax_half2_double(void)
     int bad = 0, first = -1;
     for (int i = 0; i < nd; i++)
         if (h[i] != ref_f2h(d[i], RN) && !bad++) first = i;
-    CHECK_KNOWN_EMU_BUG("half-from-double-rounds-twice", bad == 0,
+    CHECK(bad == 0,
                         "__half(double): %d of %d wrong, e.g. __half(%.20g) = 0x%04x, want 0x%04x (gpu/emu/emu_half.h, "
                         "__half::__half(double) goes through float)", bad, nd, first < 0 ? 0.0 : d[first],
                         first < 0 ? 0 : h[first], first < 0 ? 0 : ref_f2h(d[first], RN));

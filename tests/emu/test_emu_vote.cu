@@ -334,7 +334,7 @@ static void test_reduce(void)
                     if (got != want && !bad++) first_got = got, first_want = want;
                 }
             if (kind == R_MIN_I || kind == R_MAX_I)
-                CHECK_KNOWN_EMU_BUG("reduce-int-signed", bad == 0,
+                CHECK(bad == 0,
                                     "%s over warps of %d lanes: %d wrong, first 0x%08x (%d), want 0x%08x (%d): the int "
                                     "overload compares as unsigned (gpu/emu/emu_device.h, __reduce_min/max_sync)",
                                     red_names[kind], nt, bad, first_got, (int)first_got, first_want, (int)first_want);
