@@ -1,9 +1,26 @@
 #!/usr/bin/env bash
-# Configure (once) and build into build/. Extra arguments go to meson setup.
+# Configure (once) and build. Without arguments: build/, the default build
+# (gpu/ compiled by nvcc when it is present). With a first argument naming a
+# variant, its own directory:
+#   emu    build-emu/   gpu/ on the CUDA emulator (-Dgpu_emu=true): kernels run on the CPU
+#   asan   build-asan/  the emulator build under AddressSanitizer + UBSan
+#   tsan   build-tsan/  the emulator build under ThreadSanitizer
+# Extra arguments go to meson setup. HKV_BUILD_TARGETS limits what ninja builds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ ! -f build/build.ninja ]; then
-    meson setup build --buildtype=release "$@" >/dev/null
+variant=${1:-}
+case "$variant" in
+    emu) dir=build-emu; shift; opts=(-Dgpu_emu=true --buildtype=release) ;;
+    asan) dir=build-asan; shift
+          opts=(-Dgpu_emu=true --buildtype=debugoptimized -Db_sanitize=address,undefined -Db_lundef=false) ;;
+    tsan) dir=build-tsan; shift
+          opts=(-Dgpu_emu=true --buildtype=debugoptimized -Db_sanitize=thread -Db_lundef=false) ;;
+    ""|-*) dir=build; opts=(--buildtype=release) ;;
+    *) echo "build.sh: unknown variant '$variant' (emu, asan, tsan)" >&2; exit 2 ;;
+esac
+if [ ! -f "$dir/build.ninja" ]; then
+    meson setup "$dir" "${opts[@]}" "$@" >/dev/null
 fi
-ninja -C build >/dev/null
-echo "build: build/tools/hetkv"
+# shellcheck disable=SC2086
+ninja -C "$dir" ${HKV_BUILD_TARGETS:-} >/dev/null
+echo "build: $dir/tools/hetkv"

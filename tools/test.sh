@@ -1,22 +1,60 @@
 #!/usr/bin/env bash
-# The whole test suite: dependencies, build, the default model (for the
-# real-model checks), then every meson test. Ends with one summary line.
+# The whole test suite: dependencies, the default model (for the real-model
+# checks), then
+#   build/      the default build, compiled (with nvcc where present: it must build);
+#   build-emu/  every meson suite, the GPU kernels executed on the CUDA emulator;
+#   build-asan/ the gpu and emu suites under AddressSanitizer + UBSan;
+#   build-tsan/ the gpu and emu suites under ThreadSanitizer.
+# HKV_TEST_QUICK=1 skips the two sanitizer builds. Extra arguments go to the
+# build-emu meson test (e.g. --suite gpu). Ends with one summary line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup_deps.sh
 tools/build.sh
+tools/build.sh emu
 tools/get_model.sh
 status=0
-meson test -C build --print-errorlogs --num-processes 1 "$@" || status=$?
-python3 - <<'PY'
-import json
+logs=(build-emu/meson-logs/testlog.json)
+meson test -C build-emu --print-errorlogs --num-processes 1 "$@" || status=$?
+
+# Only the gpu and emu suites' executables are built under the sanitizers.
+sanitizer_targets() {
+    python3 - "$1" <<'PY'
+import json, os, subprocess, sys
+d = sys.argv[1]
+out = subprocess.run(["meson", "introspect", "--targets", d], capture_output=True, text=True, check=True)
+names = []
+for t in json.loads(out.stdout):
+    path = os.path.relpath(t["filename"][0], os.path.abspath(d))
+    if t["type"] == "executable" and (path.startswith("tests/gpu/") or path.startswith("tests/emu/")):
+        names.append(path)
+print(" ".join(names))
+PY
+}
+if [ "${HKV_TEST_QUICK:-0}" != 1 ]; then
+    for v in asan tsan; do
+        d=build-$v
+        HKV_BUILD_TARGETS=build.ninja tools/build.sh "$v" >/dev/null   # configure only
+        HKV_BUILD_TARGETS="$(sanitizer_targets "$d")" tools/build.sh "$v" >/dev/null
+        # UBSan must fail the test, not only print; TSan cannot see inside the
+        # uninstrumented OpenMP runtime (tests/gpu/tsan.supp says why).
+        UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+        TSAN_OPTIONS="suppressions=$PWD/tests/gpu/tsan.supp history_size=7 halt_on_error=0" \
+            meson test -C "$d" --no-rebuild --print-errorlogs --num-processes 1 --suite gpu \
+                --suite emu --timeout-multiplier 4 || status=$?
+        logs+=("$d/meson-logs/testlog.json")
+    done
+fi
+python3 - "${logs[@]}" <<'PY'
+import json, sys
 p = f = s = 0
-with open("build/meson-logs/testlog.json") as fh:
-    for line in fh:
-        r = json.loads(line)["result"]
-        if r in ("OK", "EXPECTEDFAIL"): p += 1
-        elif r == "SKIP": s += 1
-        else: f += 1
+for path in sys.argv[1:]:
+    with open(path) as fh:
+        for line in fh:
+            r = json.loads(line)["result"]
+            if r in ("OK", "EXPECTEDFAIL"): p += 1
+            elif r == "SKIP": s += 1
+            else: f += 1
 print(f"tests: {p} passed, {f} failed, {s} skipped")
 PY
 exit $status

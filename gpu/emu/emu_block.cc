@@ -49,7 +49,9 @@ namespace ctx = boost::context::detail;
 
 namespace hkv_emu {
 
-thread_local thread_view *tl_thread __attribute__((tls_model("initial-exec"))) = nullptr;
+static thread_local thread_view *tl_thread = nullptr;
+
+const thread_view *current_thread(void) { return tl_thread; }
 
 namespace {
 

@@ -83,7 +83,10 @@ struct thread_view {
     uint3 idx;
     const block_view *block;
 };
-extern thread_local thread_view *tl_thread __attribute__((tls_model("initial-exec")));
+/* The running CUDA thread (set by the block scheduler before each switch).
+ * A function rather than the thread_local itself: GCC's UBSan reports a
+ * false null load on extern thread_local reads inside fibers. */
+const thread_view *current_thread(void);
 
 /* The call site of a barrier or collective, for divergence reports. */
 #define HKV_EMU_STR2(x) #x
@@ -146,7 +149,7 @@ static inline unsigned reduce_minmax(const char *s, warp_op_kind op, unsigned m,
 }
 
 /* The running block's dynamic shared memory (HKV_DYN_SHARED). */
-static inline void *dyn_shared(void) { return tl_thread->block->dyn_smem; }
+static inline void *dyn_shared(void) { return current_thread()->block->dyn_smem; }
 
 /* ---- launches: arguments captured by value at the launch, as the driver does ---- */
 struct kernel_body {
@@ -202,10 +205,10 @@ static inline cudaError_t cudaFuncSetAttribute(void (*fn)(P...), cudaFuncAttribu
 #define HKV_EMU_DYN_SHARED(T, name) T *const name = (T *)hkv_emu::dyn_shared()
 
 /* ---- built-in variables ---- */
-#define threadIdx (hkv_emu::tl_thread->idx)
-#define blockIdx (hkv_emu::tl_thread->block->idx)
-#define blockDim (hkv_emu::tl_thread->block->dim)
-#define gridDim (hkv_emu::tl_thread->block->grid)
+#define threadIdx (hkv_emu::current_thread()->idx)
+#define blockIdx (hkv_emu::current_thread()->block->idx)
+#define blockDim (hkv_emu::current_thread()->block->dim)
+#define gridDim (hkv_emu::current_thread()->block->grid)
 
 /* ---- barriers and warp collectives (CUDA Programming Guide, "Synchronization
  * Functions", "Warp Shuffle Functions", "Warp Vote Functions") ---- */

@@ -177,6 +177,10 @@ void device_sync(void)
             std::lock_guard<std::mutex> tl(t->mu);
             all.push_back({t, t->enq});
         }
+        for (hkv_emu_stream *t : r.retired) {   /* destroyed, maybe still draining */
+            std::lock_guard<std::mutex> tl(t->mu);
+            all.push_back({t, t->enq});
+        }
     }
     for (auto &p : all) wait_done(p.first, p.second);
 }
