@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "device.h"
 #include "eval.h"
 #include "gpu_plan.h"
 #include "synthetic.h"
@@ -266,7 +267,8 @@ int hkv_cmd_plan(int argc, char **argv) {
                (unsigned long long)rows[0].one.kv_per_token, sink, local);
         printf("\"device\":");
         hkv_json_str(stdout, dev_desc, strlen(dev_desc));
-        printf(",\"rows\":[");
+        /* which GPU backend the device is, when one was asked (cuda / cuda-emu) */
+        printf(",\"backend\":\"%s\",\"rows\":[", dc.cuda ? hkv_gpu_backend() : "none");
         for (int i = 0; i < nr; i++) {
             const row *r = &rows[i];
             printf("%s{\"cap\":%llu,\"ctx\":%lld,\"config\":", i ? "," : "", (unsigned long long)r->cap, r->ctx);
