@@ -289,17 +289,33 @@ fiber *current(const char *what)
 }
 
 /* A fault inside a kernel: the block stops here; the grid stops launching
- * blocks; the device error becomes sticky (stream code). */
-[[noreturn]] void fault(fiber *f, const std::string &what)
+ * blocks; the device error becomes sticky (stream code). The message is
+ * formatted on the fiber's stack: the fiber is abandoned, so nothing it
+ * allocated would ever be freed. */
+[[noreturn]] void fault(fiber *f, const char *fmt_, ...) __attribute__((format(printf, 2, 3)));
+[[noreturn]] void fault(fiber *f, const char *fmt_, ...)
 {
+    char what[1024];
+    va_list ap;
+    va_start(ap, fmt_);
+    vsnprintf(what, sizeof what, fmt_, ap);
+    va_end(ap);
     block_run *b = f->blk;
     if (!b->faulted) {
         b->faulted = true;
-        b->fault = where(b) + ": " + what;
+        b->fault = where(b) + ": " + what;   /* b lives on the scheduler's stack */
     }
     f->dirty = true;
     f->st = F_DONE;
     leave(f);
+}
+
+/* "thread (x,y,z) (warp w, lane l)" into buf, without the heap. */
+const char *tname(const fiber *f, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "thread (%u,%u,%u) (warp %d, lane %d)", f->view.idx.x, f->view.idx.y,
+             f->view.idx.z, f->warp, f->lane);
+    return buf;
 }
 
 void release_fibers(block_run *b, std::vector<int> &ids)
@@ -314,6 +330,7 @@ void release_fibers(block_run *b, std::vector<int> &ids)
 
 void thread_done(fiber *f)
 {
+    char tb[96];
     block_run *b = f->blk;
     f->st = F_DONE;
     b->done++;
@@ -321,8 +338,8 @@ void thread_done(fiber *f)
     ws.exited |= 1u << f->lane;
     for (const warp_group &g : ws.pending)
         if (g.mask & (1u << f->lane))
-            fault(f, fmt("%s exited while lanes 0x%08x wait for it in %s (%s, mask 0x%08x)",
-                         thread_name(f).c_str(), g.arrived, op_name(g.op), g.site, g.mask));
+            fault(f, "%s exited while lanes 0x%08x wait for it in %s (%s, mask 0x%08x)",
+                         tname(f, tb, sizeof tb), g.arrived, op_name(g.op), g.site, g.mask);
     tsan_release(&b->end_sync);
 }
 
@@ -343,6 +360,7 @@ void fiber_entry(ctx::transfer_t t)
 /* What every unfinished thread waits on, when none can run. */
 std::string deadlock(block_run *b)
 {
+    char tb[96];
     int at_bar = 0, exited = 0;
     const char *bar_site = nullptr;
     std::string warp_waits, exited_list;
@@ -352,7 +370,7 @@ std::string deadlock(block_run *b)
         else if (f->st == F_DONE) {
             if (exited++ < 4) exited_list += (exited_list.empty() ? "" : ", ") + thread_name(f);
         } else if (f->st == F_WAIT_WARP && warp_waits.size() < 600)
-            warp_waits += fmt("; %s waits in %s at %s", thread_name(f).c_str(), op_name(f->op),
+            warp_waits += fmt("; %s waits in %s at %s", tname(f, tb, sizeof tb), op_name(f->op),
                               f->site);
     }
     if (at_bar && warp_waits.empty())
@@ -541,6 +559,7 @@ std::string run_grid(const grid_job &job)
 
 int block_barrier(const char *site, int mode, int pred)
 {
+    char tb[96];
     fiber *f = current("__syncthreads");
     block_run *b = f->blk;
     if (b->bar_count == 0) {
@@ -548,8 +567,8 @@ int block_barrier(const char *site, int mode, int pred)
         b->bar_mode = mode;
         b->bar_acc = mode == 2 ? 1 : 0;
     } else if (!same_site(site, b->bar_site) || mode != b->bar_mode) {
-        fault(f, fmt("divergent barriers: %s reaches the barrier at %s while %d threads wait at %s",
-                     thread_name(f).c_str(), site, b->bar_count, b->bar_site));
+        fault(f, "divergent barriers: %s reaches the barrier at %s while %d threads wait at %s",
+                     tname(f, tb, sizeof tb), site, b->bar_count, b->bar_site);
     }
     if (mode == 1) b->bar_acc += pred;
     else if (mode == 2) b->bar_acc &= pred;
@@ -619,9 +638,9 @@ static void complete(fiber *f, warp_group &g)
         switch (g.op) {
         case W_IDX: case W_UP: case W_DOWN: case W_XOR:
             if (!(g.mask & (1u << src)))
-                fault(f, fmt("%s: lane %d of warp %d reads lane %d, which is not in the mask "
+                fault(f, "%s: lane %d of warp %d reads lane %d, which is not in the mask "
                              "0x%08x (the value is undefined on a GPU)", op_name(g.op), l,
-                             f->warp, src, g.mask));
+                             f->warp, src, g.mask);
             r = g.val[src];
             break;
         case W_BALLOT: r = ballot; break;
@@ -648,32 +667,33 @@ static void complete(fiber *f, warp_group &g)
 uint64_t warp_op(warp_op_kind op, unsigned mask, uint64_t v, int arg, int width, int vbytes,
                  const char *site)
 {
+    char tb[96];
     fiber *f = current(op_name(op));
     block_run *b = f->blk;
     warp_state &ws = b->warps[f->warp];
     const unsigned bit = 1u << f->lane;
     (void)vbytes;
     if (!(mask & bit))
-        fault(f, fmt("%s at %s: %s calls it with mask 0x%08x, which does not name its own lane",
-                     op_name(op), site, thread_name(f).c_str(), mask));
+        fault(f, "%s at %s: %s calls it with mask 0x%08x, which does not name its own lane",
+                     op_name(op), site, tname(f, tb, sizeof tb), mask);
     if (mask & ~ws.exists)
-        fault(f, fmt("%s at %s: mask 0x%08x names lanes 0x%08x that do not exist (warp %d has "
+        fault(f, "%s at %s: mask 0x%08x names lanes 0x%08x that do not exist (warp %d has "
                      "%d threads)", op_name(op), site, mask, mask & ~ws.exists, f->warp,
-                     __builtin_popcount(ws.exists)));
+                     __builtin_popcount(ws.exists));
     if (mask & ws.exited)
-        fault(f, fmt("%s at %s: mask 0x%08x names lanes 0x%08x that have exited", op_name(op),
-                     site, mask, mask & ws.exited));
+        fault(f, "%s at %s: mask 0x%08x names lanes 0x%08x that have exited", op_name(op),
+                     site, mask, mask & ws.exited);
     if (op <= W_XOR && !pow2_width(width))
-        fault(f, fmt("%s at %s: width %d is not a power of two in [1, 32]", op_name(op), site,
-                     width));
+        fault(f, "%s at %s: width %d is not a power of two in [1, 32]", op_name(op), site,
+                     width);
     warp_group *g = nullptr;
     for (warp_group &c : ws.pending)
         if (c.mask & mask) {
             if (c.mask != mask || c.op != op || c.width != width || !same_site(c.site, site))
-                fault(f, fmt("divergent warp collectives in warp %d: lane %d calls %s at %s with "
+                fault(f, "divergent warp collectives in warp %d: lane %d calls %s at %s with "
                              "mask 0x%08x (width %d) while lanes 0x%08x wait in %s at %s with mask "
                              "0x%08x (width %d)", f->warp, f->lane, op_name(op), site, mask, width,
-                             c.arrived, op_name(c.op), c.site, c.mask, c.width));
+                             c.arrived, op_name(c.op), c.site, c.mask, c.width);
             g = &c;
             break;
         }

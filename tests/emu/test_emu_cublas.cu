@@ -259,7 +259,8 @@ static void test_invalid(cublasHandle_t h)
         {CUBLAS_OP_N, CUBLAS_OP_N, 7, -1, 7, 7, 7, 7, "n < 0"},
         {CUBLAS_OP_N, CUBLAS_OP_N, 7, 7, -1, 7, 7, 7, "k < 0"},
         {CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, 0, 1, 1, "lda = 0 (< max(1, m))"},
-        {(cublasOperation_t)7, CUBLAS_OP_N, 7, 7, 7, 7, 7, 7, "an unknown operation"},
+        /* 3: within the enum's range of values (0..3), but no operation */
+        {(cublasOperation_t)3, CUBLAS_OP_N, 7, 7, 7, 7, 7, 7, "an unknown operation"},
     };
     for (const bad &b : B) {
         const cublasStatus_t st = cublasGemmEx(h, b.ta, b.tb, b.m, b.n, b.k, &one, dA, CUDA_R_16F, b.lda, dB,

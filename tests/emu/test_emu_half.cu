@@ -143,7 +143,7 @@ static uint16_t ref_hfma(uint16_t a, uint16_t b, uint16_t c)
 {
     const i128 p = (i128)half_units(a) * half_units(b);
     const bool pneg = ((a ^ b) & 0x8000) != 0, cneg = (c & 0x8000) != 0;
-    const i128 X = p + ((i128)half_units(c) << 24);
+    const i128 X = p + (i128)half_units(c) * ((i128)1 << 24);   /* a multiply: c may be negative */
     /* an exact zero: -0 only when both addends are zeros of negative sign */
     return round_units(X, -48, p == 0 && half_units(c) == 0 && pneg && cneg);
 }

@@ -32,6 +32,7 @@ static char *read_file(const char *path, size_t *len) {
         if (n == cap) buf = realloc(buf, cap *= 2);
     }
     fclose(f);
+    if (buf) buf[n] = 0;   /* n < cap: strtol must stop at the end (MALLOC_PERTURB_ fills digits) */
     *len = n;
     return buf;
 }
