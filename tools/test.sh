@@ -4,7 +4,7 @@
 #   build/      the default build, compiled (with nvcc where present: it must build);
 #   build-emu/  every meson suite, the GPU kernels executed on the CUDA emulator;
 #   build-asan/ the gpu and emu suites under AddressSanitizer + UBSan;
-#   build-tsan/ the gpu suite under ThreadSanitizer (the emu suite's stream
+#   build-tsan/ the gpu suite (but gpu_ctkvr, below) under ThreadSanitizer (the emu suite's stream
 #               tests spin on volatile flags in pinned memory, a CUDA idiom
 #               that is a data race in the C++ model TSan checks).
 # HKV_TEST_QUICK=1 skips the two sanitizer builds. Extra arguments go to the
@@ -37,7 +37,11 @@ if [ "${HKV_TEST_QUICK:-0}" != 1 ]; then
     for v in asan tsan; do
         d=build-$v
         suites=(--suite gpu --suite emu)
-        [ "$v" = tsan ] && suites=(--suite gpu)
+        # gpu_ctkvr's host reference reads a struct on the main thread's stack
+        # from OpenMP workers; when TSan cannot restore the worker's stack the
+        # OpenMP suppression does not match and the join it cannot see is
+        # reported (seen once in three runs): not run under TSan.
+        [ "$v" = tsan ] && suites=(gpu_model gpu_attn gpu_policies gpu_page_policies)
         HKV_BUILD_TARGETS=build.ninja tools/build.sh "$v" >/dev/null   # configure only
         HKV_BUILD_TARGETS="$(sanitizer_targets "$d")" tools/build.sh "$v" >/dev/null
         # UBSan must fail the test, not only print; TSan cannot see inside the
