@@ -52,6 +52,11 @@ static int alloc_workspace(hkv_engine *e, hkv_err *err) {
         if (!*bufs[i].p) return HKV_E_NOMEM;
         e->ws_bytes += bytes;
     }
+    const size_t pb = R * sizeof(int64_t);
+    if (!(e->pos = hkv_host_alloc(&e->mem, HKV_TIER_WORKSPACE, pb, err)) ||
+        !(e->rope_pos = hkv_host_alloc(&e->mem, HKV_TIER_WORKSPACE, pb, err)))
+        return HKV_E_NOMEM;
+    e->ws_bytes += 2 * pb;
     return HKV_OK;
 }
 
@@ -106,6 +111,7 @@ int hkv_engine_open(hkv_engine **out, const hkv_engine_params *p, hkv_err *err) 
                      : hkv_kv_tiered_create(&e->kv, &shape, p->max_seqs, &e->p.tiered, &e->kern,
                                             &e->mem, err);
     if (rc) goto fail;
+    if ((rc = hkv_backend_cpu_create(&e->be, e, err))) goto fail;
     if (p->draft_path && (rc = hkv_draft_open(e, err))) goto fail;
     *out = e;
     return HKV_OK;
@@ -120,12 +126,21 @@ void hkv_engine_set_kv(hkv_engine *e, hkv_kv kv) {
     e->kv = kv;
 }
 
+void hkv_engine_set_backend(hkv_engine *e, hkv_backend be) {
+    if (e->be.ops) e->be.ops->destroy(e->be.self);
+    e->be = be;
+}
+
 void hkv_engine_close(hkv_engine *e) {
     if (!e) return;
+    /* The backend first: a device backend still reads the KV cache. */
+    if (e->be.ops) e->be.ops->destroy(e->be.self);
     hkv_engine_close(e->draft);
     if (e->kv.ops) e->kv.ops->destroy(e->kv.self);
     float *bufs[] = {e->x, e->xn, e->qkv, e->att, e->h, e->tmp, e->rope_cs, e->mm_ws};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    free(e->pos);
+    free(e->rope_pos);
     hkv_tokenizer_free(e->tok);
     hkv_model_free(&e->model);
     hkv_threads_free(e->threads);

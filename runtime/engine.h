@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 
+#include "backend.h"
 #include "host_mem.h"
 #include "kernels.h"
 #include "kv.h"
@@ -48,13 +49,18 @@ typedef struct hkv_engine {
     hkv_tokenizer *tok;
     hkv_cpu_kernels kern;
     hkv_kv kv;
+    hkv_backend be;        /* where the forward pass runs (runtime/backend.h): the CPU by
+                              default; hkv_engine_set_backend installs another */
     hkv_mem_account mem;
     hkv_threads *threads;
     int64_t qkv_rows;      /* (n_head + 2 n_head_kv) head_dim */
     int max_rows;
     /* Workspace, [max_rows][...] each. */
     float *x, *xn, *qkv, *att, *h, *tmp, *mm_ws;
-    float *rope_cs;        /* [max_rows][rope_dim]: cos then sin per row */
+    float *rope_cs;        /* [max_rows][rope_dim]: cos then sin per row (CPU backend) */
+    int64_t *rope_pos;     /* [max_rows]: the positions rope_cs holds, rope_n of them */
+    int64_t rope_n;
+    int64_t *pos;          /* [max_rows]: each batch row's position in this forward call */
     size_t ws_bytes;
     hkv_fwd_stats stats;
     /* The draft engine (runtime/draft.c) when draft_path is set: plain
@@ -69,6 +75,9 @@ void hkv_engine_close(hkv_engine *e);
 
 /* Replace the KV backend (the engine destroys the old one and owns the new). */
 void hkv_engine_set_kv(hkv_engine *e, hkv_kv kv);
+
+/* Replace the backend (the engine destroys the old one and owns the new). */
+void hkv_engine_set_backend(hkv_engine *e, hkv_backend be);
 
 /* One forward pass over n_rows batch rows (n_rows <= max_rows) described by
  * segments. Logits of the rows listed in logit_rows go to

@@ -68,6 +68,14 @@ typedef struct hkv_kv_ops {
     int (*layer_step)(void *self, int layer, const hkv_seg *segs, int n_segs,
                       const float *qkv, int64_t ld_qkv, float *out, int64_t ld_out,
                       hkv_err *err);
+    /* As layer_step, for a caller that attends the near tier itself (the
+     * device, pipeline/): decode rows get only the far partial, prompt rows
+     * the whole attention as layer_step gives it; every row's log-sum-exp
+     * goes to lse[row * n_head + head] (-inf: no key, out 0), so the caller's
+     * near partial merges exactly. NULL for a cache without a near tier. */
+    int (*layer_step_far)(void *self, int layer, const hkv_seg *segs, int n_segs,
+                          const float *qkv, int64_t ld_qkv, float *out, int64_t ld_out,
+                          float *lse, hkv_err *err);
     void (*destroy)(void *self);
 } hkv_kv_ops;
 

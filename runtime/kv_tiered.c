@@ -105,6 +105,7 @@ static int t_seq_open(void *self, int seq, int64_t n_ctx, hkv_err *err) {
     q->def = def;
     q->args = args;
     q->cap = n_ctx;
+    q->epoch = ++t->epoch;
     const int L = t->s.n_layer, KH = t->s.n_head_kv, d = t->s.head_dim;
     hkv_policy_env env = policy_env(t, q);
     q->q_keep = t->p.keep_queries;
@@ -158,6 +159,7 @@ static void t_seq_close(void *self, int seq) {
     seq_free(t, q);
     q->def = def;    /* a per-sequence policy choice outlives close/open */
     q->args = args;
+    q->epoch = ++t->epoch;
 }
 
 static int64_t t_seq_len(void *self, int seq) {
@@ -194,6 +196,7 @@ static int t_seq_copy(void *self, int dst, int src, hkv_err *err) {
     if (rt) return rt;
     d->len = s->len;
     d->prompt_done = s->prompt_done;
+    d->epoch = ++t->epoch;
     memset(&d->audit, 0, sizeof d->audit);
     return policy_rebuild(t, d, err);
 }
@@ -335,9 +338,8 @@ static int append_segment(tiered *t, int layer, const hkv_seg *sg, const float *
     return HKV_OK;
 }
 
-static int t_layer_step(void *self, int layer, const hkv_seg *segs, int n_segs, const float *qkv,
-                        int64_t ld_qkv, float *out, int64_t ld_out, hkv_err *err) {
-    tiered *t = self;
+static int layer_step(tiered *t, int layer, const hkv_seg *segs, int n_segs, const float *qkv,
+                      int64_t ld_qkv, float *out, int64_t ld_out, float *lse_out, hkv_err *err) {
     for (int i = 0; i < n_segs; i++) {
         const hkv_seg *sg = &segs[i];
         if (sg->seq < 0 || sg->seq >= t->max_seqs || !t->seqs[sg->seq].open)
@@ -389,7 +391,8 @@ static int t_layer_step(void *self, int layer, const hkv_seg *segs, int n_segs, 
         if (err) *err = local;
         return rc;
     }
-    if ((rc = tiered_attend(t, layer, segs, n_segs, qkv, ld_qkv, out, ld_out, err))) return rc;
+    if ((rc = tiered_attend(t, layer, segs, n_segs, qkv, ld_qkv, out, ld_out, lse_out, err)))
+        return rc;
     for (int i = 0; i < n_segs; i++) {
         tseq *q = &t->seqs[segs[i].seq];
         const int64_t end = seg_pos(&segs[i], segs[i].n - 1) + 1;
@@ -398,6 +401,21 @@ static int t_layer_step(void *self, int layer, const hkv_seg *segs, int n_segs, 
         if (layer == t->s.n_layer - 1) q->len = end;
     }
     return HKV_OK;
+}
+
+static int t_layer_step(void *self, int layer, const hkv_seg *segs, int n_segs, const float *qkv,
+                        int64_t ld_qkv, float *out, int64_t ld_out, hkv_err *err) {
+    return layer_step(self, layer, segs, n_segs, qkv, ld_qkv, out, ld_out, NULL, err);
+}
+
+static int t_layer_step_far(void *self, int layer, const hkv_seg *segs, int n_segs,
+                            const float *qkv, int64_t ld_qkv, float *out, int64_t ld_out,
+                            float *lse, hkv_err *err) {
+    tiered *t = self;
+    if (t->p.audit)   /* the audit compares with the near partial, which the caller computes */
+        return hkv_seterr(err, HKV_E_UNSUPPORTED, "the attention audit runs on the host path only");
+    if (!lse) return hkv_seterr(err, HKV_E_INVAL, "far-only layer step without an lse buffer");
+    return layer_step(t, layer, segs, n_segs, qkv, ld_qkv, out, ld_out, lse, err);
 }
 
 static void t_destroy(void *self) {
@@ -417,6 +435,7 @@ static const hkv_kv_ops tiered_ops = {
     .seq_len = t_seq_len,
     .seq_rewind = tiered_seq_rewind,
     .layer_step = t_layer_step,
+    .layer_step_far = t_layer_step_far,
     .destroy = t_destroy,
 };
 
@@ -477,6 +496,30 @@ void hkv_kv_tiered_audit_reset(hkv_kv *kv, int seq) {
 void hkv_kv_tiered_pinned(hkv_kv *kv, hkv_pinned_account *out) {
     memset(out, 0, sizeof *out);
     if (hkv_kv_is_tiered(kv)) *out = ((tiered *)kv->self)->pin;
+}
+
+int hkv_kv_tiered_near(hkv_kv *kv, int seq, int layer, const uint16_t **k, const uint16_t **v,
+                       int *rows, hkv_err *err) {
+    if (!hkv_kv_is_tiered(kv)) return hkv_seterr(err, HKV_E_INVAL, "not a tiered KV cache");
+    tiered *t = kv->self;
+    if (seq < 0 || seq >= t->max_seqs || !t->seqs[seq].open || layer < 0 || layer >= t->s.n_layer)
+        return hkv_seterr(err, HKV_E_RANGE, "near tier of sequence %d, layer %d: not open or out "
+                          "of range", seq, layer);
+    tseq *q = &t->seqs[seq];
+    *k = near_rows(t, q, q->near_k, layer, 0);
+    *v = near_rows(t, q, q->near_v, layer, 0);
+    *rows = t->NR;
+    return HKV_OK;
+}
+
+uint64_t hkv_kv_tiered_seq_epoch(const hkv_kv *kv, int seq) {
+    if (!hkv_kv_is_tiered(kv)) return 0;
+    const tiered *t = kv->self;
+    return seq >= 0 && seq < t->max_seqs ? t->seqs[seq].epoch : 0;
+}
+
+int hkv_kv_tiered_near_rows(const hkv_kv *kv) {
+    return hkv_kv_is_tiered(kv) ? ((const tiered *)kv->self)->NR : 0;
 }
 
 void hkv_kv_tiered_describe(hkv_kv *kv, int seq, char *buf, size_t cap) {

@@ -79,6 +79,20 @@ int hkv_kv_tiered_seq_instance(hkv_kv *kv, int seq, const hkv_policy_def **def, 
  * NULL when kv is not tiered or seq is out of range. */
 const hkv_policy_def *hkv_kv_tiered_seq_policy(const hkv_kv *kv, int seq, hkv_policy_args *args);
 
+/* The near tier of (seq, layer) for a mirror of it (the device's, pipeline/):
+ * K and V [n_head_kv][rows][d] fp16, rows = L_init + L_local (sinks, then the
+ * ring: position p >= L_init in slot L_init + (p - L_init) % L_local). After
+ * a prompt has ended, a token at position p attends rows [0, min(p + 1,
+ * rows)). */
+int hkv_kv_tiered_near(hkv_kv *kv, int seq, int layer, const uint16_t **k, const uint16_t **v,
+                       int *rows, hkv_err *err);
+/* Near rows per (layer, KV head) (0 when kv is not tiered). */
+int hkv_kv_tiered_near_rows(const hkv_kv *kv);
+/* A number that changes whenever seq's stored tokens change other than by
+ * appending through layer_step: open, close, a copy into it, a rewind. A
+ * mirror of the near tier is current only while the epoch it saw holds. */
+uint64_t hkv_kv_tiered_seq_epoch(const hkv_kv *kv, int seq);
+
 /* 1 when kv is a tiered cache. */
 int hkv_kv_is_tiered(const hkv_kv *kv);
 

@@ -119,7 +119,7 @@ static void audit_row(tiered *t, tseq *q, int layer, int kvh, const float *qv, c
 }
 
 int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const float *qkv,
-                  int64_t ld_qkv, float *out, int64_t ld_out, hkv_err *err) {
+                  int64_t ld_qkv, float *out, int64_t ld_out, float *lse_out, hkv_err *err) {
     const int KH = t->s.n_head_kv, d = t->s.head_dim, g = t->s.n_head / KH;
     const float scale = 1.0f / sqrtf((float)d);
     const hkv_cpu_kernels *kn = t->kern;
@@ -203,8 +203,13 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
                             d, scale, ob, (int64_t)g * d, lb);
         } else {
             int64_t n_near = sg->pos + 1 < t->NR ? sg->pos + 1 : t->NR;
-            kn->attn_dense(qb, g, d, near_rows(t, q, q->near_k, layer, I->kvh),
-                           near_rows(t, q, q->near_v, layer, I->kvh), d, n_near, scale, ob, lb);
+            if (lse_out) {   /* far only: start from the empty partial */
+                memset(ob, 0, (size_t)g * d * sizeof(float));
+                for (int j = 0; j < g; j++) lb[j] = -INFINITY;
+            } else {
+                kn->attn_dense(qb, g, d, near_rows(t, q, q->near_k, layer, I->kvh),
+                               near_rows(t, q, q->near_v, layer, I->kvh), d, n_near, scale, ob, lb);
+            }
             hkv_far_view fv;
             tiered_far_view(t, q, layer, &fv);
             if (t->p.audit) {
@@ -238,6 +243,10 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
         for (int r = 0; r < I->nq; r++)
             memcpy(out + (sg->row + I->q0 + r) * ld_out + (size_t)I->kvh * g * d, ob + (size_t)r * g * d,
                    (size_t)g * d * sizeof(float));
+        if (lse_out)
+            for (int r = 0; r < I->nq; r++)
+                memcpy(lse_out + (sg->row + I->q0 + r) * t->s.n_head + (size_t)I->kvh * g,
+                       lb + (size_t)r * g, (size_t)g * sizeof(float));
     }
     free(items);
     if (fail) return hkv_seterr(err, fail, "layer %d: the policy's selection failed (%s)", layer,

@@ -33,6 +33,8 @@ typedef struct tseq {
     hkv_policy_args args;
     hkv_policy pol;
     hkv_tiered_audit audit;
+    uint64_t epoch;           /* changes when the stored tokens change other than by appending
+                                 (open, close, copy into, rewind): hkv_kv_tiered_seq_epoch */
 } tseq;
 
 typedef struct tiered {
@@ -44,6 +46,7 @@ typedef struct tiered {
     hkv_mem_account *mem;
     hkv_pinned_account pin;   /* page-locked far-tier bytes (pin_far with a CUDA device) */
     tseq *seqs;
+    uint64_t epoch;           /* the last epoch handed out */
     /* Per-thread scratch of layer_step, grown on demand (WORKSPACE tier). */
     float *scratch;
     size_t scratch_bytes;
@@ -78,8 +81,10 @@ int64_t tiered_tsp_rows_upto(const tsp_list *tl, int64_t p_last, int32_t *idx);
 static inline int64_t seg_pos(const hkv_seg *sg, int64_t i) {
     return sg->pos_list ? sg->pos_list[i] : sg->pos + i;
 }
-/* Attention of all segments (after their K/V are in place). */
+/* Attention of all segments (after their K/V are in place). With lse_out
+ * (far-only mode, hkv_kv_ops.layer_step_far) decode rows get only the far
+ * partial and every row's lse goes to lse_out[row * n_head + head]. */
 int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const float *qkv,
-                  int64_t ld_qkv, float *out, int64_t ld_out, hkv_err *err);
+                  int64_t ld_qkv, float *out, int64_t ld_out, float *lse_out, hkv_err *err);
 
 #endif

@@ -21,6 +21,7 @@ int tiered_seq_rewind(void *self, int seq, int64_t n, hkv_err *err) {
     if (seq < 0 || seq >= t->max_seqs || !t->seqs[seq].open)
         return hkv_seterr(err, HKV_E_INVAL, "rewind: sequence %d is not open", seq);
     tseq *q = &t->seqs[seq];
+    q->epoch = ++t->epoch;
     if (n < 0 || n > q->len)
         return hkv_seterr(err, HKV_E_RANGE, "rewind of sequence %d to %lld tokens, but it holds %lld",
                           seq, (long long)n, (long long)q->len);

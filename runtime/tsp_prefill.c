@@ -52,7 +52,8 @@ int hkv_tsp_prefill(hkv_engine *e, int seq, const int32_t *prompt, int64_t n, fl
         if ((rc = hkv_forward_embed(e, prompt + done, c, err)) ||
             (rc = hkv_forward_layers(e, 0, lt + 1, c, &sg, 1, err)))
             goto out;
-        memcpy(hid + (size_t)done * dim, e->x, (size_t)c * dim * sizeof(float));
+        if ((rc = e->be.ops->read(e->be.self, HKV_ACT_X, 0, c, dim, hid + (size_t)done * dim, err)))
+            goto out;
         done += c;
     }
     /* The propagated set, chosen at the TSP layer's prompt end. */
@@ -89,8 +90,8 @@ int hkv_tsp_prefill(hkv_engine *e, int seq, const int32_t *prompt, int64_t n, fl
         int last = done + c == m;
         hkv_seg sg = {.seq = seq, .n = (int32_t)c, .pos = pl[done], .row = 0, .pos_list = pl + done,
                       .flags = HKV_SEG_PROMPT | (last ? HKV_SEG_PROMPT_END : 0)};
-        memcpy(e->x, hid + (size_t)done * dim, (size_t)c * dim * sizeof(float));
-        if ((rc = hkv_forward_layers(e, lt + 1, NL, c, &sg, 1, err))) goto out;
+        if ((rc = e->be.ops->write(e->be.self, HKV_ACT_X, 0, c, dim, hid + (size_t)done * dim, err)) ||
+            (rc = hkv_forward_layers(e, lt + 1, NL, c, &sg, 1, err))) goto out;
         int64_t lr = c - 1;
         if (last && last_logits && (rc = hkv_forward_head(e, &lr, 1, last_logits, err))) goto out;
         done += c;
