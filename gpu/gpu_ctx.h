@@ -50,6 +50,21 @@ int hkv_gpu_download(void *dst, const void *src, size_t bytes, void *stream, hkv
 int hkv_gpu_memset(void *dst, int byte, size_t bytes, void *stream, hkv_err *err);
 int hkv_gpu_sync(void *stream, hkv_err *err);
 
+/* Streams and events, for pipelines that overlap the device with host work
+ * (pipeline/): a stream that does not synchronise with the legacy default
+ * stream; an event marks a point in a stream's work; event_sync blocks the
+ * calling thread (without spinning) until that point is reached;
+ * stream_wait makes a stream wait for an event recorded in another;
+ * elapsed gives milliseconds between two completed events (timing enabled). */
+int hkv_gpu_stream_create(void **stream, hkv_err *err);
+void hkv_gpu_stream_destroy(void *stream);
+int hkv_gpu_event_create(void **event, hkv_err *err);
+void hkv_gpu_event_destroy(void *event);
+int hkv_gpu_event_record(void *event, void *stream, hkv_err *err);
+int hkv_gpu_event_sync(void *event, hkv_err *err);
+int hkv_gpu_stream_wait(void *stream, void *event, hkv_err *err);
+int hkv_gpu_event_elapsed(void *start, void *end, float *ms, hkv_err *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,6 +1,9 @@
 /* Built without CUDA (-Dcuda=disabled or no nvcc): the GPU tier's C API
  * links and every call says so (HKV_E_UNSUPPORTED), so callers fail with a
  * message instead of a missing symbol. */
+#include <string.h>
+
+#include "gpu_forward.h"
 #include "gpu_kernels.h"
 
 #define NO_CUDA(err, what) hkv_seterr((err), HKV_E_UNSUPPORTED, "%s: this binary was built without CUDA", (what))
@@ -237,4 +240,64 @@ int hkv_gpu_rocketkv_hsa(const uint16_t *bnd, int64_t pcap, const int32_t *cand,
     (void)page, (void)dims, (void)k, (void)q, (void)out, (void)out_ld, (void)n_out, (void)ws;
     (void)ws_bytes, (void)stream;
     return NO_CUDA(err, "gpu rocketkv hsa");
+}
+
+int hkv_gpu_qmat_upload(hkv_gpu_ctx *ctx, const hkv_wmat *src, hkv_gpu_qmat *dst, void *stream,
+                        hkv_err *err)
+{
+    (void)ctx, (void)src, (void)stream;
+    if (dst) memset(dst, 0, sizeof *dst);
+    return NO_CUDA(err, "gpu qmat upload");
+}
+void hkv_gpu_qmat_free(hkv_gpu_ctx *ctx, hkv_gpu_qmat *w)
+{
+    (void)ctx;
+    if (w) memset(w, 0, sizeof *w);
+}
+int hkv_gpu_qmat_rows(const hkv_gpu_qmat *w, const int32_t *ids, int64_t n, float *dst,
+                      int64_t ld_dst, void *stream, hkv_err *err)
+{
+    (void)w, (void)ids, (void)n, (void)dst, (void)ld_dst, (void)stream;
+    return NO_CUDA(err, "gpu qmat rows");
+}
+size_t hkv_gpu_qmat_matmul_ws_bytes(const hkv_gpu_qmat *w)
+{
+    (void)w;
+    return 0;
+}
+int hkv_gpu_qmat_matmul(hkv_gpu_ctx *ctx, const hkv_gpu_qmat *w, const float *x, int64_t ldx,
+                        int64_t n, float *y, int64_t ldy, void *ws, size_t ws_bytes, void *stream,
+                        hkv_err *err)
+{
+    (void)ctx, (void)w, (void)x, (void)ldx, (void)n, (void)y, (void)ldy, (void)ws, (void)ws_bytes;
+    (void)stream;
+    return NO_CUDA(err, "gpu qmat matmul");
+}
+int hkv_gpu_copy_rows(float *dst, int64_t ld_dst, const int32_t *dst_rows, const float *src,
+                      int64_t ld_src, const int32_t *src_rows, int64_t n, int64_t cols,
+                      void *stream, hkv_err *err)
+{
+    (void)dst, (void)ld_dst, (void)dst_rows, (void)src, (void)ld_src, (void)src_rows, (void)n;
+    (void)cols, (void)stream;
+    return NO_CUDA(err, "gpu copy rows");
+}
+int hkv_gpu_add_bias(float *x, int64_t ldx, int64_t n, const float *b, int64_t cols, void *stream,
+                     hkv_err *err)
+{
+    (void)x, (void)ldx, (void)n, (void)b, (void)cols, (void)stream;
+    return NO_CUDA(err, "gpu add bias");
+}
+int hkv_gpu_kv_append(const float *qkv, int64_t ld, int64_t n, int64_t k_off, int64_t v_off,
+                      int n_head_kv, int d, const int64_t *dst, int64_t hs, uint16_t *k_cache,
+                      uint16_t *v_cache, void *stream, hkv_err *err)
+{
+    (void)qkv, (void)ld, (void)n, (void)k_off, (void)v_off, (void)n_head_kv, (void)d, (void)dst;
+    (void)hs, (void)k_cache, (void)v_cache, (void)stream;
+    return NO_CUDA(err, "gpu kv append");
+}
+int hkv_gpu_partial_clear(float *out, int64_t ldo, float *lse, int64_t n, int n_head, int d,
+                          void *stream, hkv_err *err)
+{
+    (void)out, (void)ldo, (void)lse, (void)n, (void)n_head, (void)d, (void)stream;
+    return NO_CUDA(err, "gpu partial clear");
 }

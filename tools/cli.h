@@ -76,6 +76,13 @@ int hkv_device_cli_cap(const hkv_device_cli *d, uint64_t *cap, char *desc, size_
  * error either way (the refusal, or: no GPU execution path yet). */
 int hkv_device_cli_check(const hkv_device_cli *d, const char *model_path,
                          const hkv_engine_params *ep, int batch, int64_t n_ctx, hkv_err *err);
+/* After hkv_engine_open: with --device cuda, the CUDA backend (weights to
+ * the device under the cap) becomes the engine's. */
+int hkv_device_cli_attach(const hkv_device_cli *d, hkv_engine *e, hkv_err *err);
+/* The pipeline's timeline and device memory: a ,"device":{...} member of a
+ * JSON object, and a summary line (nothing on the CPU backend). */
+void hkv_device_cli_json(FILE *f, hkv_engine *e);
+void hkv_device_cli_summary(FILE *f, hkv_engine *e);
 extern const char hkv_device_cli_help[];
 
 /* The subcommands. */

@@ -7,6 +7,7 @@
 
 #include "bench_kernels.h"
 #include "cli.h"
+#include "cuda_backend.h"
 #include "eval.h"
 #include "policy.h"
 #include "generate.h"
@@ -43,6 +44,8 @@ typedef struct point {
     int dense_full;        /* measured under the full policy: the speedup reference */
     double prefill_tok_s, step_s, decode_tok_s, bytes_per_step, gbs, matmul_frac, attn_frac, vs_full;
     double ttft_s;         /* time to first token (prefill + first token); < 0: not measured */
+    int has_pl;            /* --device cuda: the pipeline's timeline over the decode steps */
+    hkv_pipeline_stats pl;
 } point;
 
 static void synth_prompt(int32_t *t, int64_t n, int vocab) {
@@ -166,7 +169,7 @@ int hkv_cmd_bench(int argc, char **argv) {
         hkv_engine_params cp = ep;
         if (configs) cp.tiered.policy = cfg[i].def, cp.tiered.args = cfg[i].args;
         rc = hkv_device_cli_check(&dc, model, &cp, (int)max_batch, max_ctx + steps + 1, &err);
-        if (rc != HKV_E_UNSUPPORTED) break;
+        if (rc) break;
     }
     if (rc) {
         hkv_err_report(&err, stderr);
@@ -184,7 +187,7 @@ int hkv_cmd_bench(int argc, char **argv) {
         rc = hkv_seterr(&err, HKV_E_NOMEM, "no memory for the benchmark");
         goto out;
     }
-    if ((rc = hkv_engine_open(&e, &ep, &err))) goto out;
+    if ((rc = hkv_engine_open(&e, &ep, &err)) || (rc = hkv_device_cli_attach(&dc, e, &err))) goto out;
     const hkv_model_config *c = &e->model.cfg;
     logits = malloc((size_t)(max_batch + 1) * c->vocab * sizeof(float));
     first = malloc((size_t)c->vocab * sizeof(float));
@@ -264,6 +267,7 @@ int hkv_cmd_bench(int argc, char **argv) {
                 else if (prep == HKV_PREP_COMPRESS_DRAFT)
                     ttft = t_own = t_prep;
                 hkv_fwd_stats before = e->stats;
+                hkv_cuda_backend_stats_reset(&e->be);   /* the timeline of these decode steps */
                 double ts = 0;
                 for (long long st = 0; st < steps + 1; st++) {
                     for (int s = 0; s < B; s++) {
@@ -276,8 +280,11 @@ int hkv_cmd_bench(int argc, char **argv) {
                     if ((rc = hkv_forward(e, toks, B, segs, (int)B, lr, (int)B, logits, &err))) goto out;
                     if (st > 0) ts += hkv_now() - a;   /* first step warms caches */
                 }
+                point *p = &pts[np];
+                p->has_pl = hkv_backend_is_cuda(&e->be) &&
+                            !hkv_cuda_backend_stats(&e->be, &p->pl, &err);
+                np++;
                 for (int s = 1; s <= B; s++) ops->seq_close(e->kv.self, s);
-                point *p = &pts[np++];
                 p->ctx = L;
                 p->batch = B;
                 snprintf(p->config, sizeof p->config, "%s", label);
@@ -342,16 +349,29 @@ int hkv_cmd_bench(int argc, char **argv) {
                    probe > 0 ? pts[i].gbs * 1e9 / probe : 0, pts[i].matmul_frac, pts[i].attn_frac,
                    pts[i].vs_full);
             if (pts[i].ttft_s >= 0)
-                printf(",\"ttft_s\":%.4f}", pts[i].ttft_s);
+                printf(",\"ttft_s\":%.4f", pts[i].ttft_s);
             else
-                printf(",\"ttft_s\":null}");
+                printf(",\"ttft_s\":null");
+            if (pts[i].has_pl) {   /* the pipeline over this point's decode steps */
+                const hkv_pipeline_stats *q = &pts[i].pl;
+                printf(",\"timeline\":{\"steps\":%lld,\"cpu_busy_s\":%.6f,\"cpu_wait_device_s\":%.6f,"
+                       "\"device_near_s\":%.6f,\"device_wait_cpu_s\":%.6f,\"bytes_d2h\":%llu,"
+                       "\"bytes_h2d\":%llu,\"near_resyncs\":%lld}",
+                       steps + 1, q->cpu_busy, q->cpu_wait_dev, q->dev_near, q->dev_wait_cpu,
+                       (unsigned long long)q->bytes_d2h, (unsigned long long)q->bytes_h2d,
+                       (long long)q->near_resyncs);
+            }
+            putchar('}');
         }
         hkv_pinned_account pin;   /* page-locked far tier over the run: 0 without a CUDA device */
         hkv_kv_tiered_pinned(&e->kv, &pin);
-        printf("],\"far_pinned_peak\":%zu,\"far_peak\":%zu}\n", pin.peak, e->mem.peak[HKV_TIER_FAR]);
+        printf("],\"far_pinned_peak\":%zu,\"far_peak\":%zu", pin.peak, e->mem.peak[HKV_TIER_FAR]);
+        hkv_device_cli_json(stdout, e);
+        printf("}\n");
     } else {
         fprintf(stderr, "bandwidth probe: %.2f GB/s (read, %d threads, %lld MiB)\n", probe / 1e9,
                 hkv_threads_count(e->threads), probe_mib);
+        hkv_device_cli_summary(stderr, e);
     }
 out:
     if (rc) hkv_err_report(&err, stderr);

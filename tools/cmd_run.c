@@ -166,13 +166,15 @@ static void print_json(const run_opts *o, hkv_engine *e, const int32_t *prompt, 
         fprintf(f, "%s\"%s\":%zu", t ? "," : "", hkv_tier_name(t), e->mem.peak[t]);
     hkv_pinned_account pin;
     hkv_kv_tiered_pinned(&e->kv, &pin);   /* page-locked far bytes: 0 without a CUDA device */
-    fprintf(f, "},\"far_pinned\":{\"bytes\":%zu,\"peak\":%zu", pin.bytes, pin.peak);
+    fprintf(f, "},\"far_pinned\":{\"bytes\":%zu,\"peak\":%zu}", pin.bytes, pin.peak);
+    hkv_device_cli_json(f, e);
     if (e->draft) {
-        fputs("},\"draft_memory\":{", f);
+        fputs(",\"draft_memory\":{", f);
         for (int t = 0; t < HKV_TIER_COUNT; t++)
             fprintf(f, "%s\"%s\":%zu", t ? "," : "", hkv_tier_name(t), e->draft->mem.peak[t]);
+        fputc('}', f);
     }
-    fputs("}}\n", f);
+    fputs("}\n", f);
 }
 
 static void print_summary(hkv_engine *e, const hkv_gen_stats *st, int64_t n_prompt, double t_load) {
@@ -199,6 +201,7 @@ static void print_summary(hkv_engine *e, const hkv_gen_stats *st, int64_t n_prom
                 e->draft->model.cfg.name, b[HKV_TIER_WEIGHTS], b[HKV_TIER_NEAR], b[HKV_TIER_FAR],
                 b[HKV_TIER_INDEX], b[HKV_TIER_WORKSPACE]);
     }
+    hkv_device_cli_summary(stderr, e);
 }
 
 int hkv_cmd_run(int argc, char **argv) {
@@ -236,7 +239,8 @@ int hkv_cmd_run(int argc, char **argv) {
     /* --device cuda: device and admission (context: -c, else the model's) before loading. */
     if ((rc = hkv_device_cli_check(&o.dev, o.model, &ep, (int)o.batch, o.ctx, &err))) goto out;
     double t0 = hkv_now();
-    if ((rc = hkv_engine_open(&e, &ep, &err))) goto out;
+    if ((rc = hkv_engine_open(&e, &ep, &err)) || (rc = hkv_device_cli_attach(&o.dev, e, &err)))
+        goto out;
     double t_load = hkv_now() - t0;
 
     const char *text = o.prompt ? o.prompt : file_text;

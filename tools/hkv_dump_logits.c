@@ -28,6 +28,7 @@ static const char usage[] =
     "                       [--turn2 S,E]  (prompt mode: positions S..E-1 as a second prompt)\n"
     "                       [-t THREADS] [--isa scalar|avx2|avx512] [--rows N]\n"
     "                       [--kv plain|tiered] [--policy NAME] [--policy-arg K=V] [--sink N] [--local N]\n"
+    "                       [--device cpu|cuda] [--gpu-mem SIZE]\n"
     "Writes little-endian float32 logits [n_tokens][vocab].\n";
 
 #define MAXTOK 65536
@@ -41,9 +42,12 @@ int main(int argc, char **argv) {
     int isa = -1, rc = HKV_OK;
     hkv_kv_cli kc;
     hkv_kv_cli_init(&kc);
+    hkv_device_cli dc;
+    hkv_device_cli_init(&dc);
     for (int i = 1; i < argc && !rc; i++) {
         const char *a = argv[i], *v = NULL;
         int k = hkv_kv_cli_parse(&kc, argc, argv, &i, &err);
+        if (k == 0) k = hkv_device_cli_parse(&dc, argc, argv, &i, &err);
         if (k < 0) {
             rc = k;
             break;
@@ -100,7 +104,10 @@ int main(int argc, char **argv) {
     ep.n_ctx = n + 1;
     ep.max_rows = (int)rows;
     if ((rc = hkv_kv_cli_apply(&kc, &ep, &err))) goto out;
-    if ((rc = hkv_engine_open(&e, &ep, &err))) goto out;
+    ep.device_cuda = dc.cuda;
+    if ((rc = hkv_device_cli_check(&dc, model, &ep, 3, ep.n_ctx, &err)) ||
+        (rc = hkv_engine_open(&e, &ep, &err)) || (rc = hkv_device_cli_attach(&dc, e, &err)))
+        goto out;
     const int V = e->model.cfg.vocab;
     logits = malloc((size_t)3 * n * V * sizeof(float));   /* [seq][pos][V] */
     outl = malloc((size_t)n * V * sizeof(float));

@@ -188,7 +188,10 @@ void hkv_pinned_free(hkv_pinned *b, hkv_mem_account *acc, hkv_pinned_account *pi
 int hkv_pinned_gpu_numa_node(int dev) {
 #ifdef HKV_HAVE_CUDA
     char bus[32], path[128];
-    if (cudaDeviceGetPCIBusId(bus, sizeof bus, dev) != cudaSuccess) return -1;
+    if (cudaDeviceGetPCIBusId(bus, sizeof bus, dev) != cudaSuccess) {
+        (void)cudaGetLastError();   /* an answered question, not an error for the next launch check */
+        return -1;
+    }
     for (char *c = bus; *c; c++)   /* sysfs spells the bus id in lower case */
         if (*c >= 'A' && *c <= 'F') *c = (char)(*c - 'A' + 'a');
     snprintf(path, sizeof path, "/sys/bus/pci/devices/%s/numa_node", bus);

@@ -24,6 +24,10 @@ struct config {
     size_t mem_cap;        /* HKV_EMU_MEM: emulated device memory, bytes */
     int workers;           /* HKV_EMU_WORKERS: threads running blocks */
     bool eager;            /* HKV_EMU_EAGER=1: every stream item runs at enqueue */
+    int delay_us;          /* HKV_EMU_DELAY=N: a stream thread sleeps 0..N us (pseudo-random)
+                              before each item, so host code that reuses a buffer an
+                              asynchronous copy still reads loses the race it would lose
+                              on a busy GPU */
     bool shuffle;          /* HKV_EMU_SHUFFLE=0 turns off shuffled block/thread order */
     uint64_t seed;         /* HKV_EMU_SEED */
     size_t stack_bytes;    /* HKV_EMU_STACK: per CUDA thread (fiber) */

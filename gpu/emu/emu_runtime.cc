@@ -48,6 +48,7 @@ config read_config(void)
     long np = sysconf(_SC_NPROCESSORS_ONLN);
     c.workers = np > 0 ? (int)np : 1;
     c.eager = false;
+    c.delay_us = 0;
     c.shuffle = true;
     c.seed = 0x5eed;
     c.sm = 89;
@@ -69,6 +70,12 @@ config read_config(void)
         else c.workers = (int)w;
     }
     if ((v = getenv("HKV_EMU_EAGER"))) c.eager = !strcmp(v, "1");
+    if ((v = getenv("HKV_EMU_DELAY")) && *v) {
+        char *e;
+        long d = strtol(v, &e, 10);
+        if (*e || d < 0 || d > 1000000) c.bad = std::string("HKV_EMU_DELAY=") + v + " is not 0..1000000 (us)";
+        else c.delay_us = (int)d;
+    }
     if ((v = getenv("HKV_EMU_SHUFFLE"))) c.shuffle = strcmp(v, "0") != 0;
     if ((v = getenv("HKV_EMU_SEED")) && *v) c.seed = strtoull(v, nullptr, 0);
     if ((v = getenv("HKV_EMU_ABORT"))) c.abort_on_fault = !strcmp(v, "1");

@@ -12,6 +12,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <chrono>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -59,12 +60,18 @@ struct registry {
 void drain(hkv_emu_stream *s)
 {
     std::unique_lock<std::mutex> lk(s->mu);
+    uint64_t rng = cfg().seed ^ (uint64_t)(uintptr_t)s;
     for (;;) {
         s->cv.wait(lk, [s] { return s->stop || !s->q.empty(); });
         if (s->q.empty()) return;
         std::function<void()> item = std::move(s->q.front());
         s->q.pop_front();
         lk.unlock();
+        if (cfg().delay_us > 0) {   /* a busy device: the item starts late */
+            rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+            std::this_thread::sleep_for(
+                std::chrono::microseconds((rng >> 33) % (uint64_t)(cfg().delay_us + 1)));
+        }
         item();
         lk.lock();
         s->done++;

@@ -5,6 +5,7 @@ fragment the error message must contain.
 
     python3 tests/cli/test_cli_errors.py BUILD_DIR MODEL
 """
+import json
 import os
 import subprocess
 import sys
@@ -25,6 +26,13 @@ if have_model:
         f.write(src.read(5_000_000))   # header and tensor table, data cut short
 
 M = ["-m", model]
+# A CUDA device (a GPU, or the CUDA emulator in a -Dgpu_emu=true build) runs
+# --device cuda; without one the run is refused naming why.
+info = subprocess.run([hetkv, "info", "--json"], capture_output=True, text=True, timeout=60)
+try:
+    have_dev = bool(json.loads(info.stdout).get("cuda", {}).get("devices"))
+except ValueError:
+    have_dev = False
 cases = [
     # (name, argv, exit status, fragment of stderr)
     ("no command", [hetkv], 2, "usage"),
@@ -73,9 +81,12 @@ cases = [
     ("gpu-mem without cuda", [hetkv, "bench", *M, "--gpu-mem", "24G"], 1, "needs --device cuda"),
     ("info gpu-mem without cuda", [hetkv, "info", "--gpu-mem", "8G"], 1, "needs --device cuda"),
     ("bad device", [hetkv, "run", *M, "-p", "x", "--device", "tpu"], 2, "not cpu or cuda"),
-    # without a GPU: names why; with one: the plan's verdict or no GPU execution path yet
-    ("bench device cuda", [hetkv, "bench", "--synthetic", "llama3-8b", "--device", "cuda"], 1, "--device cuda"),   # no device, or (emulated) a plan that does not fit
-    ("run device cuda", [hetkv, "run", *M, "-p", "x", "--device", "cuda"], 1, "--device cuda"),
+    # without a GPU: names why; with one (or the emulator's 4 GiB): the plan's verdict
+    ("bench device cuda", [hetkv, "bench", "--synthetic", "llama3-8b", "--device", "cuda"], 1, "--device cuda"),
+    ("run device cuda", [hetkv, "run", *M, "-p", "x", "-n", "2", "-c", "64", "--device", "cuda"],
+     0 if have_dev else 1, "decode" if have_dev else "--device cuda"),
+    ("run gpu-mem below the weights", [hetkv, "run", *M, "-p", "x", "-n", "2", "-c", "64", "--device", "cuda",
+                                       "--gpu-mem", "1M"], 1, "--device cuda"),
     ("unknown synthetic", [hetkv, "bench", "--synthetic", "gpt5"], 2, "unknown synthetic model 'gpt5'"),
     ("synthetic and model", [hetkv, "bench", "--synthetic", "smollm2-135m", *M], 2, "not both"),
     ("run synthetic", [hetkv, "run", "--synthetic", "smollm2-135m", "-p", "x"], 2, "no tokenizer"),

@@ -195,6 +195,22 @@ static void pool_keep_check(hkv_gpu_ctx *ctx, int64_t n, test_rng *r)
     free(s), free(host), free(dev), free(tmp), free(rows), free(hout), free(idx), free(scr), free(dsel);
 }
 
+/* pool's batch rows are grid.y: more than a device allows must be refused
+ * as an argument error before any launch, not reported as a failed launch
+ * (keep puts them in grid.x, which takes 2^31 - 1). */
+static void batch_limit_check(hkv_gpu_ctx *ctx)
+{
+    void *st = hkv_gpu_ctx_stream(ctx);
+    const int nb = 70000;
+    float *din = gpu_put(ctx, NULL, (size_t)nb * 4), *dout = gpu_put(ctx, NULL, (size_t)nb * 4);
+    hkv_err e;
+    hkv_err_clear(&e);
+    int rc = hkv_gpu_pool(din, 1, dout, 1, nb, 1, NULL, 1, 0, st, &e);
+    CHECK(rc == HKV_E_INVAL, "gpu pool of %d batch rows: want HKV_E_INVAL, got %d (%s)", nb, rc, e.msg);
+    GPU_OK(hkv_gpu_sync(st, err));   /* nothing was launched, nothing failed */
+    gpu_drop(ctx, din, (size_t)nb * 4), gpu_drop(ctx, dout, (size_t)nb * 4);
+}
+
 int main(void)
 {
     test_rng r = {11};
@@ -217,6 +233,7 @@ int main(void)
     for (int i = 0; i < 5; i++) ws_check_gpu(ctx, cw[i], &cs[i]);
     pool_keep_check(ctx, 5000, &r);
     pool_keep_check(ctx, 200, &r);
+    batch_limit_check(ctx);
     hkv_gpu_ctx_destroy(ctx);
     for (int i = 0; i < 5; i++) free(cs[i].rows), free(cs[i].qw);
     free(A.k), free(A.q), free(B.k), free(B.q), free(C.k), free(C.q);

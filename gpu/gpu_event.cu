@@ -1,0 +1,57 @@
+/* Streams and events behind gpu_ctx.h's C API (the pipeline's overlap of
+ * device work with host work is built from these). */
+#include "gpu_internal.cuh"
+
+extern "C" int hkv_gpu_stream_create(void **stream, hkv_err *err)
+{
+    cudaStream_t s = NULL;
+    *stream = NULL;
+    HKV_CUDA_TRY(err, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    *stream = (void *)s;
+    return HKV_OK;
+}
+
+extern "C" void hkv_gpu_stream_destroy(void *stream)
+{
+    if (stream) cudaStreamDestroy(hkv_stream(stream));
+}
+
+extern "C" int hkv_gpu_event_create(void **event, hkv_err *err)
+{
+    cudaEvent_t e = NULL;
+    *event = NULL;
+    /* Blocking sync: a host thread waiting for the device sleeps instead of
+     * spinning on a core the CPU workers need. */
+    HKV_CUDA_TRY(err, cudaEventCreateWithFlags(&e, cudaEventBlockingSync));
+    *event = (void *)e;
+    return HKV_OK;
+}
+
+extern "C" void hkv_gpu_event_destroy(void *event)
+{
+    if (event) cudaEventDestroy((cudaEvent_t)event);
+}
+
+extern "C" int hkv_gpu_event_record(void *event, void *stream, hkv_err *err)
+{
+    HKV_CUDA_TRY(err, cudaEventRecord((cudaEvent_t)event, hkv_stream(stream)));
+    return HKV_OK;
+}
+
+extern "C" int hkv_gpu_event_sync(void *event, hkv_err *err)
+{
+    HKV_CUDA_TRY(err, cudaEventSynchronize((cudaEvent_t)event));
+    return HKV_OK;
+}
+
+extern "C" int hkv_gpu_stream_wait(void *stream, void *event, hkv_err *err)
+{
+    HKV_CUDA_TRY(err, cudaStreamWaitEvent(hkv_stream(stream), (cudaEvent_t)event, 0));
+    return HKV_OK;
+}
+
+extern "C" int hkv_gpu_event_elapsed(void *start, void *end, float *ms, hkv_err *err)
+{
+    HKV_CUDA_TRY(err, cudaEventElapsedTime(ms, (cudaEvent_t)start, (cudaEvent_t)end));
+    return HKV_OK;
+}

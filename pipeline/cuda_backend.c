@@ -1,0 +1,442 @@
+/* The CUDA backend: creation (weights uploaded once, activations and the
+ * near-tier mirror allocated for the engine's batch), the dense ops of the
+ * forward pass on the device stream, and host reads/writes of activations.
+ * The attention step is cuda_attention.c. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_backend_impl.h"
+#include "kv_tiered.h"
+
+void *cb_alloc(cuda_be *b, int tier, size_t bytes, hkv_err *err) {
+    if (b->n_allocs == b->cap_allocs) {
+        int nc = b->cap_allocs ? 2 * b->cap_allocs : 64;
+        struct dalloc *na = realloc(b->allocs, (size_t)nc * sizeof *na);
+        if (!na) {
+            hkv_seterr(err, HKV_E_NOMEM, "no host memory for the device allocation list");
+            return NULL;
+        }
+        b->allocs = na;
+        b->cap_allocs = nc;
+    }
+    void *p = hkv_gpu_alloc(b->ctx, tier, bytes, err);
+    if (p) b->allocs[b->n_allocs++] = (struct dalloc){p, bytes, tier};
+    return p;
+}
+
+int cb_stage(cuda_be *b, int id, void *dev, const void *src, size_t bytes, hkv_err *err) {
+    if (!bytes) return HKV_OK;
+    if (id >= 0 && b->up_len[id] == bytes && !memcmp(b->up_cache[id], src, bytes)) return HKV_OK;
+    if (bytes > b->slot_bytes)
+        return hkv_seterr(err, HKV_E_INTERNAL, "staged upload of %zu bytes exceeds a %zu-byte slot",
+                          bytes, b->slot_bytes);
+    int s = b->slot_next;
+    b->slot_next = (s + 1) % STAGE_SLOTS;
+    int rc;
+    /* The slot's previous copy must have read it before it is overwritten. */
+    if ((rc = hkv_gpu_event_sync(b->slot_ev[s], err))) return rc;
+    char *slot = (char *)b->h_stage.p + (size_t)s * b->slot_bytes;
+    memcpy(slot, src, bytes);
+    if ((rc = hkv_gpu_upload(dev, slot, bytes, b->st, err)) ||
+        (rc = hkv_gpu_event_record(b->slot_ev[s], b->st, err)))
+        return rc;
+    b->stats.bytes_h2d += bytes;
+    if (id >= 0) {
+        if (b->up_cap[id] < bytes) {
+            void *nc = realloc(b->up_cache[id], bytes);
+            if (!nc) {
+                b->up_len[id] = 0;
+                return HKV_OK;   /* no cache: the next call uploads again */
+            }
+            b->up_cache[id] = nc;
+            b->up_cap[id] = bytes;
+        }
+        memcpy(b->up_cache[id], src, bytes);
+        b->up_len[id] = bytes;
+    }
+    return HKV_OK;
+}
+
+/* ---- weights ------------------------------------------------------------------ */
+
+static int up_mat(cuda_be *b, const hkv_wmat *w, hkv_gpu_qmat *d, hkv_err *err) {
+    int rc = hkv_gpu_qmat_upload(b->ctx, w, d, b->st, err);
+    return rc ? hkv_err_prefix(err, "%lld x %lld weights on the device", (long long)w->rows,
+                               (long long)w->cols)
+              : HKV_OK;
+}
+
+static float *up_vec(cuda_be *b, const float *v, int64_t n, hkv_err *err) {
+    float *d = cb_alloc(b, HKV_TIER_WEIGHTS, (size_t)n * sizeof(float), err);
+    if (d && hkv_gpu_upload(d, v, (size_t)n * sizeof(float), b->st, err)) return NULL;
+    return d;
+}
+
+static int upload_weights(cuda_be *b, hkv_err *err) {
+    const hkv_model *m = &b->e->model;
+    int rc;
+    if ((rc = up_mat(b, &m->tok_embd, &b->tok, err))) return rc;
+    b->out_is_tok = m->output.q == m->tok_embd.q;
+    if (!b->out_is_tok && (rc = up_mat(b, &m->output, &b->out, err))) return rc;
+    if (!(b->out_norm = up_vec(b, m->out_norm, m->cfg.dim, err)) ||
+        !(b->inv_freq = up_vec(b, m->rope_inv_freq, m->cfg.rope_dim / 2, err)))
+        return err->code;
+    if (!(b->L = calloc((size_t)b->NL, sizeof *b->L)))
+        return hkv_seterr(err, HKV_E_NOMEM, "no host memory for %d layer tables", b->NL);
+    for (int l = 0; l < b->NL; l++) {
+        const hkv_layer_weights *L = &m->layers[l];
+        dlayer *D = &b->L[l];
+        D->n_qkv = L->n_qkv;
+        D->n_ffn_in = L->n_ffn_in;
+        for (int i = 0; i < L->n_qkv; i++)
+            if ((rc = up_mat(b, &L->qkv[i], &D->qkv[i], err))) return rc;
+        for (int i = 0; i < L->n_ffn_in; i++)
+            if ((rc = up_mat(b, &L->ffn_in[i], &D->ffn_in[i], err))) return rc;
+        if ((rc = up_mat(b, &L->wo, &D->wo, err)) || (rc = up_mat(b, &L->wdown, &D->down, err)))
+            return rc;
+        if (!(D->attn_norm = up_vec(b, L->attn_norm, m->cfg.dim, err)) ||
+            !(D->ffn_norm = up_vec(b, L->ffn_norm, m->cfg.dim, err)) ||
+            (L->bqkv && !(D->bqkv = up_vec(b, L->bqkv, b->qkv_w, err))))
+            return err->code;
+    }
+    return hkv_gpu_sync(b->st, err);
+}
+
+static void free_weights(cuda_be *b) {
+    hkv_gpu_qmat_free(b->ctx, &b->tok);
+    if (!b->out_is_tok) hkv_gpu_qmat_free(b->ctx, &b->out);
+    for (int l = 0; b->L && l < b->NL; l++) {
+        dlayer *D = &b->L[l];
+        for (int i = 0; i < 3; i++) hkv_gpu_qmat_free(b->ctx, &D->qkv[i]);
+        for (int i = 0; i < 2; i++) hkv_gpu_qmat_free(b->ctx, &D->ffn_in[i]);
+        hkv_gpu_qmat_free(b->ctx, &D->wo);
+        hkv_gpu_qmat_free(b->ctx, &D->down);
+    }
+    free(b->L);
+    b->L = NULL;
+}
+
+/* The parts of a matrix role and their count. */
+static int parts_of(cuda_be *b, int layer, int role, const hkv_gpu_qmat **p) {
+    if (role == HKV_WR_OUTPUT) {
+        *p = b->out_is_tok ? &b->tok : &b->out;
+        return 1;
+    }
+    if (layer < 0 || layer >= b->NL) return 0;
+    dlayer *D = &b->L[layer];
+    switch (role) {
+    case HKV_WR_QKV: *p = D->qkv; return D->n_qkv;
+    case HKV_WR_WO: *p = &D->wo; return 1;
+    case HKV_WR_FFN_IN: *p = D->ffn_in; return D->n_ffn_in;
+    case HKV_WR_DOWN: *p = &D->down; return 1;
+    default: return 0;
+    }
+}
+
+/* ---- ops ----------------------------------------------------------------------- */
+
+static int act_ok(int act) { return act >= 0 && act < HKV_ACT_COUNT; }
+
+static int g_embed(void *self, const int32_t *tokens, int64_t n, hkv_err *err) {
+    cuda_be *b = self;
+    int rc = cb_stage(b, UP_TOK, b->d_tok, tokens, (size_t)n * sizeof *tokens, err);
+    return rc ? rc : hkv_gpu_qmat_rows(&b->tok, b->d_tok, n, b->act[HKV_ACT_X], b->act_w[HKV_ACT_X],
+                                       b->st, err);
+}
+
+static int g_rmsnorm(void *self, int dst, int src, const int64_t *rows, int64_t n, int layer,
+                     int role, hkv_err *err) {
+    cuda_be *b = self;
+    const float *w = role == HKV_WR_OUT_NORM                        ? b->out_norm
+                     : layer < 0 || layer >= b->NL                  ? NULL
+                     : role == HKV_WR_ATTN_NORM                     ? b->L[layer].attn_norm
+                     : role == HKV_WR_FFN_NORM                      ? b->L[layer].ffn_norm
+                                                                    : NULL;
+    if (!w || !act_ok(dst) || !act_ok(src))
+        return hkv_seterr(err, HKV_E_INVAL, "rmsnorm: bad buffer or weight role");
+    const int dim = b->e->model.cfg.dim;
+    const float *x = b->act[src];
+    int64_t ldx = b->act_w[src];
+    int rc;
+    if (rows) {   /* gather the rows first (the head's logit rows) */
+        int32_t r32[256];
+        for (int64_t i0 = 0; i0 < n; i0 += 256) {
+            int64_t c = n - i0 < 256 ? n - i0 : 256;
+            for (int64_t i = 0; i < c; i++) r32[i] = (int32_t)rows[i0 + i];
+            if ((rc = cb_stage(b, -1, b->d_lrows, r32, (size_t)c * sizeof *r32, err)) ||
+                (rc = hkv_gpu_copy_rows(b->act[dst] + i0 * b->act_w[dst], b->act_w[dst], NULL,
+                                        x, ldx, b->d_lrows, c, dim, b->st, err)))
+                return rc;
+        }
+        x = b->act[dst];
+        ldx = b->act_w[dst];
+    }
+    return hkv_gpu_rmsnorm(x, ldx, w, n, dim, b->e->model.cfg.norm_eps, b->act[dst], b->act_w[dst],
+                           b->st, err);
+}
+
+static int g_matmul(void *self, int dst, int src, int64_t n, int layer, int role, hkv_err *err) {
+    cuda_be *b = self;
+    const hkv_gpu_qmat *parts = NULL;
+    int np = parts_of(b, layer, role, &parts);
+    if (!np || !act_ok(dst) || !act_ok(src))
+        return hkv_seterr(err, HKV_E_INVAL, "matmul: bad buffer or weight role");
+    int64_t ldy = 0, off = 0;
+    for (int i = 0; i < np; i++) ldy += parts[i].rows;
+    if (dst != HKV_ACT_TMP && ldy != b->act_w[dst])
+        return hkv_seterr(err, HKV_E_INTERNAL, "matmul: %lld outputs into a %lld-wide buffer",
+                          (long long)ldy, (long long)b->act_w[dst]);
+    for (int i = 0; i < np; i++) {
+        int rc = hkv_gpu_qmat_matmul(b->ctx, &parts[i], b->act[src], b->act_w[src], n,
+                                     b->act[dst] + off, ldy, b->ws, b->ws_bytes, b->st, err);
+        if (rc) return rc;
+        off += parts[i].rows;
+    }
+    return HKV_OK;
+}
+
+static int g_bias_rope(void *self, int layer, const int64_t *pos, int64_t n, hkv_err *err) {
+    cuda_be *b = self;
+    const hkv_model_config *c = &b->e->model.cfg;
+    int rc;
+    if (b->L[layer].bqkv &&
+        (rc = hkv_gpu_add_bias(b->act[HKV_ACT_QKV], b->qkv_w, n, b->L[layer].bqkv, b->qkv_w, b->st,
+                               err)))
+        return rc;
+    if ((rc = cb_stage(b, UP_POS, b->d_pos, pos, (size_t)n * sizeof *pos, err))) return rc;
+    return hkv_gpu_rope(b->act[HKV_ACT_QKV], b->qkv_w, n, c->n_head + c->n_head_kv, c->head_dim,
+                        c->rope_dim,
+                        c->rope_layout == HKV_ROPE_PAIRS ? HKV_GPU_ROPE_PAIRS : HKV_GPU_ROPE_NEOX,
+                        b->inv_freq, b->d_pos, b->st, err);
+}
+
+static int g_swiglu(void *self, int64_t n, hkv_err *err) {
+    cuda_be *b = self;
+    return hkv_gpu_swiglu(b->act[HKV_ACT_GU], n, b->e->model.cfg.ffn, b->act[HKV_ACT_G], b->st, err);
+}
+
+static int g_add(void *self, int dst, int src, int64_t n, hkv_err *err) {
+    cuda_be *b = self;
+    if (!act_ok(dst) || !act_ok(src)) return hkv_seterr(err, HKV_E_INVAL, "add: bad buffer");
+    /* Both are dim-wide and dense (X, and TMP after a dim-row product). */
+    return hkv_gpu_add(b->act[dst], b->act[src], n * b->e->model.cfg.dim, b->st, err);
+}
+
+static int g_copy(cuda_be *b, int act, int64_t r0, int64_t n, int64_t cols, float *host, int down,
+                  hkv_err *err) {
+    if (!act_ok(act) || cols < 1 || cols > b->act_w[act] || r0 < 0 || n < 0 ||
+        r0 + n > b->max_rows)
+        return hkv_seterr(err, HKV_E_RANGE, "rows %lld..%lld of device buffer %d (%lld wide) out of "
+                          "range", (long long)r0, (long long)(r0 + n), act, (long long)cols);
+    /* Rows are read at stride cols: TMP holds the last product's rows densely. */
+    const int64_t ld = act == HKV_ACT_TMP ? cols : b->act_w[act];
+    int rc = HKV_OK;
+    for (int64_t r = 0; r < n && !rc; r++) {
+        float *dv = b->act[act] + (r0 + r) * ld;
+        rc = down ? hkv_gpu_download(host + r * cols, dv, (size_t)cols * 4, b->st, err)
+                  : hkv_gpu_upload(dv, host + r * cols, (size_t)cols * 4, b->st, err);
+    }
+    if (!rc) rc = hkv_gpu_sync(b->st, err);
+    if (!rc && down) cb_harvest(b);
+    return rc;
+}
+
+static int g_read(void *self, int act, int64_t r0, int64_t n, int64_t cols, float *dst, hkv_err *err) {
+    return g_copy(self, act, r0, n, cols, dst, 1, err);
+}
+
+static int g_write(void *self, int act, int64_t r0, int64_t n, int64_t cols, const float *src,
+                   hkv_err *err) {
+    return g_copy(self, act, r0, n, cols, (float *)src, 0, err);
+}
+
+static void g_destroy(void *self) {
+    cuda_be *b = self;
+    if (!b) return;
+    if (b->st) hkv_gpu_sync(b->st, NULL);
+    free_weights(b);
+    for (int i = b->n_allocs - 1; i >= 0; i--)
+        hkv_gpu_free(b->ctx, b->allocs[i].tier, b->allocs[i].p, b->allocs[i].bytes);
+    free(b->allocs);
+    for (int i = 0; i < STAGE_SLOTS; i++) hkv_gpu_event_destroy(b->slot_ev[i]);
+    for (int i = 0; b->ev && i < 4 * b->NL; i++) hkv_gpu_event_destroy(b->ev[i]);
+    free(b->ev);
+    free(b->ev_pending);
+    for (int i = 0; i < UP_COUNT; i++) free(b->up_cache[i]);
+    hkv_pinned_free(&b->h_qkv, &b->e->mem, NULL);
+    hkv_pinned_free(&b->h_fo, &b->e->mem, NULL);
+    hkv_pinned_free(&b->h_fl, &b->e->mem, NULL);
+    hkv_pinned_free(&b->h_stage, &b->e->mem, NULL);
+    free(b->m_epoch);
+    free(b->m_len);
+    free(b->h_rows);
+    free(b->h_nrows);
+    free(b->h_idx);
+    free(b->h_dst);
+    free(b->h_slow);
+    hkv_gpu_ctx_destroy(b->ctx);
+    free(b);
+}
+
+static const hkv_backend_ops cuda_ops = {
+    .name = "cuda",
+    .embed = g_embed,
+    .rmsnorm = g_rmsnorm,
+    .matmul = g_matmul,
+    .bias_rope = g_bias_rope,
+    .swiglu = g_swiglu,
+    .add = g_add,
+    .attention = cb_attention,
+    .read = g_read,
+    .write = g_write,
+    .destroy = g_destroy,
+};
+
+int hkv_backend_is_cuda(const hkv_backend *be) { return be && be->ops == &cuda_ops; }
+
+/* ---- creation ------------------------------------------------------------------- */
+
+static int alloc_buffers(cuda_be *b, hkv_err *err) {
+    const hkv_model_config *c = &b->e->model.cfg;
+    const size_t R = (size_t)b->max_rows, S = (size_t)b->max_seqs;
+    int64_t w[HKV_ACT_COUNT] = {
+        [HKV_ACT_X] = c->dim, [HKV_ACT_XN] = c->dim, [HKV_ACT_QKV] = b->qkv_w,
+        [HKV_ACT_ATT] = b->qd, [HKV_ACT_GU] = 2 * (int64_t)c->ffn, [HKV_ACT_G] = c->ffn,
+        [HKV_ACT_TMP] = c->vocab > c->dim ? c->vocab : c->dim,
+    };
+    for (int a = 0; a < HKV_ACT_COUNT; a++) {
+        b->act_w[a] = w[a];
+        if (!(b->act[a] = cb_alloc(b, HKV_TIER_WORKSPACE, R * (size_t)w[a] * 4, err)))
+            return hkv_err_prefix(err, "device activations for %zu rows", R);
+    }
+    /* The product workspace: the widest dequantised panel any matrix needs. */
+    size_t ws = hkv_gpu_qmat_matmul_ws_bytes(b->out_is_tok ? &b->tok : &b->out);
+    for (int l = 0; l < b->NL; l++) {
+        const hkv_gpu_qmat *all[] = {&b->L[l].qkv[0], &b->L[l].qkv[1], &b->L[l].qkv[2], &b->L[l].wo,
+                                     &b->L[l].ffn_in[0], &b->L[l].ffn_in[1], &b->L[l].down};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+            if (all[i]->q) {
+                size_t s = hkv_gpu_qmat_matmul_ws_bytes(all[i]);
+                if (s > ws) ws = s;
+            }
+    }
+    b->ws_bytes = ws;
+    if (ws && !(b->ws = cb_alloc(b, HKV_TIER_WORKSPACE, ws, err))) return err->code;
+    const size_t near = S * (size_t)b->NL * b->KH * b->NR * b->d * 2;
+    struct { void **p; size_t bytes; int tier; } bufs[] = {
+        {(void **)&b->d_tok, R * 4, HKV_TIER_WORKSPACE},
+        {(void **)&b->d_lrows, 256 * 4, HKV_TIER_WORKSPACE},
+        {(void **)&b->d_pos, R * 8, HKV_TIER_WORKSPACE},
+        {(void **)&b->d_dst, R * 8, HKV_TIER_WORKSPACE},
+        {(void **)&b->d_rows, S * 4, HKV_TIER_WORKSPACE},
+        {(void **)&b->d_nrows, S * b->KH * 4, HKV_TIER_WORKSPACE},
+        {(void **)&b->d_idx, S * b->KH * (size_t)b->NR * 4, HKV_TIER_WORKSPACE},
+        {(void **)&b->d_lse, R * b->H * 4, HKV_TIER_WORKSPACE},
+        {(void **)&b->d_fo, R * (size_t)b->qd * 4, HKV_TIER_WORKSPACE},
+        {(void **)&b->d_fl, R * b->H * 4, HKV_TIER_WORKSPACE},
+        {(void **)&b->d_q, S * (size_t)b->qd * 4, HKV_TIER_WORKSPACE},
+        {(void **)&b->d_no, S * (size_t)b->qd * 4, HKV_TIER_WORKSPACE},
+        {(void **)&b->d_nl, S * b->H * 4, HKV_TIER_WORKSPACE},
+        {(void **)&b->near_k, near, HKV_TIER_NEAR},
+        {(void **)&b->near_v, near, HKV_TIER_NEAR},
+    };
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (!(*bufs[i].p = cb_alloc(b, bufs[i].tier, bufs[i].bytes, err))) return err->code;
+    /* Page-locked host buffers: the copies each step makes must be DMA. */
+    b->slot_bytes = S * b->KH * (size_t)b->NR * 4;
+    if (b->slot_bytes < R * 8) b->slot_bytes = R * 8;
+    b->slot_bytes = (b->slot_bytes + 63) & ~(size_t)63;
+    int rc;
+    if ((rc = hkv_pinned_alloc(&b->h_qkv, &b->e->mem, NULL, HKV_TIER_WORKSPACE, R * b->qkv_w * 4, -1,
+                               HKV_PIN_REQUIRE, err)) ||
+        (rc = hkv_pinned_alloc(&b->h_fo, &b->e->mem, NULL, HKV_TIER_WORKSPACE, R * b->qd * 4, -1,
+                               HKV_PIN_REQUIRE, err)) ||
+        (rc = hkv_pinned_alloc(&b->h_fl, &b->e->mem, NULL, HKV_TIER_WORKSPACE, R * b->H * 4, -1,
+                               HKV_PIN_REQUIRE, err)) ||
+        (rc = hkv_pinned_alloc(&b->h_stage, &b->e->mem, NULL, HKV_TIER_WORKSPACE,
+                               STAGE_SLOTS * b->slot_bytes, -1, HKV_PIN_REQUIRE, err)))
+        return hkv_err_prefix(err, "page-locked staging for the pipeline");
+    for (int i = 0; i < STAGE_SLOTS; i++)
+        if ((rc = hkv_gpu_event_create(&b->slot_ev[i], err))) return rc;
+    if (!(b->ev = calloc((size_t)4 * b->NL, sizeof *b->ev)) ||
+        !(b->ev_pending = calloc((size_t)b->NL, sizeof *b->ev_pending)) ||
+        !(b->m_epoch = calloc(S * b->NL, sizeof *b->m_epoch)) ||
+        !(b->m_len = malloc(S * b->NL * sizeof *b->m_len)) ||
+        !(b->h_rows = malloc(S * sizeof *b->h_rows)) ||
+        !(b->h_nrows = malloc(S * b->KH * sizeof *b->h_nrows)) ||
+        !(b->h_idx = malloc(S * b->KH * (size_t)b->NR * sizeof *b->h_idx)) ||
+        !(b->h_dst = malloc(R * sizeof *b->h_dst)) || !(b->h_slow = malloc(S * sizeof *b->h_slow)))
+        return hkv_seterr(err, HKV_E_NOMEM, "no host memory for the pipeline's tables");
+    for (size_t i = 0; i < S * b->NL; i++) b->m_len[i] = -1;
+    for (int i = 0; i < 4 * b->NL; i++)
+        if ((rc = hkv_gpu_event_create(&b->ev[i], err))) return rc;
+    return HKV_OK;
+}
+
+int hkv_cuda_backend_create(hkv_backend *be, struct hkv_engine *e, const hkv_cuda_params *p,
+                            hkv_err *err) {
+    be->ops = NULL;
+    be->self = NULL;
+    if (!hkv_kv_is_tiered(&e->kv) || !e->kv.ops->layer_step_far)
+        return hkv_seterr(err, HKV_E_UNSUPPORTED, "the CUDA backend needs the tiered KV cache (its "
+                          "far tier is attended by the CPU)");
+    const hkv_model_config *c = &e->model.cfg;
+    cuda_be *b = calloc(1, sizeof *b);
+    if (!b) return hkv_seterr(err, HKV_E_NOMEM, "no host memory for the CUDA backend");
+    b->e = e;
+    b->NL = c->n_layer, b->H = c->n_head, b->KH = c->n_head_kv, b->d = c->head_dim;
+    b->NR = hkv_kv_tiered_near_rows(&e->kv);
+    b->max_rows = e->max_rows, b->max_seqs = e->p.max_seqs;
+    b->qd = (int64_t)b->H * b->d;
+    b->qkv_w = e->qkv_rows;
+    int rc;
+    if ((int64_t)b->max_seqs * b->NL * b->KH * b->NR >= ((int64_t)1 << 31)) {
+        rc = hkv_seterr(err, HKV_E_RANGE, "%d sequences x %d layers x %d KV heads x %d near rows "
+                        "exceed the 32-bit row indices of the near tier", b->max_seqs, b->NL, b->KH,
+                        b->NR);
+        goto fail;
+    }
+    if ((rc = hkv_gpu_ctx_create(&b->ctx, p->device, NULL, p->gpu_mem, err))) goto fail;
+    b->st = hkv_gpu_ctx_stream(b->ctx);
+    if ((rc = upload_weights(b, err)) || (rc = alloc_buffers(b, err))) goto fail;
+    be->ops = &cuda_ops;
+    be->self = b;
+    return HKV_OK;
+fail:
+    g_destroy(b);
+    return rc;
+}
+
+void cb_harvest(cuda_be *b) {
+    for (int l = 0; l < b->NL; l++) {
+        if (!b->ev_pending[l]) continue;
+        void **ev = b->ev + 4 * l;
+        float near_ms = 0, wait_ms = 0;
+        if (!hkv_gpu_event_elapsed(ev[1], ev[2], &near_ms, NULL)) b->stats.dev_near += near_ms * 1e-3;
+        if (!hkv_gpu_event_elapsed(ev[2], ev[3], &wait_ms, NULL) && wait_ms > 0)
+            b->stats.dev_wait_cpu += wait_ms * 1e-3;
+        b->ev_pending[l] = 0;
+    }
+}
+
+int hkv_cuda_backend_stats(const hkv_backend *be, hkv_pipeline_stats *out, hkv_err *err) {
+    if (!hkv_backend_is_cuda(be)) return hkv_seterr(err, HKV_E_INVAL, "not the CUDA backend");
+    cuda_be *b = be->self;
+    int rc = hkv_gpu_sync(b->st, err);
+    if (rc) return rc;
+    cb_harvest(b);
+    b->stats.dev_in_use = hkv_gpu_in_use(b->ctx, -1);
+    b->stats.dev_peak = hkv_gpu_peak(b->ctx, -1);
+    for (int t = 0; t < HKV_TIER_COUNT && t < 5; t++) b->stats.dev_tier[t] = hkv_gpu_in_use(b->ctx, t);
+    *out = b->stats;
+    return HKV_OK;
+}
+
+void hkv_cuda_backend_stats_reset(hkv_backend *be) {
+    if (!hkv_backend_is_cuda(be)) return;
+    cuda_be *b = be->self;
+    hkv_gpu_sync(b->st, NULL);
+    cb_harvest(b);
+    memset(&b->stats, 0, sizeof b->stats);
+}

@@ -1,0 +1,68 @@
+/* The CUDA backend of the forward pass (runtime/backend.h) and the CPU-GPU
+ * co-execution pipeline it runs for attention.
+ *
+ * Weights (in their repacked 4/8-bit, fp16 or fp32 formats), activations,
+ * the near tier (sinks + local ring of every sequence and layer) live on the
+ * device; the far tier, the policies and their indexes stay with the tiered
+ * KV cache in (page-locked) host memory. One attention step, per layer:
+ *
+ *   device stream : QKV ready -> download QKV -> append K/V to the near tier
+ *                   -> near attention (out, lse) ............ wait -> merge
+ *   CPU workers   :              (event) -> policy select + far attention
+ *                                           -> upload far (out, lse) ---^
+ *
+ * so the device's near attention runs while the CPU attends the far tier,
+ * and the two partials merge exactly on the device. Prompt rows are attended
+ * by the host over the far tier (which holds the whole prompt while it is
+ * fed). The device keeps a mirror of each (sequence, layer) near tier that
+ * it appends to as decode steps go; when the host's changed in another way
+ * (a prompt ended, a rewind, a copy: hkv_kv_tiered_seq_epoch), the host's
+ * copy is uploaded whole before the device attends it. */
+#ifndef HKV_CUDA_BACKEND_H
+#define HKV_CUDA_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "status.h"
+
+struct hkv_engine;
+
+typedef struct hkv_cuda_params {
+    int device;            /* CUDA device index */
+    size_t gpu_mem;        /* cap on device bytes (0: the device's free memory) */
+} hkv_cuda_params;
+
+/* The step timeline, summed over forward calls. Host figures are wall
+ * clock; device figures come from CUDA events (under the emulator they time
+ * the emulation: they show the structure, not GPU speed). */
+typedef struct hkv_pipeline_stats {
+    int64_t layer_steps;        /* attention steps (one per layer per forward call) */
+    int64_t decode_rows, prompt_rows;
+    double cpu_busy;            /* s: host far-tier attention (policy select + sparse) */
+    double cpu_wait_dev;        /* s: host blocked until the device's QKV arrived */
+    double dev_near;            /* s: device near-tier append + attention */
+    double dev_wait_cpu;        /* s: device idle from its near partial to the far partial */
+    uint64_t bytes_d2h, bytes_h2d;   /* per-step copies (QKV down; far partials, mirror, indices up) */
+    int64_t near_resyncs;       /* (sequence, layer) near tiers uploaded whole from the host */
+    size_t dev_peak, dev_in_use;     /* device bytes, all tiers */
+    size_t dev_tier[5];              /* in use per tier (enum hkv_tier) */
+} hkv_pipeline_stats;
+
+/* Create the CUDA backend for engine e (its model loaded, its KV cache the
+ * tiered one) and upload the weights. Errors: no device (HKV_E_DEVICE), the
+ * cap or the device refusing memory (HKV_E_CAPACITY / HKV_E_NOMEM, naming
+ * the tier, the bytes asked and what is free), a KV cache that is not
+ * tiered (HKV_E_UNSUPPORTED). Nothing is left allocated on failure. */
+int hkv_cuda_backend_create(hkv_backend *be, struct hkv_engine *e, const hkv_cuda_params *p,
+                            hkv_err *err);
+
+/* 1 when be is a CUDA backend. */
+int hkv_backend_is_cuda(const hkv_backend *be);
+
+/* The timeline so far (waits for the device first). */
+int hkv_cuda_backend_stats(const hkv_backend *be, hkv_pipeline_stats *out, hkv_err *err);
+void hkv_cuda_backend_stats_reset(hkv_backend *be);
+
+#endif

@@ -1,0 +1,82 @@
+/* Private to pipeline/cuda_*.c: the CUDA backend's state. */
+#ifndef HKV_CUDA_BACKEND_IMPL_H
+#define HKV_CUDA_BACKEND_IMPL_H
+
+#include "cuda_backend.h"
+#include "engine.h"
+#include "gpu_forward.h"
+#include "gpu_kernels.h"
+#include "pinned.h"
+
+typedef struct dlayer {
+    hkv_gpu_qmat qkv[3], wo, ffn_in[2], down;
+    int n_qkv, n_ffn_in;
+    float *attn_norm, *ffn_norm, *bqkv;   /* fp32 (bqkv may be NULL) */
+} dlayer;
+
+/* Small host -> device arrays go through a ring of page-locked slots, each
+ * reused only after the copy that read it has completed (its event). */
+#define STAGE_SLOTS 8
+
+/* Device arrays refreshed from host per call: the last content uploaded is
+ * kept so that layers of one call do not upload it again. */
+enum { UP_TOK, UP_POS, UP_LROWS, UP_DST, UP_ROWS, UP_NROWS, UP_IDX, UP_COUNT };
+
+typedef struct cuda_be {
+    hkv_engine *e;
+    hkv_gpu_ctx *ctx;
+    void *st;                       /* the compute stream */
+    int NL, H, KH, d, NR, max_rows, max_seqs;
+    int64_t qd, qkv_w;
+    /* weights */
+    hkv_gpu_qmat tok, out;
+    int out_is_tok;                 /* tied output: one copy */
+    float *out_norm, *inv_freq;
+    dlayer *L;
+    /* activations [max_rows][width] and the product workspace */
+    float *act[HKV_ACT_COUNT];
+    int64_t act_w[HKV_ACT_COUNT];
+    void *ws;
+    size_t ws_bytes;
+    /* per-call index arrays (device) */
+    int32_t *d_tok, *d_lrows, *d_rows, *d_nrows, *d_idx;
+    int64_t *d_pos, *d_dst;
+    /* attention partials: near lse [max_rows][H], far out/lse from the
+     * host, the compact decode set's q / out [max_seqs][qd], lse [max_seqs][H] */
+    float *d_lse, *d_fo, *d_fl, *d_q, *d_no, *d_nl;
+    /* the near tier mirror [max_seqs][NL][KH][NR][d] fp16, and what it holds */
+    uint16_t *near_k, *near_v;
+    uint64_t *m_epoch;              /* [max_seqs][NL] */
+    int64_t *m_len;                 /* [max_seqs][NL]: tokens mirrored, -1: not current */
+    /* page-locked host buffers: QKV down, far partials up, staging ring */
+    hkv_pinned h_qkv, h_fo, h_fl, h_stage;
+    size_t slot_bytes;
+    int slot_next;
+    void *slot_ev[STAGE_SLOTS];
+    void *up_cache[UP_COUNT];       /* host copies of what each array last received */
+    size_t up_len[UP_COUNT], up_cap[UP_COUNT];
+    /* timeline events per layer: QKV downloaded, near start, near end, far arrives */
+    void **ev;                      /* [NL][4] */
+    int *ev_pending;                /* [NL]: events recorded, not yet harvested */
+    /* host scratch of one attention step */
+    int32_t *h_rows, *h_nrows, *h_idx;   /* [max_seqs], [max_seqs][KH], [max_seqs][KH][NR] */
+    int64_t *h_dst;                       /* [max_rows] */
+    int32_t *h_slow;                      /* [max_seqs] */
+    hkv_pipeline_stats stats;
+    /* device allocations, freed in reverse at destroy */
+    struct dalloc { void *p; size_t bytes; int tier; } *allocs;
+    int n_allocs, cap_allocs;
+} cuda_be;
+
+/* Device memory accounted in the backend's list (freed at destroy). */
+void *cb_alloc(cuda_be *b, int tier, size_t bytes, hkv_err *err);
+/* Upload host bytes through the staging ring (asynchronous); `id` (UP_*, or
+ * -1) skips the copy when the array already holds exactly these bytes. */
+int cb_stage(cuda_be *b, int id, void *dev, const void *src, size_t bytes, hkv_err *err);
+/* Harvest the timeline events of completed layers (after a stream sync). */
+void cb_harvest(cuda_be *b);
+
+/* The attention op (cuda_attention.c). */
+int cb_attention(void *self, int layer, const hkv_seg *segs, int n_segs, int64_t n, hkv_err *err);
+
+#endif

@@ -1,0 +1,592 @@
+/* The device pieces of the forward pass (gpu/gpu_forward.h) against the host
+ * path and float64 references, outputs poisoned (NaN) with guard elements
+ * and stride padding that must stay NaN.
+ *
+ * Weights, every type (F32, F16, Q8, Q4), random values:
+ *  - upload: the device arrays equal the host arrays byte for byte, bytes ==
+ *    hkv_wmat_bytes, the WEIGHTS tier accounts them and free returns them;
+ *    bad matrices fail with HKV_E_INVAL; a WEIGHTS cap fails with
+ *    HKV_E_CAPACITY (also when the codes fit and the scales do not) and
+ *    leaves hkv_gpu_in_use unchanged;
+ *  - rows (the embedding lookup): BIT-EXACT against the host scalar table's
+ *    dequant_rows (and, printed if not, the best ISA's). Not a tolerance but
+ *    a fact: an fp16 scale has 11 significant bits and a code at most 8, so
+ *    s*q is exact in fp32; Q8 (s*q) is exact, Q4 (s*q + min) rounds once,
+ *    FMA or not, on either side. ids out of range give NaN rows;
+ *  - matmul, n in {1, 2, 7, 8} (GEMV) and {9, 33} (panels + cuBLAS), shapes
+ *    1x32, 37x96, 300x512, 300x4096 (two panels), and 37x97, 5x1 for F32/F16,
+ *    strided x and y. With Wf the fp32 weights (exact as dequant_rows gives
+ *    them), mag = sum_c |Wf x|, u = 2^-24 and g(k) = k u / (1 - k u):
+ *      |y - sum Wf x (float64)| <= g(h) mag: rigorous for any summation order
+ *        in which every term is rounded at most h times; GEMV: h = L + 5 (one
+ *        product, L - 1 additions in a lane's sequential sum of L terms, five
+ *        shuffle levels; L = 8 ceil(cols/256) for Q4, 4 ceil(cols/128) for Q8,
+ *        ceil(cols/32) for F16/F32, gpu/qmat.cu's split of a row over lanes),
+ *        GEMM: h = cols (cuBLAS's order is not ours to know);
+ *      |y - sum W x (float64, exact weights, ref_gemv)| <= the above +
+ *        sum_c dq_c |x_c|, dq_c the a-priori dequantisation error (Q4:
+ *        u |Wf|, the one rounding of s*q + min; F32, F16, Q8: 0, exact);
+ *      |y - hkv_matmul (scalar table and best ISA)| <= (g(h) + g(cols)) mag + 2 sum dq |x|.
+ *    The measured maxima are printed at the end.
+ *  - a workspace one byte short (or none) for n > 8: HKV_E_INVAL;
+ * Rows:
+ *  - copy_rows with no lists, both lists, only one, negative entries skip;
+ *  - add_bias exact (one fp32 add);
+ *  - kv_append both cache layouts, skipped rows (dst -1), fp16 BIT-EXACT
+ *    (round to nearest even, halfway cases, subnormals, overflow to inf);
+ *  - partial_clear (out 0, lse -inf, padding untouched), then
+ *    hkv_gpu_attn_merge of a cleared partial with a real one, both ways,
+ *    gives the real one exactly. */
+#include "ref.h"
+#include "util.h"
+#include "gpu_test.h"
+#include "gpu_forward.h"
+
+#define U32 (1.0 / 16777216.0)
+
+static double gamma_k(double k) { return k * U32 / (1 - k * U32); }
+
+/* Terms one lane of the GEMV sums in sequence (see the comment at the top). */
+static int64_t gemv_lane_terms(int type, int64_t cols)
+{
+    if (type == HKV_W_Q4) return 8 * ((cols + 255) / 256);
+    if (type == HKV_W_Q8) return 4 * ((cols + 127) / 128);
+    return (cols + 31) / 32;
+}
+
+static const char *tname[] = {"f32", "f16", "q8", "q4"};
+
+/* measured maxima, per type and path (0 GEMV, 1 GEMM) */
+static double meas_f[4][2], meas_e[4][2], meas_h[4][2], meas_ratio[4][2];
+
+typedef struct test_wmat { hkv_wmat w; size_t qb, sb; } test_wmat;
+
+static void make_wmat(test_wmat *m, int type, int64_t rows, int64_t cols, test_rng *rng)
+{
+    memset(m, 0, sizeof *m);
+    const int64_t n = rows * cols, nb = n / HKV_WBLOCK;
+    m->qb = type == HKV_W_F32 ? n * 4 : type == HKV_W_F16 ? n * 2 : type == HKV_W_Q8 ? n : n / 2;
+    m->sb = type >= HKV_W_Q8 ? nb * 2 : 0;
+    void *q = aligned_alloc(64, (m->qb + 63) / 64 * 64);
+    uint16_t *scale = NULL, *mn = NULL;
+    if (type == HKV_W_F32)
+        for (int64_t i = 0; i < n; i++) ((float *)q)[i] = rng_nonzero(rng, -1, 1);
+    else if (type == HKV_W_F16)
+        for (int64_t i = 0; i < n; i++) ((uint16_t *)q)[i] = rng_half(rng, -1, 1);
+    else if (type == HKV_W_Q8)
+        for (int64_t i = 0; i < n; i++) ((int8_t *)q)[i] = (int8_t)((int)(rng_next(rng) % 255) - 127);
+    else
+        for (int64_t i = 0; i < n / 2; i++) ((uint8_t *)q)[i] = (uint8_t)rng_next(rng);
+    if (type >= HKV_W_Q8) {
+        scale = malloc(nb * 2 + 2);
+        for (int64_t b = 0; b < nb; b++) scale[b] = rng_half(rng, 0.001f, 0.02f);
+    }
+    if (type == HKV_W_Q4) {   /* both signs: s*q + min cancels sometimes */
+        mn = malloc(nb * 2 + 2);
+        for (int64_t b = 0; b < nb; b++) mn[b] = rng_half(rng, -0.16f, 0.05f);
+    }
+    m->w = (hkv_wmat){type, rows, cols, q, scale, mn};
+}
+
+static void free_wmat(test_wmat *m) { free(m->w.q), free(m->w.scale), free(m->w.min); }
+
+/* A-priori bound of |Wf[r][c] - W[r][c]|: s*q is exact in fp32 (11 x 8
+ * significant bits), so only Q4's + min rounds, by at most u |Wf|. The test
+ * checks the Q8/F16/F32 zero and the Q4 bound element by element. */
+static double dq_err(const hkv_wmat *w, float wf)
+{
+    return w->type == HKV_W_Q4 ? U32 * fabs(wf) : 0;
+}
+
+static void test_upload(hkv_gpu_ctx *ctx, int type, test_rng *rng)
+{
+    void *st = hkv_gpu_ctx_stream(ctx);
+    test_wmat m;
+    make_wmat(&m, type, 37, 96, rng);
+    const size_t before = hkv_gpu_in_use(ctx, HKV_TIER_WEIGHTS);
+    hkv_gpu_qmat g;
+    GPU_OK(hkv_gpu_qmat_upload(ctx, &m.w, &g, st, err));
+    CHECK(g.type == type && g.rows == 37 && g.cols == 96 && g.bytes == hkv_wmat_bytes(&m.w) &&
+          hkv_gpu_in_use(ctx, HKV_TIER_WEIGHTS) == before + g.bytes,
+          "upload %s: fields or accounting (%zu bytes, %zu expected)", tname[type], g.bytes,
+          hkv_wmat_bytes(&m.w));
+    CHECK((type >= HKV_W_Q8) == (g.scale != NULL) && (type == HKV_W_Q4) == (g.min != NULL),
+          "upload %s: scale/min presence", tname[type]);
+    char *back = malloc(m.qb);
+    gpu_get(ctx, back, g.q, m.qb);
+    int same = !memcmp(back, m.w.q, m.qb);
+    if (g.scale) {
+        gpu_get(ctx, back, g.scale, m.sb);
+        same &= !memcmp(back, m.w.scale, m.sb);
+    }
+    if (g.min) {
+        gpu_get(ctx, back, g.min, m.sb);
+        same &= !memcmp(back, m.w.min, m.sb);
+    }
+    CHECK(same, "upload %s: device arrays differ from the host's", tname[type]);
+    hkv_gpu_qmat_free(ctx, &g);
+    CHECK(hkv_gpu_in_use(ctx, HKV_TIER_WEIGHTS) == before && g.q == NULL && g.bytes == 0,
+          "free %s: accounting or fields", tname[type]);
+    hkv_gpu_qmat_free(ctx, &g);   /* twice: a no-op */
+    free(back);
+    free_wmat(&m);
+}
+
+static void test_upload_errors(hkv_gpu_ctx *ctx, test_rng *rng)
+{
+    void *st = hkv_gpu_ctx_stream(ctx);
+    hkv_err err;
+    hkv_err_clear(&err);
+    const size_t before = hkv_gpu_in_use(ctx, -1);
+    test_wmat m;
+    make_wmat(&m, HKV_W_Q4, 4, 64, rng);
+    hkv_gpu_qmat g;
+    hkv_wmat bad = m.w;
+    bad.cols = 48;
+    CHECK(hkv_gpu_qmat_upload(ctx, &bad, &g, st, &err) == HKV_E_INVAL && g.q == NULL,
+          "Q4 with cols 48 accepted");
+    bad = m.w, bad.type = HKV_W_Q8, bad.cols = 40;
+    CHECK(hkv_gpu_qmat_upload(ctx, &bad, &g, st, &err) == HKV_E_INVAL, "Q8 with cols 40 accepted");
+    bad = m.w, bad.type = 9;
+    CHECK(hkv_gpu_qmat_upload(ctx, &bad, &g, st, &err) == HKV_E_INVAL, "type 9 accepted");
+    bad = m.w, bad.min = NULL;
+    CHECK(hkv_gpu_qmat_upload(ctx, &bad, &g, st, &err) == HKV_E_INVAL, "Q4 without mins accepted");
+    bad = m.w, bad.scale = NULL;
+    CHECK(hkv_gpu_qmat_upload(ctx, &bad, &g, st, &err) == HKV_E_INVAL, "Q4 without scales accepted");
+    bad = m.w, bad.q = NULL;
+    CHECK(hkv_gpu_qmat_upload(ctx, &bad, &g, st, &err) == HKV_E_INVAL, "no codes accepted");
+    bad = m.w, bad.rows = 0;
+    CHECK(hkv_gpu_qmat_upload(ctx, &bad, &g, st, &err) == HKV_E_INVAL, "0 rows accepted");
+    CHECK(hkv_gpu_in_use(ctx, -1) == before, "failed uploads changed the accounting");
+
+    /* the WEIGHTS cap: nothing fits; the codes fit but not the scales; exactly fits */
+    const size_t total = hkv_wmat_bytes(&m.w);
+    const size_t caps_try[3] = {m.qb - 1, m.qb + 1, total};
+    for (int k = 0; k < 3; k++) {
+        size_t caps[HKV_TIER_COUNT] = {0};
+        caps[HKV_TIER_WEIGHTS] = caps_try[k];
+        hkv_gpu_ctx *c2 = NULL;
+        if (hkv_gpu_ctx_create(&c2, 0, caps, 0, &err)) gpu_die("capped context", &err);
+        hkv_err_clear(&err);
+        int rc = hkv_gpu_qmat_upload(c2, &m.w, &g, hkv_gpu_ctx_stream(c2), &err);
+        if (k < 2) {
+            char want[128];
+            snprintf(want, sizeof want, "GPU tier %s: asked", hkv_tier_name(HKV_TIER_WEIGHTS));
+            CHECK(rc == HKV_E_CAPACITY && err.code == HKV_E_CAPACITY && strstr(err.msg, want) &&
+                  g.q == NULL && hkv_gpu_in_use(c2, HKV_TIER_WEIGHTS) == 0 &&
+                  hkv_gpu_in_use(c2, -1) == 0,
+                  "upload over a cap of %zu: rc %d, in use %zu, \"%s\"", caps_try[k], rc,
+                  hkv_gpu_in_use(c2, HKV_TIER_WEIGHTS), err.msg);
+            /* and without an err record: the code still says why */
+            CHECK(hkv_gpu_qmat_upload(c2, &m.w, &g, hkv_gpu_ctx_stream(c2), NULL) == HKV_E_CAPACITY &&
+                  hkv_gpu_in_use(c2, -1) == 0, "upload over a cap without err: wrong code or leak");
+        } else {
+            CHECK(rc == HKV_OK && hkv_gpu_in_use(c2, HKV_TIER_WEIGHTS) == total,
+                  "upload at exactly the cap failed: %s", err.msg);
+            hkv_gpu_qmat_free(c2, &g);
+            CHECK(hkv_gpu_in_use(c2, -1) == 0, "free after a capped upload leaves bytes");
+        }
+        hkv_gpu_ctx_destroy(c2);
+    }
+    free_wmat(&m);
+}
+
+/* rows (embedding lookup) against the scalar table's dequant_rows, bit for bit */
+static void test_rows(hkv_gpu_ctx *ctx, const hkv_cpu_kernels *scalar, const hkv_cpu_kernels *best,
+                      int type, int64_t rows, int64_t cols, test_rng *rng)
+{
+    void *st = hkv_gpu_ctx_stream(ctx);
+    test_wmat m;
+    make_wmat(&m, type, rows, cols, rng);
+    hkv_gpu_qmat g;
+    GPU_OK(hkv_gpu_qmat_upload(ctx, &m.w, &g, st, err));
+    enum { N = 9 };
+    const int32_t ids[N] = {0, (int32_t)rows - 1, -1, (int32_t)rows, (int32_t)(rows / 2), 0,
+                            (int32_t)(rows > 3 ? 3 : 0), INT32_MIN, INT32_MAX};
+    const int64_t ld = cols + 5;
+    int32_t *dids = gpu_put(ctx, ids, sizeof ids);
+    float *dd = gpu_poisoned(ctx, N * ld), *d = malloc((N * ld + HKV_TEST_GUARD) * 4);
+    GPU_OK(hkv_gpu_qmat_rows(&g, dids, N, dd, ld, st, err));
+    gpu_get(ctx, d, dd, (N * ld + HKV_TEST_GUARD) * 4);
+    float *hs = malloc(cols * 4), *hb = malloc(cols * 4);
+    int bad = 0, stray = 0;
+    int64_t ulp_best = 0;
+    for (int i = 0; i < N; i++) {
+        const float *row = d + i * ld;
+        if (ids[i] < 0 || ids[i] >= rows) {
+            for (int64_t c = 0; c < cols; c++) bad += !isnan(row[c]);
+        } else {
+            scalar->dequant_rows(&m.w, ids[i], ids[i] + 1, hs);
+            best->dequant_rows(&m.w, ids[i], ids[i] + 1, hb);
+            bad += memcmp(row, hs, cols * 4) != 0;
+            for (int64_t c = 0; c < cols; c++) {
+                int32_t a, b;
+                memcpy(&a, &row[c], 4), memcpy(&b, &hb[c], 4);
+                int64_t du = (int64_t)a - b;
+                if (du < 0) du = -du;
+                if ((a < 0) != (b < 0)) du = row[c] == hb[c] ? 0 : 1 << 30;
+                if (du > ulp_best) ulp_best = du;
+            }
+        }
+        for (int64_t c = cols; c < ld; c++) stray += !isnan(row[c]);
+    }
+    CHECK(bad == 0 && stray == 0 && guard_intact(d, N * ld),
+          "rows %s %lldx%lld: %d rows not bit-exact to the scalar host (or not NaN), %d stray",
+          tname[type], (long long)rows, (long long)cols, bad, stray);
+    if (ulp_best)
+        printf("gpu_forward: rows %s %lldx%lld: %lld ulp from the %s table's dequant_rows (bit-exact "
+               "to scalar)\n", tname[type], (long long)rows, (long long)cols, (long long)ulp_best,
+               hkv_isa_name(best->isa));
+    /* bad arguments */
+    hkv_err err;
+    hkv_err_clear(&err);
+    CHECK(hkv_gpu_qmat_rows(&g, dids, N, dd, cols - 1, st, &err) == HKV_E_INVAL,
+          "rows with ld_dst < cols accepted");
+    CHECK(hkv_gpu_qmat_rows(&g, NULL, N, dd, ld, st, &err) == HKV_E_INVAL, "rows without ids accepted");
+    GPU_OK(hkv_gpu_qmat_rows(&g, dids, 0, dd, ld, st, err));
+    hkv_gpu_qmat_free(ctx, &g);
+    gpu_drop(ctx, dids, sizeof ids);
+    gpu_drop(ctx, dd, (N * ld + HKV_TEST_GUARD) * 4);
+    free(d), free(hs), free(hb);
+    free_wmat(&m);
+}
+
+static void test_matmul(hkv_gpu_ctx *ctx, const hkv_cpu_kernels *scalar,
+                        const hkv_cpu_kernels *best, int type, int64_t rows, int64_t cols,
+                        test_rng *rng)
+{
+    static const int64_t ns[] = {1, 2, 7, 8, 9, 33};
+    void *st = hkv_gpu_ctx_stream(ctx);
+    test_wmat m;
+    make_wmat(&m, type, rows, cols, rng);
+    hkv_gpu_qmat g;
+    GPU_OK(hkv_gpu_qmat_upload(ctx, &m.w, &g, st, err));
+    /* the fp32 weights, their a-priori dequantisation error, the exact ones */
+    float *wf = malloc(rows * cols * 4);
+    double *wdq = malloc(rows * cols * 8);
+    scalar->dequant_rows(&m.w, 0, rows, wf);
+    int dq_over = 0;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            wdq[r * cols + c] = dq_err(&m.w, wf[r * cols + c]);
+            dq_over += !(fabs(wf[r * cols + c] - ref_weight(&m.w, r, c)) <= wdq[r * cols + c]);
+        }
+    CHECK(dq_over == 0, "%s: %d host fp32 weights outside the dequantisation bound", tname[type],
+          dq_over);
+    const size_t wsb = hkv_gpu_qmat_matmul_ws_bytes(&g);
+    CHECK((type == HKV_W_F32) == (wsb == 0) && wsb % ((size_t)cols * 4) == 0,
+          "ws bytes %zu for %s %lldx%lld", wsb, tname[type], (long long)rows, (long long)cols);
+    void *ws = wsb ? gpu_put(ctx, NULL, wsb) : NULL;
+    for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+        const int64_t n = ns[ni], ldx = cols + 3, ldy = rows + 3;
+        const int gemm = n > HKV_GEMV_MAX_N;
+        float *x = malloc(n * cols * 4), *xs = malloc(n * ldx * 4);
+        for (int64_t i = 0; i < n * ldx; i++) xs[i] = rng_nonzero(rng, -1, 1);
+        for (int64_t i = 0; i < n; i++) memcpy(x + i * cols, xs + i * ldx, cols * 4);
+        float *dx = gpu_put(ctx, xs, n * ldx * 4);
+        float *dy = gpu_poisoned(ctx, n * ldy), *y = malloc((n * ldy + HKV_TEST_GUARD) * 4);
+        hkv_err err;
+        hkv_err_clear(&err);
+        if (gemm && wsb) {
+            CHECK(hkv_gpu_qmat_matmul(ctx, &g, dx, ldx, n, dy, ldy, ws, wsb - 1, st, &err) ==
+                      HKV_E_INVAL && strstr(err.msg, "workspace"),
+                  "matmul %s n=%lld: a workspace 1 byte short accepted (%s)", tname[type],
+                  (long long)n, err.msg);
+            CHECK(hkv_gpu_qmat_matmul(ctx, &g, dx, ldx, n, dy, ldy, NULL, wsb, st, &err) ==
+                      HKV_E_INVAL, "matmul %s n=%lld: no workspace accepted", tname[type],
+                  (long long)n);
+        }
+        CHECK(hkv_gpu_qmat_matmul(ctx, &g, dx, cols - 1, n, dy, ldy, ws, wsb, st, &err) == HKV_E_INVAL,
+              "matmul with ldx < cols accepted");
+        CHECK(hkv_gpu_qmat_matmul(ctx, &g, dx, ldx, n, dy, rows - 1, ws, wsb, st, &err) == HKV_E_INVAL,
+              "matmul with ldy < rows accepted");
+        GPU_OK(hkv_gpu_qmat_matmul(ctx, &g, dx, ldx, n, dy, ldy, gemm ? ws : NULL, gemm ? wsb : 0, st,
+                                   err));
+        gpu_get(ctx, y, dy, (n * ldy + HKV_TEST_GUARD) * 4);
+
+        /* host: hkv_matmul with the scalar table and the best one */
+        float *yh[2];
+        for (int t = 0; t < 2; t++) {
+            const hkv_cpu_kernels *kt = t ? best : scalar;
+            size_t wf_n = hkv_matmul_ws_floats(&m.w);
+            float *hws = wf_n ? aligned_alloc(64, (wf_n * 4 + 63) / 64 * 64) : NULL;
+            yh[t] = malloc(n * rows * 4);
+            if (hkv_matmul(kt, &m.w, x, n, yh[t], hws) != HKV_OK) CHECK(0, "host hkv_matmul failed");
+            free(hws);
+        }
+        double *ref = malloc(n * rows * 8), *mag = malloc(n * rows * 8);
+        ref_gemv(&m.w, x, (int)n, ref, mag);   /* exact weights */
+        const double h = gemm ? (double)cols : (double)(gemv_lane_terms(type, cols) + 5);
+        double worst_f = 0, worst_e = 0, worst_h = 0, worst_ratio = 0;
+        int nan = 0, stray = 0, over = 0;
+        for (int64_t i = 0; i < n; i++) {
+            const float *xi = x + i * cols;
+            for (int64_t r = 0; r < rows; r++) {
+                double sf = 0, magf = 0, dq = 0;
+                for (int64_t c = 0; c < cols; c++) {
+                    const double t = (double)wf[r * cols + c] * xi[c];
+                    sf += t, magf += fabs(t), dq += wdq[r * cols + c] * fabs(xi[c]);
+                }
+                const double v = y[i * ldy + r];
+                nan += isnan(v);
+                const double ef = fabs(v - sf), ee = fabs(v - ref[i * rows + r]);
+                double eh = 0;
+                for (int t = 0; t < 2; t++) eh = fmax(eh, fabs(v - yh[t][i * rows + r]));
+                const double bf = gamma_k(h) * magf, be = bf + dq,
+                             bh = (gamma_k(h) + gamma_k((double)cols)) * magf + 2 * dq;
+                over += !(ef <= bf) + !(ee <= be) + !(eh <= bh);
+                const double mg = magf > 0 ? magf : 1, mgx = mag[i * rows + r] > 0 ? mag[i * rows + r] : 1;
+                worst_f = fmax(worst_f, ef / mg), worst_e = fmax(worst_e, ee / mgx);
+                worst_h = fmax(worst_h, eh / mg);
+                worst_ratio = fmax(worst_ratio, bf > 0 ? ef / bf : ef > 0 ? INFINITY : 0);
+            }
+            for (int64_t r = rows; r < ldy; r++) stray += !isnan(y[i * ldy + r]);
+        }
+        CHECK(nan == 0 && stray == 0 && over == 0 && guard_intact(y, n * ldy),
+              "matmul %s %lldx%lld n=%lld (%s): %d over the bounds (err/mag %.3g fp32 W, %.3g exact "
+              "W, %.3g host; bound g(%g) = %.3g), %d NaN, %d stray", tname[type], (long long)rows,
+              (long long)cols, (long long)n, gemm ? "GEMM" : "GEMV", over, worst_f, worst_e,
+              worst_h, h, gamma_k(h), nan, stray);
+        meas_f[type][gemm] = fmax(meas_f[type][gemm], worst_f);
+        meas_e[type][gemm] = fmax(meas_e[type][gemm], worst_e);
+        meas_h[type][gemm] = fmax(meas_h[type][gemm], worst_h);
+        meas_ratio[type][gemm] = fmax(meas_ratio[type][gemm], worst_ratio);
+        gpu_drop(ctx, dx, n * ldx * 4);
+        gpu_drop(ctx, dy, (n * ldy + HKV_TEST_GUARD) * 4);
+        free(x), free(xs), free(y), free(yh[0]), free(yh[1]), free(ref), free(mag);
+    }
+    /* n = 0 does nothing, whatever the workspace */
+    float *dummy = gpu_put(ctx, NULL, 4);
+    GPU_OK(hkv_gpu_qmat_matmul(ctx, &g, dummy, cols, 0, dummy, rows, NULL, 0, st, err));
+    gpu_drop(ctx, dummy, 4);
+    if (ws) gpu_drop(ctx, ws, wsb);
+    hkv_gpu_qmat_free(ctx, &g);
+    free(wf), free(wdq);
+    free_wmat(&m);
+}
+
+/* ---- rows --------------------------------------------------------------------------------- */
+
+static void test_copy_rows(hkv_gpu_ctx *ctx, int64_t cols, test_rng *rng)
+{
+    void *st = hkv_gpu_ctx_stream(ctx);
+    const int64_t ns = 10, nd = 12, lds = cols + 2, ldd = cols + 4;
+    float *src = malloc(ns * lds * 4), *out = malloc((nd * ldd + HKV_TEST_GUARD) * 4);
+    for (int64_t i = 0; i < ns * lds; i++) src[i] = rng_nonzero(rng, -5, 5);
+    float *dsrc = gpu_put(ctx, src, ns * lds * 4);
+    enum { NL = 7 };
+    const int32_t srow[NL] = {9, 0, 3, 3, -1, 5, 2}, drow[NL] = {0, 11, 2, 7, 1, 4, -1};
+    int32_t *dsr = gpu_put(ctx, srow, sizeof srow), *ddr = gpu_put(ctx, drow, sizeof drow);
+    for (int mode = 0; mode < 4; mode++) {   /* no lists, both, src only, dst only */
+        const int use_s = mode == 1 || mode == 2, use_d = mode == 1 || mode == 3;
+        const int64_t n = mode == 0 ? ns : NL;
+        float *ddst = gpu_poisoned(ctx, nd * ldd);
+        GPU_OK(hkv_gpu_copy_rows(ddst, ldd, use_d ? ddr : NULL, dsrc, lds, use_s ? dsr : NULL, n,
+                                 cols, st, err));
+        gpu_get(ctx, out, ddst, (nd * ldd + HKV_TEST_GUARD) * 4);
+        int64_t want[12];   /* source row of each destination row, -1: untouched */
+        for (int r = 0; r < 12; r++) want[r] = -1;
+        for (int64_t i = 0; i < n; i++) {
+            int64_t s = use_s ? srow[i] : i, d = use_d ? drow[i] : i;
+            if (s >= 0 && d >= 0) want[d] = s;
+        }
+        int bad = 0;
+        for (int64_t r = 0; r < nd; r++)
+            for (int64_t c = 0; c < ldd; c++) {
+                float v = out[r * ldd + c];
+                if (want[r] < 0 || c >= cols) bad += !isnan(v);
+                else bad += v != src[want[r] * lds + c];
+            }
+        CHECK(bad == 0 && guard_intact(out, nd * ldd), "copy_rows cols %lld mode %d: %d wrong",
+              (long long)cols, mode, bad);
+        gpu_drop(ctx, ddst, (nd * ldd + HKV_TEST_GUARD) * 4);
+    }
+    hkv_err err;
+    hkv_err_clear(&err);
+    CHECK(hkv_gpu_copy_rows((float *)dsrc, cols - 1, NULL, dsrc, lds, NULL, 1, cols, st, &err) ==
+              HKV_E_INVAL, "copy_rows with ld_dst < cols accepted");
+    gpu_drop(ctx, dsrc, ns * lds * 4);
+    gpu_drop(ctx, dsr, sizeof srow), gpu_drop(ctx, ddr, sizeof drow);
+    free(src), free(out);
+}
+
+static void test_add_bias(hkv_gpu_ctx *ctx, test_rng *rng)
+{
+    void *st = hkv_gpu_ctx_stream(ctx);
+    const int64_t n = 5, cols = 300, ldx = 305;
+    float *x = malloc(n * ldx * 4), *b = malloc(cols * 4), *out = malloc(n * ldx * 4);
+    for (int64_t i = 0; i < n * ldx; i++) x[i] = rng_nonzero(rng, -3, 3);
+    for (int64_t i = 0; i < cols; i++) b[i] = rng_nonzero(rng, -1, 1);
+    float *dx = gpu_put(ctx, x, n * ldx * 4), *db = gpu_put(ctx, b, cols * 4);
+    GPU_OK(hkv_gpu_add_bias(dx, ldx, n, db, cols, st, err));
+    gpu_get(ctx, out, dx, n * ldx * 4);
+    int bad = 0;
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t c = 0; c < ldx; c++) {
+            float want = c < cols ? x[r * ldx + c] + b[c] : x[r * ldx + c];
+            bad += out[r * ldx + c] != want;
+        }
+    CHECK(bad == 0, "add_bias: %d wrong", bad);
+    hkv_err err;
+    hkv_err_clear(&err);
+    CHECK(hkv_gpu_add_bias(dx, cols - 1, n, db, cols, st, &err) == HKV_E_INVAL,
+          "add_bias with ldx < cols accepted");
+    gpu_drop(ctx, dx, n * ldx * 4), gpu_drop(ctx, db, cols * 4);
+    free(x), free(b), free(out);
+}
+
+static float kv_value(test_rng *rng, int64_t i)
+{
+    switch (i % 6) {
+    case 0: return rng_uniform(rng, -2, 2);
+    case 1: return rng_uniform(rng, -1e-4f, 1e-4f);   /* fp16 subnormals */
+    case 2: {   /* halfway between two halves: ties to even */
+        uint16_t h = (uint16_t)(rng_next(rng) & 0x3bff);
+        return (float)((half_to_double(h) + half_to_double((uint16_t)(h + 1))) / 2);
+    }
+    case 3: return rng_uniform(rng, -300, 300);
+    case 4: return (i & 8) ? 65519.0f : -70000.0f;   /* rounds down to 65504; overflows to -inf */
+    default: return rng_uniform(rng, -0.01f, 0.01f);
+    }
+}
+
+static void test_kv_append(hkv_gpu_ctx *ctx, int layout, test_rng *rng)
+{
+    void *st = hkv_gpu_ctx_stream(ctx);
+    const int H = 4, KH = 2, d = 64;
+    const int64_t n = 6, cap = 16, ld = (int64_t)(H + 2 * KH) * d + 7;
+    const int64_t k_off = (int64_t)H * d, v_off = k_off + (int64_t)KH * d;
+    /* layout 0: [head][pos][d] (hs = cap*d); 1: [pos][head][d] (hs = d) */
+    const int64_t hs = layout == 0 ? cap * d : d, pos_stride = layout == 0 ? d : (int64_t)KH * d;
+    const int64_t pos[6] = {3, -1, 0, 15, 7, -5};
+    int64_t dst[6];
+    for (int r = 0; r < 6; r++) dst[r] = pos[r] < 0 ? -1 : pos[r] * pos_stride;
+    float *qkv = malloc(n * ld * 4);
+    for (int64_t i = 0; i < n * ld; i++) qkv[i] = kv_value(rng, i);
+    const int64_t csz = (int64_t)KH * cap * d;
+    uint16_t *init = malloc(csz * 2), *kc = malloc(csz * 2), *vc = malloc(csz * 2);
+    for (int64_t i = 0; i < csz; i++) init[i] = (uint16_t)(0x7e01 + (i & 7));   /* NaN codes */
+    float *dqkv = gpu_put(ctx, qkv, n * ld * 4);
+    int64_t *ddst = gpu_put(ctx, dst, sizeof dst);
+    uint16_t *dk = gpu_put(ctx, init, csz * 2), *dv = gpu_put(ctx, init, csz * 2);
+    GPU_OK(hkv_gpu_kv_append(dqkv, ld, n, k_off, v_off, KH, d, ddst, hs, dk, dv, st, err));
+    gpu_get(ctx, kc, dk, csz * 2);
+    gpu_get(ctx, vc, dv, csz * 2);
+    uint16_t *wk = malloc(csz * 2), *wv = malloc(csz * 2);
+    memcpy(wk, init, csz * 2), memcpy(wv, init, csz * 2);
+    for (int64_t r = 0; r < n; r++) {
+        if (dst[r] < 0) continue;
+        for (int h = 0; h < KH; h++)
+            for (int c = 0; c < d; c++) {
+                const int64_t to = dst[r] + h * hs + c;
+                wk[to] = double_to_half_ref(qkv[r * ld + k_off + (int64_t)h * d + c]);
+                wv[to] = double_to_half_ref(qkv[r * ld + v_off + (int64_t)h * d + c]);
+            }
+    }
+    int bad = 0;
+    for (int64_t i = 0; i < csz; i++) bad += (kc[i] != wk[i]) + (vc[i] != wv[i]);
+    CHECK(bad == 0, "kv_append layout %d: %d fp16 codes differ (RNE, skipped rows untouched)",
+          layout, bad);
+    hkv_err err;
+    hkv_err_clear(&err);
+    CHECK(hkv_gpu_kv_append(dqkv, v_off + KH * d - 1, n, k_off, v_off, KH, d, ddst, hs, dk, dv, st,
+                            &err) == HKV_E_INVAL, "kv_append with ld too short accepted");
+    CHECK(hkv_gpu_kv_append(dqkv, ld, n, k_off, v_off, KH, d, ddst, d - 1, dk, dv, st, &err) ==
+              HKV_E_INVAL, "kv_append with overlapping heads accepted");
+    gpu_drop(ctx, dqkv, n * ld * 4), gpu_drop(ctx, ddst, sizeof dst);
+    gpu_drop(ctx, dk, csz * 2), gpu_drop(ctx, dv, csz * 2);
+    free(qkv), free(init), free(kc), free(vc), free(wk), free(wv);
+}
+
+static void test_partial_clear(hkv_gpu_ctx *ctx, test_rng *rng)
+{
+    void *st = hkv_gpu_ctx_stream(ctx);
+    const int H = 3, d = 40;
+    const int64_t n = 5, hd = (int64_t)H * d, ldo = hd + 3;
+    /* strided: padding untouched */
+    float *o = malloc((n * ldo + HKV_TEST_GUARD) * 4), *l = malloc((n * H + HKV_TEST_GUARD) * 4);
+    float *dout = gpu_poisoned(ctx, n * ldo), *dlse = gpu_poisoned(ctx, n * H);
+    GPU_OK(hkv_gpu_partial_clear(dout, ldo, dlse, n, H, d, st, err));
+    gpu_get(ctx, o, dout, (n * ldo + HKV_TEST_GUARD) * 4);
+    gpu_get(ctx, l, dlse, (n * H + HKV_TEST_GUARD) * 4);
+    int bad = 0;
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t c = 0; c < ldo; c++) {
+            const float v = o[r * ldo + c];
+            bad += c < hd ? (v != 0.0f || signbit(v)) : !isnan(v);
+        }
+    for (int64_t i = 0; i < n * H; i++) bad += l[i] != -INFINITY;
+    CHECK(bad == 0 && guard_intact(o, n * ldo) && guard_intact(l, n * H), "partial_clear: %d wrong",
+          bad);
+    /* contiguous, then the exact merge with a real partial, both ways */
+    const int64_t rows = n * H;
+    float *ob = malloc(rows * d * 4), *lb = malloc(rows * 4), *res = malloc(rows * d * 4);
+    float *lres = malloc(rows * 4);
+    for (int64_t i = 0; i < rows * d; i++) ob[i] = rng_nonzero(rng, -2, 2);
+    for (int64_t i = 0; i < rows; i++) lb[i] = rng_uniform(rng, -5, 5);
+    float *dob = gpu_put(ctx, ob, rows * d * 4), *dlb = gpu_put(ctx, lb, rows * 4);
+    float *dca = gpu_poisoned(ctx, rows * d), *dcl = gpu_poisoned(ctx, rows);
+    GPU_OK(hkv_gpu_partial_clear(dca, hd, dcl, n, H, d, st, err));
+    GPU_OK(hkv_gpu_attn_merge(dca, dcl, dob, dlb, rows, d, st, err));   /* cleared <- real */
+    gpu_get(ctx, res, dca, rows * d * 4);
+    gpu_get(ctx, lres, dcl, rows * 4);
+    CHECK(!memcmp(res, ob, rows * d * 4) && !memcmp(lres, lb, rows * 4),
+          "merge into a cleared partial is not the real one exactly");
+    GPU_OK(hkv_gpu_partial_clear(dca, hd, dcl, n, H, d, st, err));
+    GPU_OK(hkv_gpu_attn_merge(dob, dlb, dca, dcl, rows, d, st, err));   /* real <- cleared */
+    gpu_get(ctx, res, dob, rows * d * 4);
+    gpu_get(ctx, lres, dlb, rows * 4);
+    CHECK(!memcmp(res, ob, rows * d * 4) && !memcmp(lres, lb, rows * 4),
+          "merging a cleared partial changed the real one");
+    hkv_err err;
+    hkv_err_clear(&err);
+    CHECK(hkv_gpu_partial_clear(dout, hd - 1, dlse, n, H, d, st, &err) == HKV_E_INVAL,
+          "partial_clear with ldo < n_head*d accepted");
+    gpu_drop(ctx, dout, (n * ldo + HKV_TEST_GUARD) * 4), gpu_drop(ctx, dlse, (n * H + HKV_TEST_GUARD) * 4);
+    gpu_drop(ctx, dob, rows * d * 4), gpu_drop(ctx, dlb, rows * 4);
+    gpu_drop(ctx, dca, (rows * d + HKV_TEST_GUARD) * 4), gpu_drop(ctx, dcl, (rows + HKV_TEST_GUARD) * 4);
+    free(o), free(l), free(ob), free(lb), free(res), free(lres);
+}
+
+int main(void)
+{
+    hkv_gpu_ctx *ctx = gpu_test_open("gpu_forward");
+    test_rng rng = {23};
+    hkv_cpu_kernels scalar, best;
+    hkv_cpu_kernels_init(&scalar, HKV_ISA_SCALAR);
+    hkv_cpu_kernels_init(&best, test_best_isa());
+    const size_t start = hkv_gpu_in_use(ctx, -1);
+
+    test_upload_errors(ctx, &rng);
+    for (int type = HKV_W_F32; type <= HKV_W_Q4; type++) {
+        test_upload(ctx, type, &rng);
+        test_rows(ctx, &scalar, &best, type, 37, 96, &rng);
+        test_rows(ctx, &scalar, &best, type, 300, 512, &rng);
+        test_matmul(ctx, &scalar, &best, type, 1, 32, &rng);
+        test_matmul(ctx, &scalar, &best, type, 37, 96, &rng);
+        test_matmul(ctx, &scalar, &best, type, 300, 512, &rng);
+        test_matmul(ctx, &scalar, &best, type, 300, 4096, &rng);
+        if (type <= HKV_W_F16) {
+            test_rows(ctx, &scalar, &best, type, 37, 97, &rng);
+            test_matmul(ctx, &scalar, &best, type, 37, 97, &rng);
+            test_matmul(ctx, &scalar, &best, type, 5, 1, &rng);
+        }
+    }
+    test_copy_rows(ctx, 37, &rng);
+    test_copy_rows(ctx, 700, &rng);
+    test_add_bias(ctx, &rng);
+    test_kv_append(ctx, 0, &rng);
+    test_kv_append(ctx, 1, &rng);
+    test_partial_clear(ctx, &rng);
+    CHECK(hkv_gpu_in_use(ctx, -1) == start, "device bytes leaked: %zu in use, %zu at start",
+          hkv_gpu_in_use(ctx, -1), start);
+
+    for (int type = HKV_W_F32; type <= HKV_W_Q4; type++)
+        for (int p = 0; p < 2; p++)
+            printf("gpu_forward: matmul %s %s: max err/mag %.3g (fp32 W), %.3g (exact W), %.3g "
+                   "(host hkv_matmul); max err / rigorous bound %.3g\n", tname[type],
+                   p ? "GEMM" : "GEMV", meas_f[type][p], meas_e[type][p], meas_h[type][p],
+                   meas_ratio[type][p]);
+    hkv_gpu_ctx_destroy(ctx);
+    return test_report("gpu_forward");
+}

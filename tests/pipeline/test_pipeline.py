@@ -1,0 +1,203 @@
+#!/usr/bin/env python3
+"""The CUDA backend (--device cuda: the device forward pass and the CPU-GPU
+attention pipeline, on a GPU or on the CUDA emulator) against the CPU path,
+for every policy, on a tiny generated model or a real one.
+
+    python3 tests/pipeline/test_pipeline.py --bin-dir build-emu/tools [--model M.gguf]
+
+Per policy configuration, hkv-dump-logits runs the same tokens on both
+devices in `prompt` mode (a prefill of --prefix tokens in chunks of --rows,
+decode steps, a second prompt turn, more decode steps) and in `batch` mode
+(three sequences of different lengths decoding together), with a tiny near
+tier so that ring eviction, the far tier and the policy's selection are
+exercised at every step. Checks:
+  logits  max|cuda - cpu| / max|cpu| <= tol (2e-3 tiny, 1e-2 real) at every
+          row, and the argmax equal except where the CPU path has a near tie
+          (top-2 gap below tol * max|cpu|), counted;
+  run     `hetkv run --device cuda --temp 0` gives the CPU path's tokens;
+  memory  a --gpu-mem cap too small for the weights is refused with a message
+          naming the tier and the sizes, exit 1, no crash.
+Exit 0: all passed, 1: a failure, 77: no CUDA device usable (not built with
+the emulator or CUDA) or --model absent. Last line: 'test_pipeline: N passed, N failed'.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+
+NEAR = ["--sink", "2", "--local", "6"]
+
+
+def policies(draft: str) -> dict[str, list[str]]:
+    return {
+        "full": [],
+        "oracle k=8": ["--policy", "oracle", "--policy-arg", "k=8"],
+        "ctkvr": ["--policy", "ctkvr"],
+        "quest budget=16": ["--policy", "quest", "--policy-arg", "budget=16"],
+        "snapkv budget=12": ["--policy", "snapkv", "--policy-arg", "budget=12"],
+        "rocketkv budget=12": ["--policy", "rocketkv", "--policy-arg", "budget=12"],
+        "fastkv budget=12": ["--policy", "fastkv", "--policy-arg", "budget=12"],
+        "laq budget=8": ["--policy", "laq", "--policy-arg", "budget=8"],
+        "speckv budget=8": ["--policy", "speckv", "--policy-arg", "budget=8", "--draft", draft],
+        "specpc C=20": ["--policy", "specpc", "--policy-arg", "C=20", "--draft", draft],
+    }
+
+
+class Results:
+    def __init__(self):
+        self.passed = self.failed = 0
+
+    def report(self, ok: bool, name: str, msg: str = "") -> None:
+        if ok:
+            self.passed += 1
+            print(f"ok   {name}{': ' + msg if msg else ''}", flush=True)
+        else:
+            self.failed += 1
+            print(f"FAIL {name}: {msg}", flush=True)
+
+
+def run(cmd, timeout):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def dump(a, model, ids, mode, extra, device, vocab, tmp):
+    out = os.path.join(tmp, f"{device}.bin")
+    cmd = [os.path.join(a.bin_dir, "hkv-dump-logits"), "-m", model, "--tokens",
+           ",".join(map(str, ids)), "--mode", mode, "-o", out, "--device", device, *extra]
+    p = run(cmd, a.timeout)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:3])} ... --device {device} failed ({p.returncode}): "
+                           f"{p.stderr.strip()[-400:]}")
+    return np.fromfile(out, dtype="<f4").reshape(len(ids), -1)
+
+
+def compare(c, g, tol):
+    rows = [i for i in range(c.shape[0]) if not np.isnan(c[i]).any()]
+    if not rows:
+        return False, "no rows"
+    worst, ties, bad = 0.0, 0, []
+    for i in rows:
+        if np.isnan(g[i]).any():
+            return False, f"row {i}: NaN on the device"
+        scale = float(np.max(np.abs(c[i]))) or 1.0
+        rel = float(np.max(np.abs(g[i] - c[i]))) / scale
+        worst = max(worst, rel)
+        ac, ag = int(np.argmax(c[i])), int(np.argmax(g[i]))
+        if ac != ag:
+            top2 = np.sort(c[i])[-2:]
+            if top2[1] - top2[0] < tol * scale:
+                ties += 1
+            else:
+                bad.append(i)
+    ok = worst <= tol and not bad
+    return ok, (f"{len(rows)} rows, worst rel {worst:.2e} (tol {tol:.0e}), argmax differs at "
+                f"{bad[:5]}{' (near ties: %d)' % ties if ties else ''}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--bin-dir", required=True)
+    ap.add_argument("--model", help="a real GGUF model (default: a tiny generated one)")
+    ap.add_argument("--n-tokens", type=int, default=44)
+    ap.add_argument("--only", help="comma-separated policy names")
+    ap.add_argument("--timeout", type=float, default=900)
+    a = ap.parse_args(argv)
+    res = Results()
+    hetkv = os.path.join(a.bin_dir, "hetkv")
+    info = run([hetkv, "info", "--json"], 60)
+    try:
+        backend = json.loads(info.stdout).get("cuda", {}).get("backend", "none")
+    except (ValueError, AttributeError):
+        backend = "none"
+    if backend == "none":
+        print("test_pipeline: skipped: this hetkv has no CUDA backend (build with -Dgpu_emu=true)")
+        return 77
+    with tempfile.TemporaryDirectory() as tmp:
+        if a.model:
+            if not os.path.exists(a.model):
+                print(f"test_pipeline: skipped: {a.model} is absent")
+                return 77
+            model, tol = a.model, 1e-2
+        else:
+            import gen_tiny_gguf as gen
+            model, tol = os.path.join(tmp, "tiny.gguf"), 2e-3
+            gen.write_model(gen.PRESETS["llama_gqa3_q41"], model, verbose=False)
+        try:   # the vocabulary, from the width of one dumped row
+            vocab = dump(a, model, [1], "prefill", [], "cpu", 0, tmp).shape[1]
+        except RuntimeError as e:
+            res.report(False, "model", str(e))
+            return 1
+        rng = np.random.default_rng(7)
+        n = a.n_tokens
+        ids = [int(x) for x in rng.integers(3, vocab, n)]
+        pre, t2 = n // 2, (n // 2 + 6, n // 2 + 14)   # prompt, decode 6, second turn, decode
+        cases = policies(model)
+        only = set(a.only.split(",")) if a.only else None
+        for name, pol in cases.items():
+            if only and name.split()[0] not in only:
+                continue
+            for rows in (["--rows", "5"], ["--rows", "64"]):
+                extra = [*NEAR, *pol, *rows]
+                label = f"{name} prompt+turn2 {' '.join(rows)}"
+                try:
+                    mode_args = ["--prefix", str(pre), "--turn2", f"{t2[0]},{t2[1]}"]
+                    c = dump(a, model, ids, "prompt", extra + mode_args, "cpu", vocab, tmp)
+                    g = dump(a, model, ids, "prompt", extra + mode_args, "cuda", vocab, tmp)
+                    ok, msg = compare(c, g, tol)
+                    res.report(ok, label, msg)
+                except (RuntimeError, subprocess.TimeoutExpired) as e:
+                    res.report(False, label, str(e))
+            if name.split()[0] in ("fastkv", "specpc"):
+                continue   # prompt-processing policies: their prefill is the prompt mode's
+            label = f"{name} batch of 3 lengths"
+            try:
+                extra = [*NEAR, *pol]
+                c = dump(a, model, ids, "batch", extra, "cpu", vocab, tmp)
+                g = dump(a, model, ids, "batch", extra, "cuda", vocab, tmp)
+                ok, msg = compare(c, g, tol)
+                res.report(ok, label, msg)
+            except (RuntimeError, subprocess.TimeoutExpired) as e:
+                res.report(False, label, str(e))
+        # greedy generation through hetkv run, both devices
+        for name in ("full", "ctkvr"):
+            pol = cases[name]
+            toks = {}
+            for dev in ("cpu", "cuda"):
+                p = run([hetkv, "run", "-m", model, "-p", "Hello world, this is a test.", "-n", "12",
+                         "--temp", "0", "--json", "--device", dev, *NEAR, *pol], a.timeout)
+                if p.returncode != 0:
+                    toks[dev] = f"exit {p.returncode}: {p.stderr.strip()[-300:]}"
+                    continue
+                j = json.loads(p.stdout.strip().splitlines()[-1])
+                toks[dev] = j["tokens"]
+                if dev == "cuda":
+                    d = j.get("device", {})
+                    tl = d.get("timeline", {})
+                    res.report(d.get("backend") in ("cuda", "cuda-emu") and tl.get("decode_rows", 0) > 0
+                               and tl.get("bytes_d2h", 0) > 0,
+                               f"run {name}: JSON names the device and its timeline",
+                               json.dumps(d)[:300])
+            res.report(toks["cpu"] == toks["cuda"], f"run {name}: greedy tokens equal",
+                       f"cpu {toks['cpu']} cuda {toks['cuda']}")
+        # a device memory cap too small for the weights
+        p = run([hetkv, "run", "-m", model, "-p", "Hi", "-n", "2", "--device", "cuda", "--gpu-mem",
+                 "64K"], 300)
+        msg = p.stderr.strip()
+        res.report(p.returncode == 1 and ("cap" in msg) and "Segmentation" not in msg,
+                   "a 64K --gpu-mem is refused cleanly", f"exit {p.returncode}: {msg[-300:]}")
+    print(f"test_pipeline: {res.passed} passed, {res.failed} failed")
+    return 1 if res.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
