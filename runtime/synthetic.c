@@ -42,13 +42,29 @@ const char *const *hkv_synthetic_names(void) {
 
 int hkv_synthetic_config(const char *name, hkv_model_config *c, hkv_err *err) {
     memset(c, 0, sizeof *c);
+    /* "NAME@L": the shape's first L layers (every width real), for runs that
+     * must be short (the CUDA emulator in CI) yet exercise the real sizes. */
+    const char *at = name ? strchr(name, '@') : NULL;
+    size_t nlen = name ? (at ? (size_t)(at - name) : strlen(name)) : 0;
+    long layers = 0;
+    if (at) {
+        char *end;
+        layers = strtol(at + 1, &end, 10);
+        if (*end || end == at + 1 || layers < 1)
+            return hkv_seterr(err, HKV_E_INVAL, "synthetic model '%s': after '@' give a layer count "
+                              "of at least 1", name);
+    }
     for (int i = 0; i < N_SHAPES; i++) {
         const shape *s = &shapes[i];
-        if (!name || strcmp(name, s->name)) continue;
+        if (!name || strlen(s->name) != nlen || strncmp(name, s->name, nlen)) continue;
+        if (layers > s->layers)
+            return hkv_seterr(err, HKV_E_RANGE, "synthetic model '%s': %s has %d layers", name,
+                              s->name, s->layers);
         c->arch = s->arch;
         snprintf(c->arch_name, sizeof c->arch_name, "%s", s->arch == HKV_ARCH_QWEN2 ? "qwen2" : "llama");
-        snprintf(c->name, sizeof c->name, "%s", s->title);
-        c->n_layer = s->layers;
+        if (layers) snprintf(c->name, sizeof c->name, "%s (first %ld layers)", s->title, layers);
+        else snprintf(c->name, sizeof c->name, "%s", s->title);
+        c->n_layer = layers ? (int)layers : s->layers;
         c->dim = s->dim;
         c->n_head = s->heads;
         c->n_head_kv = s->kv_heads;

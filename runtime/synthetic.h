@@ -16,7 +16,8 @@
 #include "model.h"
 #include "status.h"
 
-/* Fill cfg with the named shape; HKV_E_NOTFOUND naming the known shapes. */
+/* Fill cfg with the named shape; HKV_E_NOTFOUND naming the known shapes.
+ * "NAME@L" is the shape's first L layers (1 <= L <= its layer count). */
 int hkv_synthetic_config(const char *name, hkv_model_config *cfg, hkv_err *err);
 
 /* The known names, NULL-terminated. */

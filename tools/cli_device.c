@@ -18,7 +18,8 @@ const char hkv_device_cli_help[] =
     "                        anything is loaded (hetkv plan prints the plan)\n"
     "      --gpu-mem SIZE    GPU memory cap, e.g. 24G (default: the device's free memory)\n"
     "      --synthetic NAME  random weights of a real shape instead of -m: llama3-8b,\n"
-    "                        llama3.1-8b, yi-9b, qwen2.5-7b, smollm2-135m (no tokenizer)\n"
+    "                        llama3.1-8b, yi-9b, qwen2.5-7b, smollm2-135m (no tokenizer);\n"
+    "                        NAME@L keeps the first L layers (e.g. llama3-8b@2)\n"
     "      --synthetic-weights q4|q8|f16|f32  their host weight format (default q4)\n";
 
 void hkv_device_cli_init(hkv_device_cli *d) {

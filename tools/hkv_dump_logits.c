@@ -28,7 +28,7 @@ static const char usage[] =
     "                       [--turn2 S,E]  (prompt mode: positions S..E-1 as a second prompt)\n"
     "                       [-t THREADS] [--isa scalar|avx2|avx512] [--rows N]\n"
     "                       [--kv plain|tiered] [--policy NAME] [--policy-arg K=V] [--sink N] [--local N]\n"
-    "                       [--device cpu|cuda] [--gpu-mem SIZE]\n"
+    "                       [--device cpu|cuda] [--gpu-mem SIZE] [--synthetic NAME] [--synthetic-weights T]\n"
     "Writes little-endian float32 logits [n_tokens][vocab].\n";
 
 #define MAXTOK 65536
@@ -75,8 +75,8 @@ int main(int argc, char **argv) {
             if ((isa = hkv_isa_parse(v)) < 0) rc = hkv_seterr(&err, HKV_E_INVAL, "unknown isa '%s'", v);
         } else rc = hkv_seterr(&err, HKV_E_INVAL, "unknown option '%s'", a);
     }
-    if (!rc && (!model || !out_path || !toks_s))
-        rc = hkv_seterr(&err, HKV_E_INVAL, "need -m MODEL, --tokens LIST and -o OUT");
+    if (!rc && ((!model && !dc.synthetic) || !out_path || !toks_s))
+        rc = hkv_seterr(&err, HKV_E_INVAL, "need -m MODEL (or --synthetic NAME), --tokens LIST and -o OUT");
     int is_batch = !strcmp(mode, "batch"), is_decode = !strcmp(mode, "decode");
     int is_prompt = !strcmp(mode, "prompt");
     if (!rc && !is_batch && !is_decode && !is_prompt && strcmp(mode, "prefill"))
@@ -97,7 +97,7 @@ int main(int argc, char **argv) {
 
     hkv_engine_params ep;
     hkv_engine_params_default(&ep);
-    ep.model_path = model;
+    if ((rc = hkv_device_cli_apply(&dc, model, &ep, &err))) goto out;
     ep.n_threads = (int)threads;
     ep.isa = isa;
     ep.max_seqs = 3;

@@ -72,7 +72,8 @@ def run(cmd, timeout):
 
 def dump(a, model, ids, mode, extra, device, vocab, tmp):
     out = os.path.join(tmp, f"{device}.bin")
-    cmd = [os.path.join(a.bin_dir, "hkv-dump-logits"), "-m", model, "--tokens",
+    src = ["--synthetic", model[len("synthetic:"):]] if model.startswith("synthetic:") else ["-m", model]
+    cmd = [os.path.join(a.bin_dir, "hkv-dump-logits"), *src, "--tokens",
            ",".join(map(str, ids)), "--mode", mode, "-o", out, "--device", device, *extra]
     p = run(cmd, a.timeout)
     if p.returncode != 0:
@@ -108,8 +109,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bin-dir", required=True)
     ap.add_argument("--model", help="a real GGUF model (default: a tiny generated one)")
+    ap.add_argument("--synthetic", help="a synthetic model of a real shape (hetkv's --synthetic, "
+                    "e.g. llama3-8b@1): no tokenizer, so no `hetkv run` and no draft policies")
     ap.add_argument("--n-tokens", type=int, default=44)
     ap.add_argument("--only", help="comma-separated policy names")
+    ap.add_argument("--modes", default="prompt,batch", help="which of prompt,batch to run")
+    ap.add_argument("--rows", default="5,64", help="prefill chunk sizes of the prompt mode")
     ap.add_argument("--timeout", type=float, default=900)
     a = ap.parse_args(argv)
     res = Results()
@@ -123,7 +128,9 @@ def main(argv=None) -> int:
         print("test_pipeline: skipped: this hetkv has no CUDA backend (build with -Dgpu_emu=true)")
         return 77
     with tempfile.TemporaryDirectory() as tmp:
-        if a.model:
+        if a.synthetic:
+            model, tol = "synthetic:" + a.synthetic, 1e-2
+        elif a.model:
             if not os.path.exists(a.model):
                 print(f"test_pipeline: skipped: {a.model} is absent")
                 return 77
@@ -142,11 +149,13 @@ def main(argv=None) -> int:
         ids = [int(x) for x in rng.integers(3, vocab, n)]
         pre, t2 = n // 2, (n // 2 + 6, n // 2 + 14)   # prompt, decode 6, second turn, decode
         cases = policies(model)
+        if a.synthetic:
+            cases = {k: v for k, v in cases.items() if "--draft" not in v}
         only = set(a.only.split(",")) if a.only else None
         for name, pol in cases.items():
             if only and name.split()[0] not in only:
                 continue
-            for rows in (["--rows", "5"], ["--rows", "64"]):
+            for rows in ([["--rows", r] for r in a.rows.split(",")] if "prompt" in a.modes else []):
                 extra = [*NEAR, *pol, *rows]
                 label = f"{name} prompt+turn2 {' '.join(rows)}"
                 try:
@@ -157,7 +166,7 @@ def main(argv=None) -> int:
                     res.report(ok, label, msg)
                 except (RuntimeError, subprocess.TimeoutExpired) as e:
                     res.report(False, label, str(e))
-            if name.split()[0] in ("fastkv", "specpc"):
+            if name.split()[0] in ("fastkv", "specpc") or "batch" not in a.modes:
                 continue   # prompt-processing policies: their prefill is the prompt mode's
             label = f"{name} batch of 3 lengths"
             try:
@@ -169,7 +178,7 @@ def main(argv=None) -> int:
             except (RuntimeError, subprocess.TimeoutExpired) as e:
                 res.report(False, label, str(e))
         # greedy generation through hetkv run, both devices
-        for name in ("full", "ctkvr"):
+        for name in (() if a.synthetic else ("full", "ctkvr")):
             pol = cases[name]
             toks = {}
             for dev in ("cpu", "cuda"):
@@ -189,6 +198,23 @@ def main(argv=None) -> int:
                                json.dumps(d)[:300])
             res.report(toks["cpu"] == toks["cuda"], f"run {name}: greedy tokens equal",
                        f"cpu {toks['cpu']} cuda {toks['cuda']}")
+        # hetkv bench --device cuda: decode steps through the pipeline, timeline per point
+        src = ["--synthetic", a.synthetic] if a.synthetic else ["-m", model]
+        p = run([hetkv, "bench", *src, "--device", "cuda", "--ctx", "24", "--batch", "2", "--steps", "1",
+                 "--json", *NEAR, "--policy", "ctkvr"], a.timeout)
+        try:
+            j = json.loads(p.stdout.strip().splitlines()[-1])
+            pt, dev = j["results"][0], j["device"]
+            tl = pt["timeline"]
+            ok = (p.returncode == 0 and dev["backend"] in ("cuda", "cuda-emu") and tl["bytes_d2h"] > 0
+                  and tl["bytes_h2d"] > 0 and tl["cpu_busy_s"] > 0 and pt["decode_tok_s"] > 0)
+            res.report(ok, "bench --device cuda --json: a timeline per point", json.dumps(tl))
+        except (ValueError, KeyError, IndexError) as e:
+            res.report(False, "bench --device cuda --json", f"exit {p.returncode}: {e}: "
+                       f"{p.stderr.strip()[-300:]}")
+        if a.synthetic:
+            print(f"test_pipeline: {res.passed} passed, {res.failed} failed")
+            return 1 if res.failed else 0
         # a device memory cap too small for the weights
         p = run([hetkv, "run", "-m", model, "-p", "Hi", "-n", "2", "--device", "cuda", "--gpu-mem",
                  "64K"], 300)
