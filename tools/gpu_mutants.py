@@ -15,7 +15,7 @@ build there (build-asan/, build-tsan/, made on first use); mutants of the
 stream-ordering class are run again with HKV_EMU_EAGER=1 (every stream item
 at its call, in program order), under which a pure ordering bug disappears,
 and, when they pass, with HKV_EMU_DELAY=300 (stream threads start each item
-up to 300 us late), under which a host/stream race shows.
+up to 300 us late, or the mutant's own delay), under which a host/stream race shows.
 The scratch tree is kept between runs, so a second run rebuilds only what
 changed.
 
@@ -41,7 +41,8 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), 
 
 
 class Mutant:
-    def __init__(self, id, cls, what, hunks, eager=False, san=None, san_tests=None, blind=None):
+    def __init__(self, id, cls, what, hunks, eager=False, san=None, san_tests=None, blind=None,
+                 delay_us=300):
         self.id = id            # short name
         self.cls = cls          # the GPU bug class
         self.what = what        # what changed, in words
@@ -50,6 +51,7 @@ class Mutant:
         self.san = san          # None, 'asan' or 'tsan': also run in that sanitizer build
         self.san_tests = san_tests  # meson test names for the sanitizer run (default: suites)
         self.blind = blind      # if it survives: why the emulator cannot see it
+        self.delay_us = delay_us  # HKV_EMU_DELAY of the delayed-stream run (stream-ordering class)
 
 
 M = Mutant
@@ -206,7 +208,7 @@ MUTANTS = [
         ""),
        ("gpu/gemm.cu", "    hkv_host_free(host_mem, HKV_TIER_WORKSPACE, stage, stage_b);\n",
         "    cudaFreeHost(stage);\n")],
-      eager=True, san="tsan", san_tests=["gpu_model"],
+      eager=True, san="tsan", san_tests=["gpu_model"], delay_us=20000,
       blind="the copy runs on the stream's host thread as soon as it is queued, well before "
             "the host has dequantised the next panel, so the data race never corrupts a "
             "value; only ThreadSanitizer sees the unordered accesses"),
@@ -471,7 +473,7 @@ def run_mutant(m, builds, work, compile_only):
             # A host/stream race the emulator's prompt stream threads win:
             # run again with streams that start each item late (HKV_EMU_DELAY).
             res_d, _ = builds["emu"].test("mutant-" + m.id + "-delay",
-                                          tests=m.san_tests, env_extra={"HKV_EMU_DELAY": "300"},
+                                          tests=m.san_tests, env_extra={"HKV_EMU_DELAY": str(m.delay_us)},
                                           mult=0.25)
             rec["delay"] = [{"test": n, "result": r, "why": why(r, o)} for n, r, o in failures(res_d)]
         if m.eager and fails:

@@ -3,8 +3,10 @@
 # checks), then
 #   build/      the default build, compiled (with nvcc where present: it must build);
 #   build-emu/  every meson suite, the GPU kernels executed on the CUDA emulator;
-#   build-asan/ the gpu and emu suites under AddressSanitizer + UBSan;
-#   build-tsan/ the gpu suite (but gpu_ctkvr, below) under ThreadSanitizer (the emu suite's stream
+#   build-asan/ the gpu and emu suites and the CPU-GPU pipeline (a ctkvr run through prompt,
+#               decode and a second turn; a long decode, leak-checked) under AddressSanitizer + UBSan;
+#   build-tsan/ the gpu suite (but gpu_ctkvr, below) and the ctkvr pipeline run under
+#               ThreadSanitizer (the emu suite's stream
 #               tests spin on volatile flags in pinned memory, a CUDA idiom
 #               that is a data race in the C++ model TSan checks).
 # HKV_TEST_QUICK=1 skips the two sanitizer builds. Extra arguments go to the
@@ -19,7 +21,8 @@ status=0
 logs=(build-emu/meson-logs/testlog.json)
 meson test -C build-emu --print-errorlogs --num-processes 1 "$@" || status=$?
 
-# Only the gpu and emu suites' executables are built under the sanitizers.
+# Only the gpu and emu suites' executables and the two the pipeline tests run
+# are built under the sanitizers.
 sanitizer_targets() {
     python3 - "$1" <<'PY'
 import json, os, subprocess, sys
@@ -28,7 +31,8 @@ out = subprocess.run(["meson", "introspect", "--targets", d], capture_output=Tru
 names = []
 for t in json.loads(out.stdout):
     path = os.path.relpath(t["filename"][0], os.path.abspath(d))
-    if t["type"] == "executable" and (path.startswith("tests/gpu/") or path.startswith("tests/emu/")):
+    if t["type"] == "executable" and (path.startswith("tests/gpu/") or path.startswith("tests/emu/")
+                                      or path in ("tools/hetkv", "tools/hkv-dump-logits")):
         names.append(path)
 print(" ".join(names))
 PY
@@ -36,12 +40,12 @@ PY
 if [ "${HKV_TEST_QUICK:-0}" != 1 ]; then
     for v in asan tsan; do
         d=build-$v
-        suites=(--suite gpu --suite emu)
+        suites=(--suite gpu --suite emu pipeline_sanitized pipeline_asan_long)
         # gpu_ctkvr's host reference reads a struct on the main thread's stack
         # from OpenMP workers; when TSan cannot restore the worker's stack the
         # OpenMP suppression does not match and the join it cannot see is
         # reported (seen once in three runs): not run under TSan.
-        [ "$v" = tsan ] && suites=(gpu_model gpu_attn gpu_policies gpu_page_policies)
+        [ "$v" = tsan ] && suites=(gpu_model gpu_attn gpu_policies gpu_page_policies pipeline_sanitized)
         HKV_BUILD_TARGETS=build.ninja tools/build.sh "$v" >/dev/null   # configure only
         HKV_BUILD_TARGETS="$(sanitizer_targets "$d")" tools/build.sh "$v" >/dev/null
         # UBSan must fail the test, not only print; TSan cannot see inside the

@@ -296,6 +296,8 @@ int main(void)
         test_gemm_shape(ctx, &kern, type, 131, 576, 5, &rng);
         test_gemm_shape(ctx, &kern, type, 70, 320, 37, &rng);
         test_gemm_shape(ctx, &kern, type, 257, 1536, 64, &rng);
+        /* more than one 1M-float staging panel: the upload reuses its buffer */
+        test_gemm_shape(ctx, &kern, type, 1500, 1536, 3, &rng);
     }
     hkv_gpu_ctx_destroy(ctx);
     return test_report("gpu_model");

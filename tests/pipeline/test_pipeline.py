@@ -115,6 +115,11 @@ def main(argv=None) -> int:
     ap.add_argument("--only", help="comma-separated policy names")
     ap.add_argument("--modes", default="prompt,batch", help="which of prompt,batch to run")
     ap.add_argument("--rows", default="5,64", help="prefill chunk sizes of the prompt mode")
+    ap.add_argument("--dump-only", action="store_true",
+                    help="only the logits comparisons (sanitizer builds: no run, bench, cap checks)")
+    ap.add_argument("--long", type=int, default=0, metavar="N",
+                    help="also decode N tokens with hetkv run --device cuda (ctkvr, dcu=1): it must "
+                    "end cleanly (under ASan: no leak)")
     ap.add_argument("--timeout", type=float, default=900)
     a = ap.parse_args(argv)
     res = Results()
@@ -177,6 +182,23 @@ def main(argv=None) -> int:
                 res.report(ok, label, msg)
             except (RuntimeError, subprocess.TimeoutExpired) as e:
                 res.report(False, label, str(e))
+        if a.long:   # a long decode through the pipeline (DCU grows the index every step)
+            p = run([hetkv, "run", "-m", model, "-p", "Hello world, this is a test.", "-n", str(a.long),
+                     "-c", str(a.long + 64),
+                     "--temp", "0", "--ignore-eos", "--json", "--device", "cuda", *NEAR,
+                     "--policy", "ctkvr", "--policy-arg", "dcu=1"], a.timeout)
+            try:
+                j = json.loads(p.stdout.strip().splitlines()[-1])
+                ok = p.returncode == 0 and j["n_generated"] == a.long
+                res.report(ok, f"long decode of {a.long} tokens (ctkvr dcu=1)",
+                           f"exit {p.returncode}, far tier peak {j['memory']['far']} bytes, "
+                           f"{j['device']['timeline']['near_resyncs']} near resyncs")
+            except (ValueError, KeyError, IndexError) as e:
+                res.report(False, f"long decode of {a.long} tokens", f"exit {p.returncode}: {e}: "
+                           f"{p.stderr.strip()[-400:]}")
+        if a.dump_only:
+            print(f"test_pipeline: {res.passed} passed, {res.failed} failed")
+            return 1 if res.failed else 0
         # greedy generation through hetkv run, both devices
         for name in (() if a.synthetic else ("full", "ctkvr")):
             pol = cases[name]
