@@ -1,6 +1,9 @@
 /* hetkv plan: the GPU memory plan (runtime/gpu_plan.h) per GPU memory cap,
  * context and KV policy, and the largest batch that fits; with --batch, the
- * admission check run/bench do under --device cuda. Needs no GPU. */
+ * admission check run/bench do under --device cuda. Needs no GPU.
+ * With --predict DEVICE: a PREDICTION of decode speed on that device from
+ * its data sheet and the host's probed bandwidth (runtime/gpu_predict.h). */
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +12,8 @@
 #include "device.h"
 #include "eval.h"
 #include "gpu_plan.h"
+#include "gpu_predict.h"
+#include "kernels.h"
 #include "synthetic.h"
 
 static const char plan_usage[] =
@@ -39,7 +44,24 @@ static const char plan_usage[] =
     "                        C prompt tokens + these; default 0)\n"
     "      --batch N         admission check of N sequences: exit 1, naming what was needed\n"
     "                        and what was available, when any row does not fit\n"
-    "      --json            one JSON object on stdout\n";
+    "      --json            one JSON object on stdout\n"
+    "\n"
+    "PREDICTION of decode speed on a GPU from its data sheet (no GPU used or needed):\n"
+    "      --predict DEV     rtx4090, h100, h100-pcie or a100: per policy (full, ctkvr), context\n"
+    "                        and batch, the bytes each side moves per decode step, the step time,\n"
+    "                        tokens/s and the wait fractions of the pipeline as built and of its\n"
+    "                        target design; whether it fits (the plan above). Every figure is a\n"
+    "                        prediction (docs/PREDICTIONS.md). --batch then takes a list (default\n"
+    "                        1,4,16), --gpu-mem one cap (default the device's memory), --index\n"
+    "                        defaults to host, --gen N counts decoded tokens (ctkvr's tail)\n"
+    "      --host-gbs X      host read bandwidth in GB/s instead of running the probe\n"
+    "      --synthetic-weights q4|q8|f16|f32  the weights' format on the device (default q4)\n"
+    "      --mem-eff F       achievable share of the device's memory bandwidth (default 0.8)\n"
+    "      --host-eff F      share of the probed host bandwidth the CPU kernels reach (default\n"
+    "                        0.8 for recall and rerank, 0.55 for sparse attention)\n"
+    "      --cand-frac F     ctkvr: unique candidates as a share of C' x rho (default 1: lists\n"
+    "                        without overlap, an upper bound on the rerank's reads)\n"
+    "      --pipeline WHICH  built, target or both (default)\n";
 
 #define MAXL 16
 
@@ -72,12 +94,262 @@ static int parse_caps(const char *s, uint64_t *caps, int *n, hkv_err *err) {
 
 static void fmt(uint64_t b, char *s) { hkv_fmt_bytes((double)b, s, 32); }
 
+/* ---- --predict ------------------------------------------------------------------ */
+
+typedef struct pred_opts {
+    const char *device;
+    uint64_t cap, host_cap;
+    const long long *ctxs, *batches;
+    int n_ctx, n_batch;
+    const eval_config *cfg;
+    int n_cfg;
+    int sink, local, max_rows, index_on_host, wtype, json;
+    long long gen;
+    double host_gbs, mem_eff, host_eff, cand_frac;
+    const char *pipeline;
+} pred_opts;
+
+typedef struct pred_row {
+    char label[EVAL_SPEC_LEN];
+    long long ctx, batch;
+    hkv_prediction pr;
+} pred_row;
+
+static const char *const mode_names[HKV_PRED_MODES] = {"built", "target"};
+
+static void json_mode(const hkv_predict_mode *m, int fits, int has_host) {
+    printf("{\"step_ms\":");
+    if (fits) printf("%.4f,\"tok_s\":%.3f", m->step_s * 1e3, m->tok_s);
+    else printf("null,\"tok_s\":null");
+    printf(",\"dev_bytes\":%.0f,\"dev_weight_bytes\":%.0f,\"dev_kv_bytes\":%.0f,"
+           "\"dev_index_bytes\":%.0f,\"pcie_down_bytes\":%.0f,\"pcie_up_bytes\":%.0f,"
+           "\"host_bytes\":%.0f,\"host_index_bytes\":%.0f,\"host_rerank_bytes\":%.0f,"
+           "\"host_attn_bytes\":%.0f,\"dev_busy_ms\":%.4f,\"host_busy_ms\":%.4f,\"pcie_ms\":%.4f,"
+           "\"dev_wait_frac\":%.4f,\"cpu_wait_frac\":",
+           m->dev_bytes, m->dev_weight_bytes, m->dev_kv_bytes, m->dev_index_bytes, m->pcie_down_bytes,
+           m->pcie_up_bytes, m->host_bytes, m->host_index_bytes, m->host_rerank_bytes,
+           m->host_attn_bytes, m->dev_busy_s * 1e3, m->host_busy_s * 1e3, m->pcie_s * 1e3,
+           m->dev_wait_frac);
+    if (has_host) printf("%.4f", m->cpu_wait_frac);
+    else printf("null");
+    printf(",\"host_gbs_balance\":%.2f,\"kernels\":%lld,\"schedule\":\"%s\"}", m->host_gbs_balance,
+           (long long)m->kernels, m->pingpong ? "ping-pong" : "serial");
+}
+
+static const char *mode_desc(int mi) {
+    return mi == HKV_PRED_BUILT
+               ? "the pipeline as built: ctkvr selects on the host (its recall too); products are the "
+                 "dequantising GEMV for batch <= 8 and 4 MiB dequantised fp32 panels + fp32 cuBLAS "
+                 "GEMMs above 8; only the device's near attention overlaps the CPU's far work"
+               : "the target design: ctkvr's recall on the device (candidate ids go down), "
+                 "memory-bound products at any batch (tensor cores), two micro-batches in ping-pong "
+                 "when that beats the serial order (weights read once per half)";
+}
+
+static int plan_predict(const pred_opts *o, const hkv_model_config *mc, hkv_err *err) {
+    const hkv_device_spec *dev = hkv_device_spec_find(o->device, err);
+    if (!dev) return err->code;
+    int any_ct = 0;
+    for (int i = 0; i < o->n_cfg; i++) {
+        if (o->cfg[i].def != &hkv_policy_full && o->cfg[i].def != &hkv_policy_ctkvr)
+            return hkv_seterr(err, HKV_E_UNSUPPORTED, "--predict: no speed model for policy '%s' "
+                              "(models exist for full and ctkvr)", o->cfg[i].def->name);
+        any_ct |= o->cfg[i].def == &hkv_policy_ctkvr;
+    }
+    double hgbs = o->host_gbs;
+    const char *hsrc = "given with --host-gbs";
+    char hsrc_buf[160];
+    if (any_ct && !(hgbs > 0)) {   /* the host's read bandwidth, measured now */
+        const int reps = 5;
+        double bps = hkv_bandwidth_probe((size_t)512 << 20, reps);
+        if (!(bps > 0))
+            return hkv_seterr(err, HKV_E_INTERNAL, "--predict: the bandwidth probe failed; give "
+                              "the host's read bandwidth with --host-gbs X");
+        hgbs = bps / 1e9;
+        snprintf(hsrc_buf, sizeof hsrc_buf, "measured by hkv_bandwidth_probe in this run (%d "
+                 "threads, 512 MiB, best of %d)", omp_get_max_threads(), reps);
+        hsrc = hsrc_buf;
+    }
+    hkv_predict_params base;
+    hkv_predict_defaults(&base);
+    base.cfg = mc;
+    base.dev = dev;
+    base.wtype = o->wtype;
+    base.n_gen = o->gen;
+    base.L_init = o->sink;
+    base.L_local = o->local;
+    base.index_on_host = o->index_on_host;
+    base.gpu_cap = o->cap;
+    base.host_cap = o->host_cap;
+    base.max_rows = o->max_rows;
+    base.host_gbs = hgbs;
+    if (o->mem_eff > 0) base.mem_eff = o->mem_eff;
+    if (o->host_eff > 0) base.host_eff_scan = base.host_eff_attn = o->host_eff;
+    if (o->cand_frac > 0) base.cand_frac = o->cand_frac;
+
+    const int n = o->n_cfg * o->n_ctx * o->n_batch;
+    pred_row *rows = calloc((size_t)n, sizeof *rows);
+    if (!rows) return hkv_seterr(err, HKV_E_NOMEM, "--predict: no memory for the table");
+    int nr = 0, rc = HKV_OK;
+    for (int pi = 0; pi < o->n_cfg && !rc; pi++)
+        for (int xi = 0; xi < o->n_ctx && !rc; xi++) {
+            /* A budget written in the spec resolves per context as in the plan table. */
+            hkv_policy_args args = o->cfg[pi].args;
+            int64_t budget, far = o->ctxs[xi] - o->sink - o->local;
+            char key[40] = "";
+            if (o->cfg[pi].budget_key) snprintf(key, sizeof key, "%s=", o->cfg[pi].budget_key);
+            if (key[0] && strstr(o->cfg[pi].spec, key) &&
+                (rc = eval_config_resolve(&o->cfg[pi], o->ctxs[xi], far > 0 ? far : 0, &args, &budget,
+                                          NULL, 0, err)))
+                break;
+            for (int bi = 0; bi < o->n_batch && !rc; bi++) {
+                pred_row *r = &rows[nr++];
+                hkv_predict_params pp = base;
+                pp.policy = o->cfg[pi].def;
+                pp.args = &args;
+                pp.batch = (int)o->batches[bi];
+                pp.n_ctx = o->ctxs[xi];
+                r->ctx = o->ctxs[xi];
+                r->batch = o->batches[bi];
+                hkv_plan_describe(pp.policy, &args, pp.n_ctx, r->label, sizeof r->label);
+                rc = hkv_predict(&pp, &r->pr, err);
+            }
+        }
+    if (rc) {
+        free(rows);
+        return rc;
+    }
+    const int show[HKV_PRED_MODES] = {strcmp(o->pipeline, "target") != 0,
+                                      strcmp(o->pipeline, "built") != 0};
+    const hkv_predict_params *bp = &base;
+    const uint64_t cap = rows[0].pr.cap;
+    if (o->json) {
+        printf("{\"prediction\":true,\"note\":\"PREDICTION from the device's data sheet, the model's "
+               "shape and the host's read bandwidth; no GPU was used and nothing here is a "
+               "measurement of one\",\"device\":{\"name\":");
+        hkv_json_str(stdout, dev->name, strlen(dev->name));
+        printf(",\"label\":");
+        hkv_json_str(stdout, dev->label, strlen(dev->label));
+        printf(",\"mem_bytes\":%llu,\"mem_gbs\":%.1f,\"pcie\":", (unsigned long long)dev->mem_bytes,
+               dev->mem_gbs);
+        hkv_json_str(stdout, dev->pcie, strlen(dev->pcie));
+        printf(",\"pcie_gbs\":%.1f,\"tensor_tflops\":%.1f,\"fp32_tflops\":%.1f,\"sms\":%d,"
+               "\"source\":", dev->pcie_gbs, dev->tensor_tflops, dev->fp32_tflops, dev->sms);
+        hkv_json_str(stdout, dev->source, strlen(dev->source));
+        printf("},\"host_gbs\":");
+        if (any_ct) {
+            printf("%.2f,\"host_gbs_from\":", hgbs);
+            hkv_json_str(stdout, hsrc, strlen(hsrc));
+        } else {
+            printf("null,\"host_gbs_from\":\"not used (no CPU part)\"");
+        }
+        printf(",\"assumptions\":{\"mem_eff\":%.3f,\"pcie_eff\":%.3f,\"compute_eff\":%.3f,"
+               "\"host_eff_scan\":%.3f,\"host_eff_attn\":%.3f,\"cand_frac\":%.3f,"
+               "\"t_kernel_us\":%.2f,\"t_copy_us\":%.2f,\"t_host_us\":%.2f},\"model\":",
+               bp->mem_eff, bp->pcie_eff, bp->compute_eff, bp->host_eff_scan, bp->host_eff_attn,
+               bp->cand_frac, bp->t_kernel * 1e6, bp->t_copy * 1e6, bp->t_host * 1e6);
+        hkv_json_str(stdout, mc->name, strlen(mc->name));
+        printf(",\"weights\":\"%s\",\"gpu_weight_bytes\":%llu,\"sink\":%d,\"local\":%d,\"gen\":%lld,"
+               "\"index_on\":\"%s\",\"cap\":%llu,\"rows\":[",
+               hkv_predict_wtype_name(bp->wtype), (unsigned long long)rows[0].pr.gpu_weights, o->sink,
+               o->local, o->gen, o->index_on_host ? "host" : "gpu", (unsigned long long)cap);
+        for (int i = 0; i < nr; i++) {
+            const pred_row *r = &rows[i];
+            printf("%s{\"prediction\":true,\"policy\":", i ? "," : "");
+            hkv_json_str(stdout, r->label, strlen(r->label));
+            printf(",\"ctx\":%lld,\"batch\":%lld,\"fits\":%s,\"gpu_bytes\":%llu,\"pinned_bytes\":%llu",
+                   r->ctx, r->batch, r->pr.fits ? "true" : "false",
+                   (unsigned long long)r->pr.plan.gpu_total, (unsigned long long)r->pr.plan.pinned);
+            if (!r->pr.fits) {
+                printf(",\"refusal\":");
+                hkv_json_str(stdout, r->pr.refusal, strlen(r->pr.refusal));
+            }
+            if (r->pr.has_host)
+                printf(",\"candidates\":%lld,\"selected\":%lld,\"rerank\":%s",
+                       (long long)r->pr.candidates, (long long)r->pr.selected,
+                       r->pr.rerank ? "true" : "false");
+            for (int mi = 0; mi < HKV_PRED_MODES; mi++) {
+                if (!show[mi]) continue;
+                printf(",\"%s\":", mode_names[mi]);
+                json_mode(&r->pr.mode[mi], r->pr.fits, r->pr.has_host);
+            }
+            printf("}");
+        }
+        printf("]}\n");
+        free(rows);
+        return HKV_OK;
+    }
+    char cp[32], wb[32];
+    hkv_fmt_bytes((double)cap, cp, sizeof cp);
+    hkv_fmt_bytes((double)rows[0].pr.gpu_weights, wb, sizeof wb);
+    printf("PREDICTION, not a measurement: no GPU was used; figures come from a data sheet, the "
+           "model's shape and the host's bandwidth\n");
+    printf("PREDICTION device %s = %s: %.0f GB/s x %.2f, %s %.1f GB/s each way x %.2f, fp16 tensor "
+           "%.1f TFLOPS dense, fp32 %.1f TFLOPS (x %.2f), %d SMs\n",
+           dev->name, dev->label, dev->mem_gbs, bp->mem_eff, dev->pcie, dev->pcie_gbs, bp->pcie_eff,
+           dev->tensor_tflops, dev->fp32_tflops, bp->compute_eff, dev->sms);
+    printf("PREDICTION data sheet: %s\n", dev->source);
+    if (any_ct)
+        printf("PREDICTION host read bandwidth %.1f GB/s, %s; CPU kernels at %.2f (recall, rerank) and "
+               "%.2f (sparse attention) of it; ctkvr candidates %.2f of C' x rho\n", hgbs, hsrc,
+               bp->host_eff_scan, bp->host_eff_attn, bp->cand_frac);
+    else
+        printf("PREDICTION host bandwidth not used: no policy with a CPU part\n");
+    printf("PREDICTION model %s: %d layers, %d/%d heads of %d; device weights %s (%s); near tier %d + "
+           "%d; cap %s; per kernel %.0f us, per copy %.0f us, host wake per layer %.0f us%s\n",
+           mc->name, mc->n_layer, mc->n_head, mc->n_head_kv, mc->head_dim,
+           hkv_predict_wtype_name(bp->wtype), wb, o->sink, o->local, cp, bp->t_kernel * 1e6,
+           bp->t_copy * 1e6, bp->t_host * 1e6, o->gen ? "" : "; right after the prompt (--gen 0)");
+    for (int mi = 0; mi < HKV_PRED_MODES; mi++) {
+        if (!show[mi]) continue;
+        printf("\nPREDICTION pipeline \"%s\": %s. full: the whole KV on the device, no CPU part.\n",
+               mode_names[mi], mode_desc(mi));
+        printf("PREDICTION %-32s %7s %5s %-4s| %9s %9s %8s | %9s %9s | %8s %8s%s\n", "policy", "context",
+               "batch", "fits", "device GB", "PCIe MB", "host GB", "step ms", "tok/s", "dev idle",
+               "CPU idle", mi == HKV_PRED_TARGET ? " | host GB/s to balance  schedule" : "");
+        for (int i = 0; i < nr; i++) {
+            const pred_row *r = &rows[i];
+            const hkv_predict_mode *m = &r->pr.mode[mi];
+            char ms[32] = "-", ts[32] = "-", dw[16] = "-", cw[16] = "-", hb[16] = "-", bal[24] = "-";
+            if (r->pr.fits) {
+                snprintf(ms, sizeof ms, "%.2f", m->step_s * 1e3);
+                snprintf(ts, sizeof ts, "%.1f", m->tok_s);
+                snprintf(dw, sizeof dw, "%.0f%%", m->dev_wait_frac * 100);
+                if (r->pr.has_host) snprintf(cw, sizeof cw, "%.0f%%", m->cpu_wait_frac * 100);
+            }
+            if (r->pr.has_host) {
+                snprintf(hb, sizeof hb, "%.3f", m->host_bytes / 1e9);
+                if (m->host_gbs_balance > 0) snprintf(bal, sizeof bal, "%.1f", m->host_gbs_balance);
+            }
+            printf("           %-32s %7lld %5lld %-4s| %9.3f %9.3f %8s | %9s %9s | %8s %8s", r->label,
+                   r->ctx, r->batch, r->pr.fits ? "yes" : "NO", m->dev_bytes / 1e9,
+                   (m->pcie_down_bytes + m->pcie_up_bytes) / 1e6, hb, ms, ts, dw, cw);
+            if (mi == HKV_PRED_TARGET)
+                printf(" | %21s  %s", bal, r->pr.has_host ? (m->pingpong ? "ping-pong" : "serial") : "-");
+            printf("\n");
+        }
+    }
+    printf("\nPREDICTION columns: bytes per decode step for the whole batch (device: weights + K/V "
+           "attended + index read there; PCIe: both ways; host: index + rerank keys + selected K/V, "
+           "1 GB = 1e9 B); dev idle: share of the step the device waits for PCIe and the CPU; CPU "
+           "idle: share the CPU waits for the device\n");
+    for (int i = 0; i < nr; i++)
+        if (!rows[i].pr.fits)
+            printf("PREDICTION does not fit: %s\n", rows[i].pr.refusal);
+    free(rows);
+    return HKV_OK;
+}
+
 int hkv_cmd_plan(int argc, char **argv) {
     hkv_err err;
     hkv_err_clear(&err);
     const char *model = NULL, *policies = "full,ctkvr", *configs = NULL, *where = "gpu";
-    const char *draft = NULL;
+    const char *draft = NULL, *predict = NULL, *batch_str = NULL, *pipeline = NULL;
+    const char *pred_only = NULL;   /* the first predict-only option given */
     long long ctxs[MAXL] = {32768, 98304}, sink = 4, local = 256, max_rows = 256, batch = 0, gen = 0;
+    long long batches[MAXL] = {1, 4, 16};
+    int n_batch = 3, index_given = 0;
+    double host_gbs = 0, mem_eff = 0, host_eff = 0, cand_frac = 0;
     int n_ctx = 2, n_caps = 0, json = 0, rc = HKV_OK;
     uint64_t caps[MAXL], host_cap = 0;
     hkv_device_cli dc;
@@ -114,6 +386,26 @@ int hkv_cmd_plan(int argc, char **argv) {
             if (strcmp(v, "gpu") && strcmp(v, "host") && strcmp(v, "both"))
                 rc = hkv_seterr(&err, HKV_E_INVAL, "--index: '%s' is not gpu, host or both", v);
             where = v;
+            index_given = 1;
+        } else if (!strcmp(a, "--predict")) {
+            predict = v;
+        } else if (!strcmp(a, "--host-gbs")) {
+            pred_only = pred_only ? pred_only : a;
+            rc = hkv_arg_float(a, v, 1e-3, 1e5, &host_gbs, &err);
+        } else if (!strcmp(a, "--mem-eff")) {
+            pred_only = pred_only ? pred_only : a;
+            rc = hkv_arg_float(a, v, 1e-3, 1, &mem_eff, &err);
+        } else if (!strcmp(a, "--host-eff")) {
+            pred_only = pred_only ? pred_only : a;
+            rc = hkv_arg_float(a, v, 1e-3, 1, &host_eff, &err);
+        } else if (!strcmp(a, "--cand-frac")) {
+            pred_only = pred_only ? pred_only : a;
+            rc = hkv_arg_float(a, v, 1e-3, 1, &cand_frac, &err);
+        } else if (!strcmp(a, "--pipeline")) {
+            pred_only = pred_only ? pred_only : a;
+            if (strcmp(v, "built") && strcmp(v, "target") && strcmp(v, "both"))
+                rc = hkv_seterr(&err, HKV_E_INVAL, "--pipeline: '%s' is not built, target or both", v);
+            pipeline = v;
         } else if (!strcmp(a, "--host-mem")) {
             rc = hkv_parse_size(a, v, &host_cap, &err);
         } else if (!strcmp(a, "--sink")) {
@@ -123,7 +415,7 @@ int hkv_cmd_plan(int argc, char **argv) {
         } else if (!strcmp(a, "--max-rows")) {
             rc = hkv_arg_int(a, v, 1, 65536, &max_rows, &err);
         } else if (!strcmp(a, "--batch")) {
-            rc = hkv_arg_int(a, v, 1, 1 << 20, &batch, &err);
+            batch_str = v;   /* one N, or a list with --predict: parsed below */
         } else if (!strcmp(a, "--draft")) {
             draft = v;
         } else if (!strcmp(a, "--gen")) {
@@ -132,10 +424,34 @@ int hkv_cmd_plan(int argc, char **argv) {
             rc = hkv_seterr(&err, HKV_E_INVAL, "plan: unknown option '%s' (see hetkv plan --help)", a);
         }
     }
+    if (!rc && batch_str) {
+        if (predict) {
+            n_batch = MAXL;
+            rc = hkv_arg_int_list("--batch", batch_str, 1, 1 << 20, batches, &n_batch, &err);
+        } else {
+            rc = hkv_arg_int("--batch", batch_str, 1, 1 << 20, &batch, &err);
+        }
+    }
+    if (!rc && pred_only && !predict)
+        rc = hkv_seterr(&err, HKV_E_INVAL, "%s belongs to --predict DEVICE", pred_only);
+    if (!rc && predict) {
+        if (dc.cuda)
+            rc = hkv_seterr(&err, HKV_E_INVAL, "--predict models a device from its data sheet; it "
+                            "does not take --device cuda");
+        else if (draft)
+            rc = hkv_seterr(&err, HKV_E_INVAL, "--predict: --draft does not apply (policies full "
+                            "and ctkvr)");
+        else if (n_caps > 1)
+            rc = hkv_seterr(&err, HKV_E_INVAL, "--predict takes one --gpu-mem cap, not %d", n_caps);
+        else if (!strcmp(where, "both"))
+            rc = hkv_seterr(&err, HKV_E_INVAL, "--predict: --index gpu or host, not both");
+        else if (!hkv_device_spec_find(predict, &err))
+            rc = err.code;
+    }
     if (!rc && !model == !dc.synthetic)
         rc = hkv_seterr(&err, HKV_E_INVAL, model ? "plan: give -m MODEL or --synthetic NAME, not both"
                                                  : "plan: no model (-m MODEL or --synthetic NAME)");
-    if (!rc && !n_caps && !dc.cuda)
+    if (!rc && !n_caps && !dc.cuda && !predict)
         rc = hkv_seterr(&err, HKV_E_INVAL, "plan: no cap (--gpu-mem SIZE[,SIZE...] or --device cuda)");
     if (!rc && strchr(policies, ':'))
         rc = hkv_seterr(&err, HKV_E_INVAL, "--policy takes names; give arguments with --configs "
@@ -174,6 +490,18 @@ int hkv_cmd_plan(int argc, char **argv) {
             rc = hkv_seterr(&err, HKV_E_RANGE, "--gen %lld leaves no prompt in a context of %lld",
                             gen, ctxs[i]);
     if (rc) goto out;
+    if (predict) {
+        pred_opts po = {.device = predict, .cap = n_caps ? caps[0] : 0, .host_cap = host_cap,
+                        .ctxs = ctxs, .n_ctx = n_ctx, .batches = batches, .n_batch = n_batch,
+                        .cfg = cfg, .n_cfg = n_cfg, .sink = (int)sink, .local = (int)local,
+                        .max_rows = (int)max_rows, .gen = gen,
+                        .index_on_host = index_given ? !strcmp(where, "host") : 1,
+                        .wtype = dc.synthetic_wtype, .host_gbs = host_gbs, .mem_eff = mem_eff,
+                        .host_eff = host_eff, .cand_frac = cand_frac, .pipeline = pipeline ? pipeline : "both",
+                        .json = json};
+        rc = plan_predict(&po, &mc, &err);
+        goto out;
+    }
     if (dc.cuda) {   /* the device's free memory, or each --gpu-mem checked against it */
         hkv_device_cli one = dc;
         for (int i = 0; i < (n_caps ? n_caps : 1) && !rc; i++) {

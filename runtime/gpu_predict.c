@@ -1,0 +1,439 @@
+/* A PREDICTION of decode speed on a GPU from data sheets (gpu_predict.h).
+ * Every formula below follows what pipeline/cuda_attention.c,
+ * pipeline/cuda_backend.c and gpu/qmat.cu do per decode step, or (target)
+ * what docs/ARCHITECTURE.md lists as not yet done; docs/PREDICTIONS.md
+ * writes the model out and sets its output beside published figures. */
+#include "gpu_predict.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "host_mem.h"
+#include "kernels.h"
+
+/* ---- devices ---------------------------------------------------------------- */
+
+/* Memory totals are what nvidia-smi reports for the board; PCIe is the
+ * theoretical rate of one direction of the x16 link (Gen4: 16 GT/s x 16
+ * lanes x 128/130 / 8 = 31.5 GB/s; Gen5: 63.0 GB/s). */
+static const hkv_device_spec specs[] = {
+    {"rtx4090", "NVIDIA GeForce RTX 4090 24 GB (GDDR6X)", 24564ULL << 20, 1008.0, 31.5,
+     "PCIe 4.0 x16", 165.2, 82.6, 128,
+     "NVIDIA Ada GPU Architecture whitepaper v2.1, Appendix A, GeForce RTX 4090 (1008 GB/s, "
+     "165.2 TFLOPS fp16 tensor with fp32 accumulate dense, 82.6 TFLOPS fp32, 128 SMs): "
+     "https://images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-architecture.pdf"},
+    {"h100", "NVIDIA H100 SXM5 80 GB (HBM3)", 81559ULL << 20, 3350.0, 63.0, "PCIe 5.0 x16", 989.5,
+     67.0, 132,
+     "NVIDIA H100 Tensor Core GPU datasheet, H100 SXM (3.35 TB/s, 1979 TFLOPS fp16 tensor with "
+     "sparsity = 989.5 dense, 67 TFLOPS fp32, PCIe Gen5 128 GB/s both ways): "
+     "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet; 132 SMs: "
+     "NVIDIA H100 Tensor Core GPU Architecture whitepaper"},
+    {"h100-pcie", "NVIDIA H100 PCIe 80 GB (HBM2e)", 81559ULL << 20, 2000.0, 63.0, "PCIe 5.0 x16",
+     756.5, 51.0, 114,
+     "NVIDIA H100 Tensor Core GPU datasheet, H100 PCIe (2 TB/s, 1513 TFLOPS fp16 tensor with "
+     "sparsity = 756.5 dense, 51 TFLOPS fp32, PCIe Gen5 128 GB/s both ways): "
+     "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet; 114 SMs: "
+     "NVIDIA H100 Tensor Core GPU Architecture whitepaper"},
+    {"a100", "NVIDIA A100 SXM4 80 GB (HBM2e)", 81920ULL << 20, 2039.0, 31.5, "PCIe 4.0 x16", 312.0,
+     19.5, 108,
+     "NVIDIA A100 Tensor Core GPU datasheet, A100 80GB SXM (2039 GB/s, 312 TFLOPS fp16 tensor "
+     "dense, 19.5 TFLOPS fp32, PCIe Gen4 64 GB/s both ways): "
+     "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
+     "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf; 108 SMs: NVIDIA A100 Tensor Core GPU "
+     "Architecture whitepaper"},
+};
+#define N_SPECS ((int)(sizeof specs / sizeof specs[0]))
+
+const hkv_device_spec *hkv_device_specs(int *n) {
+    if (n) *n = N_SPECS;
+    return specs;
+}
+
+const hkv_device_spec *hkv_device_spec_find(const char *name, hkv_err *err) {
+    for (int i = 0; name && i < N_SPECS; i++)
+        if (!strcmp(name, specs[i].name)) return &specs[i];
+    char known[128] = "";
+    for (int i = 0; i < N_SPECS; i++) {
+        size_t l = strlen(known);
+        snprintf(known + l, sizeof known - l, "%s%s", i ? ", " : "", specs[i].name);
+    }
+    hkv_seterr(err, HKV_E_NOTFOUND, "--predict: no data sheet for device '%s' (known: %s)",
+               name ? name : "(none)", known);
+    return NULL;
+}
+
+/* ---- parameters ------------------------------------------------------------- */
+
+void hkv_predict_defaults(hkv_predict_params *p) {
+    memset(p, 0, sizeof *p);
+    p->wtype = HKV_W_Q4;
+    p->L_init = 4;
+    p->L_local = 256;
+    p->index_on_host = 1;
+    p->mem_eff = 0.8;          /* GEMV-type streaming reads of HBM/GDDR */
+    p->pcie_eff = 0.8;         /* 25.2 of 31.5 GB/s (Gen4), 50.4 of 63 (Gen5) */
+    p->compute_eff = 0.7;
+    p->host_eff_scan = 0.8;    /* bench/RESULTS.md: score_max d=128 g=4 at 74-90% of the probe */
+    p->host_eff_attn = 0.55;   /* bench/RESULTS.md: sparse attention d=128 g=4 at 52-61% */
+    p->cand_frac = 1.0;
+    p->t_kernel = 4e-6;
+    p->t_copy = 8e-6;
+    p->t_host = 15e-6;
+}
+
+const char *hkv_predict_wtype_name(int wtype) {
+    switch (wtype) {
+    case HKV_W_F32: return "f32";
+    case HKV_W_F16: return "f16";
+    case HKV_W_Q8: return "q8";
+    case HKV_W_Q4: return "q4";
+    default: return "?";
+    }
+}
+
+static double mat_bytes(int wtype, int64_t rows, int64_t cols) {
+    hkv_wmat w = {.type = wtype, .rows = rows, .cols = cols};
+    return (double)hkv_wmat_bytes(&w);
+}
+
+uint64_t hkv_predict_weight_bytes(const hkv_model_config *c, int wtype) {
+    const int64_t dim = c->dim, qkv = (int64_t)(c->n_head + 2 * c->n_head_kv) * c->head_dim;
+    const int64_t qd = (int64_t)c->n_head * c->head_dim;
+    double layer = mat_bytes(wtype, qkv, dim) + mat_bytes(wtype, dim, qd) +
+                   mat_bytes(wtype, 2 * (int64_t)c->ffn, dim) + mat_bytes(wtype, dim, c->ffn);
+    double emb = mat_bytes(wtype, c->vocab, dim) * (c->tied_output ? 1 : 2);
+    double vecs = (double)c->n_layer * (2 * dim + (c->qkv_bias ? qkv : 0)) + dim;
+    return (uint64_t)(emb + c->n_layer * layer + vecs * 4);
+}
+
+/* ---- the pieces of a step -------------------------------------------------- */
+
+typedef struct ctx {
+    const hkv_predict_params *p;
+    double bw, pcie, fp32, tensor, hbw;   /* achievable bytes/s and flop/s */
+} ctx;
+
+/* A product y = x W^T over b rows, as built (gpu/qmat.cu): b <= 8 one GEMV
+ * kernel reading each weight once (fp32 FMAs); b > 8 row panels of 4 MiB of
+ * fp32 (at least 128 rows) dequantised into the workspace, each followed by
+ * an fp32 cuBLAS GEMM: two launches per panel. The panel stays in L2, so
+ * its fp32 bytes are not counted against DRAM. */
+static double prod_built(const ctx *x, int64_t rows, int64_t cols, int b, int64_t *kern) {
+    const hkv_predict_params *p = x->p;
+    const double bytes = mat_bytes(p->wtype, rows, cols), flops = 2.0 * b * rows * cols;
+    const double tk = p->t_kernel;
+    if (b <= 8 || p->wtype == HKV_W_F32) {
+        *kern += 1;
+        return fmax(tk, fmax(bytes / x->bw, flops / x->fp32));
+    }
+    int64_t pr = (int64_t)(((size_t)4 << 20) / ((size_t)cols * 4));
+    if (pr < 128) pr = 128;
+    if (pr > rows) pr = rows;
+    const int64_t np = (rows + pr - 1) / pr;
+    *kern += 2 * np;
+    return np * (fmax(tk, bytes / np / x->bw) + fmax(tk, flops / np / x->fp32));
+}
+
+/* Target: one memory-bound kernel at any batch, tensor cores for the FMAs. */
+static double prod_target(const ctx *x, int64_t rows, int64_t cols, int b, int64_t *kern) {
+    const hkv_predict_params *p = x->p;
+    const double bytes = mat_bytes(p->wtype, rows, cols), flops = 2.0 * b * rows * cols;
+    *kern += 1;
+    return fmax(p->t_kernel, fmax(bytes / x->bw, flops / x->tensor));
+}
+
+typedef double (*prod_fn)(const ctx *, int64_t, int64_t, int, int64_t *);
+
+/* One layer's four products (QKV, O, gate/up, down) over b rows. */
+static double layer_dense(const ctx *x, prod_fn f, int b, int64_t *kern) {
+    const hkv_model_config *c = x->p->cfg;
+    const int64_t dim = c->dim, qkv = (int64_t)(c->n_head + 2 * c->n_head_kv) * c->head_dim;
+    const int64_t qd = (int64_t)c->n_head * c->head_dim;
+    return f(x, qkv, dim, b, kern) + f(x, dim, qd, b, kern) + f(x, 2 * (int64_t)c->ffn, dim, b, kern) +
+           f(x, dim, c->ffn, b, kern);
+}
+
+static double layer_weight_bytes(const hkv_predict_params *p) {
+    const hkv_model_config *c = p->cfg;
+    const int64_t dim = c->dim, qkv = (int64_t)(c->n_head + 2 * c->n_head_kv) * c->head_dim;
+    const int64_t qd = (int64_t)c->n_head * c->head_dim;
+    return mat_bytes(p->wtype, qkv, dim) + mat_bytes(p->wtype, dim, qd) +
+           mat_bytes(p->wtype, 2 * (int64_t)c->ffn, dim) + mat_bytes(p->wtype, dim, c->ffn) +
+           (2.0 * dim + (c->qkv_bias ? qkv : 0)) * 4;
+}
+
+/* Attention over `rows` K/V rows per (sequence, KV head) for b sequences:
+ * Q rows gathered, hkv_gpu_attn_decode, out and lse scattered (4 kernels). */
+static double attend(const ctx *x, int b, int64_t rows, double *bytes, int64_t *kern) {
+    const hkv_model_config *c = x->p->cfg;
+    *bytes = (double)b * c->n_head_kv * rows * c->head_dim * 2 * 2;
+    *kern += 4;
+    return 3 * x->p->t_kernel + fmax(x->p->t_kernel, *bytes / x->bw);
+}
+
+/* ctkvr's per-(sequence, layer, KV head) bytes. */
+typedef struct ct_bytes {
+    double cent, lists, ids, rerank, attn;
+} ct_bytes;
+
+static void ct_per_head(const hkv_predict_params *p, const hkv_prediction *o, ct_bytes *cb) {
+    const hkv_model_config *c = p->cfg;
+    const double g = (double)c->n_head / c->n_head_kv, d = c->head_dim;
+    cb->cent = o->far_rows > 0 ? o->C * g * d * 2 : 0;       /* recall reads every centroid */
+    cb->lists = o->far_rows > 0 ? (double)o->Cp * o->rho * 4 : 0;
+    cb->ids = (double)o->candidates * 4;
+    cb->rerank = o->rerank ? (double)o->candidates * d * 2 : 0;   /* keys, score_max */
+    cb->attn = (double)o->selected * d * 2 * 2;                    /* K and V */
+}
+
+/* The far work of b sequences in one layer: seconds of the CPU at the probed
+ * bandwidth times each kernel's measured share of it. recall_on_host: the
+ * built pipeline's host recall (centroids + lists); otherwise the host reads
+ * the candidate ids the device recalled. */
+static double host_far(const ctx *x, const ct_bytes *cb, int b, int recall_on_host, double *idx_b,
+                       double *rr_b, double *at_b) {
+    const hkv_predict_params *p = x->p;
+    const double items = (double)b * p->cfg->n_head_kv;
+    *idx_b = items * (recall_on_host ? cb->cent + cb->lists : cb->ids);
+    *rr_b = items * cb->rerank;
+    *at_b = items * cb->attn;
+    return (*idx_b + *rr_b) / (x->hbw * p->host_eff_scan) + *at_b / (x->hbw * p->host_eff_attn);
+}
+
+/* Bytes host_far charges, in probe-equivalent bytes (for the balance figure). */
+static double host_equiv(const hkv_predict_params *p, double idx, double rr, double at) {
+    return (idx + rr) / p->host_eff_scan + at / p->host_eff_attn;
+}
+
+/* Per step outside the layers: the embedding (token ids staged, rows of the
+ * table dequantised), positions staged for RoPE (cached for the later
+ * layers), with a far tier the near-tier slots too, and the head (row list
+ * staged, gather, RMSNorm, the output product, logits down one row per
+ * copy, a sync). */
+static double outside_layers(const ctx *x, prod_fn f, int b, int far, hkv_predict_mode *m,
+                             double *dev) {
+    const hkv_predict_params *p = x->p;
+    const hkv_model_config *c = p->cfg;
+    const double tk = p->t_kernel, tc = p->t_copy;
+    const double emb_rows = mat_bytes(p->wtype, b, c->dim);
+    const double logits = (double)b * c->vocab * 4;
+    const double up = (double)b * (4 + 4 + 8 + (far ? 8 : 0));   /* ids, rows, pos, slots */
+    const int n_up = far ? 4 : 3;
+    int64_t k = 0;
+    double head = f(x, c->vocab, c->dim, b, &k);
+    m->kernels += k + 3;
+    m->dev_weight_bytes += emb_rows + mat_bytes(p->wtype, c->vocab, c->dim) + (double)c->dim * 4;
+    m->pcie_up_bytes += up;
+    m->pcie_down_bytes += logits;
+    *dev = fmax(tk, emb_rows / x->bw) + 2 * tk + head;
+    double copies = n_up * tc + up / x->pcie + b * tc + logits / x->pcie;
+    m->pcie_s += copies;
+    return *dev + copies + p->t_host;
+}
+
+/* ---- the prediction ---------------------------------------------------------- */
+
+static int resolve_ctkvr(const hkv_predict_params *p, const hkv_policy_args *a, hkv_prediction *o,
+                         hkv_err *err) {
+    char d[160];
+    long long C = 0, rho = 0, rho_p = 0;
+    hkv_plan_describe(p->policy, a, p->n_ctx, d, sizeof d);
+    if (sscanf(d, "ctkvr C=%lld rho=%lld rho'=%lld", &C, &rho, &rho_p) != 3)
+        return hkv_seterr(err, HKV_E_INTERNAL, "predict: cannot read ctkvr's parameters from '%s'", d);
+    o->C = C, o->rho = rho, o->rho_p = rho_p;
+    o->Cp = (int64_t)hkv_policy_arg(p->policy, a, "Cp");
+    const int64_t tail = (int64_t)hkv_policy_arg(p->policy, a, "tail");
+    const int dcu = (int)hkv_policy_arg(p->policy, a, "dcu");
+    const int64_t F = o->far_rows;
+    const int64_t spilled = p->n_gen < F ? p->n_gen : F;   /* decode spill: unindexed */
+    const int64_t indexed = F - spilled;
+    int64_t listed = (int64_t)llround(p->cand_frac * (double)o->Cp * o->rho);
+    if (listed > indexed) listed = indexed;
+    o->candidates = listed + (tail < spilled ? tail : spilled);
+    o->rerank = !(o->candidates <= o->rho_p && (!dcu || o->candidates <= o->rho));
+    o->selected = o->rerank ? (o->candidates < o->rho_p ? o->candidates : o->rho_p) : o->candidates;
+    return HKV_OK;
+}
+
+static void finish(hkv_predict_mode *m, int b, double host_equiv_bytes, double window) {
+    m->dev_bytes = m->dev_weight_bytes + m->dev_kv_bytes + m->dev_index_bytes;
+    m->host_bytes = m->host_index_bytes + m->host_rerank_bytes + m->host_attn_bytes;
+    m->tok_s = m->step_s > 0 ? b / m->step_s : 0;
+    m->dev_wait_frac = m->step_s > 0 ? fmax(0, 1 - m->dev_busy_s / m->step_s) : 0;
+    m->cpu_wait_frac = m->step_s > 0 ? fmax(0, 1 - m->host_busy_s / m->step_s) : 1;
+    m->host_gbs_balance = host_equiv_bytes > 0 && window > 0 ? host_equiv_bytes / window / 1e9 : 0;
+}
+
+int hkv_predict(const hkv_predict_params *p, hkv_prediction *o, hkv_err *err) {
+    memset(o, 0, sizeof *o);
+    const hkv_model_config *c = p ? p->cfg : NULL;
+    if (!p || !c || !p->dev)
+        return hkv_seterr(err, HKV_E_INVAL, "predict: no model shape or no device spec");
+    if (c->n_layer < 1 || c->dim < 1 || c->n_head < 1 || c->n_head_kv < 1 || c->head_dim < 1 ||
+        c->ffn < 1 || c->vocab < 1 || c->n_head % c->n_head_kv)
+        return hkv_seterr(err, HKV_E_INVAL, "predict: bad model shape (%d layers, %d/%d heads)",
+                          c->n_layer, c->n_head, c->n_head_kv);
+    if ((p->wtype == HKV_W_Q4 || p->wtype == HKV_W_Q8) && (c->dim % 32 || c->ffn % 32 ||
+                                                          (c->n_head * c->head_dim) % 32))
+        return hkv_seterr(err, HKV_E_INVAL, "predict: %s weights need input widths that are "
+                          "multiples of 32", hkv_predict_wtype_name(p->wtype));
+    if (p->wtype < HKV_W_F32 || p->wtype > HKV_W_Q4)
+        return hkv_seterr(err, HKV_E_INVAL, "predict: unknown weight type %d", p->wtype);
+    const hkv_policy_def *d = p->policy ? p->policy : &hkv_policy_full;
+    const int is_ct = d == &hkv_policy_ctkvr;
+    if (d != &hkv_policy_full && !is_ct)
+        return hkv_seterr(err, HKV_E_UNSUPPORTED, "--predict: no speed model for policy '%s' "
+                          "(models exist for full and ctkvr)", d->name);
+    if (p->batch < 1 || p->n_ctx < 1 || p->L_init < 0 || p->L_local < 1 || p->n_gen < 0 ||
+        p->n_gen >= p->n_ctx)
+        return hkv_seterr(err, HKV_E_RANGE, "predict: batch %d, context %lld, near %d + %d or "
+                          "%lld generated tokens out of range", p->batch, (long long)p->n_ctx,
+                          p->L_init, p->L_local, (long long)p->n_gen);
+    if (!(p->mem_eff > 0 && p->mem_eff <= 1) || !(p->pcie_eff > 0 && p->pcie_eff <= 1) ||
+        !(p->compute_eff > 0 && p->compute_eff <= 1) ||
+        !(p->host_eff_scan > 0 && p->host_eff_scan <= 1) ||
+        !(p->host_eff_attn > 0 && p->host_eff_attn <= 1) || !(p->cand_frac > 0 && p->cand_frac <= 1) ||
+        p->t_kernel < 0 || p->t_copy < 0 || p->t_host < 0)
+        return hkv_seterr(err, HKV_E_RANGE, "predict: efficiencies must lie in (0, 1] and "
+                          "latencies be >= 0");
+    if (is_ct && !(p->host_gbs > 0))
+        return hkv_seterr(err, HKV_E_INVAL, "predict: ctkvr needs the host's read bandwidth "
+                          "(measured by the probe or given with --host-gbs), got %g GB/s", p->host_gbs);
+    hkv_policy_args dflt;
+    const hkv_policy_args *a = p->args;
+    if (!a) {
+        hkv_policy_args_init(d, &dflt);
+        a = &dflt;
+    }
+    const hkv_device_spec *dv = p->dev;
+    const ctx x = {.p = p,
+                   .bw = dv->mem_gbs * 1e9 * p->mem_eff,
+                   .pcie = dv->pcie_gbs * 1e9 * p->pcie_eff,
+                   .fp32 = dv->fp32_tflops * 1e12 * p->compute_eff,
+                   .tensor = dv->tensor_tflops * 1e12 * p->compute_eff,
+                   .hbw = p->host_gbs * 1e9};
+    const int B = p->batch, L = c->n_layer, KH = c->n_head_kv, H = c->n_head, hd = c->head_dim;
+    const int64_t R0 = (int64_t)p->L_init + p->L_local;
+    o->has_host = is_ct;
+    o->near_rows = is_ct ? (p->n_ctx < R0 ? p->n_ctx : R0) : p->n_ctx;
+    o->far_rows = is_ct ? p->n_ctx - o->near_rows : 0;
+    int rc;
+    if (is_ct && (rc = resolve_ctkvr(p, a, o, err))) return rc;
+
+    /* Does it fit: the plan, with the weights in their repacked format. */
+    hkv_plan_params pp = {.cfg = c, .batch = B, .n_ctx = p->n_ctx, .L_init = p->L_init,
+                          .L_local = p->L_local, .policy = d, .args = a, .max_rows = p->max_rows,
+                          .index_on_host = p->index_on_host, .n_gen = p->n_gen};
+    if ((rc = hkv_plan_compute(&pp, &o->plan, err))) return rc;
+    o->gpu_weights = hkv_predict_weight_bytes(c, p->wtype);
+    o->plan.gpu_total = o->plan.gpu_total - o->plan.weights + o->gpu_weights;
+    o->plan.weights = o->gpu_weights;
+    o->cap = p->gpu_cap ? p->gpu_cap : dv->mem_bytes;
+    hkv_err e2;
+    hkv_err_clear(&e2);
+    o->fits = hkv_plan_admit(&pp, &o->plan, o->cap, &e2) == HKV_OK;
+    if (o->fits && p->host_cap && o->plan.pinned > p->host_cap) {
+        char need[32], hc[32];
+        hkv_fmt_bytes((double)o->plan.pinned, need, sizeof need);
+        hkv_fmt_bytes((double)p->host_cap, hc, sizeof hc);
+        hkv_seterr(&e2, HKV_E_CAPACITY, "batch %d x context %lld needs %s of pinned host memory "
+                   "for the far tier but --host-mem is %s", B, (long long)p->n_ctx, need, hc);
+        o->fits = 0;
+    }
+    if (!o->fits) snprintf(o->refusal, sizeof o->refusal, "%s", e2.msg);
+
+    const double tk = p->t_kernel, tc = p->t_copy;
+    const double wl = layer_weight_bytes(p);
+    const int small = (is_ct ? 9 : 7) + (c->qkv_bias ? 1 : 0);   /* norms, rope, adds, swiglu,
+                                                                    append (+ clear, merge) */
+    const double qkv_down = (double)B * (H + 2 * KH) * hd * 4;
+    const double far_up = (double)B * H * hd * 4 + (double)B * H * 4;
+    ct_bytes cb = {0};
+    if (is_ct) ct_per_head(p, o, &cb);
+
+    for (int mi = 0; mi < HKV_PRED_MODES; mi++) {
+        hkv_predict_mode *m = &o->mode[mi];
+        const prod_fn f = mi == HKV_PRED_BUILT ? prod_built : prod_target;
+        double out_dev = 0;
+        const double outside = outside_layers(&x, f, B, is_ct, m, &out_dev);
+        double kvb = 0, layer, dev_l, host_l = 0, equiv = 0, window = 0;
+        int64_t kern = 0;
+        const double dense = layer_dense(&x, f, B, &kern);
+        const double att = attend(&x, B, o->near_rows, &kvb, &kern);
+        kern += small;
+        m->dev_weight_bytes += L * wl;
+        m->dev_kv_bytes = L * kvb;
+        if (!is_ct) {   /* the whole KV on the device: no CPU part, no per-layer PCIe */
+            dev_l = dense + small * tk + att;
+            layer = dev_l;
+        } else {
+            /* Per layer: QKV down (1 copy), the far (out, lse) up (2 copies);
+             * once per step the near-tier slots and positions go up. */
+            double ib, rb, ab;
+            double down = tc + qkv_down / x.pcie, up = 2 * tc + far_up / x.pcie;
+            m->pcie_up_bytes += L * far_up;
+            m->pcie_down_bytes += L * qkv_down;
+            if (mi == HKV_PRED_BUILT) {
+                host_l = host_far(&x, &cb, B, 1, &ib, &rb, &ab);
+                dev_l = dense + small * tk + att;
+                layer = dense + small * tk + down + fmax(att, p->t_host + host_l) + up;
+                window = 0;   /* only the near attention overlaps: no balance to speak of */
+                m->pcie_s += L * (down + up);
+            } else {
+                /* recall on the device: centroids and the C' lists read there,
+                 * candidate ids written and sent down beside QKV */
+                const double items = (double)B * KH;
+                const double rbytes = items * (cb.cent + cb.lists + cb.ids);
+                const double recall = 2 * tk + fmax(tk, rbytes / x.bw);
+                const double ids_down = items * cb.ids;
+                kern += 3;
+                m->dev_index_bytes = L * items * (cb.cent + cb.lists);
+                m->pcie_down_bytes += L * ids_down;
+                down += tc + ids_down / x.pcie;
+                host_l = host_far(&x, &cb, B, 0, &ib, &rb, &ab);
+                dev_l = dense + small * tk + att + recall;
+                const double serial = dense + small * tk + recall + down + fmax(att, p->t_host + host_l) + up;
+                layer = serial;
+                window = dev_l;
+                m->pcie_s += L * (down + up);
+                if (B >= 2) {   /* two micro-batches: weights read once per half */
+                    const int b1 = (B + 1) / 2, b2 = B / 2;
+                    int64_t k2 = 0;
+                    double kv1, kv2, i1, r1, a1;
+                    const double it1 = (double)b1 * KH, it2 = (double)b2 * KH;
+                    const double d1 = layer_dense(&x, f, b1, &k2) + small * tk + attend(&x, b1, o->near_rows, &kv1, &k2) +
+                                      2 * tk + fmax(tk, it1 * (cb.cent + cb.lists + cb.ids) / x.bw);
+                    const double d2 = layer_dense(&x, f, b2, &k2) + small * tk + attend(&x, b2, o->near_rows, &kv2, &k2) +
+                                      2 * tk + fmax(tk, it2 * (cb.cent + cb.lists + cb.ids) / x.bw);
+                    const double h1 = host_far(&x, &cb, b1, 0, &i1, &r1, &a1);
+                    const double h2 = host_far(&x, &cb, b2, 0, &i1, &r1, &a1);
+                    const double c1 = 2 * tc + (double)b1 * ((H + 2 * KH) * hd * 4 + KH * cb.ids) / x.pcie +
+                                      p->t_host + h1 + 2 * tc + (double)b1 * (H * hd * 4 + H * 4) / x.pcie;
+                    const double c2 = 2 * tc + (double)b2 * ((H + 2 * KH) * hd * 4 + KH * cb.ids) / x.pcie +
+                                      p->t_host + h2 + 2 * tc + (double)b2 * (H * hd * 4 + H * 4) / x.pcie;
+                    double pp_l = fmax(fmax(d1 + d2, h1 + h2 + 2 * p->t_host), fmax(d1 + c1, d2 + c2));
+                    if (pp_l < serial) {
+                        layer = pp_l;
+                        dev_l = d1 + d2;
+                        window = d1 + d2;
+                        kern = k2 + 2 * small + 6;
+                        m->pingpong = 1;
+                        m->dev_weight_bytes += L * wl;   /* the second half reads them again */
+                        m->pcie_s += L * 4 * tc;         /* each half's own copies */
+                    }
+                }
+            }
+            m->host_index_bytes = L * ib;
+            m->host_rerank_bytes = L * rb;
+            m->host_attn_bytes = L * ab;
+            equiv = host_equiv(p, ib, rb, ab);
+        }
+        m->kernels += L * kern;
+        m->dev_busy_s = L * dev_l + out_dev;
+        m->host_busy_s = L * host_l;
+        m->step_s = L * layer + outside;
+        finish(m, B, equiv, window);
+    }
+    return HKV_OK;
+}

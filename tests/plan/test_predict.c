@@ -1,0 +1,370 @@
+/* The decode-speed PREDICTION (runtime/gpu_predict.h): bytes per step of a
+ * tiny shape against hand-computed numbers, the step time with latencies
+ * set to zero on a 1 GB/s device, monotonicity in context and batch, the
+ * memory verdict, errors naming what is known, and `hetkv plan --predict`
+ * itself (argv[1]: the hetkv binary). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "gpu_predict.h"
+#include "kernels.h"
+#include "policy.h"
+#include "synthetic.h"
+
+static int fails = 0;
+#define CHECK(c, ...)                                   \
+    do {                                                \
+        if (!(c)) {                                     \
+            fails++;                                    \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
+            printf(__VA_ARGS__);                        \
+            printf("\n");                               \
+        }                                               \
+    } while (0)
+#define NEAR(a, b) CHECK(fabs((double)(a) - (double)(b)) <= 1e-9 * fabs((double)(b)) + 1e-15, \
+                         "%s = %.12g, want %.12g", #a, (double)(a), (double)(b))
+
+/* 2 layers, dim 64, 4/2 heads of 32, ffn 128, vocab 256 (untied). */
+static hkv_model_config tiny(void) {
+    hkv_model_config c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.name, sizeof c.name, "tiny");
+    c.n_layer = 2, c.dim = 64, c.n_head = 4, c.n_head_kv = 2, c.head_dim = 32, c.ffn = 128;
+    c.vocab = 256, c.rope_dim = 32, c.rope_base = 10000, c.rope_scale = 1, c.norm_eps = 1e-5f;
+    return c;
+}
+
+/* A device of round numbers: 1 GB/s memory and PCIe, compute never binding. */
+static const hkv_device_spec unit_dev = {"unit", "unit test device", 1ULL << 30, 1.0, 1.0, "test",
+                                         1e6, 1e6, 1, "none"};
+
+static void tiny_ctkvr_args(hkv_policy_args *a) {
+    hkv_err err;
+    hkv_policy_args_init(&hkv_policy_ctkvr, a);
+    const char *kv[] = {"C=16", "Cp=2", "rho=40", "rho_p=16"};
+    for (int i = 0; i < 4; i++)
+        CHECK(hkv_policy_arg_set(&hkv_policy_ctkvr, a, kv[i], &err) == HKV_OK, "%s", err.msg);
+}
+
+static hkv_predict_params unit_params(const hkv_model_config *c) {
+    hkv_predict_params p;
+    hkv_predict_defaults(&p);
+    p.cfg = c;
+    p.dev = &unit_dev;
+    p.batch = 2;
+    p.n_ctx = 1024;
+    p.L_init = 4;
+    p.L_local = 60;   /* 64 near rows, 960 far */
+    p.host_gbs = 1;
+    p.mem_eff = p.pcie_eff = p.host_eff_scan = p.host_eff_attn = 1;
+    p.t_kernel = p.t_copy = p.t_host = 0;
+    return p;
+}
+
+static void hand_case(void) {
+    hkv_model_config c = tiny();
+    hkv_policy_args a;
+    tiny_ctkvr_args(&a);
+    hkv_predict_params p = unit_params(&c);
+    p.policy = &hkv_policy_ctkvr;
+    p.args = &a;
+    hkv_prediction o;
+    hkv_err err;
+    CHECK(hkv_predict(&p, &o, &err) == HKV_OK, "%s", err.msg);
+    CHECK(o.C == 16 && o.Cp == 2 && o.rho == 40 && o.rho_p == 16, "ctkvr %lld %lld %lld %lld",
+          (long long)o.C, (long long)o.Cp, (long long)o.rho, (long long)o.rho_p);
+    CHECK(o.near_rows == 64 && o.far_rows == 960, "rows %lld %lld", (long long)o.near_rows,
+          (long long)o.far_rows);
+    CHECK(o.candidates == 80 && o.selected == 16 && o.rerank == 1, "cand %lld sel %lld",
+          (long long)o.candidates, (long long)o.selected);
+    /* Q4 (0.5 B + 4 B per 32): QKV 256x64 = 10240, O 64x128 = 5120, gate/up
+     * 256x64 = 10240, down 64x128 = 5120, norms 2*64*4 = 512 -> 31232 a layer;
+     * embedding rows 2 x 40, output 256x64 = 10240 + its norm 256. */
+    const hkv_predict_mode *b = &o.mode[HKV_PRED_BUILT], *t = &o.mode[HKV_PRED_TARGET];
+    NEAR(b->dev_weight_bytes, 2 * 31232 + 80 + 10240 + 256);
+    /* near K+V: B 2 x KH 2 x 64 rows x 32 x 2 B x 2, two layers */
+    NEAR(b->dev_kv_bytes, 2 * 32768);
+    NEAR(b->dev_index_bytes, 0);
+    /* QKV down 2 x 8 heads x 32 x 4 per layer; logits 2 x 256 x 4 */
+    NEAR(b->pcie_down_bytes, 2 * 2048 + 2048);
+    /* far (out, lse) 2 x 4 x (32 + 1) x 4 per layer; ids, rows, positions, slots 2 x 24 */
+    NEAR(b->pcie_up_bytes, 2 * 1056 + 48);
+    /* host, per (sequence, layer, KV head): centroids 16 x 2 x 32 x 2, lists
+     * 2 x 40 x 4, rerank 80 keys x 64 B, attention 16 x 32 x 2 x 2 */
+    NEAR(b->host_index_bytes, 8 * (2048 + 320));
+    NEAR(b->host_rerank_bytes, 8 * 5120);
+    NEAR(b->host_attn_bytes, 8 * 2048);
+    NEAR(b->host_bytes, 76288);
+    /* target: centroids and lists read on the device, 80 ids per head down */
+    NEAR(t->dev_index_bytes, 8 * (2048 + 320));
+    NEAR(t->host_index_bytes, 8 * 320);
+    NEAR(t->host_rerank_bytes, 8 * 5120);
+    NEAR(t->pcie_down_bytes, 2 * 2048 + 2048 + 8 * 320);
+    NEAR(t->dev_weight_bytes, 2 * 31232 + 80 + 10240 + 256 + (t->pingpong ? 2 * 31232 : 0));
+
+    /* Step time, latencies 0, all at 1e9 B/s. Per layer: dense 30720, QKV
+     * down 2048, max(near 32768, host 4 x 9536 = 38144), up 1056; outside:
+     * embedding 80 + head 10240 + copies 48 + 2048. */
+    const double layer = (30720 + 2048 + 38144 + 1056) * 1e-9;
+    const double step = 2 * layer + (80 + 10240 + 48 + 2048) * 1e-9;
+    NEAR(b->step_s, step);
+    NEAR(b->tok_s, 2 / step);
+    NEAR(b->host_busy_s, 2 * 38144e-9);
+    NEAR(b->dev_busy_s, 2 * (30720 + 32768) * 1e-9 + (80 + 10240) * 1e-9);
+    NEAR(b->dev_wait_frac, 1 - b->dev_busy_s / step);
+    NEAR(b->cpu_wait_frac, 1 - 2 * 38144e-9 / step);
+    CHECK(o.fits, "the tiny shape fits 1 GiB: %s", o.refusal);
+    /* a host 10x faster (3814.4 ns a layer) hides under the near attention,
+     * but the copies stay serial: QKV down before, the partials up after */
+    p.host_gbs = 10;
+    CHECK(hkv_predict(&p, &o, &err) == HKV_OK, "%s", err.msg);
+    NEAR(b->step_s, 2 * (30720 + 2048 + 32768 + 1056) * 1e-9 + (80 + 10240 + 48 + 2048) * 1e-9);
+    NEAR(b->host_busy_s, 2 * 3814.4e-9);
+    p.host_gbs = 1;
+
+    /* full: the whole KV on the device, no CPU part, no per-layer PCIe. */
+    p.policy = &hkv_policy_full;
+    p.args = NULL;
+    p.host_gbs = 0;   /* not needed */
+    CHECK(hkv_predict(&p, &o, &err) == HKV_OK, "%s", err.msg);
+    b = &o.mode[HKV_PRED_BUILT];
+    CHECK(!o.has_host, "full has no host part");
+    NEAR(b->dev_kv_bytes, 2 * 2.0 * 2 * 1024 * 32 * 4);
+    NEAR(b->host_bytes, 0);
+    NEAR(b->pcie_down_bytes, 2048);
+    NEAR(b->pcie_up_bytes, 2 * 16);
+    NEAR(b->step_s, 2 * (30720 + 524288) * 1e-9 + (80 + 10240 + 32 + 2048) * 1e-9);
+    NEAR(o.mode[HKV_PRED_TARGET].step_s, b->step_s);
+
+    /* as built, 9..16 rows take the panel path: two launches per 4 MiB panel */
+    hkv_predict_defaults(&p);
+    p.cfg = &c, p.dev = &unit_dev, p.n_ctx = 1024, p.policy = &hkv_policy_full;
+    p.batch = 8;
+    CHECK(hkv_predict(&p, &o, &err) == HKV_OK, "%s", err.msg);
+    const int64_t k8 = o.mode[HKV_PRED_BUILT].kernels;
+    /* per layer 4 GEMV + 7 small + 4 attention; head GEMV + 3 */
+    CHECK(k8 == 2 * 15 + 4, "kernels at batch 8: %lld", (long long)k8);
+    p.batch = 9;
+    CHECK(hkv_predict(&p, &o, &err) == HKV_OK, "%s", err.msg);
+    /* every tiny matrix is one panel (<= 128 rows, or 256 rows of 64 within 4 MiB) */
+    CHECK(o.mode[HKV_PRED_BUILT].kernels == 2 * (8 + 11) + 2 + 3, "kernels at batch 9: %lld",
+          (long long)o.mode[HKV_PRED_BUILT].kernels);
+    CHECK(o.mode[HKV_PRED_TARGET].kernels == k8, "target kernels %lld",
+          (long long)o.mode[HKV_PRED_TARGET].kernels);
+}
+
+static void llama(void) {
+    hkv_model_config c;
+    hkv_err err;
+    CHECK(hkv_synthetic_config("llama3-8b", &c, &err) == HKV_OK, "%s", err.msg);
+    const hkv_device_spec *h100 = hkv_device_spec_find("h100", &err);
+    const hkv_device_spec *g4090 = hkv_device_spec_find("rtx4090", &err);
+    CHECK(h100 && g4090, "specs: %s", err.msg);
+    if (!h100 || !g4090) return;
+    /* Llama-3-8B in Q4 on the device: 8.03e9 weights at 0.625 B plus fp32 norms. */
+    CHECK(fabs(hkv_predict_weight_bytes(&c, HKV_W_Q4) - (8029995008.0 * 0.625 + 266240 * 4)) < 1,
+          "q4 weights %llu", (unsigned long long)hkv_predict_weight_bytes(&c, HKV_W_Q4));
+    CHECK(hkv_predict_weight_bytes(&c, HKV_W_F16) == hkv_plan_weight_bytes(&c, 2),
+          "f16 weights agree with the plan");
+
+    hkv_predict_params p;
+    hkv_predict_defaults(&p);
+    p.cfg = &c;
+    p.dev = h100;
+    p.host_gbs = 50;
+    hkv_prediction o;
+
+    /* full: tok/s falls with the context, in both pipelines */
+    const int64_t ctx[] = {4096, 16384, 32768, 65536, 98304};
+    double last[HKV_PRED_MODES] = {INFINITY, INFINITY};
+    p.policy = &hkv_policy_full;
+    p.batch = 1;
+    for (int i = 0; i < 5; i++) {
+        p.n_ctx = ctx[i];
+        CHECK(hkv_predict(&p, &o, &err) == HKV_OK, "%s", err.msg);
+        CHECK(o.fits, "full %lld x 1 fits an H100: %s", (long long)ctx[i], o.refusal);
+        for (int m = 0; m < HKV_PRED_MODES; m++) {
+            CHECK(o.mode[m].tok_s > 0 && o.mode[m].tok_s < last[m], "full %lld mode %d: %.2f tok/s "
+                  "after %.2f", (long long)ctx[i], m, o.mode[m].tok_s, last[m]);
+            last[m] = o.mode[m].tok_s;
+        }
+    }
+    /* full at 32K: the built panel path (batch > 8) is launch-bound: more
+     * than 10x the launches and fewer tokens/s than batch 8; the target's
+     * tokens/s still rise */
+    p.n_ctx = 32768;
+    p.batch = 8;
+    CHECK(hkv_predict(&p, &o, &err) == HKV_OK, "%s", err.msg);
+    hkv_prediction o8 = o;
+    p.batch = 16;
+    CHECK(hkv_predict(&p, &o, &err) == HKV_OK, "%s", err.msg);
+    CHECK(o.mode[0].kernels > 10 * o8.mode[0].kernels, "built launches %lld vs %lld",
+          (long long)o.mode[0].kernels, (long long)o8.mode[0].kernels);
+    CHECK(o.mode[0].tok_s < o8.mode[0].tok_s, "built batch 16 %.1f < batch 8 %.1f tok/s",
+          o.mode[0].tok_s, o8.mode[0].tok_s);
+    CHECK(o.mode[1].tok_s > o8.mode[1].tok_s, "target batch 16 %.1f > batch 8 %.1f tok/s",
+          o.mode[1].tok_s, o8.mode[1].tok_s);
+
+    /* ctkvr at 96K: host bytes grow with the batch, in both pipelines, and
+     * the recall moves bytes from the host to the device in the target */
+    p.policy = &hkv_policy_ctkvr;
+    p.dev = g4090;
+    p.gpu_cap = 24ULL << 30;
+    p.n_ctx = 98304;
+    double hb[HKV_PRED_MODES] = {0, 0};
+    for (int B = 1; B <= 16; B *= 2) {
+        p.batch = B;
+        CHECK(hkv_predict(&p, &o, &err) == HKV_OK, "%s", err.msg);
+        CHECK(o.fits, "ctkvr 96K x %d fits 24 GiB with its lists on the host: %s", B, o.refusal);
+        for (int m = 0; m < HKV_PRED_MODES; m++) {
+            CHECK(o.mode[m].host_bytes > hb[m], "ctkvr batch %d mode %d host bytes %.0f after %.0f",
+                  B, m, o.mode[m].host_bytes, hb[m]);
+            hb[m] = o.mode[m].host_bytes;
+            CHECK(o.mode[m].dev_wait_frac >= 0 && o.mode[m].dev_wait_frac <= 1 &&
+                  o.mode[m].cpu_wait_frac >= 0 && o.mode[m].cpu_wait_frac <= 1,
+                  "wait fractions %.3f %.3f", o.mode[m].dev_wait_frac, o.mode[m].cpu_wait_frac);
+        }
+        CHECK(o.mode[1].host_bytes < o.mode[0].host_bytes && o.mode[1].dev_index_bytes > 0 &&
+              o.mode[0].dev_index_bytes == 0, "recall moves to the device in the target");
+        CHECK(o.C == 2048 && o.rho_p == 1024 && o.rho == 2560 && o.Cp == 4, "ctkvr defaults at 96K");
+        CHECK(o.candidates == 4 * 2560 && o.selected == 1024, "candidates %lld selected %lld",
+              (long long)o.candidates, (long long)o.selected);
+    }
+    /* a faster host never makes a step slower */
+    p.batch = 4;
+    CHECK(hkv_predict(&p, &o, &err) == HKV_OK, "%s", err.msg);
+    hkv_prediction slow = o;
+    p.host_gbs = 400;
+    CHECK(hkv_predict(&p, &o, &err) == HKV_OK, "%s", err.msg);
+    for (int m = 0; m < HKV_PRED_MODES; m++)
+        CHECK(o.mode[m].step_s < slow.mode[m].step_s, "mode %d: %.3f ms at 400 GB/s, %.3f at 50", m,
+              o.mode[m].step_s * 1e3, slow.mode[m].step_s * 1e3);
+    /* decoded tokens add the unindexed tail to the candidates */
+    p.n_gen = 4096;
+    CHECK(hkv_predict(&p, &o, &err) == HKV_OK, "%s", err.msg);
+    CHECK(o.candidates == 4 * 2560 + 1024, "tail candidates: %lld", (long long)o.candidates);
+    p.n_gen = 0;
+
+    /* full at 96K x 4 does not fit 24 GiB (48 GiB of KV); at 32K x 1 it does */
+    p.policy = &hkv_policy_full;
+    p.n_ctx = 98304;
+    p.batch = 4;
+    CHECK(hkv_predict(&p, &o, &err) == HKV_OK, "%s", err.msg);
+    CHECK(!o.fits, "full 96K x 4 must not fit 24 GiB");
+    CHECK(strstr(o.refusal, "batch 4 x context 98304") && strstr(o.refusal, "24.00 GiB"),
+          "refusal: %s", o.refusal);
+    p.n_ctx = 32768;
+    p.batch = 1;
+    CHECK(hkv_predict(&p, &o, &err) == HKV_OK, "%s", err.msg);
+    CHECK(o.fits && !o.refusal[0], "full 32K x 1 fits 24 GiB: %s", o.refusal);
+    /* without a cap the device's own memory: 96K x 4 fits an H100 */
+    p.gpu_cap = 0;
+    p.dev = h100;
+    p.n_ctx = 98304;
+    p.batch = 4;
+    CHECK(hkv_predict(&p, &o, &err) == HKV_OK && o.fits, "full 96K x 4 on an H100: %s", o.refusal);
+    CHECK(o.cap == h100->mem_bytes, "cap %llu", (unsigned long long)o.cap);
+}
+
+static void errors(void) {
+    hkv_err err;
+    hkv_err_clear(&err);
+    CHECK(hkv_device_spec_find("a6000", &err) == NULL && err.code == HKV_E_NOTFOUND, "a6000");
+    CHECK(strstr(err.msg, "a6000") && strstr(err.msg, "rtx4090") && strstr(err.msg, "h100") &&
+          strstr(err.msg, "h100-pcie"), "message names the known devices: %s", err.msg);
+    int n = 0;
+    const hkv_device_spec *s = hkv_device_specs(&n);
+    CHECK(n >= 3, "%d specs", n);
+    for (int i = 0; i < n; i++)
+        CHECK(s[i].mem_gbs > 0 && s[i].pcie_gbs > 0 && s[i].tensor_tflops > s[i].fp32_tflops &&
+              s[i].sms > 0 && s[i].mem_bytes > (16ULL << 30) && strstr(s[i].source, "https://"),
+              "spec %s", s[i].name);
+    const hkv_device_spec *h = hkv_device_spec_find("h100", &err), *g = hkv_device_spec_find("rtx4090", &err);
+    CHECK(h && h->mem_gbs == 3350 && h->sms == 132 && fabs(h->tensor_tflops - 989.5) < 1, "h100 sheet");
+    CHECK(g && g->mem_gbs == 1008 && g->sms == 128 && fabs(g->tensor_tflops - 165.2) < 0.1, "4090 sheet");
+
+    hkv_model_config c = tiny();
+    hkv_predict_params p = unit_params(&c);
+    hkv_prediction o;
+    p.policy = &hkv_policy_quest;
+    CHECK(hkv_predict(&p, &o, &err) == HKV_E_UNSUPPORTED && strstr(err.msg, "quest") &&
+          strstr(err.msg, "full") && strstr(err.msg, "ctkvr"), "quest: %s", err.msg);
+    p.policy = &hkv_policy_ctkvr;
+    p.host_gbs = 0;
+    CHECK(hkv_predict(&p, &o, &err) == HKV_E_INVAL && strstr(err.msg, "--host-gbs"), "no host: %s",
+          err.msg);
+    p.host_gbs = 1;
+    p.mem_eff = 1.5;
+    CHECK(hkv_predict(&p, &o, &err) == HKV_E_RANGE, "efficiency 1.5");
+    p.mem_eff = 1;
+    p.batch = 0;
+    CHECK(hkv_predict(&p, &o, &err) == HKV_E_RANGE, "batch 0");
+    p.batch = 1;
+    p.dev = NULL;
+    CHECK(hkv_predict(&p, &o, &err) == HKV_E_INVAL, "no device");
+}
+
+/* Run a command, return its exit status and the first `cap` bytes of its stdout+stderr. */
+static int run(const char *cmd, char *out, size_t cap) {
+    FILE *f = popen(cmd, "r");
+    if (!f) return -1;
+    size_t n = fread(out, 1, cap - 1, f);
+    out[n] = 0;
+    while (fgetc(f) != EOF) {
+    }
+    int st = pclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void cli(const char *hetkv) {
+    static char out[1 << 16];
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' plan --predict rtx4090 --synthetic llama3-8b --gpu-mem 24G "
+             "--ctx 98304 --batch 1,4 --host-gbs 30 2>&1", hetkv);
+    CHECK(run(cmd, out, sizeof out) == 0, "text: %s", out);
+    /* every header line says PREDICTION; the device, its sheet and the host bandwidth are named */
+    CHECK(!strncmp(out, "PREDICTION", 10) && strstr(out, "RTX 4090") && strstr(out, "https://") &&
+          strstr(out, "30.0 GB/s, given with --host-gbs") && strstr(out, "does not fit: batch 4 x "
+          "context 98304 with policy full"), "text output:\n%s", out);
+    /* lines are PREDICTION headers, table rows (indented under one) or blank */
+    for (const char *l = out; *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : l + strlen(l))
+        if (strncmp(l, "PREDICTION", 10) && *l != '\n' && strncmp(l, "           ", 11)) {
+            CHECK(0, "a line that is neither a PREDICTION header nor a table row: %.80s", l);
+            break;
+        }
+    snprintf(cmd, sizeof cmd, "'%s' plan --predict h100 --synthetic llama3-8b --policy ctkvr "
+             "--ctx 32768 --batch 2 --host-gbs 100 --pipeline target --json 2>&1", hetkv);
+    CHECK(run(cmd, out, sizeof out) == 0, "json: %s", out);
+    CHECK(!strncmp(out, "{\"prediction\":true", 18) && strstr(out, "\"target\":{") &&
+          !strstr(out, "\"built\":{") && strstr(out, "\"host_gbs\":100.00") &&
+          strstr(out, "\"fits\":true"), "json output:\n%s", out);
+    snprintf(cmd, sizeof cmd, "'%s' plan --predict a6000 --synthetic llama3-8b 2>&1", hetkv);
+    CHECK(run(cmd, out, sizeof out) != 0 && strstr(out, "a6000") && strstr(out, "rtx4090, h100, "
+          "h100-pcie"), "bad device: %s", out);
+    snprintf(cmd, sizeof cmd, "'%s' plan --synthetic llama3-8b --gpu-mem 24G --host-gbs 3 2>&1", hetkv);
+    CHECK(run(cmd, out, sizeof out) != 0 && strstr(out, "--predict"), "--host-gbs alone: %s", out);
+    snprintf(cmd, sizeof cmd, "'%s' plan --predict h100 --synthetic llama3-8b --policy quest 2>&1",
+             hetkv);
+    CHECK(run(cmd, out, sizeof out) != 0 && strstr(out, "full and ctkvr"), "quest: %s", out);
+    /* the plan itself is unchanged: --batch N is still its admission check */
+    snprintf(cmd, sizeof cmd, "'%s' plan --synthetic llama3-8b --gpu-mem 24G --ctx 98304 --policy "
+             "full --batch 1 2>&1", hetkv);
+    CHECK(run(cmd, out, sizeof out) == 1 && strstr(out, "refused"), "plan --batch: %s", out);
+}
+
+int main(int argc, char **argv) {
+    hand_case();
+    llama();
+    errors();
+    if (argc > 1) cli(argv[1]);
+    else printf("(no hetkv binary given: CLI checks skipped)\n");
+    if (fails) {
+        printf("%d check(s) failed\n", fails);
+        return 1;
+    }
+    printf("all predict checks passed\n");
+    return 0;
+}
