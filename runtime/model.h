@@ -72,6 +72,12 @@ void hkv_model_free(hkv_model *m);
 /* Repack one GGUF tensor ([rows][cols], ne[0] = cols) into a kernel matrix. */
 int hkv_wmat_from_gguf(hkv_wmat *w, const hkv_gguf_tensor *t, int *approx, hkv_err *err);
 void hkv_wmat_free(hkv_wmat *w);
+/* The kernel format (enum hkv_wtype) a GGUF tensor type repacks into. */
+int hkv_wmat_type_for_gguf(int ggml_type);
+/* Bytes of every tensor of g once repacked (matrices in their kernel
+ * formats, vectors fp32): what the weights take in host memory or on the
+ * device, from the tensor table alone (no data read). */
+uint64_t hkv_model_repacked_bytes(const hkv_gguf *g);
 /* Stack matrices with equal cols and type by rows into one. */
 int hkv_wmat_concat(hkv_wmat *out, const hkv_wmat *parts, int n, hkv_err *err);
 

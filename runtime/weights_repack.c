@@ -46,6 +46,35 @@ fail:
     return HKV_E_NOMEM;
 }
 
+int hkv_wmat_type_for_gguf(int ggml_type) {
+    switch (ggml_type) {
+    case HKV_GGML_F32: return HKV_W_F32;
+    case HKV_GGML_F16: return HKV_W_F16;
+    case HKV_GGML_Q8_0: return HKV_W_Q8;
+    case HKV_GGML_Q4_0:
+    case HKV_GGML_Q4_1:
+    case HKV_GGML_Q4_K: return HKV_W_Q4;
+    case HKV_GGML_BF16: return HKV_W_F32;
+    default: return HKV_W_F16;
+    }
+}
+
+uint64_t hkv_model_repacked_bytes(const hkv_gguf *g) {
+    uint64_t total = 0;
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const hkv_gguf_tensor *t = &g->tensors[i];
+        int64_t rows = 1, cols = t->ne[0];
+        for (int d = 1; d < t->n_dims; d++) rows *= t->ne[d];
+        if (t->n_dims < 2 || rows == 1) {   /* norms, biases: fp32 */
+            total += (uint64_t)cols * 4;
+            continue;
+        }
+        hkv_wmat w = {.type = hkv_wmat_type_for_gguf(t->type), .rows = rows, .cols = cols};
+        total += hkv_wmat_bytes(&w);
+    }
+    return total;
+}
+
 void hkv_wmat_free(hkv_wmat *w) {
     if (!w) return;
     free(w->q);

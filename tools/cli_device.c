@@ -10,6 +10,8 @@
 #include "device.h"
 #include "gguf.h"
 #include "gpu_plan.h"
+#include "gpu_predict.h"
+#include "model.h"
 #include "synthetic.h"
 
 const char hkv_device_cli_help[] =
@@ -121,8 +123,23 @@ int hkv_device_cli_check(const hkv_device_cli *d, const char *model_path, const 
                           .policy = ep->tiered.policy, .args = &ep->tiered.args,
                           .max_rows = ep->max_rows};
     hkv_plan plan;
-    if ((rc = hkv_plan_compute(&pp, &plan, err)) || (rc = hkv_plan_admit(&pp, &plan, cap, err)))
-        return hkv_err_prefix(err, "--device cuda (%s)", desc);
+    if ((rc = hkv_plan_compute(&pp, &plan, err))) return hkv_err_prefix(err, "--device cuda (%s)", desc);
+    /* The device holds the weights in their repacked formats (pipeline/), not
+     * the plan's fp16: a Q4 8B model is 4.5 GB, not 16. */
+    uint64_t wb = 0;
+    if (d->synthetic) {
+        wb = hkv_predict_weight_bytes(&cfg, d->synthetic_wtype);
+    } else {
+        hkv_gguf *g = NULL;
+        if ((rc = hkv_gguf_open(&g, model_path, err))) return rc;
+        wb = hkv_model_repacked_bytes(g);
+        hkv_gguf_close(g);
+    }
+    if (wb) {
+        plan.gpu_total = plan.gpu_total - plan.weights + wb;
+        plan.weights = wb;
+    }
+    if ((rc = hkv_plan_admit(&pp, &plan, cap, err))) return hkv_err_prefix(err, "--device cuda (%s)", desc);
     return HKV_OK;
 }
 
