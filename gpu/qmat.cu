@@ -10,8 +10,9 @@
  * n <= 8 (decode): one warp per output row reads each weight once for all n
  * activation rows, fp32 partial sums per lane, a shuffle reduction. Q4: four
  * lanes per 32-weight block, each one 32-bit load (8 nibbles), so a warp reads
- * 128 contiguous bytes per step; Q8: eight lanes per block, 32-bit loads; F16
- * and F32: lane l takes columns l, l+32, ...
+ * 128 contiguous bytes per step; Q8: eight lanes per block, 32-bit loads; x in
+ * 128-bit loads where its rows are 16-byte aligned. F16 and F32: lane l takes
+ * columns l, l+32, ... (W and x coalesced as they are).
  *
  * n > 8 (prefill): row panels of W dequantised into ws, each followed by an
  * fp32 cuBLAS GEMM into its rows of y; F32 weights go to cuBLAS directly.
@@ -106,11 +107,20 @@ __device__ __forceinline__ void qm_store(const float *acc, int n, float *y, int6
     for (int64_t row = (int64_t)blockIdx.x * QM_WARPS + (threadIdx.x >> 5); row < rows;    \
          row += (int64_t)gridDim.x * QM_WARPS)
 
+/* x[0..3]: one 128-bit load when x rows are 16-byte aligned (vec, the same
+ * in every thread), else four. */
+__device__ __forceinline__ float4 qm_x4(const float *p, bool vec)
+{
+    if (vec) return __ldg((const float4 *)p);
+    return make_float4(__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3));
+}
+
 /* Q4: lane l takes bytes 4*(l%4)..+3 of blocks l/4, l/4+8, ...: elements
- * 32b + 4s + k (low nibbles) and 32b + 16 + 4s + k (high nibbles), k < 4. */
+ * 32b + 4s + k (low nibbles) and 32b + 16 + 4s + k (high nibbles), k < 4;
+ * its x elements are two runs of 4, so four lanes read 64 contiguous bytes. */
 static __global__ void __launch_bounds__(QM_THREADS, QM_MIN_BLOCKS)
 k_qm_gemv_q4(const unsigned char *q, const uint16_t *scale, const uint16_t *mins, int64_t rows,
-             int64_t cols, const float *x, int64_t ldx, int n, float *y, int64_t ldy)
+             int64_t cols, const float *x, int64_t ldx, bool vec, int n, float *y, int64_t ldy)
 {
     const int lane = threadIdx.x & 31, sub = lane & 3;
     const int64_t nb = cols / HKV_WBLOCK;
@@ -133,12 +143,10 @@ k_qm_gemv_q4(const unsigned char *q, const uint16_t *scale, const uint16_t *mins
 #pragma unroll
             for (int i = 0; i < QM_MAXN; i++)
                 if (i < n) {
-                    const float *xi = xb + i * ldx;
+                    const float4 lo = qm_x4(xb + i * ldx, vec), hi = qm_x4(xb + i * ldx + 16, vec);
                     float a = acc[i];
-#pragma unroll
-                    for (int k = 0; k < 4; k++) a += w[k] * __ldg(xi + k);
-#pragma unroll
-                    for (int k = 0; k < 4; k++) a += w[4 + k] * __ldg(xi + 16 + k);
+                    a += w[0] * lo.x, a += w[1] * lo.y, a += w[2] * lo.z, a += w[3] * lo.w;
+                    a += w[4] * hi.x, a += w[5] * hi.y, a += w[6] * hi.z, a += w[7] * hi.w;
                     acc[i] = a;
                 }
         }
@@ -146,10 +154,11 @@ k_qm_gemv_q4(const unsigned char *q, const uint16_t *scale, const uint16_t *mins
     }
 }
 
-/* Q8: lane l takes bytes 4*(l%8)..+3 of blocks l/8, l/8+4, ... */
+/* Q8: lane l takes bytes 4*(l%8)..+3 of blocks l/8, l/8+4, ...; a warp reads
+ * 128 contiguous bytes of W and 512 of each x row per step. */
 static __global__ void __launch_bounds__(QM_THREADS, QM_MIN_BLOCKS)
 k_qm_gemv_q8(const signed char *q, const uint16_t *scale, int64_t rows, int64_t cols,
-             const float *x, int64_t ldx, int n, float *y, int64_t ldy)
+             const float *x, int64_t ldx, bool vec, int n, float *y, int64_t ldy)
 {
     const int lane = threadIdx.x & 31, sub = lane & 7;
     const int64_t nb = cols / HKV_WBLOCK;
@@ -169,10 +178,9 @@ k_qm_gemv_q8(const signed char *q, const uint16_t *scale, int64_t rows, int64_t 
 #pragma unroll
             for (int i = 0; i < QM_MAXN; i++)
                 if (i < n) {
-                    const float *xi = xb + i * ldx;
+                    const float4 v = qm_x4(xb + i * ldx, vec);
                     float a = acc[i];
-#pragma unroll
-                    for (int k = 0; k < 4; k++) a += w[k] * __ldg(xi + k);
+                    a += w[0] * v.x, a += w[1] * v.y, a += w[2] * v.z, a += w[3] * v.w;
                     acc[i] = a;
                 }
         }
@@ -370,16 +378,17 @@ extern "C" int hkv_gpu_qmat_matmul(hkv_gpu_ctx *ctx, const hkv_gpu_qmat *w, cons
     cudaStream_t st = hkv_stream(stream);
     if (n <= QM_MAXN) {
         const unsigned grid = qm_grid((rows + QM_WARPS - 1) / QM_WARPS);
+        const bool vec = (uintptr_t)x % 16 == 0 && ldx % 4 == 0;   /* 128-bit x loads */
         switch (w->type) {
         case HKV_W_Q4:
             HKV_LAUNCH(k_qm_gemv_q4, grid, QM_THREADS, 0, st)(
                 (const unsigned char *)w->q, (const uint16_t *)w->scale, (const uint16_t *)w->min,
-                rows, cols, x, ldx, (int)n, y, ldy);
+                rows, cols, x, ldx, vec, (int)n, y, ldy);
             break;
         case HKV_W_Q8:
             HKV_LAUNCH(k_qm_gemv_q8, grid, QM_THREADS, 0, st)(
-                (const signed char *)w->q, (const uint16_t *)w->scale, rows, cols, x, ldx, (int)n,
-                y, ldy);
+                (const signed char *)w->q, (const uint16_t *)w->scale, rows, cols, x, ldx, vec,
+                (int)n, y, ldy);
             break;
         case HKV_W_F16:
             HKV_LAUNCH(k_qm_gemv_f16, grid, QM_THREADS, 0, st)(

@@ -14,9 +14,11 @@
  *    s*q is exact in fp32; Q8 (s*q) is exact, Q4 (s*q + min) rounds once,
  *    FMA or not, on either side. ids out of range give NaN rows;
  *  - matmul, n in {1, 2, 7, 8} (GEMV) and {9, 33} (panels + cuBLAS), shapes
- *    1x32, 37x96, 300x512, 300x4096 (two panels), and 37x97, 5x1 for F32/F16,
- *    strided x and y. With Wf the fp32 weights (exact as dequant_rows gives
- *    them), mag = sum_c |Wf x|, u = 2^-24 and g(k) = k u / (1 - k u):
+ *    1x32, 37x96, 300x512, 37x97 and 5x1 (F32/F16), and 300x4096 at n 8 and
+ *    9 (two panels of 256 + 44 rows); strided y, x at strides that are (even
+ *    n) and are not (odd n) a multiple of 4 floats. With Wf the fp32
+ *    weights (exact as dequant_rows gives them), mag = sum_c |Wf x|,
+ *    u = 2^-24 and g(k) = k u / (1 - k u):
  *      |y - sum Wf x (float64)| <= g(h) mag: rigorous for any summation order
  *        in which every term is rounded at most h times; GEMV: h = L + 5 (one
  *        product, L - 1 additions in a lane's sequential sum of L terms, five
@@ -251,11 +253,13 @@ static void test_rows(hkv_gpu_ctx *ctx, const hkv_cpu_kernels *scalar, const hkv
     free_wmat(&m);
 }
 
+/* for every n in ns[0..n_ns), or in {1, 2, 7, 8, 9, 33} when ns is NULL */
 static void test_matmul(hkv_gpu_ctx *ctx, const hkv_cpu_kernels *scalar,
                         const hkv_cpu_kernels *best, int type, int64_t rows, int64_t cols,
-                        test_rng *rng)
+                        const int64_t *ns, int n_ns, test_rng *rng)
 {
-    static const int64_t ns[] = {1, 2, 7, 8, 9, 33};
+    static const int64_t all_ns[] = {1, 2, 7, 8, 9, 33};
+    if (!ns) ns = all_ns, n_ns = 6;
     void *st = hkv_gpu_ctx_stream(ctx);
     test_wmat m;
     make_wmat(&m, type, rows, cols, rng);
@@ -277,8 +281,9 @@ static void test_matmul(hkv_gpu_ctx *ctx, const hkv_cpu_kernels *scalar,
     CHECK((type == HKV_W_F32) == (wsb == 0) && wsb % ((size_t)cols * 4) == 0,
           "ws bytes %zu for %s %lldx%lld", wsb, tname[type], (long long)rows, (long long)cols);
     void *ws = wsb ? gpu_put(ctx, NULL, wsb) : NULL;
-    for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
-        const int64_t n = ns[ni], ldx = cols + 3, ldy = rows + 3;
+    for (int ni = 0; ni < n_ns; ni++) {
+        /* even n: x rows 16-byte aligned (the GEMV's 128-bit loads), odd n: not */
+        const int64_t n = ns[ni], ldx = cols + (n % 2 ? 3 : 4), ldy = rows + 3;
         const int gemm = n > HKV_GEMV_MAX_N;
         float *x = malloc(n * cols * 4), *xs = malloc(n * ldx * 4);
         for (int64_t i = 0; i < n * ldx; i++) xs[i] = rng_nonzero(rng, -1, 1);
@@ -556,20 +561,22 @@ int main(void)
     hkv_cpu_kernels_init(&scalar, HKV_ISA_SCALAR);
     hkv_cpu_kernels_init(&best, test_best_isa());
     const size_t start = hkv_gpu_in_use(ctx, -1);
+    static const int64_t big_ns[] = {8, 9};
 
     test_upload_errors(ctx, &rng);
     for (int type = HKV_W_F32; type <= HKV_W_Q4; type++) {
         test_upload(ctx, type, &rng);
         test_rows(ctx, &scalar, &best, type, 37, 96, &rng);
         test_rows(ctx, &scalar, &best, type, 300, 512, &rng);
-        test_matmul(ctx, &scalar, &best, type, 1, 32, &rng);
-        test_matmul(ctx, &scalar, &best, type, 37, 96, &rng);
-        test_matmul(ctx, &scalar, &best, type, 300, 512, &rng);
-        test_matmul(ctx, &scalar, &best, type, 300, 4096, &rng);
+        test_matmul(ctx, &scalar, &best, type, 1, 32, NULL, 0, &rng);
+        test_matmul(ctx, &scalar, &best, type, 37, 96, NULL, 0, &rng);
+        test_matmul(ctx, &scalar, &best, type, 300, 512, NULL, 0, &rng);
+        /* long rows (lanes loop over many blocks), and two GEMM panels of 256 + 44 rows */
+        test_matmul(ctx, &scalar, &best, type, 300, 4096, big_ns, 2, &rng);
         if (type <= HKV_W_F16) {
             test_rows(ctx, &scalar, &best, type, 37, 97, &rng);
-            test_matmul(ctx, &scalar, &best, type, 37, 97, &rng);
-            test_matmul(ctx, &scalar, &best, type, 5, 1, &rng);
+            test_matmul(ctx, &scalar, &best, type, 37, 97, NULL, 0, &rng);
+            test_matmul(ctx, &scalar, &best, type, 5, 1, NULL, 0, &rng);
         }
     }
     test_copy_rows(ctx, 37, &rng);
