@@ -55,10 +55,12 @@ if [ "${HKV_TEST_QUICK:-0}" != 1 ]; then
         # UBSan must fail the test, not only print; TSan cannot see inside the
         # uninstrumented OpenMP runtime (tests/gpu/tsan.supp says why).
         UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+        LSAN_OPTIONS="suppressions=$PWD/tests/gpu/lsan.supp" \
         TSAN_OPTIONS="suppressions=$PWD/tests/gpu/tsan.supp history_size=7 halt_on_error=0" \
             meson test -C "$d" --no-rebuild --print-errorlogs --num-processes 1 "${suites[@]}" \
                 --timeout-multiplier 4 || status=$?
         UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+        LSAN_OPTIONS="suppressions=$PWD/tests/gpu/lsan.supp" \
         TSAN_OPTIONS="suppressions=$PWD/tests/gpu/tsan.supp history_size=7 halt_on_error=0" \
             meson test -C "$d" --no-rebuild --print-errorlogs --num-processes 1 "${named[@]}" \
                 --timeout-multiplier 2 --logbase pipeline || status=$?

@@ -75,6 +75,8 @@ def dump(a, model, ids, mode, extra, device, vocab, tmp):
     src = ["--synthetic", model[len("synthetic:"):]] if model.startswith("synthetic:") else ["-m", model]
     cmd = [os.path.join(a.bin_dir, "hkv-dump-logits"), *src, "--tokens",
            ",".join(map(str, ids)), "--mode", mode, "-o", out, "--device", device, *extra]
+    if a.threads:
+        cmd += ["-t", str(a.threads)]
     p = run(cmd, a.timeout)
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[:3])} ... --device {device} failed ({p.returncode}): "
@@ -115,6 +117,11 @@ def main(argv=None) -> int:
     ap.add_argument("--only", help="comma-separated policy names")
     ap.add_argument("--modes", default="prompt,batch", help="which of prompt,batch to run")
     ap.add_argument("--rows", default="5,64", help="prefill chunk sizes of the prompt mode")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="host threads (-t; 0: one per core). ThreadSanitizer runs use 1: OpenMP's "
+                    "runtime is not instrumented, so its joins are invisible and every parallel "
+                    "region would report; the pipeline's own threads (device streams, the "
+                    "emulator's workers, the host thread) are what the run checks")
     ap.add_argument("--dump-only", action="store_true",
                     help="only the logits comparisons (sanitizer builds: no run, bench, cap checks)")
     ap.add_argument("--long", type=int, default=0, metavar="N",
@@ -186,6 +193,7 @@ def main(argv=None) -> int:
             p = run([hetkv, "run", "-m", model, "-p", "Hello world, this is a test.", "-n", str(a.long),
                      "-c", str(a.long + 64),
                      "--temp", "0", "--ignore-eos", "--json", "--device", "cuda", *NEAR,
+                     *(["-t", str(a.threads)] if a.threads else []),
                      "--policy", "ctkvr", "--policy-arg", "dcu=1"], a.timeout)
             try:
                 j = json.loads(p.stdout.strip().splitlines()[-1])
