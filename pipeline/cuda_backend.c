@@ -232,7 +232,13 @@ static int g_copy(cuda_be *b, int act, int64_t r0, int64_t n, int64_t cols, floa
     /* Rows are read at stride cols: TMP holds the last product's rows densely. */
     const int64_t ld = act == HKV_ACT_TMP ? cols : b->act_w[act];
     int rc = HKV_OK;
-    for (int64_t r = 0; r < n && !rc; r++) {
+    if (ld == cols) {   /* dense rows (the logits): one copy */
+        float *dv = b->act[act] + r0 * ld;
+        const size_t bytes = (size_t)n * cols * 4;
+        rc = down ? hkv_gpu_download(host, dv, bytes, b->st, err)
+                  : hkv_gpu_upload(dv, host, bytes, b->st, err);
+    }
+    for (int64_t r = 0; r < n && !rc && ld != cols; r++) {
         float *dv = b->act[act] + (r0 + r) * ld;
         rc = down ? hkv_gpu_download(host + r * cols, dv, (size_t)cols * 4, b->st, err)
                   : hkv_gpu_upload(dv, host + r * cols, (size_t)cols * 4, b->st, err);
