@@ -12,18 +12,10 @@
  *      order the host's rerank gathers in. */
 #include <math.h>
 
-#include "gpu_internal.cuh"
+#include "recall_common.cuh"
 
 extern "C" {
 #include "gpu_kernels.h"
-}
-
-#define RC_THREADS 256
-#define RC_WARPS (RC_THREADS / 32)
-
-static __device__ __forceinline__ bool rc_better(float va, int ia, float vb, int ib)
-{
-    return va > vb || (va == vb && ia < ib);
 }
 
 /* Exclusive prefix sum of v over the block; *total gets the sum. */
@@ -55,12 +47,8 @@ k_ctkvr_recall(const uint16_t *cent, const int32_t *ivf, const int32_t *len, con
                int64_t cand_cap, int32_t *n_cand)
 {
     HKV_DYN_SHARED(float, qn);            /* [g][d] unit query heads */
-    __shared__ float red_v[RC_WARPS];
-    __shared__ int red_i[RC_WARPS];
-    __shared__ int sel_last;
     const int64_t u = blockIdx.x, s = u / KH;
     const int h = (int)(u % KH), g = H / KH;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t lo = far[3 * s], hi = far[3 * s + 1];
     const int64_t nfar = hi - lo, nw = (nfar + 31) / 32;
     if (nfar <= 0 || nw > W) {   /* empty far tier, or longer than the workspace was sized for */
@@ -70,31 +58,15 @@ k_ctkvr_recall(const uint16_t *cent, const int32_t *ivf, const int32_t *len, con
     int64_t t0 = far[3 * s + 2];
     t0 = t0 < lo ? lo : t0 > hi ? hi : t0;
 
-    for (int j = warp; j < g; j += RC_WARPS) {
-        const float *qj = q + (s * H + (int64_t)h * g + j) * d;
-        double ss = 0;
-        for (int e = lane; e < d; e += 32) ss += (double)qj[e] * qj[e];
-        ss = hkv_warp_sum_d(ss);
-        const float r = ss > 0 ? (float)(1.0 / sqrt(ss)) : 0.0f;
-        for (int e = lane; e < d; e += 32) qn[j * d + e] = qj[e] * r;
-    }
+    rc_unit_heads(q + (s * H + (int64_t)h * g) * d, g, d, qn);
     __syncthreads();
 
     const int64_t head = fifo[2 * u];
     int64_t count = fifo[2 * u + 1];
     count = count < 0 ? 0 : count > C ? C : count;
     float *sc = score_ws + u * C;
-    for (int64_t i = warp; i < count; i += RC_WARPS) {
-        const int64_t slot = (head + i) % C;
-        float best = -INFINITY;
-        for (int j = 0; j < g; j++) {
-            const uint16_t *cj = cent + ((s * C + slot) * H + (int64_t)h * g + j) * d;
-            float a = 0.0f;
-            for (int e = lane; e < d; e += 32) a = fmaf(qn[j * d + e], hkv_h2f(cj[e]), a);
-            best = fmaxf(best, hkv_warp_sum(a));
-        }
-        if (lane == 0) sc[i] = best;
-    }
+    rc_fifo_scores(qn, g, d, cent + (s * C * H + (int64_t)h * g) * d, (int64_t)H * d, head, count,
+                   C, sc);
     __syncthreads();   /* also orders the block's global writes to sc before the reads below */
 
     uint32_t *bm = bm_ws + u * W;
@@ -102,28 +74,9 @@ k_ctkvr_recall(const uint16_t *cent, const int32_t *ivf, const int32_t *len, con
     __syncthreads();   /* zeroed before any bit is set */
     const int64_t k = Cp < count ? Cp : count;
     for (int64_t it = 0; it < k; it++) {
-        float bv = -INFINITY;
-        int bi = 0x7fffffff;
-        for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
-            const float x = sc[i];
-            if (x == x && rc_better(x, (int)i, bv, bi)) bv = x, bi = (int)i;   /* NaN: taken */
-        }
-        for (int o = 16; o > 0; o >>= 1) {
-            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (rc_better(ov, oi, bv, bi)) bv = ov, bi = oi;
-        }
-        if (lane == 0) red_v[warp] = bv, red_i[warp] = bi;
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            for (int w = 1; w < RC_WARPS; w++)
-                if (rc_better(red_v[w], red_i[w], bv, bi)) bv = red_v[w], bi = red_i[w];
-            sel_last = bi;
-            if (bi != 0x7fffffff) sc[bi] = __int_as_float(0x7fc00000);
-        }
-        __syncthreads();
-        const int pick = sel_last;
-        if (pick == 0x7fffffff) break;   /* only NaN scores left */
+        float v;
+        const int pick = rc_pick(sc, count, &v);
+        if (pick < 0) break;   /* only NaN scores left */
         const int64_t slot = (head + pick) % C;
         const int32_t *list = ivf + ((s * KH + h) * C + slot) * rho;
         int64_t L = len[(s * KH + h) * C + slot];
@@ -132,7 +85,6 @@ k_ctkvr_recall(const uint16_t *cent, const int32_t *ivf, const int32_t *len, con
             const int64_t p = list[e];
             if (p >= lo && p < hi) atomicOr(&bm[(p - lo) >> 5], 1u << ((p - lo) & 31));
         }
-        __syncthreads();   /* sel_last and red_* are rewritten next round */
     }
     for (int64_t p = t0 + threadIdx.x; p < hi; p += blockDim.x)
         atomicOr(&bm[(p - lo) >> 5], 1u << ((p - lo) & 31));

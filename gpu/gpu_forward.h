@@ -98,6 +98,39 @@ int hkv_gpu_kv_append(const float *qkv, int64_t ld, int64_t n, int64_t k_off, in
 int hkv_gpu_partial_clear(float *out, int64_t ldo, float *lse, int64_t n, int n_head, int d,
                           void *stream, hkv_err *err);
 
+/* dst + off[i] receives the n16 16-bit values of src + i*n16, i < n (device:
+ * off int64 [n] element offsets, src fp16/u16 [n][n16]); off[i] < 0 skips
+ * it. Rows written by a host policy reach its device mirror this way. */
+int hkv_gpu_scatter_u16(uint16_t *dst, const int64_t *off, const uint16_t *src, int64_t n,
+                        int64_t n16, void *stream, hkv_err *err);
+
+/* ---- recall over FIFO tables of unit rows (recall_top.cu) ------------------- */
+
+/* One query row's recall: the batch row whose query heads it takes, its
+ * table (fp16 [C][n_head][d], unit rows; KV head h's are the g heads h*g ..
+ * of each slot), the table's FIFO per KV head (int32 [n_head_kv][2]: oldest
+ * slot, slots in use; the valid slots are (oldest + i) % C, i < in use) and
+ * how many slots to recall. Pointers are device memory. */
+typedef struct hkv_gpu_recall_row {
+    const uint16_t *tab;
+    const int32_t *fifo;
+    int64_t row, C, k;
+} hkv_gpu_recall_row;
+
+size_t hkv_gpu_recall_top_ws_bytes(int64_t n_rows, int n_head_kv, int64_t C_max);
+
+/* For each of n_rows descriptors (device array) and KV head h, at = row *
+ * n_head_kv + h: the cosine of the unit query heads (q + row*ld_q, fp32
+ * [n_head][d]; sum of squares in float64 as the host) with each valid slot
+ * of the table, max over h's group, and the top min(k, k_cap, in use) slots
+ * (ties to the older) into slot[at*k_cap ..], their cosines into score,
+ * their count into n_top[at]. Entries of batch rows without a descriptor
+ * are not written. C <= C_max; ws as hkv_gpu_recall_top_ws_bytes. */
+int hkv_gpu_recall_top(const hkv_gpu_recall_row *rows, int64_t n_rows, const float *q,
+                       int64_t ld_q, int n_head, int n_head_kv, int d, int64_t k_cap,
+                       int64_t C_max, int32_t *slot, float *score, int32_t *n_top, void *ws,
+                       size_t ws_bytes, void *stream, hkv_err *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -301,3 +301,24 @@ int hkv_gpu_partial_clear(float *out, int64_t ldo, float *lse, int64_t n, int n_
     (void)out, (void)ldo, (void)lse, (void)n, (void)n_head, (void)d, (void)stream;
     return NO_CUDA(err, "gpu partial clear");
 }
+int hkv_gpu_scatter_u16(uint16_t *dst, const int64_t *off, const uint16_t *src, int64_t n,
+                        int64_t n16, void *stream, hkv_err *err)
+{
+    (void)dst, (void)off, (void)src, (void)n, (void)n16, (void)stream;
+    return NO_CUDA(err, "gpu scatter");
+}
+size_t hkv_gpu_recall_top_ws_bytes(int64_t n_rows, int n_head_kv, int64_t C_max)
+{
+    (void)n_rows, (void)n_head_kv, (void)C_max;
+    return 0;
+}
+int hkv_gpu_recall_top(const hkv_gpu_recall_row *rows, int64_t n_rows, const float *q,
+                       int64_t ld_q, int n_head, int n_head_kv, int d, int64_t k_cap,
+                       int64_t C_max, int32_t *slot, float *score, int32_t *n_top, void *ws,
+                       size_t ws_bytes, void *stream, hkv_err *err)
+{
+    (void)rows, (void)n_rows, (void)q, (void)ld_q, (void)n_head, (void)n_head_kv, (void)d;
+    (void)k_cap, (void)C_max, (void)slot, (void)score, (void)n_top, (void)ws, (void)ws_bytes;
+    (void)stream;
+    return NO_CUDA(err, "gpu recall");
+}

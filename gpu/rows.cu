@@ -1,6 +1,6 @@
 /* Row movement of the forward pass: gather/scatter of fp32 activation rows,
  * the bias add, K/V appends to fp16 caches, and the empty (out 0, lse -inf)
- * attention partial. 2-D grids: y over rows, x over the elements of a row,
+ * attention partial, and 16-bit rows scattered into a device mirror. 2-D grids: y over rows, x over the elements of a row,
  * both grid-stride, so any n and row length fit the launch limits; index
  * math in int64. */
 #include <math.h>
@@ -139,6 +139,29 @@ extern "C" int hkv_gpu_partial_clear(float *out, int64_t ldo, float *lse, int64_
     if (!n) return HKV_OK;
     HKV_LAUNCH(k_partial_clear, rw_grid(n, (int64_t)n_head * d), RW_THREADS, 0,
                hkv_stream(stream))(out, ldo, lse, n, n_head, d);
+    HKV_LAUNCH_CHECK(err);
+    return HKV_OK;
+}
+
+static __global__ void __launch_bounds__(RW_THREADS)
+k_scatter_u16(uint16_t *dst, const int64_t *off, const uint16_t *src, int64_t n, int64_t n16)
+{
+    RW_ROWS(i, n) {
+        const int64_t o = off[i];
+        if (o < 0) continue;
+        RW_COLS(j, n16) dst[o + j] = src[i * n16 + j];
+    }
+}
+
+extern "C" int hkv_gpu_scatter_u16(uint16_t *dst, const int64_t *off, const uint16_t *src,
+                                   int64_t n, int64_t n16, void *stream, hkv_err *err)
+{
+    if (!dst || !off || !src || n < 0 || n16 < 1)
+        return hkv_seterr(err, HKV_E_INVAL, "gpu scatter: bad arguments (n %lld, %lld values)",
+                          (long long)n, (long long)n16);
+    if (!n) return HKV_OK;
+    HKV_LAUNCH(k_scatter_u16, rw_grid(n, n16), RW_THREADS, 0, hkv_stream(stream))(dst, off, src,
+                                                                                 n, n16);
     HKV_LAUNCH_CHECK(err);
     return HKV_OK;
 }

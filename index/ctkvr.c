@@ -143,6 +143,7 @@ static void dcu_push(ctkvr *s, ct_layer *ly, int kvh, const float *qn, const int
         hd->dcu_new++;
         ly->dyn[(int64_t)kvh * C + sl] = 1;
     }
+    hd->dirty = hd->dirty == -1 || hd->dirty == sl ? sl : -2;
     for (int j = 0; j < s->g; j++)
         s->kern->f32_to_f16(qn + j * s->d,
                             ly->cent + ((int64_t)sl * s->H + (int64_t)kvh * s->g + j) * s->d, s->d);
@@ -152,10 +153,10 @@ static void dcu_push(ctkvr *s, ct_layer *ly, int kvh, const float *qn, const int
     ly->len[(int64_t)kvh * C + sl] = (int32_t)n;
 }
 
-static int64_t ctkvr_select(void *self, int layer, int kvh, const float *q, const hkv_far_view *far,
-                            int32_t *out, hkv_policy_scratch *ws)
+/* select, with the recall given (the device's, r) or done here (r NULL). */
+static int64_t select_impl(ctkvr *s, int layer, int kvh, const float *q, const hkv_far_view *far,
+                           const hkv_recalled *r, int32_t *out, hkv_policy_scratch *ws)
 {
-    ctkvr *s = self;
     if (layer < 0 || layer >= s->L || kvh < 0 || kvh >= s->KH || !q || !far || !out || !ws)
         return HKV_E_INVAL;
     const int64_t lo = far->lo, hi = far->hi, nfar = hi - lo;
@@ -186,7 +187,16 @@ static int64_t ctkvr_select(void *self, int layer, int kvh, const float *q, cons
     int64_t raw = 0, uniq = 0;
     int32_t best = -1;   /* best recalled slot and its cosine, for dcu=2 */
     float bcos = -INFINITY;
-    if (hd->count > 0) {   /* recall: top C' centroids by max-over-group cosine */
+    /* recall: the top C' centroids by max-over-group cosine, best first */
+    const int32_t *rs = sel;
+    const float *rv = ct;
+    int64_t k = 0;
+    if (r) {   /* the device's */
+        rs = r->slot, rv = r->score;
+        k = hkv_max64(0, hkv_min64(r->n, s->c.Cp));
+        for (int64_t t = 0; t < k; t++)
+            if (rs[t] < 0 || rs[t] >= C) return HKV_E_INVAL;
+    } else if (hd->count > 0) {
         const int64_t n = hd->count;
         for (int64_t i = 0; i < n; i++) slots[i] = (int32_t)((hd->head + i) % C);
         for (int j = 0; j < g; j++) {
@@ -195,10 +205,13 @@ static int64_t ctkvr_select(void *self, int layer, int kvh, const float *q, cons
             if (j)
                 for (int64_t i = 0; i < n; i++) cs[i] = ct[i] > cs[i] ? ct[i] : cs[i];
         }
-        int64_t k = hkv_topk(cs, n, s->c.Cp, sel, tsc);
+        k = hkv_topk(cs, n, s->c.Cp, sel, tsc);
+        for (int64_t t = 0; t < k; t++) ct[t] = cs[sel[t]], sel[t] = slots[sel[t]];
+    }
+    {
         for (int64_t t = 0; t < k; t++) {
-            int64_t sl = slots[sel[t]];
-            if (cs[sel[t]] > bcos) bcos = cs[sel[t]], best = (int32_t)sl;
+            int64_t sl = rs[t];
+            if (rv[t] > bcos) bcos = rv[t], best = (int32_t)sl;
             const int32_t *list = ly->ivf + ((int64_t)kvh * C + sl) * rho;
             const int32_t len = ly->len[(int64_t)kvh * C + sl];
             for (int32_t e = 0; e < len; e++) {
@@ -254,6 +267,38 @@ static int64_t ctkvr_select(void *self, int layer, int kvh, const float *q, cons
     return m_out;
 }
 
+static int64_t ctkvr_select(void *self, int layer, int kvh, const float *q, const hkv_far_view *far,
+                            int32_t *out, hkv_policy_scratch *ws)
+{
+    return select_impl(self, layer, kvh, q, far, NULL, out, ws);
+}
+
+static int64_t ctkvr_select_recalled(void *self, int layer, int kvh, const float *q,
+                                     const hkv_far_view *far, const hkv_recalled *r, int32_t *out,
+                                     hkv_policy_scratch *ws)
+{
+    return r ? select_impl(self, layer, kvh, q, far, r, out, ws) : HKV_E_INVAL;
+}
+
+/* The device part: the centroids, recalled on the device (pipeline/). */
+static int ctkvr_recall_table(void *self, int layer, hkv_recall_table *t, int32_t *fifo,
+                              int32_t *dirty)
+{
+    ctkvr *s = self;
+    if (layer < 0 || layer >= s->L || !t || !fifo || !dirty) return HKV_E_INVAL;
+    ct_layer *ly = &s->lay[layer];
+    for (int h = 0; h < s->KH; h++)
+        if (ly->kv[h].dirty == -2) ly->version++;
+    *t = (hkv_recall_table){.rows = ly->cent, .C = s->c.C, .k = s->c.Cp, .version = ly->version};
+    for (int h = 0; h < s->KH; h++) {
+        ct_head *hd = &ly->kv[h];
+        fifo[2 * h] = hd->head, fifo[2 * h + 1] = hd->count;
+        dirty[h] = hd->dirty < 0 ? -1 : hd->dirty;
+        hd->dirty = -1;
+    }
+    return HKV_OK;
+}
+
 /* ---- lifetime and reports ---------------------------------------------------- */
 
 static void ctkvr_describe(void *self, char *buf, size_t cap)
@@ -296,6 +341,8 @@ static const hkv_policy_ops ctkvr_ops = {
     .select = ctkvr_select,
     .max_select = ctkvr_max_select,
     .scratch_need = ctkvr_scratch_need,
+    .recall_table = ctkvr_recall_table,
+    .select_recalled = ctkvr_select_recalled,
     .describe = ctkvr_describe,
     .destroy = ctkvr_destroy,
 };
@@ -362,6 +409,8 @@ static int ctkvr_create(hkv_policy *out, const hkv_policy_args *a, const hkv_pol
         ly->kv = s->heads + l * KH;
         ly->indexed_hi = -1;   /* before any prompt end, every far token is tail */
         ly->q_end = 0;
+        ly->version = 1;
+        for (int h = 0; h < s->KH; h++) ly->kv[h].dirty = -1;
     }
     out->ops = &ctkvr_ops;
     out->self = s;

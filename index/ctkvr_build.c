@@ -332,7 +332,9 @@ int hkv_ctkvr_prefill_end(void *self, int layer, const hkv_far_view *far,
         if (full) hd->head = hd->count = 0;
         else hd->count -= (int32_t)hkv_min64(hd->dcu_new, hd->count);   /* reuse select's slots */
         hd->dcu_new = 0;
+        hd->dirty = -1;
     }
+    ly->version++;   /* the rows change wholesale: a device mirror uploads them again */
     int rc = HKV_OK;
     if (m > 0) {
         const size_t bytes = (size_t)KH * m * sizeof(int32_t) + (size_t)d * sizeof(float);

@@ -18,6 +18,8 @@ typedef struct ct_conf {
 typedef struct ct_head {
     int32_t head, count;    /* FIFO of centroid slots: oldest slot, slots in use */
     int32_t dcu_new;        /* slots select pushed since the last prompt end */
+    int32_t dirty;          /* slot select rewrote since recall_table last looked (-1: none,
+                               -2: more than one) */
     int64_t steps, cand, raw, uniq, tail;   /* statistics for describe */
 } ct_head;
 
@@ -29,6 +31,7 @@ typedef struct ct_layer {
     ct_head *kv;            /* [n_head_kv] */
     int64_t indexed_hi;     /* far positions >= this are the unindexed tail */
     int64_t q_end;          /* position after the last prompt query seen */
+    uint64_t version;       /* moves when cent changes other than by a dirty slot */
     int built;
 } ct_layer;
 

@@ -88,6 +88,28 @@ typedef struct hkv_policy_scratch {
     int64_t nf, ni;     /* capacities, as asked by scratch_need */
 } hkv_policy_scratch;
 
+/* A selection policy's device part (the CPU-GPU pipeline, pipeline/): the
+ * recall step of select, run on the device over a table the pipeline keeps
+ * a mirror of. Per layer the policy owns a table of unit rows, fp16
+ * [C][n_head][d] (KV head h's part of a row: the g heads h*g ..), kept as a
+ * FIFO per KV head. Recall for a step's query heads: the cosine with each
+ * valid row, max over the group, the top k (ties to the older slot). */
+typedef struct hkv_recall_table {
+    const uint16_t *rows;   /* [C][n_head][d] fp16 */
+    int64_t C;              /* slots */
+    int64_t k;              /* slots recalled per step and KV head */
+    uint64_t version;       /* moves whenever rows changed other than by the
+                               `dirty` slots the last call reports */
+} hkv_recall_table;
+
+/* The device's recall for one (layer, KV head) of a decode step: n slots and
+ * their cosines, best first. */
+typedef struct hkv_recalled {
+    const int32_t *slot;
+    const float *score;
+    int64_t n;
+} hkv_recalled;
+
 typedef struct hkv_policy_ops {
     /* Prompt end for one layer: the far tier is [lo, hi) and the last
      * queries are in qv (n may be less than asked for a short prompt).
@@ -123,6 +145,17 @@ typedef struct hkv_policy_ops {
      * Returns their count (<= cap) or a negative HKV_E_*. */
     int (*tsp_layer)(void *self, int64_t n_prompt);
     int64_t (*tsp_rows)(void *self, int32_t *out, int64_t cap);
+    /* The device part (NULL for a policy without one). recall_table: the
+     * layer's table, its FIFO per KV head into fifo (int32 [n_head_kv][2]:
+     * oldest slot, slots in use) and, into dirty[n_head_kv], the slot each
+     * KV head's select rewrote since the last call (-1: none; a second slot
+     * rewritten before the call moves the version instead); the call clears
+     * them. Not concurrent with select. select_recalled: select given the
+     * device's recall for that KV head, the same result as select. */
+    int (*recall_table)(void *self, int layer, hkv_recall_table *t, int32_t *fifo, int32_t *dirty);
+    int64_t (*select_recalled)(void *self, int layer, int kvh, const float *q,
+                               const hkv_far_view *far, const hkv_recalled *r, int32_t *out,
+                               hkv_policy_scratch *ws);
     /* Statistics line for reports (may be NULL). */
     void (*describe)(void *self, char *buf, size_t cap);
     void (*destroy)(void *self);

@@ -1,10 +1,11 @@
 /* The attention step of the CUDA backend: the CPU-GPU co-execution of one
  * layer (the picture is in cuda_backend.h and docs/ARCHITECTURE.md).
  *
- * Decode rows: the device appends their K/V to its near-tier mirror and
- * attends sinks + local window while CPU threads (the tiered cache's
- * layer_step_far: policy selection and sparse attention over the far tier)
- * compute the far partial; the far (out, lse) is uploaded and merged into
+ * Decode rows: the device recalls for policies with a device part
+ * (cuda_recall.c), appends their K/V to its near-tier mirror and attends
+ * sinks + local window while CPU threads (the tiered cache's
+ * layer_step_far: policy selection, given the device's recall, and sparse
+ * attention over the far tier) compute the far partial; the far (out, lse) is uploaded and merged into
  * the near one on the device. Prompt rows: the host attends them over the
  * far tier (which holds the whole prompt while it is fed) and their output
  * is merged with an empty near partial, i.e. taken as it is.
@@ -89,9 +90,11 @@ int cb_attention(void *self, int layer, const hkv_seg *segs, int n_segs, int64_t
     b->stats.decode_rows += n_dec;
     b->stats.layer_steps++;
 
-    /* Device: QKV down to the host first, then the near part. */
+    /* Device: QKV and the policies' recall down to the host first, then the
+     * near part. */
     if ((rc = hkv_gpu_download(b->h_qkv.p, b->act[HKV_ACT_QKV], (size_t)n * b->qkv_w * 4, b->st,
                                err)) ||
+        (rc = cb_recall_step(b, layer, segs, n_segs, n, err)) ||
         (rc = hkv_gpu_event_record(ev[0], b->st, err)))
         return rc;
     b->stats.bytes_d2h += (uint64_t)n * b->qkv_w * 4;
@@ -117,7 +120,7 @@ int cb_attention(void *self, int layer, const hkv_seg *segs, int n_segs, int64_t
     if ((rc = hkv_gpu_event_sync(ev[0], err))) return rc;
     double t1 = hkv_now();
     rc = kv->ops->layer_step_far(kv->self, layer, segs, n_segs, b->h_qkv.p, b->qkv_w, b->h_fo.p,
-                                 b->qd, b->h_fl.p, err);
+                                 b->qd, b->h_fl.p, cb_recall_result(b, n), err);
     double t2 = hkv_now();
     b->stats.cpu_wait_dev += t1 - t0;
     b->stats.cpu_busy += t2 - t1;

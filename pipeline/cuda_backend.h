@@ -46,6 +46,8 @@ typedef struct hkv_pipeline_stats {
     double dev_wait_cpu;        /* s: device idle from its near partial to the far partial */
     uint64_t bytes_d2h, bytes_h2d;   /* per-step copies (QKV down; far partials, mirror, indices up) */
     int64_t near_resyncs;       /* (sequence, layer) near tiers uploaded whole from the host */
+    int64_t recall_rows;        /* (decode row, layer) recalls run on the device */
+    int64_t recall_resyncs;     /* (sequence, layer) recall tables uploaded whole */
     size_t dev_peak, dev_in_use;     /* device bytes, all tiers */
     size_t dev_tier[5];              /* in use per tier (enum hkv_tier) */
 } hkv_pipeline_stats;

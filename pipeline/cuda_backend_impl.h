@@ -7,6 +7,7 @@
 #include "gpu_forward.h"
 #include "gpu_kernels.h"
 #include "pinned.h"
+#include "policy.h"
 
 typedef struct dlayer {
     hkv_gpu_qmat qkv[3], wo, ffn_in[2], down;
@@ -21,6 +22,28 @@ typedef struct dlayer {
 /* Device arrays refreshed from host per call: the last content uploaded is
  * kept so that layers of one call do not upload it again. */
 enum { UP_TOK, UP_POS, UP_LROWS, UP_DST, UP_ROWS, UP_NROWS, UP_IDX, UP_COUNT };
+
+/* The device's mirror of the policies' recall tables (cuda_recall.c). */
+typedef struct cb_recall {
+    int64_t C, k;                 /* arena: slots per table, entries per (row, KV head); 0: none */
+    uint16_t *rows;               /* device [max_seqs][NL][C][H][d] fp16 */
+    int32_t *fifo;                /* device [max_seqs][NL][KH][2] */
+    size_t rows_bytes, fifo_bytes, ws_bytes, up_bytes;
+    void *ws;
+    int32_t *d_slot, *d_n;        /* [max_rows][KH][k], [max_rows][KH] */
+    float *d_score;
+    void *d_up;                   /* device copy of one layer's update region */
+    hkv_pinned h_up;              /* [NL] update regions (offsets, FIFOs, descriptors, rows) */
+    void **up_ev;                 /* [NL]: that region's copy done */
+    hkv_pinned h_out;             /* slot, score, n of the last step */
+    uint64_t *ver, *epoch;        /* [max_seqs][NL]: table version and sequence epoch mirrored */
+    char *has;                    /* [max_rows]: recalled this step */
+    hkv_recall_table *tab;        /* [max_seqs]: this step's tables */
+    int32_t *dirty;               /* [max_seqs][KH] */
+    int *seg;                     /* [max_seqs]: their segments */
+    int n_desc;
+    hkv_recall_rows rr;
+} cb_recall;
 
 typedef struct cuda_be {
     hkv_engine *e;
@@ -62,6 +85,7 @@ typedef struct cuda_be {
     int32_t *h_rows, *h_nrows, *h_idx;   /* [max_seqs], [max_seqs][KH], [max_seqs][KH][NR] */
     int64_t *h_dst;                       /* [max_rows] */
     int32_t *h_slow;                      /* [max_seqs] */
+    cb_recall rc;
     hkv_pipeline_stats stats;
     /* device allocations, freed in reverse at destroy */
     struct dalloc { void *p; size_t bytes; int tier; } *allocs;
@@ -75,6 +99,16 @@ void *cb_alloc(cuda_be *b, int tier, size_t bytes, hkv_err *err);
 int cb_stage(cuda_be *b, int id, void *dev, const void *src, size_t bytes, hkv_err *err);
 /* Harvest the timeline events of completed layers (after a stream sync). */
 void cb_harvest(cuda_be *b);
+
+/* The device recall (cuda_recall.c): create/destroy with the backend;
+ * cb_recall_step, before the layer's QKV rows go down, brings the tables of
+ * the step's decode rows up to date and queues the recall and its download;
+ * cb_recall_result, after that download, gives layer_step_far's argument
+ * (NULL: no row recalled on the device). */
+int cb_recall_create(cuda_be *b, hkv_err *err);
+void cb_recall_destroy(cuda_be *b);
+int cb_recall_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64_t n, hkv_err *err);
+const hkv_recall_rows *cb_recall_result(cuda_be *b, int64_t n);
 
 /* The attention op (cuda_attention.c). */
 int cb_attention(void *self, int layer, const hkv_seg *segs, int n_segs, int64_t n, hkv_err *err);

@@ -38,6 +38,18 @@ typedef struct hkv_seg {
 #define HKV_SEG_PROMPT 1
 #define HKV_SEG_PROMPT_END 2
 
+/* Recall computed elsewhere (the device, pipeline/) for the decode rows of
+ * one far-only layer step: for batch row r and KV head h, at = r *
+ * n_head_kv + h, n[at] entries at slot + at*ld and score + at*ld (n[at] < 0:
+ * none, the sequence's policy recalls on the host). What the entries are is
+ * the sequence's policy's business (index/policy.h, hkv_recalled). */
+typedef struct hkv_recall_rows {
+    const int32_t *slot;
+    const float *score;
+    const int32_t *n;
+    int64_t ld;
+} hkv_recall_rows;
+
 typedef struct hkv_kv_shape {
     int n_layer;
     int n_head;
@@ -72,10 +84,12 @@ typedef struct hkv_kv_ops {
      * device, pipeline/): decode rows get only the far partial, prompt rows
      * the whole attention as layer_step gives it; every row's log-sum-exp
      * goes to lse[row * n_head + head] (-inf: no key, out 0), so the caller's
-     * near partial merges exactly. NULL for a cache without a near tier. */
+     * near partial merges exactly. rec (may be NULL): the device's recall
+     * for decode rows whose policy has a device part. NULL for a cache
+     * without a near tier. */
     int (*layer_step_far)(void *self, int layer, const hkv_seg *segs, int n_segs,
                           const float *qkv, int64_t ld_qkv, float *out, int64_t ld_out,
-                          float *lse, hkv_err *err);
+                          float *lse, const hkv_recall_rows *rec, hkv_err *err);
     void (*destroy)(void *self);
 } hkv_kv_ops;
 

@@ -218,6 +218,7 @@ int hkv_kv_tiered_set_policy(hkv_kv *kv, int seq, const hkv_policy_def *def,
     q->args = *a;
     if (!q->open) return HKV_OK;
     memset(&q->audit, 0, sizeof q->audit);
+    q->epoch = ++t->epoch;   /* a device mirror of the old policy's index is stale */
     return policy_rebuild(t, q, err);
 }
 
@@ -339,7 +340,8 @@ static int append_segment(tiered *t, int layer, const hkv_seg *sg, const float *
 }
 
 static int layer_step(tiered *t, int layer, const hkv_seg *segs, int n_segs, const float *qkv,
-                      int64_t ld_qkv, float *out, int64_t ld_out, float *lse_out, hkv_err *err) {
+                      int64_t ld_qkv, float *out, int64_t ld_out, float *lse_out,
+                      const hkv_recall_rows *rec, hkv_err *err) {
     for (int i = 0; i < n_segs; i++) {
         const hkv_seg *sg = &segs[i];
         if (sg->seq < 0 || sg->seq >= t->max_seqs || !t->seqs[sg->seq].open)
@@ -391,7 +393,7 @@ static int layer_step(tiered *t, int layer, const hkv_seg *segs, int n_segs, con
         if (err) *err = local;
         return rc;
     }
-    if ((rc = tiered_attend(t, layer, segs, n_segs, qkv, ld_qkv, out, ld_out, lse_out, err)))
+    if ((rc = tiered_attend(t, layer, segs, n_segs, qkv, ld_qkv, out, ld_out, lse_out, rec, err)))
         return rc;
     for (int i = 0; i < n_segs; i++) {
         tseq *q = &t->seqs[segs[i].seq];
@@ -405,17 +407,17 @@ static int layer_step(tiered *t, int layer, const hkv_seg *segs, int n_segs, con
 
 static int t_layer_step(void *self, int layer, const hkv_seg *segs, int n_segs, const float *qkv,
                         int64_t ld_qkv, float *out, int64_t ld_out, hkv_err *err) {
-    return layer_step(self, layer, segs, n_segs, qkv, ld_qkv, out, ld_out, NULL, err);
+    return layer_step(self, layer, segs, n_segs, qkv, ld_qkv, out, ld_out, NULL, NULL, err);
 }
 
 static int t_layer_step_far(void *self, int layer, const hkv_seg *segs, int n_segs,
                             const float *qkv, int64_t ld_qkv, float *out, int64_t ld_out,
-                            float *lse, hkv_err *err) {
+                            float *lse, const hkv_recall_rows *rec, hkv_err *err) {
     tiered *t = self;
     if (t->p.audit)   /* the audit compares with the near partial, which the caller computes */
         return hkv_seterr(err, HKV_E_UNSUPPORTED, "the attention audit runs on the host path only");
     if (!lse) return hkv_seterr(err, HKV_E_INVAL, "far-only layer step without an lse buffer");
-    return layer_step(t, layer, segs, n_segs, qkv, ld_qkv, out, ld_out, lse, err);
+    return layer_step(t, layer, segs, n_segs, qkv, ld_qkv, out, ld_out, lse, rec, err);
 }
 
 static void t_destroy(void *self) {

@@ -89,8 +89,9 @@ int hkv_kv_tiered_near(hkv_kv *kv, int seq, int layer, const uint16_t **k, const
 /* Near rows per (layer, KV head) (0 when kv is not tiered). */
 int hkv_kv_tiered_near_rows(const hkv_kv *kv);
 /* A number that changes whenever seq's stored tokens change other than by
- * appending through layer_step: open, close, a copy into it, a rewind. A
- * mirror of the near tier is current only while the epoch it saw holds. */
+ * appending through layer_step (open, close, a copy into it, a rewind) or
+ * its policy is replaced. A device mirror of its near tier or its policy's
+ * index is current only while the epoch it saw holds. */
 uint64_t hkv_kv_tiered_seq_epoch(const hkv_kv *kv, int seq);
 
 /* 1 when kv is a tiered cache. */

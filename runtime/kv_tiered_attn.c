@@ -119,7 +119,8 @@ static void audit_row(tiered *t, tseq *q, int layer, int kvh, const float *qv, c
 }
 
 int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const float *qkv,
-                  int64_t ld_qkv, float *out, int64_t ld_out, float *lse_out, hkv_err *err) {
+                  int64_t ld_qkv, float *out, int64_t ld_out, float *lse_out,
+                  const hkv_recall_rows *rec, hkv_err *err) {
     const int KH = t->s.n_head_kv, d = t->s.head_dim, g = t->s.n_head / KH;
     const float scale = 1.0f / sqrtf((float)d);
     const hkv_cpu_kernels *kn = t->kern;
@@ -218,7 +219,15 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
             }
             int64_t n_sel = 0;
             if (fv.hi > fv.lo) {
-                n_sel = q->pol.ops->select(q->pol.self, layer, I->kvh, qb, &fv, sel, &ps);
+                const int64_t at = sg->row * KH + I->kvh;
+                if (rec && rec->n[at] >= 0 && q->pol.ops->select_recalled) {
+                    const hkv_recalled r = {rec->slot + at * rec->ld, rec->score + at * rec->ld,
+                                            rec->n[at]};
+                    n_sel = q->pol.ops->select_recalled(q->pol.self, layer, I->kvh, qb, &fv, &r,
+                                                        sel, &ps);
+                } else {
+                    n_sel = q->pol.ops->select(q->pol.self, layer, I->kvh, qb, &fv, sel, &ps);
+                }
                 if (n_sel < 0) {
 #pragma omp atomic write
                     fail = (int)n_sel;

@@ -34,7 +34,8 @@ typedef struct tseq {
     hkv_policy pol;
     hkv_tiered_audit audit;
     uint64_t epoch;           /* changes when the stored tokens change other than by appending
-                                 (open, close, copy into, rewind): hkv_kv_tiered_seq_epoch */
+                                 (open, close, copy into, rewind) or the policy is
+                                 replaced: hkv_kv_tiered_seq_epoch */
 } tseq;
 
 typedef struct tiered {
@@ -85,6 +86,7 @@ static inline int64_t seg_pos(const hkv_seg *sg, int64_t i) {
  * (far-only mode, hkv_kv_ops.layer_step_far) decode rows get only the far
  * partial and every row's lse goes to lse_out[row * n_head + head]. */
 int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const float *qkv,
-                  int64_t ld_qkv, float *out, int64_t ld_out, float *lse_out, hkv_err *err);
+                  int64_t ld_qkv, float *out, int64_t ld_out, float *lse_out,
+                  const hkv_recall_rows *rec, hkv_err *err);
 
 #endif

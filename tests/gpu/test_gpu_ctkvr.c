@@ -10,12 +10,16 @@
  *    when nothing is reranked (dcu=0, rho' above any candidate count), for
  *    FIFOs full, wrapped and partly filled, with a decode tail; steps whose
  *    float64 cosines tie within 1e-4 at the C'-th place are not compared;
+ *  - recall only (hkv_gpu_recall_top, the pipeline's): the host's
+ *    select_recalled given the device's top C' slots returns exactly what
+ *    select returns, same near ties skipped;
  *  - DCU: FIFO, centroid bits, list and length after the device update equal
  *    the host's FIFO push with the same rerank picks. */
 #include <omp.h>
 
 #include "util.h"
 #include "ctkvr_impl.h"
+#include "gpu_forward.h"
 #include "gpu_test.h"
 
 typedef struct world {
@@ -253,6 +257,21 @@ static void test_recall(hkv_gpu_ctx *ctx, gix *G, world *W, hkv_policy *p, int c
     p->ops->scratch_need(p->self, max_far, &sw.nf, &sw.ni);
     sw.f = malloc(sw.nf * 4 + 4), sw.i = malloc(sw.ni * 4 + 4);
     int32_t *out = malloc((p->ops->max_select(p->self, max_far) + 1) * 4);
+    int32_t *out2 = malloc((p->ops->max_select(p->self, max_far) + 1) * 4);
+    /* recall only: one descriptor per query row, all on sequence 0's table */
+    hkv_gpu_recall_row rrow[4];
+    for (int qs = 0; qs < n_seq; qs++)
+        rrow[qs] = (hkv_gpu_recall_row){.tab = G->ix.cent, .fifo = G->ix.fifo, .row = qs,
+                                        .C = W->C, .k = W->Cp};
+    hkv_gpu_recall_row *drow = gpu_put(ctx, rrow, sizeof rrow);
+    const size_t rws_b = hkv_gpu_recall_top_ws_bytes(n_seq, KH, W->C);
+    void *rws = gpu_put(ctx, NULL, rws_b);
+    int32_t *dslot = gpu_put(ctx, NULL, (size_t)n_seq * KH * W->Cp * 4);
+    float *dscore = gpu_put(ctx, NULL, (size_t)n_seq * KH * W->Cp * 4);
+    int32_t *dntop = gpu_put(ctx, NULL, (size_t)n_seq * KH * 4);
+    int32_t *slot = malloc((size_t)n_seq * KH * W->Cp * 4), *ntop = malloc(n_seq * KH * 4);
+    float *score = malloc((size_t)n_seq * KH * W->Cp * 4);
+    int rbad = 0, rcompared = 0;
     hkv_far_view f = far_view(W, hi2);
     /* FIFO states: as built (full, from slot 0), wrapped, partly filled */
     const int32_t heads[3] = {0, 17, 5}, counts[3] = {(int32_t)W->C, (int32_t)W->C, 29};
@@ -278,6 +297,28 @@ static void test_recall(hkv_gpu_ctx *ctx, gix *G, world *W, hkv_policy *p, int c
                                         st, err));
             gpu_get(ctx, cand, dcand, (size_t)n_seq * KH * cap * 4);
             gpu_get(ctx, ncand, dn, n_seq * KH * 4);
+            GPU_OK(hkv_gpu_recall_top(drow, n_seq, dq, (int64_t)H * d, H, KH, d, W->Cp, W->C,
+                                      dslot, dscore, dntop, rws, rws_b, st, err));
+            gpu_get(ctx, slot, dslot, (size_t)n_seq * KH * W->Cp * 4);
+            gpu_get(ctx, score, dscore, (size_t)n_seq * KH * W->Cp * 4);
+            gpu_get(ctx, ntop, dntop, n_seq * KH * 4);
+            for (int qs = 0; qs < n_seq; qs++)
+                for (int h = 0; h < KH; h++) {
+                    const float *qq = q + qs * H * d;
+                    if (recall_gap(W, ly, h, qq) < 1e-4) continue;
+                    const int64_t u = (int64_t)qs * KH + h;
+                    const hkv_recalled rec = {slot + u * W->Cp, score + u * W->Cp, ntop[u]};
+                    int64_t n1 = p->ops->select(p->self, 0, h, qq + h * W->g * d, &f, out, &sw);
+                    int64_t n2 = p->ops->select_recalled(p->self, 0, h, qq + h * W->g * d, &f,
+                                                         &rec, out2, &sw);
+                    if (n1 < 0 || n1 != n2 || memcmp(out, out2, (size_t)n1 * 4)) {
+                        if (rbad++ < 3)
+                            fprintf(stderr, "  recall-only fifo %d step %d row %d head %d: %lld "
+                                    "positions given the device's slots, %lld by select\n", fs,
+                                    step, qs, h, (long long)n2, (long long)n1);
+                    }
+                    rcompared++;
+                }
             for (int qs = 0; qs < (compare_seq1 ? 2 : 1); qs++)
                 for (int h = 0; h < KH; h++) {
                     const float *qq = q + qs * H * d;
@@ -300,7 +341,11 @@ static void test_recall(hkv_gpu_ctx *ctx, gix *G, world *W, hkv_policy *p, int c
           "recall: %d of %d (host index) and %d (device-built index) candidate sets differ from "
           "the host select's; %d near ties skipped", bad, compared, bad1, skipped);
     printf("recall: %d candidate sets compared, %d near ties skipped\n", compared, skipped);
-    free(cand), free(ncand), free(q), free(sw.f), free(sw.i), free(out);
+    CHECK(rbad == 0 && rcompared > 0, "recall only: %d of %d selections given the device's slots "
+          "differ from select's", rbad, rcompared);
+    printf("recall only: %d selections compared\n", rcompared);
+    free(cand), free(ncand), free(q), free(sw.f), free(sw.i), free(out), free(out2), free(slot);
+    free(ntop), free(score);
 }
 
 /* Device DCU on sequence 0 against the host FIFO push with the same picks. */
