@@ -63,6 +63,17 @@ void hkv_gemv_scalar(const hkv_wmat *m, const float *x, int n, float *y, int64_t
     }
 }
 
+/* The scalar sum of a row is already independent of n (one accumulator per
+ * activation row, blocks in order); groups of HKV_GEMV_MAX_N for larger n. */
+void hkv_gemv_fixed_scalar(const hkv_wmat *m, const float *x, int n, float *y, int64_t ldy,
+                           int64_t r0, int64_t r1)
+{
+    for (int i0 = 0; i0 < n; i0 += HKV_GEMV_MAX_N) {
+        int ni = n - i0 < HKV_GEMV_MAX_N ? n - i0 : HKV_GEMV_MAX_N;
+        hkv_gemv_scalar(m, x + (int64_t)i0 * m->cols, ni, y + (int64_t)i0 * ldy, ldy, r0, r1);
+    }
+}
+
 void hkv_dequant_rows_scalar(const hkv_wmat *m, int64_t r0, int64_t r1, float *dst)
 {
     int64_t cols = m->cols;

@@ -5,6 +5,7 @@
 #define HKV_FILL_TABLE(t, sfx)                   \
     do {                                         \
         (t)->gemv = hkv_gemv_##sfx;              \
+        (t)->gemv_fixed = hkv_gemv_fixed_##sfx;  \
         (t)->dequant_rows = hkv_dequant_rows_##sfx; \
         (t)->attn_dense = hkv_attn_dense_##sfx;  \
         (t)->attn_sparse = hkv_attn_sparse_##sfx; \
@@ -22,6 +23,7 @@ int hkv_cpu_kernels_init(hkv_cpu_kernels *t, int isa)
     if (isa > info.best) isa = info.best;
     if (isa < HKV_ISA_SCALAR) isa = HKV_ISA_SCALAR;
     t->isa = isa;
+    t->batch_invariant = 0;
     switch (isa) {
 #if defined(__x86_64__)
     case HKV_ISA_AVX512: HKV_FILL_TABLE(t, avx512); break;

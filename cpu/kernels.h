@@ -57,6 +57,17 @@ typedef struct hkv_cpu_kernels {
     void (*gemv)(const hkv_wmat *w, const float *x, int n, float *y, int64_t ldy,
                  int64_t r0, int64_t r1);
 
+    /* As gemv, with each activation row's sum formed in the same order
+     * whatever n is: a row's result does not depend on the other rows. */
+    void (*gemv_fixed)(const hkv_wmat *w, const float *x, int n, float *y, int64_t ldy,
+                       int64_t r0, int64_t r1);
+
+    /* 0 (init's default): hkv_matmul as below. 1: hkv_matmul runs every n
+     * through gemv_fixed (groups of HKV_GEMV_MAX_N rows, never sgemm), so
+     * each output row depends on its input row alone: batch-invariant decode
+     * (runtime/scheduler.c sets it around decode steps). */
+    int batch_invariant;
+
     /* Dequantise rows [r0, r1) of W to float dst[r1-r0][cols]. */
     void (*dequant_rows)(const hkv_wmat *w, int64_t r0, int64_t r1, float *dst);
 

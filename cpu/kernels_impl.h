@@ -17,6 +17,8 @@
 #define HKV_DECLARE_ISA_KERNELS(sfx)                                                       \
     void hkv_gemv_##sfx(const hkv_wmat *w, const float *x, int n, float *y, int64_t ldy,    \
                         int64_t r0, int64_t r1);                                            \
+    void hkv_gemv_fixed_##sfx(const hkv_wmat *w, const float *x, int n, float *y,           \
+                              int64_t ldy, int64_t r0, int64_t r1);                         \
     void hkv_dequant_rows_##sfx(const hkv_wmat *w, int64_t r0, int64_t r1, float *dst);     \
     void hkv_attn_dense_##sfx(const float *q, int g, int d, const uint16_t *k,              \
                               const uint16_t *v, int64_t ld, int64_t n, float scale,        \

@@ -125,13 +125,17 @@ int hkv_matmul_mode(const hkv_cpu_kernels *t, const hkv_wmat *w, const float *x,
     if ((w->type == HKV_W_Q8 || w->type == HKV_W_Q4) && w->cols % HKV_WBLOCK != 0)
         return HKV_E_INVAL;
     if (n == 0 || w->rows == 0) return HKV_OK;
-    if (n <= HKV_GEMV_MAX_N) {
+    if (n <= HKV_GEMV_MAX_N || (t->batch_invariant && n <= INT32_MAX)) {
+        /* batch-invariant: gemv_fixed over groups of 8 rows, weights streamed
+         * once per group, each row's sum in an order independent of n */
+        void (*gemv)(const hkv_wmat *, const float *, int, float *, int64_t, int64_t, int64_t) =
+            t->batch_invariant ? t->gemv_fixed : t->gemv;
         const int64_t rows = w->rows, nchunks = (rows + GEMV_CHUNK_ROWS - 1) / GEMV_CHUNK_ROWS;
         #pragma omp parallel for schedule(static)
         for (int64_t c = 0; c < nchunks; c++) {
             int64_t r0 = c * GEMV_CHUNK_ROWS;
             int64_t r1 = r0 + GEMV_CHUNK_ROWS < rows ? r0 + GEMV_CHUNK_ROWS : rows;
-            t->gemv(w, x, (int)n, y, rows, r0, r1);
+            gemv(w, x, (int)n, y, rows, r0, r1);
         }
         return HKV_OK;
     }

@@ -134,6 +134,43 @@ static void test_matmul_shape(const hkv_cpu_kernels *t, int type, int64_t rows, 
     free_wmat(&m);
 }
 
+/* Batch invariance: with batch_invariant set, hkv_matmul's row i is
+ * bitwise the same whether it runs alone or among n rows (n = 2..20, over
+ * the 8-row GEMV groups and where sgemm would otherwise run), and
+ * gemv_fixed agrees with the reference like gemv does. */
+static void test_invariant(const hkv_cpu_kernels *t0, int type, int64_t rows, int64_t cols,
+                           test_rng *rng)
+{
+    hkv_cpu_kernels t = *t0;
+    t.batch_invariant = 1;
+    test_wmat m;
+    make_wmat(&m, type, rows, cols, rng);
+    enum { NMAX = 20 };
+    float *x = malloc(sizeof(float) * NMAX * cols), *y = malloc(sizeof(float) * NMAX * rows);
+    float *y1 = malloc(sizeof(float) * NMAX * rows);
+    for (int64_t i = 0; i < NMAX * cols; i++) x[i] = rng_uniform(rng, -1, 1);
+    for (int i = 0; i < NMAX; i++)
+        hkv_matmul(&t, &m.w, x + (int64_t)i * cols, 1, y1 + (int64_t)i * rows, NULL);
+    int diff = 0;
+    for (int n = 2; n <= NMAX; n++) {
+        hkv_matmul(&t, &m.w, x, n, y, NULL);
+        for (int64_t k = 0; k < n * rows; k++) diff += memcmp(&y[k], &y1[k], sizeof(float)) != 0;
+    }
+    CHECK(diff == 0, "%s batch-invariant matmul %s %lldx%lld: %d outputs differ from the row alone",
+          hkv_isa_name(t.isa), type_name[type], (long long)rows, (long long)cols, diff);
+    double *ref = malloc(sizeof(double) * NMAX * rows), *mag = malloc(sizeof(double) * NMAX * rows);
+    ref_gemv(&m.w, x, NMAX, ref, mag);
+    int nan;
+    double e = worst_err(y1, ref, mag, (int64_t)NMAX * rows, &nan);
+    CHECK(nan == 0 && e <= 1e-5, "%s gemv_fixed %s: err %.3g", hkv_isa_name(t.isa), type_name[type], e);
+    free(ref);
+    free(mag);
+    free(x);
+    free(y);
+    free(y1);
+    free_wmat(&m);
+}
+
 int main(void)
 {
     hkv_cpu_kernels t;
@@ -149,6 +186,8 @@ int main(void)
             test_matmul_shape(&t, type, 131, 576, 5, &rng);
             test_matmul_shape(&t, type, 70, 320, 37, &rng);
             if (isa == isa_best) test_matmul_shape(&t, type, 200, 1536, 129, &rng);
+            test_invariant(&t, type, 67, 576, &rng);
+            test_invariant(&t, type, 9, 4096, &rng);
         }
         /* bad arguments are refused, not crashed on */
         test_wmat m;
