@@ -48,6 +48,10 @@ size_t hkv_gpu_peak(const hkv_gpu_ctx *ctx, int tier);
 int hkv_gpu_upload(void *dst, const void *src, size_t bytes, void *stream, hkv_err *err);
 int hkv_gpu_download(void *dst, const void *src, size_t bytes, void *stream, hkv_err *err);
 int hkv_gpu_memset(void *dst, int byte, size_t bytes, void *stream, hkv_err *err);
+/* Device to device: height rows of width bytes, row i from src + i*spitch
+ * to dst + i*dpitch. */
+int hkv_gpu_copy_2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                    size_t height, void *stream, hkv_err *err);
 int hkv_gpu_sync(void *stream, hkv_err *err);
 
 /* Streams and events, for pipelines that overlap the device with host work
@@ -64,6 +68,8 @@ int hkv_gpu_event_record(void *event, void *stream, hkv_err *err);
 int hkv_gpu_event_sync(void *event, hkv_err *err);
 int hkv_gpu_stream_wait(void *stream, void *event, hkv_err *err);
 int hkv_gpu_event_elapsed(void *start, void *end, float *ms, hkv_err *err);
+/* 1 when the work before the event's last record has completed (without waiting). */
+int hkv_gpu_event_done(void *event);
 
 #ifdef __cplusplus
 }

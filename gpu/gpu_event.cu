@@ -52,6 +52,17 @@ extern "C" int hkv_gpu_stream_wait(void *stream, void *event, hkv_err *err)
 
 extern "C" int hkv_gpu_event_elapsed(void *start, void *end, float *ms, hkv_err *err)
 {
-    HKV_CUDA_TRY(err, cudaEventElapsedTime(ms, (cudaEvent_t)start, (cudaEvent_t)end));
+    cudaError_t e = cudaEventElapsedTime(ms, (cudaEvent_t)start, (cudaEvent_t)end);
+    if (e != cudaSuccess) {
+        cudaGetLastError();   /* a timing not ready is not the next launch's error */
+        return hkv_gpu_fail(err, e, "cudaEventElapsedTime");
+    }
     return HKV_OK;
+}
+
+extern "C" int hkv_gpu_event_done(void *event)
+{
+    cudaError_t e = cudaEventQuery((cudaEvent_t)event);
+    if (e != cudaSuccess) cudaGetLastError();
+    return e == cudaSuccess;
 }

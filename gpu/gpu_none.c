@@ -36,6 +36,12 @@ int hkv_gpu_download(void *dst, const void *src, size_t bytes, void *stream, hkv
     (void)dst, (void)src, (void)bytes, (void)stream;
     return NO_CUDA(err, "GPU download");
 }
+int hkv_gpu_copy_2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                    size_t height, void *stream, hkv_err *err)
+{
+    (void)dst, (void)dpitch, (void)src, (void)spitch, (void)width, (void)height, (void)stream;
+    return NO_CUDA(err, "GPU copy");
+}
 int hkv_gpu_memset(void *dst, int byte, size_t bytes, void *stream, hkv_err *err)
 {
     (void)dst, (void)byte, (void)bytes, (void)stream;

@@ -89,6 +89,8 @@ int cb_attention(void *self, int layer, const hkv_seg *segs, int n_segs, int64_t
     }
     b->stats.decode_rows += n_dec;
     b->stats.layer_steps++;
+    const int dev_prompt = cb_prefill_plan(b, layer, segs, n_segs, err);
+    const int merge = n_dec || dev_prompt;   /* device partials to merge the host's into */
 
     /* Device: QKV and the policies' recall down to the host first, then the
      * near part. */
@@ -99,28 +101,30 @@ int cb_attention(void *self, int layer, const hkv_seg *segs, int n_segs, int64_t
         return rc;
     b->stats.bytes_d2h += (uint64_t)n * b->qkv_w * 4;
     const size_t lofs = (size_t)layer * KH * NR * d;
+    if (merge && ((rc = hkv_gpu_partial_clear(b->act[HKV_ACT_ATT], b->qd, b->d_lse, n, b->H, d,
+                                              b->st, err)) ||
+                  (rc = hkv_gpu_event_record(ev[1], b->st, err))))
+        return rc;
+    if (dev_prompt && (rc = cb_prefill_attend(b, layer, n_segs, err))) return rc;
     if (n_dec) {
         if ((rc = cb_stage(b, UP_DST, b->d_dst, b->h_dst, (size_t)n * 8, err)) ||
             (rc = cb_stage(b, UP_ROWS, b->d_rows, b->h_rows, (size_t)n_dec * 4, err)) ||
             (rc = cb_stage(b, UP_NROWS, b->d_nrows, b->h_nrows, (size_t)n_dec * KH * 4, err)) ||
             (rc = cb_stage(b, UP_IDX, b->d_idx, b->h_idx, (size_t)n_dec * KH * NR * 4, err)) ||
-            (rc = hkv_gpu_partial_clear(b->act[HKV_ACT_ATT], b->qd, b->d_lse, n, b->H, d, b->st, err)) ||
             (rc = hkv_gpu_kv_append(b->act[HKV_ACT_QKV], b->qkv_w, n, (int64_t)b->H * d,
                                     (int64_t)(b->H + KH) * d, KH, d, b->d_dst, (int64_t)NR * d,
                                     b->near_k + lofs, b->near_v + lofs, b->st, err)))
             return rc;
-        if (!n_slow && ((rc = hkv_gpu_event_record(ev[1], b->st, err)) ||
-                        (rc = near_attend(b, layer, n_dec, err)) ||
-                        (rc = hkv_gpu_event_record(ev[2], b->st, err))))
-            return rc;
+        if (!n_slow && (rc = near_attend(b, layer, n_dec, err))) return rc;
     }
+    if (merge && !n_slow && (rc = hkv_gpu_event_record(ev[2], b->st, err))) return rc;
 
     /* Host: the far tier, while the device attends the near one. */
     double t0 = hkv_now();
     if ((rc = hkv_gpu_event_sync(ev[0], err))) return rc;
     double t1 = hkv_now();
-    rc = kv->ops->layer_step_far(kv->self, layer, segs, n_segs, b->h_qkv.p, b->qkv_w, b->h_fo.p,
-                                 b->qd, b->h_fl.p, cb_recall_result(b, n), err);
+    rc = kv->ops->layer_step_far(kv->self, layer, b->pp_segs, n_segs, b->h_qkv.p, b->qkv_w,
+                                 b->h_fo.p, b->qd, b->h_fl.p, cb_recall_result(b, n), err);
     double t2 = hkv_now();
     b->stats.cpu_wait_dev += t1 - t0;
     b->stats.cpu_busy += t2 - t1;
@@ -146,7 +150,7 @@ int cb_attention(void *self, int layer, const hkv_seg *segs, int n_segs, int64_t
 
     /* The far partial up, merged exactly into the near one. */
     const size_t ob = (size_t)n * b->qd * 4, lb = (size_t)n * b->H * 4;
-    if (n_dec) {
+    if (merge) {
         if ((rc = hkv_gpu_event_record(ev[3], b->st, err)) ||
             (rc = hkv_gpu_upload(b->d_fo, b->h_fo.p, ob, b->st, err)) ||
             (rc = hkv_gpu_upload(b->d_fl, b->h_fl.p, lb, b->st, err)) ||
@@ -160,6 +164,7 @@ int cb_attention(void *self, int layer, const hkv_seg *segs, int n_segs, int64_t
         b->stats.bytes_h2d += ob;
     }
 
+    if ((rc = cb_prefill_done(b, layer, n_segs, err))) return rc;
     /* What the mirrors hold now. */
     for (int i = 0; i < n_segs; i++) {
         const hkv_seg *sg = &segs[i];

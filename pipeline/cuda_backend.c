@@ -261,7 +261,7 @@ static void g_destroy(void *self) {
     cuda_be *b = self;
     if (!b) return;
     if (b->st) hkv_gpu_sync(b->st, NULL);
-    if (b->ctx) cb_recall_destroy(b);
+    if (b->ctx) cb_recall_destroy(b), cb_prefill_destroy(b);
     free_weights(b);
     for (int i = b->n_allocs - 1; i >= 0; i--)
         hkv_gpu_free(b->ctx, b->allocs[i].tier, b->allocs[i].p, b->allocs[i].bytes);
@@ -407,7 +407,7 @@ int hkv_cuda_backend_create(hkv_backend *be, struct hkv_engine *e, const hkv_cud
     if ((rc = hkv_gpu_ctx_create(&b->ctx, p->device, NULL, p->gpu_mem, err))) goto fail;
     b->st = hkv_gpu_ctx_stream(b->ctx);
     if ((rc = upload_weights(b, err)) || (rc = alloc_buffers(b, err)) ||
-        (rc = cb_recall_create(b, err)))
+        (rc = cb_recall_create(b, err)) || (rc = cb_prefill_create(b, err)))
         goto fail;
     be->ops = &cuda_ops;
     be->self = b;
@@ -421,6 +421,7 @@ void cb_harvest(cuda_be *b) {
     for (int l = 0; l < b->NL; l++) {
         if (!b->ev_pending[l]) continue;
         void **ev = b->ev + 4 * l;
+        if (!hkv_gpu_event_done(ev[3])) continue;   /* a layer of the call in flight */
         float near_ms = 0, wait_ms = 0;
         if (!hkv_gpu_event_elapsed(ev[1], ev[2], &near_ms, NULL)) b->stats.dev_near += near_ms * 1e-3;
         if (!hkv_gpu_event_elapsed(ev[2], ev[3], &wait_ms, NULL) && wait_ms > 0)

@@ -40,6 +40,9 @@ typedef struct hkv_cuda_params {
 typedef struct hkv_pipeline_stats {
     int64_t layer_steps;        /* attention steps (one per layer per forward call) */
     int64_t decode_rows, prompt_rows;
+    int64_t prompt_rows_dev;    /* (prompt row, layer) attended on the device */
+    int64_t prompt_rows_host;   /* (prompt row, layer) attended by the host (no room on the
+                                   device, a later turn, selected positions) */
     double cpu_busy;            /* s: host far-tier attention (policy select + sparse) */
     double cpu_wait_dev;        /* s: host blocked until the device's QKV arrived */
     double dev_near;            /* s: device near-tier append + attention */

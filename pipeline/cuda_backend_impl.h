@@ -45,6 +45,15 @@ typedef struct cb_recall {
     hkv_recall_rows rr;
 } cb_recall;
 
+/* A sequence's copy of its prompt's K/V while the prompt is fed (cuda_prefill.c). */
+typedef struct cb_prompt {
+    uint16_t *k, *v;              /* device [NL][KH][cap][d] fp16 */
+    int64_t cap;                  /* tokens of room (0: none allocated) */
+    size_t bytes;                 /* of each of k, v */
+    uint64_t epoch;               /* the sequence's epoch when the prompt started */
+    int off;                      /* 1: the host attends the rest of this prompt */
+} cb_prompt;
+
 typedef struct cuda_be {
     hkv_engine *e;
     hkv_gpu_ctx *ctx;
@@ -86,6 +95,12 @@ typedef struct cuda_be {
     int64_t *h_dst;                       /* [max_rows] */
     int32_t *h_slow;                      /* [max_seqs] */
     cb_recall rc;
+    cb_prompt *pp;                /* [max_seqs] */
+    int64_t *pp_len;              /* [max_seqs][NL]: tokens in the copy per layer */
+    hkv_seg *pp_segs;             /* the step's segments as the host gets them */
+    char *pp_dev;                 /* [segment]: attended on the device this step */
+    int pp_ok;                    /* the head size suits the device attention */
+    int64_t *h_pdst, *d_pdst;     /* [max_rows]: append offsets into a copy */
     hkv_pipeline_stats stats;
     /* device allocations, freed in reverse at destroy */
     struct dalloc { void *p; size_t bytes; int tier; } *allocs;
@@ -109,6 +124,18 @@ int cb_recall_create(cuda_be *b, hkv_err *err);
 void cb_recall_destroy(cuda_be *b);
 int cb_recall_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64_t n, hkv_err *err);
 const hkv_recall_rows *cb_recall_result(cuda_be *b, int64_t n);
+
+/* Prompt attention on the device (cuda_prefill.c). cb_prefill_plan: which
+ * prompt segments of the step the device attends (b->pp_segs gets the
+ * segments with HKV_SEG_STORE_ONLY on those, for the host); returns 1 if
+ * any. cb_prefill_attend queues their K/V append and attention;
+ * cb_prefill_done records them after the host step and frees a finished
+ * prompt's copy. */
+int cb_prefill_create(cuda_be *b, hkv_err *err);
+void cb_prefill_destroy(cuda_be *b);
+int cb_prefill_plan(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, hkv_err *err);
+int cb_prefill_attend(cuda_be *b, int layer, int n_segs, hkv_err *err);
+int cb_prefill_done(cuda_be *b, int layer, int n_segs, hkv_err *err);
 
 /* The attention op (cuda_attention.c). */
 int cb_attention(void *self, int layer, const hkv_seg *segs, int n_segs, int64_t n, hkv_err *err);

@@ -37,6 +37,11 @@ typedef struct hkv_seg {
  * flags and n == 1 is a decode step. */
 #define HKV_SEG_PROMPT 1
 #define HKV_SEG_PROMPT_END 2
+/* Far-only steps (layer_step_far) of a prompt segment whose attention the
+ * caller computes itself (the device, over its own copy of the prompt's
+ * K/V): K/V are stored as usual, the rows get the empty partial (out 0,
+ * lse -inf). */
+#define HKV_SEG_STORE_ONLY 4
 
 /* Recall computed elsewhere (the device, pipeline/) for the decode rows of
  * one far-only layer step: for batch row r and KV head h, at = r *

@@ -370,6 +370,10 @@ static int layer_step(tiered *t, int layer, const hkv_seg *segs, int n_segs, con
             return hkv_seterr(err, HKV_E_INVAL, "sequence %d: segment at position %lld, but %lld "
                               "tokens are stored (the tiered cache appends in order)", sg->seq,
                               (long long)sg->pos, (long long)expect);
+        if ((sg->flags & HKV_SEG_STORE_ONLY) &&
+            (!lse_out || !(sg->flags & (HKV_SEG_PROMPT | HKV_SEG_PROMPT_END)) || sg->pos_list))
+            return hkv_seterr(err, HKV_E_INVAL, "sequence %d: a store-only segment must be a prompt "
+                              "segment of consecutive positions in a far-only layer step", sg->seq);
         for (int j = 0; j < i; j++)
             if (segs[j].seq == sg->seq)
                 return hkv_seterr(err, HKV_E_INVAL, "sequence %d appears twice in one batch", sg->seq);

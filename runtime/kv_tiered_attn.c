@@ -128,6 +128,13 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
     int n_items = 0;
     for (int i = 0; i < n_segs; i++) {
         const hkv_seg *sg = &segs[i];
+        if (sg->flags & HKV_SEG_STORE_ONLY) {   /* the caller attends: the empty partial */
+            for (int64_t r = sg->row; r < sg->row + sg->n; r++) {
+                memset(out + r * ld_out, 0, (size_t)t->s.n_head * d * sizeof(float));
+                for (int h = 0; h < t->s.n_head; h++) lse_out[r * t->s.n_head + h] = -INFINITY;
+            }
+            continue;
+        }
         if (is_prompt(sg)) {
             n_items += KH * ((sg->n + QTILE - 1) / QTILE);
             const tseq *q = &t->seqs[sg->seq];
@@ -152,7 +159,7 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
     if (!items) return hkv_seterr(err, HKV_E_NOMEM, "no memory for %d attention items", n_items);
     int it = 0;
     for (int i = 0; i < n_segs; i++)
-        for (int h = 0; h < KH; h++) {
+        for (int h = 0; h < KH && !(segs[i].flags & HKV_SEG_STORE_ONLY); h++) {
             if (!is_prompt(&segs[i])) {
                 items[it++] = (item){i, h, 0, 1};
                 continue;

@@ -224,6 +224,9 @@ def main(argv=None) -> int:
                     tl = d.get("timeline", {})
                     # ctkvr's centroid recall runs on the device (pipeline/cuda_recall.c)
                     recalls_ok = name != "ctkvr" or tl.get("device_recalls", 0) > 0
+                    # the prompt (from position 0, room on the device) is attended there
+                    recalls_ok = recalls_ok and tl.get("prompt_rows_device", 0) > 0 \
+                        and tl.get("prompt_rows_host", 1) == 0
                     res.report(d.get("backend") in ("cuda", "cuda-emu") and tl.get("decode_rows", 0) > 0
                                and tl.get("bytes_d2h", 0) > 0 and recalls_ok,
                                f"run {name}: JSON names the device and its timeline",
