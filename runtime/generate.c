@@ -6,6 +6,19 @@
 #include "lookahead.h"
 #include "tsp_prefill.h"
 
+int hkv_prefill_chunk(hkv_engine *e, int seq, const int32_t *prompt, int64_t n, int64_t pos0,
+                      int64_t done, int64_t chunk, float *last_logits, hkv_err *err) {
+    if (done < 0 || chunk < 1 || done + chunk > n || chunk > e->max_rows)
+        return hkv_seterr(err, HKV_E_INVAL, "prefill chunk [%lld, %lld) of a %lld-token prompt "
+                          "(at most %d rows a call)", (long long)done, (long long)(done + chunk),
+                          (long long)n, e->max_rows);
+    hkv_seg sg = {.seq = seq, .n = (int32_t)chunk, .pos = pos0 + done, .row = 0,
+                  .flags = HKV_SEG_PROMPT | (done + chunk == n ? HKV_SEG_PROMPT_END : 0)};
+    int64_t last = chunk - 1;
+    int want = last_logits && done + chunk == n;
+    return hkv_forward(e, prompt + done, chunk, &sg, 1, &last, want, last_logits, err);
+}
+
 int hkv_prefill(hkv_engine *e, int seq, const int32_t *prompt, int64_t n, int64_t pos0,
                 float *last_logits, hkv_err *err) {
     /* A propagating policy (fastkv) takes a sequence's first prompt; later
@@ -14,15 +27,17 @@ int hkv_prefill(hkv_engine *e, int seq, const int32_t *prompt, int64_t n, int64_
         return hkv_tsp_prefill(e, seq, prompt, n, last_logits, err);
     for (int64_t done = 0; done < n;) {
         int64_t chunk = n - done < e->max_rows ? n - done : e->max_rows;
-        hkv_seg sg = {.seq = seq, .n = (int32_t)chunk, .pos = pos0 + done, .row = 0,
-                      .flags = HKV_SEG_PROMPT | (done + chunk == n ? HKV_SEG_PROMPT_END : 0)};
-        int64_t last = chunk - 1;
-        int want = last_logits && done + chunk == n;
-        int rc = hkv_forward(e, prompt + done, chunk, &sg, 1, &last, want, last_logits, err);
+        int rc = hkv_prefill_chunk(e, seq, prompt, n, pos0, done, chunk, last_logits, err);
         if (rc) return rc;
         done += chunk;
     }
     return HKV_OK;
+}
+
+int hkv_gen_stop_after(const hkv_engine *e, int stop_at_eog, int32_t tok, int n_out,
+                       int n_predict) {
+    if (stop_at_eog && hkv_tokenizer_is_eog(e->tok, tok)) return HKV_STOP_EOG;
+    return n_out >= n_predict ? HKV_STOP_LENGTH : HKV_STOP_NONE;
 }
 
 int hkv_generate(hkv_engine *e, hkv_gen_request *reqs, int n_reqs, hkv_token_cb cb, void *ud,
@@ -93,11 +108,7 @@ int hkv_generate(hkv_engine *e, hkv_gen_request *reqs, int n_reqs, hkv_token_cb 
         r->t_first_token = hkv_now() - t0;
         r->out[r->n_out++] = t;
         if (cb) cb(ud, i, t);
-        if (r->stop_at_eog && hkv_tokenizer_is_eog(e->tok, t))
-            r->stop = HKV_STOP_EOG;
-        else if (r->n_out >= r->n_predict)
-            r->stop = HKV_STOP_LENGTH;
-        else
+        if (!(r->stop = hkv_gen_stop_after(e, r->stop_at_eog, t, r->n_out, r->n_predict)))
             active[n_active++] = i;
     }
 
@@ -122,11 +133,7 @@ int hkv_generate(hkv_engine *e, hkv_gen_request *reqs, int n_reqs, hkv_token_cb 
             int32_t t = hkv_sample(&smp[i], logits + (size_t)a * V);
             r->out[r->n_out++] = t;
             if (cb) cb(ud, i, t);
-            if (r->stop_at_eog && hkv_tokenizer_is_eog(e->tok, t))
-                r->stop = HKV_STOP_EOG;
-            else if (r->n_out >= r->n_predict)
-                r->stop = HKV_STOP_LENGTH;
-            else
+            if (!(r->stop = hkv_gen_stop_after(e, r->stop_at_eog, t, r->n_out, r->n_predict)))
                 active[still++] = i;
         }
         n_active = still;

@@ -8,7 +8,9 @@
 #include "engine.h"
 #include "sampler.h"
 
-enum hkv_stop { HKV_STOP_NONE = 0, HKV_STOP_LENGTH, HKV_STOP_EOG };
+/* Why a sequence stopped: its token cap, an end-of-generation token, or (the
+ * scheduler) one of the request's stop strings in the text. */
+enum hkv_stop { HKV_STOP_NONE = 0, HKV_STOP_LENGTH, HKV_STOP_EOG, HKV_STOP_STRING };
 
 typedef struct hkv_gen_request {
     const int32_t *prompt;
@@ -41,5 +43,18 @@ int hkv_generate(hkv_engine *e, hkv_gen_request *reqs, int n_reqs, hkv_token_cb 
  * logits of the last prompt token go to last_logits (may be NULL). */
 int hkv_prefill(hkv_engine *e, int seq, const int32_t *prompt, int64_t n, int64_t pos0,
                 float *last_logits, hkv_err *err);
+
+/* One prefill chunk: prompt tokens [done, done + chunk) of an n-token prompt
+ * at positions pos0 + done.., one forward call (chunk <= e->max_rows); the
+ * chunk reaching n ends the prompt and, when last_logits is given, writes
+ * the last token's logits there. hkv_prefill is these in turn; the
+ * scheduler interleaves them with other sequences' decode steps. */
+int hkv_prefill_chunk(hkv_engine *e, int seq, const int32_t *prompt, int64_t n, int64_t pos0,
+                      int64_t done, int64_t chunk, float *last_logits, hkv_err *err);
+
+/* After the n_out-th generated token tok: HKV_STOP_EOG, HKV_STOP_LENGTH
+ * (n_out reached n_predict) or HKV_STOP_NONE. */
+int hkv_gen_stop_after(const hkv_engine *e, int stop_at_eog, int32_t tok, int n_out,
+                       int n_predict);
 
 #endif

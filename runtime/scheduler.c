@@ -1,0 +1,376 @@
+/* Continuous batching (scheduler.h). */
+#include "scheduler.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu_plan.h"
+#include "lookahead.h"
+
+enum { SLOT_FREE = 0, SLOT_PREFILL, SLOT_DECODE };
+
+typedef struct slot {
+    int state;
+    hkv_sched_req *r;
+    int64_t fed;          /* prompt tokens prefilled */
+    int64_t base;         /* where decode continues: the prompt length or what specpc kept */
+    int64_t cap;          /* capacity the sequence was opened with */
+    uint64_t order;       /* admission order: prefill oldest first */
+    int whole;            /* the policy's prep takes the whole prompt in one step */
+    size_t text_cap;
+    hkv_sampler smp;
+    int smp_ok;
+} slot;
+
+struct hkv_sched {
+    hkv_engine *e;
+    hkv_sched_params p;
+    slot *slots;
+    hkv_sched_req *head, *tail;   /* waiting, first come first served */
+    int n_queued, n_running;
+    uint64_t reserved, admitted;
+    float *logits;                /* [max_batch][vocab] */
+    int32_t *toks;
+    hkv_seg *segs;
+    int64_t *lrows;
+    int *rows;                    /* decode row -> slot */
+    hkv_sched_stats st;
+};
+
+void hkv_sched_params_default(hkv_sched_params *p) {
+    memset(p, 0, sizeof *p);
+    p->max_batch = 1;
+    p->batch_invariant = 1;
+}
+
+static int64_t chunk_of(const hkv_sched *s) {
+    int64_t c = s->p.chunk > 0 ? s->p.chunk : 256;
+    return c < s->e->max_rows ? c : s->e->max_rows;
+}
+
+int64_t hkv_sched_capacity(const hkv_engine *e, const hkv_sched_req *r) {
+    /* every slot runs the engine's policy: slot 0 stands for them all */
+    return hkv_prep_prompt_len(e, 0, r->n_prompt) + r->n_predict + 1 + hkv_lookahead_room(e, 0);
+}
+
+uint64_t hkv_sched_kv_bytes(const hkv_engine *e, int64_t cap) {
+    const hkv_model_config *c = &e->model.cfg;
+    const uint64_t L = (uint64_t)c->n_layer, KH = (uint64_t)c->n_head_kv, d = (uint64_t)c->head_dim;
+    const uint64_t row = L * KH * d * 2 * 2;   /* K and V, fp16, every layer and KV head */
+    if (!hkv_kv_is_tiered(&e->kv)) return row * (uint64_t)cap;
+    hkv_policy_args args;
+    const hkv_policy_def *def = hkv_kv_tiered_seq_policy(&e->kv, 0, &args);
+    hkv_policy_env env = {.shape = {c->n_layer, c->n_head, c->n_head_kv, c->head_dim},
+                          .n_ctx = cap, .L_init = e->p.tiered.L_init,
+                          .L_local = e->p.tiered.L_local, .kern = &e->kern};
+    int64_t q_keep = e->p.tiered.keep_queries;
+    if (def && def->queries_wanted) {
+        int64_t w = def->queries_wanted(&args, &env);
+        if (w > q_keep) q_keep = w;
+    }
+    if (q_keep > cap) q_keep = cap;
+    uint64_t bytes = row * (uint64_t)hkv_kv_tiered_near_rows(&e->kv) + row * (uint64_t)cap +
+                     L * (uint64_t)q_keep * (uint64_t)c->n_head * d * 2;
+    hkv_plan_params pp = {.cfg = c, .batch = 1, .n_ctx = cap, .L_init = e->p.tiered.L_init,
+                          .L_local = e->p.tiered.L_local, .policy = def, .args = &args};
+    uint64_t g = 0, h = 0;
+    hkv_err err;
+    if (def && hkv_plan_index_bytes(&pp, &g, &h, &err) == HKV_OK) bytes += g + h;
+    return bytes;
+}
+
+int hkv_sched_create(hkv_sched **out, hkv_engine *e, const hkv_sched_params *p, hkv_err *err) {
+    *out = NULL;
+    if (p->max_batch < 1 || p->max_batch > e->p.max_seqs)
+        return hkv_seterr(err, HKV_E_RANGE, "scheduler: a batch of %d does not fit the engine's "
+                          "%d sequence slots", p->max_batch, e->p.max_seqs);
+    hkv_sched *s = calloc(1, sizeof *s);
+    if (!s) return hkv_seterr(err, HKV_E_NOMEM, "no memory for the scheduler");
+    s->e = e;
+    s->p = *p;
+    const size_t B = (size_t)p->max_batch, V = (size_t)e->model.cfg.vocab;
+    s->slots = calloc(B, sizeof *s->slots);
+    s->logits = malloc(B * V * sizeof(float));
+    s->toks = malloc(B * sizeof(int32_t));
+    s->segs = malloc(B * sizeof(hkv_seg));
+    s->lrows = malloc(B * sizeof(int64_t));
+    s->rows = malloc(B * sizeof(int));
+    if (!s->slots || !s->logits || !s->toks || !s->segs || !s->lrows || !s->rows) {
+        hkv_sched_free(s);
+        return hkv_seterr(err, HKV_E_NOMEM, "no memory for a scheduler of %d sequences",
+                          p->max_batch);
+    }
+    *out = s;
+    return HKV_OK;
+}
+
+void hkv_sched_free(hkv_sched *s) {
+    if (!s) return;
+    for (int i = 0; s->slots && i < s->p.max_batch; i++) {
+        slot *sl = &s->slots[i];
+        if (sl->state == SLOT_FREE) continue;
+        s->e->kv.ops->seq_close(s->e->kv.self, i);
+        if (sl->smp_ok) hkv_sampler_free(&sl->smp);
+    }
+    free(s->slots);
+    free(s->logits);
+    free(s->toks);
+    free(s->segs);
+    free(s->lrows);
+    free(s->rows);
+    free(s);
+}
+
+void hkv_sched_req_clear(hkv_sched_req *r) {
+    free(r->out);
+    free(r->text);
+    r->out = NULL;
+    r->text = NULL;
+    r->n_out = 0;
+    r->text_len = 0;
+}
+
+int hkv_sched_pending(const hkv_sched *s) { return s->n_queued + s->n_running; }
+int hkv_sched_running(const hkv_sched *s) { return s->n_running; }
+void hkv_sched_get_stats(const hkv_sched *s, hkv_sched_stats *st) { *st = s->st; }
+
+int hkv_sched_submit(hkv_sched *s, hkv_sched_req *r, hkv_err *err) {
+    hkv_engine *e = s->e;
+    if (r->n_prompt < 1 || !r->prompt) return hkv_seterr(err, HKV_E_INVAL, "the prompt is empty");
+    if (r->n_predict < 1) return hkv_seterr(err, HKV_E_INVAL, "max_tokens %d: at least 1", r->n_predict);
+    if (r->n_stop < 0 || r->n_stop > HKV_SCHED_MAX_STOP)
+        return hkv_seterr(err, HKV_E_INVAL, "%d stop strings: at most %d", r->n_stop,
+                          HKV_SCHED_MAX_STOP);
+    hkv_sampler probe;
+    int rc = hkv_sampler_init(&probe, &r->sp, e->model.cfg.vocab, err);
+    if (rc) return rc;
+    hkv_sampler_free(&probe);
+    int64_t need = r->n_prompt + r->n_predict;
+    if (need > e->p.n_ctx)
+        return hkv_seterr(err, HKV_E_CAPACITY, "the request needs %lld tokens of context (prompt "
+                          "%lld + max_tokens %d) but the context is %lld", (long long)need,
+                          (long long)r->n_prompt, r->n_predict, (long long)e->p.n_ctx);
+    int64_t cap = hkv_sched_capacity(e, r);
+    uint64_t bytes = hkv_sched_kv_bytes(e, cap);
+    if (s->p.mem_budget && bytes > s->p.mem_budget) {
+        char a[32], b[32];
+        hkv_fmt_bytes((double)bytes, a, sizeof a);
+        hkv_fmt_bytes((double)s->p.mem_budget, b, sizeof b);
+        return hkv_seterr(err, HKV_E_CAPACITY, "the request's KV cache (%lld tokens) needs %s but "
+                          "the memory budget is %s: it can never fit", (long long)cap, a, b);
+    }
+    memset(&r->out, 0, sizeof *r - offsetof(hkv_sched_req, out));
+    r->kv_bytes = bytes;
+    r->t_submit = hkv_now();
+    if (s->tail) s->tail->next_ = r;
+    else s->head = r;
+    s->tail = r;
+    s->n_queued++;
+    return HKV_OK;
+}
+
+static void finish(hkv_sched *s, int i, int status, const hkv_err *err) {
+    slot *sl = &s->slots[i];
+    hkv_sched_req *r = sl->r;
+    s->e->kv.ops->seq_close(s->e->kv.self, i);
+    if (sl->smp_ok) hkv_sampler_free(&sl->smp);
+    s->reserved -= r->kv_bytes;
+    s->n_running--;
+    r->status = status;
+    if (status && err) r->err = *err;
+    if (r->n_out > 0) r->t_decode = hkv_now() - (r->t_submit + r->t_first);
+    memset(sl, 0, sizeof *sl);
+    if (s->p.on_done) s->p.on_done(s->p.ud, r);
+}
+
+/* Append tok's text; a stop string in the text ends the request there. */
+static int append_token(hkv_sched *s, slot *sl, int32_t tok) {
+    hkv_sched_req *r = sl->r;
+    r->out[r->n_out++] = tok;
+    if (s->p.on_token) s->p.on_token(s->p.ud, r, tok);
+    char piece[256];
+    int n = hkv_token_to_piece(s->e->tok, tok, 0, piece, sizeof piece);
+    if (n > 0) {
+        if (r->text_len + (size_t)n + 1 > sl->text_cap) {
+            size_t nc = 2 * (sl->text_cap + (size_t)n) + 64;
+            char *nb = realloc(r->text, nc);
+            if (!nb) return HKV_E_NOMEM;
+            r->text = nb;
+            sl->text_cap = nc;
+        }
+        memcpy(r->text + r->text_len, piece, (size_t)n);
+        size_t from = r->text_len;
+        r->text_len += (size_t)n;
+        r->text[r->text_len] = 0;
+        for (int k = 0; k < r->n_stop; k++) {
+            size_t m = strlen(r->stop[k]);
+            if (!m || m > r->text_len) continue;
+            /* a match may start in earlier text and end in this piece */
+            size_t lo = from + 1 > m ? from + 1 - m : 0;
+            char *hit = strstr(r->text + lo, r->stop[k]);
+            if (hit) {
+                r->text_len = (size_t)(hit - r->text);
+                r->text[r->text_len] = 0;
+                return HKV_STOP_STRING;
+            }
+        }
+    }
+    return hkv_gen_stop_after(s->e, r->stop_at_eog, tok, r->n_out, r->n_predict);
+}
+
+/* The first token from the prompt's last logits; the sequence decodes next. */
+static void first_token(hkv_sched *s, int i, const float *logits) {
+    slot *sl = &s->slots[i];
+    hkv_sched_req *r = sl->r;
+    int32_t t = hkv_sample(&sl->smp, logits);
+    r->t_first = hkv_now() - r->t_submit;
+    int stop = append_token(s, sl, t);
+    if (stop < 0) {
+        hkv_err e2;
+        hkv_seterr(&e2, HKV_E_NOMEM, "no memory for the output text");
+        finish(s, i, HKV_E_NOMEM, &e2);
+    } else if (stop) {
+        r->finish = stop;
+        finish(s, i, HKV_OK, NULL);
+    } else {
+        sl->state = SLOT_DECODE;
+    }
+}
+
+static void admit(hkv_sched *s) {
+    hkv_engine *e = s->e;
+    for (int i = 0; i < s->p.max_batch && s->head; i++) {
+        slot *sl = &s->slots[i];
+        if (sl->state != SLOT_FREE) continue;
+        hkv_sched_req *r = s->head;
+        if (s->p.mem_budget && s->reserved + r->kv_bytes > s->p.mem_budget) break;   /* waits */
+        s->head = r->next_;
+        if (!s->head) s->tail = NULL;
+        r->next_ = NULL;
+        s->n_queued--;
+        s->n_running++;
+        s->reserved += r->kv_bytes;
+        memset(sl, 0, sizeof *sl);
+        sl->r = r;
+        sl->state = SLOT_PREFILL;
+        sl->order = ++s->admitted;
+        sl->cap = hkv_sched_capacity(e, r);
+        r->t_admit = hkv_now();
+        hkv_err err;
+        hkv_err_clear(&err);
+        int rc = HKV_E_NOMEM;
+        if (!(r->out = malloc((size_t)(r->n_predict + 1) * sizeof(int32_t))) ||
+            (rc = hkv_sampler_init(&sl->smp, &r->sp, e->model.cfg.vocab, &err))) {
+            if (rc == HKV_E_NOMEM) hkv_seterr(&err, rc, "no memory for the request's output");
+            sl->state = SLOT_PREFILL;
+            finish(s, i, rc, &err);
+            continue;
+        }
+        sl->smp_ok = 1;
+        if ((rc = e->kv.ops->seq_open(e->kv.self, i, sl->cap, &err))) {
+            /* closing a slot that failed to open is harmless: it is not open */
+            finish(s, i, rc, &err);
+            continue;
+        }
+        hkv_policy_args args;
+        const hkv_policy_def *def = hkv_kv_tiered_seq_policy(&e->kv, i, &args);
+        sl->whole = def && def->prep != HKV_PREP_NONE;
+    }
+}
+
+static int decode_step(hkv_sched *s, hkv_err *err) {
+    hkv_engine *e = s->e;
+    int n = 0;
+    for (int i = 0; i < s->p.max_batch; i++) {
+        slot *sl = &s->slots[i];
+        if (sl->state != SLOT_DECODE) continue;
+        hkv_sched_req *r = sl->r;
+        s->toks[n] = r->out[r->n_out - 1];
+        s->segs[n] = (hkv_seg){.seq = i, .n = 1, .pos = sl->base + r->n_out - 1, .row = n};
+        s->lrows[n] = n;
+        s->rows[n++] = i;
+    }
+    if (!n) return HKV_OK;
+    double t0 = hkv_now();
+    const int inv = e->kern.batch_invariant;
+    e->kern.batch_invariant = s->p.batch_invariant;
+    int rc = hkv_forward(e, s->toks, n, s->segs, n, s->lrows, n, s->logits, err);
+    e->kern.batch_invariant = inv;
+    s->st.t_decode += hkv_now() - t0;
+    if (rc) return hkv_err_prefix(err, "decode step of %d sequences", n);
+    s->st.steps++;
+    s->st.decode_rows += n;
+    s->st.n_gen_tokens += n;
+    const size_t V = (size_t)e->model.cfg.vocab;
+    for (int a = 0; a < n; a++) {
+        slot *sl = &s->slots[s->rows[a]];
+        int32_t t = hkv_sample(&sl->smp, s->logits + a * V);
+        int stop = append_token(s, sl, t);
+        if (stop < 0) {
+            hkv_err e2;
+            hkv_seterr(&e2, HKV_E_NOMEM, "no memory for the output text");
+            finish(s, s->rows[a], HKV_E_NOMEM, &e2);
+        } else if (stop) {
+            sl->r->finish = stop;
+            finish(s, s->rows[a], HKV_OK, NULL);
+        }
+    }
+    return HKV_OK;
+}
+
+/* Prefill the oldest prefilling sequence's next chunk (or, for a policy with
+ * a whole-prompt prep, its whole prompt); returns tokens fed, 0 if none. */
+static int64_t prefill_one(hkv_sched *s) {
+    hkv_engine *e = s->e;
+    int best = -1;
+    for (int i = 0; i < s->p.max_batch; i++)
+        if (s->slots[i].state == SLOT_PREFILL &&
+            (best < 0 || s->slots[i].order < s->slots[best].order))
+            best = i;
+    if (best < 0) return 0;
+    slot *sl = &s->slots[best];
+    hkv_sched_req *r = sl->r;
+    hkv_err err;
+    hkv_err_clear(&err);
+    float *lg = s->logits;   /* free between decode steps */
+    double t0 = hkv_now();
+    int64_t fed, rc;
+    if (sl->whole) {
+        rc = hkv_prefill_prep(e, best, r->prompt, r->n_prompt, lg, sl->cap - r->n_prompt,
+                              r->n_predict, &sl->base, &err);
+        fed = r->n_prompt;
+        sl->fed = r->n_prompt;
+    } else {
+        int64_t c = chunk_of(s);
+        /* fixed boundaries [kC, (k+1)C): the same whatever else is in flight */
+        fed = r->n_prompt - sl->fed < c ? r->n_prompt - sl->fed : c;
+        rc = hkv_prefill_chunk(e, best, r->prompt, r->n_prompt, 0, sl->fed, fed, lg, &err);
+        sl->fed += fed;
+        sl->base = r->n_prompt;
+    }
+    double dt = hkv_now() - t0;
+    r->t_prefill += dt;
+    s->st.t_prefill += dt;
+    s->st.n_prompt_tokens += fed;
+    if (rc) {
+        hkv_err_prefix(&err, "prefill");
+        finish(s, best, (int)rc, &err);
+    } else if (sl->fed == r->n_prompt) {
+        first_token(s, best, lg);
+    }
+    return fed;
+}
+
+int hkv_sched_step(hkv_sched *s, hkv_err *err) {
+    admit(s);
+    int rc = decode_step(s, err);
+    if (rc) return rc;
+    /* about one chunk of prompt tokens per step, in whole chunks */
+    for (int64_t used = 0; used < chunk_of(s);) {
+        int64_t f = prefill_one(s);
+        if (!f) break;
+        used += f;
+        admit(s);   /* a prompt that finished at once frees its slot */
+    }
+    return HKV_OK;
+}

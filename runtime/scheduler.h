@@ -1,0 +1,117 @@
+/* Continuous batching over the engine's sequence slots: requests arrive at
+ * any time (hkv_sched_submit), up to max_batch run at once, a finished
+ * sequence's slot is refilled at the next step, and new prompts are
+ * prefilled in fixed chunks interleaved with the running sequences' decode
+ * steps, so one long prompt does not stall the others. Admission is by
+ * memory: each request's KV (near, far, index) is reserved from a host
+ * budget; one that does not fit now waits (first come, first served), one
+ * that can never fit is refused at submit.
+ *
+ * Batch invariance: prompts are prefilled alone in forward calls whose
+ * chunk boundaries depend only on the prompt, and decode steps run the
+ * kernels' batch-invariant GEMV (cpu/kernels.h), so with temperature 0 a
+ * request's tokens do not depend on what else is in flight.
+ *
+ * Policies whose prep runs around the whole prompt (laq and speckv
+ * lookahead, fastkv token-selective propagation, specpc draft compression)
+ * prefill their prompt in one step, as hkv_generate does. */
+#ifndef HKV_SCHEDULER_H
+#define HKV_SCHEDULER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine.h"
+#include "generate.h"
+#include "sampler.h"
+
+#define HKV_SCHED_MAX_STOP 4
+
+typedef struct hkv_sched_req hkv_sched_req;
+
+/* Called once per request when it is finished (r->status says whether it
+ * succeeded); the scheduler no longer touches r afterwards. */
+typedef void (*hkv_sched_done_cb)(void *ud, hkv_sched_req *r);
+/* Called after each generated token (may be NULL): streaming. */
+typedef void (*hkv_sched_token_cb)(void *ud, hkv_sched_req *r, int32_t tok);
+
+typedef struct hkv_sched_params {
+    int max_batch;          /* sequences in flight, <= the engine's max_seqs */
+    int64_t chunk;          /* prompt tokens per prefill forward call; 0: 256 (capped at
+                               the engine's max_rows). Fixed per job: batch invariance
+                               needs the same chunk boundaries whatever else runs */
+    uint64_t mem_budget;    /* host bytes for the KV of the sequences in flight; 0: no cap */
+    int batch_invariant;    /* decode steps with the batch-invariant GEMV (default 1) */
+    hkv_sched_done_cb on_done;
+    hkv_sched_token_cb on_token;
+    void *ud;
+} hkv_sched_params;
+
+void hkv_sched_params_default(hkv_sched_params *p);
+
+struct hkv_sched_req {
+    /* in: set by the caller; prompt must stay valid until on_done */
+    const int32_t *prompt;
+    int64_t n_prompt;
+    int n_predict;                          /* tokens to generate at most (>= 1) */
+    hkv_sampler_params sp;
+    int stop_at_eog;
+    const char *stop[HKV_SCHED_MAX_STOP];   /* stop strings: the text ends before the first */
+    int n_stop;
+    void *user;
+    /* out (valid in on_done); hkv_sched_req_clear frees out and text */
+    int32_t *out;
+    int n_out;
+    char *text;                             /* NUL-terminated, stop string cut off */
+    size_t text_len;
+    int finish;                             /* enum hkv_stop */
+    int status;                             /* HKV_OK, or this request's error in err */
+    hkv_err err;
+    uint64_t kv_bytes;                      /* the KV reserved for it */
+    double t_submit, t_admit;               /* hkv_now() */
+    double t_prefill;                       /* its own prefill forward calls (+ prep) */
+    double t_first;                         /* submit to first token */
+    double t_decode;                        /* first token to done (steps shared) */
+    /* the scheduler's own */
+    hkv_sched_req *next_;
+};
+
+typedef struct hkv_sched_stats {
+    int64_t n_prompt_tokens, n_gen_tokens;
+    int64_t steps, decode_rows;
+    double t_prefill, t_decode;             /* wall time in prefill and decode calls */
+} hkv_sched_stats;
+
+typedef struct hkv_sched hkv_sched;
+
+int hkv_sched_create(hkv_sched **out, hkv_engine *e, const hkv_sched_params *p, hkv_err *err);
+void hkv_sched_free(hkv_sched *s);
+
+/* Queue r. Refuses (returns the error, r untouched by the scheduler) a
+ * request that can never run: empty prompt, prompt + n_predict over the
+ * engine's context, more KV than the whole budget, bad sampler values. */
+int hkv_sched_submit(hkv_sched *s, hkv_sched_req *r, hkv_err *err);
+
+/* One step: admit waiting requests into free slots while their KV fits,
+ * one batched decode step of the decoding sequences, then prefill chunks
+ * of the prefilling ones (oldest first, about one chunk of tokens in all).
+ * A request that fails alone (its prefill, its KV allocation) finishes with
+ * its error and the rest go on; an error returned here (a decode step)
+ * leaves the scheduler unusable. */
+int hkv_sched_step(hkv_sched *s, hkv_err *err);
+
+/* Requests queued or in flight. */
+int hkv_sched_pending(const hkv_sched *s);
+int hkv_sched_running(const hkv_sched *s);
+void hkv_sched_get_stats(const hkv_sched *s, hkv_sched_stats *st);
+
+/* Host bytes the KV of one sequence with capacity cap tokens takes under the
+ * engine's cache and policy (near, far, kept queries, policy index). */
+uint64_t hkv_sched_kv_bytes(const hkv_engine *e, int64_t cap);
+
+/* Tokens of capacity request r opens its sequence with. */
+int64_t hkv_sched_capacity(const hkv_engine *e, const hkv_sched_req *r);
+
+void hkv_sched_req_clear(hkv_sched_req *r);
+
+#endif
