@@ -87,6 +87,7 @@ extern const char hkv_device_cli_help[];
 
 /* The subcommands. */
 int hkv_cmd_run(int argc, char **argv);
+int hkv_cmd_batch(int argc, char **argv);
 int hkv_cmd_info(int argc, char **argv);
 int hkv_cmd_bench(int argc, char **argv);
 int hkv_cmd_policies(int argc, char **argv);

@@ -26,6 +26,9 @@ static const char run_usage[] =
     "  -t, --threads N       CPU threads (default: one per core)\n"
     "      --isa NAME        force kernels: scalar, avx2, avx512 (default: best)\n"
     "      --ignore-eos      do not stop at end-of-generation tokens\n"
+    "      --no-special      read special-token text in the prompt (<|im_start|>) as plain\n"
+    "                        text, not as those tokens (default: special tokens, as llama.cpp\n"
+    "                        and Hugging Face tokenizers do)\n"
     "      --json            print one JSON object instead of streaming text\n"
     "  -h, --help            this help\n"
     "\nKV cache:\n";
@@ -34,7 +37,7 @@ typedef struct run_opts {
     const char *model, *prompt, *file, *system;
     long long n_predict, batch, ctx, threads, top_k, seed;
     double temp, top_p;
-    int chat, json, ignore_eos, isa, temp_set;
+    int chat, json, ignore_eos, isa, temp_set, no_special;
     hkv_kv_cli kv;
     hkv_device_cli dev;
 } run_opts;
@@ -106,6 +109,7 @@ static int parse(int argc, char **argv, run_opts *o, hkv_err *err) {
         else if (!strcmp(a, "--chat")) o->chat = 1;
         else if (!strcmp(a, "--json")) o->json = 1;
         else if (!strcmp(a, "--ignore-eos")) o->ignore_eos = 1;
+        else if (!strcmp(a, "--no-special")) o->no_special = 1;
         else return hkv_seterr(err, HKV_E_INVAL, "run: unknown option '%s' (see hetkv run --help)", a);
         if (rc) return rc;
 #undef VAL
@@ -260,7 +264,8 @@ int hkv_cmd_run(int argc, char **argv) {
         rc = hkv_seterr(&err, HKV_E_NOMEM, "no memory for the prompt");
         goto out;
     }
-    if ((rc = hkv_tokenize(e->tok, text, text_len, hkv_tokenizer_add_bos(e->tok), o.chat, prompt,
+    if ((rc = hkv_tokenize(e->tok, text, text_len, hkv_tokenizer_add_bos(e->tok),
+                           o.chat || !o.no_special, prompt,
                            cap, &n_prompt, &err)))
         goto out;
     if (n_prompt == 0) {

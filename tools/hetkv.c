@@ -12,6 +12,7 @@ static const char usage[] =
     "\n"
     "commands:\n"
     "  run     generate text from a prompt (hetkv run --help)\n"
+    "  batch   an offline job of OpenAI batch request lines, continuous batching, resumable\n"
     "  bench   prefill and decode throughput beside a memory-bandwidth probe\n"
     "  eval    fidelity of KV policies against dense attention, and retrieval tasks\n"
     "  info    CPU, instruction sets, cores, NUMA nodes, memory and CUDA devices\n"
@@ -28,11 +29,12 @@ int main(int argc, char **argv) {
     }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "run")) return hkv_cmd_run(argc - 1, argv + 1);
+    if (!strcmp(cmd, "batch")) return hkv_cmd_batch(argc - 1, argv + 1);
     if (!strcmp(cmd, "info")) return hkv_cmd_info(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return hkv_cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "eval")) return hkv_cmd_eval(argc - 1, argv + 1);
     if (!strcmp(cmd, "policies")) return hkv_cmd_policies(argc - 1, argv + 1);
     if (!strcmp(cmd, "plan")) return hkv_cmd_plan(argc - 1, argv + 1);
-    fprintf(stderr, "hetkv: error: unknown command '%s' (run, bench, eval, info, policies, plan; see hetkv --help)\n", cmd);
+    fprintf(stderr, "hetkv: error: unknown command '%s' (run, batch, bench, eval, info, policies, plan; see hetkv --help)\n", cmd);
     return 2;
 }

@@ -1,0 +1,61 @@
+/* hetkv batch: OpenAI batch JSONL in and out (batch_io.c) and the job
+ * runner (cmd_batch.c). */
+#ifndef HKV_BATCH_H
+#define HKV_BATCH_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "scheduler.h"
+#include "tokenizer.h"
+
+/* Defaults for fields a request leaves out. */
+typedef struct hkv_batch_defaults {
+    int max_tokens;        /* --max-tokens: cap when the request gives none */
+    int64_t n_ctx;         /* the engine's context: the default is cut to fit it */
+    int stop_at_eog;       /* 0 with --ignore-eos */
+} hkv_batch_defaults;
+
+/* One input line on its way through the job. */
+typedef struct hkv_batch_item {
+    int64_t line;          /* 1-based line of the input file */
+    char *custom_id;       /* NULL when the line has none (invalid JSON, missing field) */
+    int chat;              /* /v1/chat/completions; else /v1/completions */
+    int32_t *prompt;
+    int64_t n_prompt;
+    char *stop_buf[HKV_SCHED_MAX_STOP];
+    hkv_sched_req req;
+} hkv_batch_item;
+
+/* Parse and tokenise one request line into it (it->line set by the caller).
+ * Errors name the problem (invalid JSON with its column, a missing or
+ * ill-typed field, an unsupported value); it->custom_id is set whenever the
+ * line had one, so the error line can carry it. */
+int hkv_batch_parse(const char *line, size_t len, const hkv_tokenizer *tok,
+                    const hkv_batch_defaults *d, hkv_batch_item *it, hkv_err *err);
+void hkv_batch_item_free(hkv_batch_item *it);
+
+/* What every result line carries besides the request's own. */
+typedef struct hkv_batch_meta {
+    const char *model;
+    const char *policy;    /* "ctkvr rho_p=256" etc. */
+} hkv_batch_meta;
+
+/* A result line (no trailing newline; caller frees): the completion of a
+ * finished request, or an error line (status 400 for the request's own
+ * fault, 500 otherwise) with message msg. */
+char *hkv_batch_result_line(const hkv_batch_item *it, const hkv_batch_meta *m);
+char *hkv_batch_error_line(int64_t line, const char *custom_id, int status, const char *msg,
+                           const hkv_batch_meta *m);
+
+/* Results already in out_path from an earlier run of the job: a torn last
+ * line is cut off (the file truncated to its last newline); done[line] = 1
+ * for every input line answered (done has n_lines + 1 entries) and the
+ * custom_id each was answered for in ids[line] (malloc'd; NULL when the
+ * line had none). A line that is not a result of hetkv batch is an error:
+ * the file is not ours to append to. *n_done counts lines answered,
+ * *n_torn 1 when a torn line was cut. */
+int hkv_batch_scan_output(const char *out_path, int64_t n_lines, char *done, char **ids,
+                          int64_t *n_done, int *n_torn, hkv_err *err);
+
+#endif

@@ -1,0 +1,430 @@
+/* hetkv batch: an offline job of OpenAI batch request lines, run with
+ * continuous batching (runtime/scheduler.h), written as OpenAI batch result
+ * lines, resumable after a kill. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "batch.h"
+#include "cli.h"
+
+static const char batch_usage[] =
+    "usage: hetkv batch -m MODEL -i IN.jsonl -o OUT.jsonl [options]\n"
+    "\n"
+    "Run OpenAI batch request lines (/v1/chat/completions, /v1/completions) with\n"
+    "continuous batching; each result line is written whole and synced, and the same\n"
+    "command run again skips the requests already answered (docs/BATCH.md).\n"
+    "\n"
+    "  -m, --model PATH      GGUF model file\n"
+    "  -i, --input PATH      request lines (JSONL)\n"
+    "  -o, --output PATH     result lines (JSONL), appended to when it exists\n"
+    "      --max-batch N     sequences in flight (default 8)\n"
+    "      --mem SIZE        host memory for the KV of the sequences in flight\n"
+    "                        (default: free memory after loading, less 10%)\n"
+    "      --max-tokens N    max_tokens of a request that gives none (default 256)\n"
+    "      --chunk N         prompt tokens per prefill call (default 256)\n"
+    "  -c, --ctx N           longest prompt + max_tokens (default: the model's context)\n"
+    "  -t, --threads N       CPU threads (default: one per core)\n"
+    "      --isa NAME        force kernels: scalar, avx2, avx512 (default: best)\n"
+    "      --ignore-eos      do not stop at end-of-generation tokens\n"
+    "      --no-invariant    decode with the unrolled GEMV whose rounding depends on how many\n"
+    "                        sequences are in the step (faster at small batches; greedy\n"
+    "                        outputs may then differ with --max-batch)\n"
+    "  -q, --quiet           no progress on stderr\n"
+    "      --json            a JSON summary on stdout at the end\n"
+    "  -h, --help            this help\n"
+    "\nKV cache:\n";
+
+typedef struct batch_opts {
+    const char *model, *in, *out;
+    long long max_batch, max_tokens, chunk, ctx, threads;
+    uint64_t mem;
+    int quiet, json, ignore_eos, isa, no_invariant;
+    hkv_kv_cli kv;
+    hkv_device_cli dev;
+} batch_opts;
+
+/* The one piece of process state a signal handler can reach: set on
+ * SIGINT/SIGTERM, read between steps. */
+static volatile sig_atomic_t g_stop_signal;
+static void on_signal(int sig) { g_stop_signal = sig; }
+
+static int parse(int argc, char **argv, batch_opts *o, hkv_err *err) {
+    memset(o, 0, sizeof *o);
+    o->max_batch = 8;
+    o->max_tokens = 256;
+    o->chunk = 256;
+    o->isa = -1;
+    hkv_kv_cli_init(&o->kv);
+    hkv_device_cli_init(&o->dev);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = NULL;
+        int rc = hkv_kv_cli_parse(&o->kv, argc, argv, &i, err);
+        if (rc < 0) return rc;
+        if (rc == 1) continue;
+        if ((rc = hkv_device_cli_parse(&o->dev, argc, argv, &i, err)) < 0) return rc;
+        if (rc == 1) continue;
+#define VAL() do { if ((rc = hkv_arg_value(argc, argv, &i, &v, err))) return rc; } while (0)
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) return 1;
+        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) { VAL(); o->model = v; }
+        else if (!strcmp(a, "-i") || !strcmp(a, "--input")) { VAL(); o->in = v; }
+        else if (!strcmp(a, "-o") || !strcmp(a, "--output")) { VAL(); o->out = v; }
+        else if (!strcmp(a, "--max-batch")) { VAL(); rc = hkv_arg_int(a, v, 1, 4096, &o->max_batch, err); }
+        else if (!strcmp(a, "--max-tokens")) { VAL(); rc = hkv_arg_int(a, v, 1, 1 << 24, &o->max_tokens, err); }
+        else if (!strcmp(a, "--chunk")) { VAL(); rc = hkv_arg_int(a, v, 1, 65536, &o->chunk, err); }
+        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) { VAL(); rc = hkv_arg_int(a, v, 2, 1LL << 31, &o->ctx, err); }
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { VAL(); rc = hkv_arg_int(a, v, 1, 4096, &o->threads, err); }
+        else if (!strcmp(a, "--mem")) { VAL(); rc = hkv_arg_size(a, v, &o->mem, err); }
+        else if (!strcmp(a, "--isa")) {
+            VAL();
+            if ((o->isa = hkv_isa_parse(v)) < 0)
+                return hkv_seterr(err, HKV_E_INVAL, "--isa: unknown '%s' (scalar, avx2, avx512)", v);
+        }
+        else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) o->quiet = 1;
+        else if (!strcmp(a, "--json")) o->json = 1;
+        else if (!strcmp(a, "--ignore-eos")) o->ignore_eos = 1;
+        else if (!strcmp(a, "--no-invariant")) o->no_invariant = 1;
+        else return hkv_seterr(err, HKV_E_INVAL, "batch: unknown option '%s' (see hetkv batch --help)", a);
+        if (rc) return rc;
+#undef VAL
+    }
+    if (o->dev.synthetic)
+        return hkv_seterr(err, HKV_E_UNSUPPORTED, "batch: --synthetic models have no tokenizer to "
+                          "read requests or write text");
+    if (!o->model) return hkv_seterr(err, HKV_E_INVAL, "batch: no model (-m MODEL)");
+    if (!o->in) return hkv_seterr(err, HKV_E_INVAL, "batch: no input (-i IN.jsonl)");
+    if (!o->out) return hkv_seterr(err, HKV_E_INVAL, "batch: no output (-o OUT.jsonl)");
+    return HKV_OK;
+}
+
+typedef struct job {
+    batch_opts *o;
+    hkv_engine *e;
+    hkv_batch_meta meta;
+    hkv_batch_defaults dflt;
+    int fd;                       /* output, O_APPEND */
+    int io_rc;                    /* first write failure */
+    hkv_err io_err;
+    int64_t total, skipped, done, errors, in_flight;
+    int64_t prompt_toks, gen_toks;
+    double t0, last_progress;
+    int tty;
+    char policy[256];
+} job;
+
+/* One result line, whole, then synced: a kill at any point leaves complete
+ * lines and at most one torn last line, which the next run cuts off. */
+static void write_line(job *j, char *s) {
+    if (!s) {
+        if (!j->io_rc) j->io_rc = hkv_seterr(&j->io_err, HKV_E_NOMEM, "no memory for a result line");
+        return;
+    }
+    size_t n = strlen(s);
+    s[n] = '\n';   /* json_dumps leaves the NUL's byte ours; put it back below */
+    size_t off = 0;
+    while (off < n + 1 && !j->io_rc) {
+        ssize_t w = write(j->fd, s + off, n + 1 - off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) j->io_rc = hkv_seterr(&j->io_err, HKV_E_IO, "%s: %s", j->o->out, strerror(errno));
+        else off += (size_t)w;
+    }
+    s[n] = 0;
+    if (!j->io_rc && fsync(j->fd) != 0 && errno != EINVAL)
+        j->io_rc = hkv_seterr(&j->io_err, HKV_E_IO, "%s: fsync: %s", j->o->out, strerror(errno));
+    free(s);
+}
+
+static void error_line(job *j, int64_t line, const char *cid, int code, const char *msg) {
+    int status = code == HKV_E_NOMEM || code == HKV_E_INTERNAL || code == HKV_E_IO ||
+                 code == HKV_E_DEVICE ? 500 : 400;
+    write_line(j, hkv_batch_error_line(line, cid, status, msg, &j->meta));
+    j->done++;
+    j->errors++;
+}
+
+static void progress(job *j, int final) {
+    if (j->o->quiet) return;
+    double now = hkv_now(), el = now - j->t0;
+    if (!final && now - j->last_progress < (j->tty ? 0.5 : 10.0)) return;
+    j->last_progress = now;
+    int64_t left = j->total - j->skipped - j->done;
+    double rate = el > 0 ? j->done / el : 0;
+    char eta[32] = "?";
+    if (rate > 0) snprintf(eta, sizeof eta, "%.0fs", left / rate);
+    fprintf(stderr, "%shetkv batch: %lld/%lld done (%lld from an earlier run), %lld errors, "
+            "%lld running, prompt %.1f tok/s, generated %.1f tok/s, ETA %s%s",
+            j->tty ? "\r" : "", (long long)(j->done + j->skipped), (long long)j->total,
+            (long long)j->skipped, (long long)j->errors, (long long)j->in_flight,
+            el > 0 ? j->prompt_toks / el : 0, el > 0 ? j->gen_toks / el : 0, eta,
+            j->tty && !final ? "   " : "\n");
+    fflush(stderr);
+}
+
+static void on_done(void *ud, hkv_sched_req *r) {
+    job *j = ud;
+    hkv_batch_item *it = r->user;
+    j->in_flight--;
+    if (r->status) {
+        error_line(j, it->line, it->custom_id, r->status, r->err.msg);
+    } else {
+        write_line(j, hkv_batch_result_line(it, &j->meta));
+        j->done++;
+        j->prompt_toks += r->n_prompt;
+        j->gen_toks += r->n_out;
+    }
+    hkv_batch_item_free(it);
+    free(it);
+}
+
+static int blank(const char *s, ssize_t n);
+
+/* Lines of the input (a last line without a newline counts) and, of them,
+ * the requests (lines not blank). */
+static int count_lines(const char *path, int64_t *n, int64_t *n_req, hkv_err *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return hkv_seterr(err, HKV_E_IO, "%s: %s", path, strerror(errno));
+    char *buf = NULL;
+    size_t cap = 0;
+    ssize_t r;
+    *n = *n_req = 0;
+    while ((r = getline(&buf, &cap, f)) > 0) {
+        ++*n;
+        *n_req += !blank(buf, r);
+    }
+    free(buf);
+    fclose(f);
+    return HKV_OK;
+}
+
+static int blank(const char *s, ssize_t n) {
+    for (ssize_t i = 0; i < n; i++)
+        if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r' && s[i] != '\n') return 0;
+    return 1;
+}
+
+/* Read input lines into the scheduler until it holds enough work for the
+ * next steps (the whole file is never in memory). */
+static int feed(job *j, hkv_sched *s, FILE *in, int64_t *lineno, char *done, char **ids,
+                char **seen_ids, int *eof, hkv_err *err) {
+    char *buf = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    int rc = HKV_OK;
+    while (!*eof && hkv_sched_pending(s) < 2 * j->o->max_batch && !j->io_rc) {
+        if ((n = getline(&buf, &cap, in)) < 0) {
+            *eof = 1;
+            break;
+        }
+        int64_t ln = ++*lineno;
+        if (blank(buf, n)) continue;
+        hkv_batch_item *it = calloc(1, sizeof *it);
+        if (!it) {
+            rc = hkv_seterr(err, HKV_E_NOMEM, "no memory for a request");
+            break;
+        }
+        it->line = ln;
+        hkv_err perr;
+        hkv_err_clear(&perr);
+        int prc = hkv_batch_parse(buf, (size_t)n, j->e->tok, &j->dflt, it, &perr);
+        if (done[ln]) {   /* answered by an earlier run: it must be the same request */
+            const char *was = ids[ln];
+            if ((was || it->custom_id) && (!was || !it->custom_id || strcmp(was, it->custom_id))) {
+                rc = hkv_seterr(err, HKV_E_INVAL, "%s answers line %lld for custom_id '%s' but "
+                                "the input has '%s' there: the output belongs to another input",
+                                j->o->out, (long long)ln, was ? was : "(none)",
+                                it->custom_id ? it->custom_id : "(none)");
+            }
+            if (it->custom_id) seen_ids[ln] = it->custom_id, it->custom_id = NULL;
+            hkv_batch_item_free(it);
+            free(it);
+            if (rc) break;
+            continue;
+        }
+        if (!prc && it->custom_id) {   /* custom_ids are unique within a job */
+            for (int64_t k = 1; k < ln; k++)
+                if (seen_ids[k] && !strcmp(seen_ids[k], it->custom_id)) {
+                    prc = hkv_seterr(&perr, HKV_E_INVAL, "custom_id '%s' repeats line %lld's",
+                                     it->custom_id, (long long)k);
+                    break;
+                }
+        }
+        if (!prc && !(seen_ids[ln] = strdup(it->custom_id)))
+            prc = hkv_seterr(&perr, HKV_E_NOMEM, "no memory");
+        if (!prc) prc = hkv_sched_submit(s, &it->req, &perr);
+        if (prc) {
+            error_line(j, ln, it->custom_id, prc, perr.msg);
+            hkv_batch_item_free(it);
+            free(it);
+            continue;
+        }
+        j->in_flight++;
+    }
+    free(buf);
+    return rc;
+}
+
+static void summary(job *j, hkv_sched *s, int interrupted) {
+    hkv_sched_stats st = {0};
+    if (s) hkv_sched_get_stats(s, &st);
+    double el = hkv_now() - j->t0;
+    if (!j->o->quiet) {
+        fprintf(stderr, "hetkv batch: %s: %lld requests answered this run (%lld errors), %lld "
+                "earlier, %lld of %lld left; %.1f s, %.2f requests/s, prompt %lld tokens (%.1f "
+                "tok/s), generated %lld tokens (%.1f tok/s), %lld decode steps of %.1f sequences\n",
+                interrupted ? "interrupted" : "finished", (long long)j->done, (long long)j->errors,
+                (long long)j->skipped, (long long)(j->total - j->skipped - j->done),
+                (long long)j->total, el, el > 0 ? j->done / el : 0, (long long)j->prompt_toks,
+                el > 0 ? j->prompt_toks / el : 0, (long long)j->gen_toks,
+                el > 0 ? j->gen_toks / el : 0, (long long)st.steps,
+                st.steps ? (double)st.decode_rows / st.steps : 0);
+    }
+    if (j->o->json) {
+        printf("{\"status\":\"%s\",\"requests\":%lld,\"answered\":%lld,\"errors\":%lld,"
+               "\"earlier\":%lld,\"left\":%lld,\"wall_s\":%.3f,\"requests_per_s\":%.4f,"
+               "\"prompt_tokens\":%lld,\"generated_tokens\":%lld,\"prompt_tok_s\":%.2f,"
+               "\"generated_tok_s\":%.2f,\"decode_steps\":%lld,\"mean_decode_batch\":%.3f,"
+               "\"prefill_s\":%.3f,\"decode_s\":%.3f,\"max_batch\":%lld,\"policy\":\"%s\"}\n",
+               interrupted ? "interrupted" : "finished", (long long)j->total, (long long)j->done,
+               (long long)j->errors, (long long)j->skipped,
+               (long long)(j->total - j->skipped - j->done), el, el > 0 ? j->done / el : 0,
+               (long long)j->prompt_toks, (long long)j->gen_toks, el > 0 ? j->prompt_toks / el : 0,
+               el > 0 ? j->gen_toks / el : 0, (long long)st.steps,
+               st.steps ? (double)st.decode_rows / st.steps : 0, st.t_prefill, st.t_decode,
+               j->o->max_batch, j->policy);
+    }
+}
+
+static void policy_text(const batch_opts *o, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s", o->kv.kv && !strcmp(o->kv.kv, "plain") ? "plain" :
+             o->kv.policy ? o->kv.policy : "full");
+    for (int i = 0; i < o->kv.n_pargs; i++) {
+        size_t l = strlen(buf);
+        snprintf(buf + l, cap - l, " %s", o->kv.pargs[i]);
+    }
+}
+
+int hkv_cmd_batch(int argc, char **argv) {
+    hkv_err err;
+    hkv_err_clear(&err);
+    batch_opts o;
+    int rc = parse(argc, argv, &o, &err);
+    if (rc == 1) {
+        fputs(batch_usage, stdout);
+        fputs(hkv_kv_cli_help, stdout);
+        fputs("\nDevice:\n", stdout);
+        fputs(hkv_device_cli_help, stdout);
+        return 0;
+    }
+    if (rc) {
+        hkv_err_report(&err, stderr);
+        return 2;
+    }
+    job j = {.o = &o, .fd = -1};
+    hkv_sched *s = NULL;
+    FILE *in = NULL;
+    char *done = NULL, **ids = NULL, **seen = NULL;
+    int64_t n_lines = 0, n_req = 0, lineno = 0;
+    int interrupted = 0;
+    if ((rc = count_lines(o.in, &n_lines, &n_req, &err))) goto out;
+    done = calloc((size_t)n_lines + 1, 1);
+    ids = calloc((size_t)n_lines + 1, sizeof *ids);
+    seen = calloc((size_t)n_lines + 1, sizeof *seen);
+    if (!done || !ids || !seen) {
+        rc = hkv_seterr(&err, HKV_E_NOMEM, "no memory for %lld lines", (long long)n_lines);
+        goto out;
+    }
+    int torn = 0;
+    if ((rc = hkv_batch_scan_output(o.out, n_lines, done, ids, &j.skipped, &torn, &err))) goto out;
+    if (torn && !o.quiet) fprintf(stderr, "hetkv batch: %s: cut a torn last line\n", o.out);
+    if (!(in = fopen(o.in, "rb"))) {
+        rc = hkv_seterr(&err, HKV_E_IO, "%s: %s", o.in, strerror(errno));
+        goto out;
+    }
+    if ((j.fd = open(o.out, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644)) < 0) {
+        rc = hkv_seterr(&err, HKV_E_IO, "%s: %s", o.out, strerror(errno));
+        goto out;
+    }
+
+    hkv_engine_params ep;
+    hkv_engine_params_default(&ep);
+    ep.model_path = o.model;
+    ep.n_threads = (int)o.threads;
+    ep.isa = o.isa;
+    ep.max_seqs = (int)o.max_batch;
+    ep.n_ctx = o.ctx;
+    ep.max_rows = (int)o.chunk;
+    ep.device_cuda = o.dev.cuda;
+    if ((rc = hkv_kv_cli_apply(&o.kv, &ep, &err))) goto out;
+    if ((rc = hkv_device_cli_check(&o.dev, o.model, &ep, (int)o.max_batch, o.ctx, &err))) goto out;
+    if ((rc = hkv_engine_open(&j.e, &ep, &err)) || (rc = hkv_device_cli_attach(&o.dev, j.e, &err)))
+        goto out;
+    policy_text(&o, j.policy, sizeof j.policy);
+    j.meta = (hkv_batch_meta){j.e->model.cfg.name, j.policy};
+    j.dflt = (hkv_batch_defaults){(int)o.max_tokens, j.e->p.n_ctx, !o.ignore_eos};
+
+    hkv_sched_params sp;
+    hkv_sched_params_default(&sp);
+    sp.max_batch = (int)o.max_batch;
+    sp.chunk = o.chunk;
+    sp.batch_invariant = !o.no_invariant;
+    if (o.mem) {
+        sp.mem_budget = o.mem;
+    } else {   /* what is free now that the weights are in, less a margin */
+        size_t fr = hkv_host_mem_free();
+        sp.mem_budget = fr ? (uint64_t)(fr - fr / 10) : 0;
+    }
+    sp.on_done = on_done;
+    sp.ud = &j;
+    if ((rc = hkv_sched_create(&s, j.e, &sp, &err))) goto out;
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+
+    j.total = n_req;
+    j.tty = isatty(2);
+    j.t0 = j.last_progress = hkv_now();
+    int eof = 0;
+    for (;;) {
+        if ((rc = feed(&j, s, in, &lineno, done, ids, seen, &eof, &err))) break;
+        if (j.io_rc) break;
+        if (g_stop_signal) {
+            interrupted = 1;
+            break;
+        }
+        if (!hkv_sched_pending(s)) {
+            if (eof) break;
+            continue;
+        }
+        if ((rc = hkv_sched_step(s, &err))) break;
+        progress(&j, 0);
+    }
+    progress(&j, 1);
+    if (!rc && j.io_rc) {
+        rc = j.io_rc;
+        err = j.io_err;
+    }
+    summary(&j, s, interrupted || rc);
+    if (interrupted && !o.quiet)
+        fprintf(stderr, "hetkv batch: stopped by signal %d; run the same command again to finish\n",
+                (int)g_stop_signal);
+out:
+    if (rc) hkv_err_report(&err, stderr);
+    hkv_sched_free(s);   /* requests still in flight are dropped: the rerun answers them */
+    if (j.fd >= 0) close(j.fd);
+    if (in) fclose(in);
+    for (int64_t k = 0; ids && k <= n_lines; k++) free(ids[k]);
+    for (int64_t k = 0; seen && k <= n_lines; k++) free(seen[k]);
+    free(ids);
+    free(seen);
+    free(done);
+    hkv_engine_close(j.e);
+    if (rc) return 1;
+    return interrupted ? 128 + (int)g_stop_signal : 0;
+}
