@@ -26,6 +26,8 @@ static const char batch_usage[] =
     "                        (default: free memory after loading, less 10%)\n"
     "      --max-tokens N    max_tokens of a request that gives none (default 256)\n"
     "      --chunk N         prompt tokens per prefill call (default 256)\n"
+    "      --shard I/N       run only input lines l with (l - 1) % N == I (I in 0..N-1): one\n"
+    "                        of N jobs of an array, each with its own -o\n"
     "  -c, --ctx N           longest prompt + max_tokens (default: the model's context)\n"
     "  -t, --threads N       CPU threads (default: one per core)\n"
     "      --isa NAME        force kernels: scalar, avx2, avx512 (default: best)\n"
@@ -40,7 +42,7 @@ static const char batch_usage[] =
 
 typedef struct batch_opts {
     const char *model, *in, *out;
-    long long max_batch, max_tokens, chunk, ctx, threads;
+    long long max_batch, max_tokens, chunk, ctx, threads, shard_i, shard_n;
     uint64_t mem;
     int quiet, json, ignore_eos, isa, no_invariant;
     hkv_kv_cli kv;
@@ -57,6 +59,7 @@ static int parse(int argc, char **argv, batch_opts *o, hkv_err *err) {
     o->max_batch = 8;
     o->max_tokens = 256;
     o->chunk = 256;
+    o->shard_n = 1;
     o->isa = -1;
     hkv_kv_cli_init(&o->kv);
     hkv_device_cli_init(&o->dev);
@@ -78,6 +81,17 @@ static int parse(int argc, char **argv, batch_opts *o, hkv_err *err) {
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) { VAL(); rc = hkv_arg_int(a, v, 2, 1LL << 31, &o->ctx, err); }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { VAL(); rc = hkv_arg_int(a, v, 1, 4096, &o->threads, err); }
         else if (!strcmp(a, "--mem")) { VAL(); rc = hkv_arg_size(a, v, &o->mem, err); }
+        else if (!strcmp(a, "--shard")) {
+            VAL();
+            char *slash = strchr(v, '/'), ib[32];
+            if (!slash || slash - v >= (long)sizeof ib)
+                return hkv_seterr(err, HKV_E_INVAL, "--shard: '%s' is not I/N", v);
+            memcpy(ib, v, (size_t)(slash - v));
+            ib[slash - v] = 0;
+            if ((rc = hkv_arg_int("--shard N", slash + 1, 1, 1 << 20, &o->shard_n, err)) ||
+                (rc = hkv_arg_int("--shard I", ib, 0, o->shard_n - 1, &o->shard_i, err)))
+                return rc;
+        }
         else if (!strcmp(a, "--isa")) {
             VAL();
             if ((o->isa = hkv_isa_parse(v)) < 0)
@@ -181,9 +195,54 @@ static void on_done(void *ud, hkv_sched_req *r) {
 
 static int blank(const char *s, ssize_t n);
 
+/* The custom_ids met so far, by input line: a hash set (open addressing
+ * over line numbers), so checking a job of N lines for repeats is O(N). */
+typedef struct idset {
+    char **of_line;       /* [n_lines + 1] */
+    int64_t *slot;        /* line numbers, 0 = empty */
+    size_t mask;
+} idset;
+
+static uint64_t fnv(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+static int idset_init(idset *t, int64_t n_lines) {
+    size_t n = 16;
+    while (n < 2 * (size_t)(n_lines + 1)) n *= 2;
+    t->mask = n - 1;
+    t->of_line = calloc((size_t)n_lines + 1, sizeof *t->of_line);
+    t->slot = calloc(n, sizeof *t->slot);
+    return t->of_line && t->slot ? HKV_OK : HKV_E_NOMEM;
+}
+
+static void idset_free(idset *t, int64_t n_lines) {
+    for (int64_t k = 0; t->of_line && k <= n_lines; k++) free(t->of_line[k]);
+    free(t->of_line);
+    free(t->slot);
+}
+
+/* The earlier line holding id, else 0 after recording id (owned) for line. */
+static int64_t idset_add(idset *t, char *id, int64_t line) {
+    size_t i = (size_t)fnv(id) & t->mask;
+    for (; t->slot[i]; i = (i + 1) & t->mask)
+        if (!strcmp(t->of_line[t->slot[i]], id)) {
+            free(id);
+            return t->slot[i];
+        }
+    t->slot[i] = line;
+    t->of_line[line] = id;
+    return 0;
+}
+
 /* Lines of the input (a last line without a newline counts) and, of them,
  * the requests (lines not blank). */
-static int count_lines(const char *path, int64_t *n, int64_t *n_req, hkv_err *err) {
+static int in_shard(const batch_opts *o, int64_t line) { return (line - 1) % o->shard_n == o->shard_i; }
+
+static int count_lines(const batch_opts *o, const char *path, int64_t *n, int64_t *n_req,
+                       hkv_err *err) {
     FILE *f = fopen(path, "rb");
     if (!f) return hkv_seterr(err, HKV_E_IO, "%s: %s", path, strerror(errno));
     char *buf = NULL;
@@ -192,7 +251,7 @@ static int count_lines(const char *path, int64_t *n, int64_t *n_req, hkv_err *er
     *n = *n_req = 0;
     while ((r = getline(&buf, &cap, f)) > 0) {
         ++*n;
-        *n_req += !blank(buf, r);
+        *n_req += !blank(buf, r) && in_shard(o, *n);
     }
     free(buf);
     fclose(f);
@@ -208,7 +267,7 @@ static int blank(const char *s, ssize_t n) {
 /* Read input lines into the scheduler until it holds enough work for the
  * next steps (the whole file is never in memory). */
 static int feed(job *j, hkv_sched *s, FILE *in, int64_t *lineno, char *done, char **ids,
-                char **seen_ids, int *eof, hkv_err *err) {
+                idset *seen, int *eof, hkv_err *err) {
     char *buf = NULL;
     size_t cap = 0;
     ssize_t n;
@@ -219,7 +278,7 @@ static int feed(job *j, hkv_sched *s, FILE *in, int64_t *lineno, char *done, cha
             break;
         }
         int64_t ln = ++*lineno;
-        if (blank(buf, n)) continue;
+        if (blank(buf, n) || !in_shard(j->o, ln)) continue;
         hkv_batch_item *it = calloc(1, sizeof *it);
         if (!it) {
             rc = hkv_seterr(err, HKV_E_NOMEM, "no memory for a request");
@@ -237,22 +296,19 @@ static int feed(job *j, hkv_sched *s, FILE *in, int64_t *lineno, char *done, cha
                                 j->o->out, (long long)ln, was ? was : "(none)",
                                 it->custom_id ? it->custom_id : "(none)");
             }
-            if (it->custom_id) seen_ids[ln] = it->custom_id, it->custom_id = NULL;
+            if (it->custom_id) idset_add(seen, it->custom_id, ln), it->custom_id = NULL;
             hkv_batch_item_free(it);
             free(it);
             if (rc) break;
             continue;
         }
-        if (!prc && it->custom_id) {   /* custom_ids are unique within a job */
-            for (int64_t k = 1; k < ln; k++)
-                if (seen_ids[k] && !strcmp(seen_ids[k], it->custom_id)) {
-                    prc = hkv_seterr(&perr, HKV_E_INVAL, "custom_id '%s' repeats line %lld's",
-                                     it->custom_id, (long long)k);
-                    break;
-                }
+        if (!prc) {   /* custom_ids are unique within a job */
+            char *id = strdup(it->custom_id);
+            int64_t was = id ? idset_add(seen, id, ln) : -1;
+            if (was < 0) prc = hkv_seterr(&perr, HKV_E_NOMEM, "no memory");
+            else if (was) prc = hkv_seterr(&perr, HKV_E_INVAL, "custom_id '%s' repeats line %lld's",
+                                           it->custom_id, (long long)was);
         }
-        if (!prc && !(seen_ids[ln] = strdup(it->custom_id)))
-            prc = hkv_seterr(&perr, HKV_E_NOMEM, "no memory");
         if (!prc) prc = hkv_sched_submit(s, &it->req, &perr);
         if (prc) {
             error_line(j, ln, it->custom_id, prc, perr.msg);
@@ -325,14 +381,14 @@ int hkv_cmd_batch(int argc, char **argv) {
     job j = {.o = &o, .fd = -1};
     hkv_sched *s = NULL;
     FILE *in = NULL;
-    char *done = NULL, **ids = NULL, **seen = NULL;
+    char *done = NULL, **ids = NULL;
+    idset seen = {0};
     int64_t n_lines = 0, n_req = 0, lineno = 0;
     int interrupted = 0;
-    if ((rc = count_lines(o.in, &n_lines, &n_req, &err))) goto out;
+    if ((rc = count_lines(&o, o.in, &n_lines, &n_req, &err))) goto out;
     done = calloc((size_t)n_lines + 1, 1);
     ids = calloc((size_t)n_lines + 1, sizeof *ids);
-    seen = calloc((size_t)n_lines + 1, sizeof *seen);
-    if (!done || !ids || !seen) {
+    if (!done || !ids || idset_init(&seen, n_lines)) {
         rc = hkv_seterr(&err, HKV_E_NOMEM, "no memory for %lld lines", (long long)n_lines);
         goto out;
     }
@@ -392,7 +448,7 @@ int hkv_cmd_batch(int argc, char **argv) {
     j.t0 = j.last_progress = hkv_now();
     int eof = 0;
     for (;;) {
-        if ((rc = feed(&j, s, in, &lineno, done, ids, seen, &eof, &err))) break;
+        if ((rc = feed(&j, s, in, &lineno, done, ids, &seen, &eof, &err))) break;
         if (j.io_rc) break;
         if (g_stop_signal) {
             interrupted = 1;
@@ -420,9 +476,8 @@ out:
     if (j.fd >= 0) close(j.fd);
     if (in) fclose(in);
     for (int64_t k = 0; ids && k <= n_lines; k++) free(ids[k]);
-    for (int64_t k = 0; seen && k <= n_lines; k++) free(seen[k]);
+    idset_free(&seen, n_lines);
     free(ids);
-    free(seen);
     free(done);
     hkv_engine_close(j.e);
     if (rc) return 1;

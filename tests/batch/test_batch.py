@@ -10,7 +10,8 @@ naming the problem, the job goes on), resume (SIGKILL at several points and a
 torn last line, then the same command finishes with every custom_id exactly
 once and the same tokens), sigterm (a clean stop with a non-zero exit),
 invariance (greedy outputs identical with --max-batch 1 and 8, also under
-ctkvr and snapkv with a small near tier), policies (laq and fastkv, whose prep
+ctkvr and snapkv with a small near tier), shard (--shard I/N splits the
+lines), policies (laq and fastkv, whose prep
 takes the whole prompt, run in a batch).
 """
 import json
@@ -343,7 +344,25 @@ def case_policies():
               and all(o["hetkv"]["policy"] == pol[1] for o in res), f"policies {pol[1]}: {res[:1]}")
 
 
-{"format": case_format, "bad_lines": case_bad_lines, "resume": case_resume, "sigterm": case_sigterm,
+def case_shard():
+    reqs = [req(f"s{i}", 5 + i, 3, i % 2 == 0) for i in range(7)]
+    inp = os.path.join(tmp, "sh.jsonl")
+    write_jsonl(inp, reqs)
+    seen = []
+    for i in range(3):
+        out = os.path.join(tmp, f"sh{i}.jsonl")
+        p = run(["-q", "--json", "--shard", f"{i}/3"], inp, out)
+        check(p.returncode == 0, f"shard {i}/3: {p.stderr[-300:]}")
+        res = results(out)
+        check(all((o["hetkv"]["line"] - 1) % 3 == i for o in res), f"shard {i}/3: lines of another shard")
+        check(json.loads(p.stdout)["requests"] == len(res), f"shard {i}/3: summary count")
+        seen += [o["custom_id"] for o in res]
+    check(sorted(seen) == sorted(r["custom_id"] for r in reqs), f"shard: union {sorted(seen)}")
+    p = run(["--shard", "3/3"], inp, os.path.join(tmp, "shx.jsonl"))
+    check(p.returncode == 2 and "out of range" in p.stderr, f"shard: 3/3 accepted: {p.stderr}")
+
+
+{"format": case_format, "shard": case_shard, "bad_lines": case_bad_lines, "resume": case_resume, "sigterm": case_sigterm,
  "invariance": case_invariance, "policies": case_policies}[case]()
 print(f"batch {case}: {len(failures)} failures")
 sys.exit(1 if failures else 0)
