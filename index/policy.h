@@ -43,6 +43,8 @@ typedef struct hkv_policy_args {
  * KV head h, position p, are at k[h] + p*ld and v[h] + p*ld (fp16, d each):
  * position-indexed, so a selected position is directly a row index for the
  * kernels (attn_sparse, score_max take int32 row indices). */
+struct hkv_far_accel;
+
 typedef struct hkv_far_view {
     int n_head_kv, head_dim;
     int64_t lo, hi;
@@ -60,7 +62,28 @@ typedef struct hkv_far_view {
      * them to the near tier, it does not move them). */
     const int32_t *rows;
     int64_t n_rows, rows_end;
+    /* At prefill_end only, may be NULL: a device holding these keys that
+     * offers the heavy part of an index build (pipeline/). */
+    const struct hkv_far_accel *accel;
 } hkv_far_view;
+
+/* Top-rho lists on the device (pipeline/cuda_index.c): for n query rows (q
+ * fp16 [n][n_head][d], row stride ldq) and each KV head h, the rho
+ * positions p of [far->lo, far->hi) with the largest max over h's g query
+ * heads of q . k_h[p] (raw dot products, ties to the lower position; all of
+ * them when there are at most rho), in no particular order, into ivf +
+ * (h*n_slots + slot[h*n + i])*rho, their count into len[h*n_slots + slot].
+ * Returns HKV_E_UNSUPPORTED, with nothing written and err untouched, when
+ * the device cannot (no copy of these keys, no room, slots it does not
+ * take): the policy then builds on the host. */
+typedef struct hkv_far_accel {
+    int (*top_lists)(const struct hkv_far_accel *a, int layer, const hkv_far_view *far,
+                     const uint16_t *q, int64_t ldq, int64_t n, int n_head, int64_t rho,
+                     const int32_t *slot, int32_t *ivf, int32_t *len, int64_t n_slots,
+                     hkv_err *err);
+    void *ud;
+    int seq;
+} hkv_far_accel;
 
 /* The last queries of the prompt, as the cache kept them for policies that
  * build an index at prompt end: n rows at positions pos0 .. pos0+n-1, each

@@ -51,6 +51,9 @@ typedef struct hkv_pipeline_stats {
     int64_t near_resyncs;       /* (sequence, layer) near tiers uploaded whole from the host */
     int64_t recall_rows;        /* (decode row, layer) recalls run on the device */
     int64_t recall_resyncs;     /* (sequence, layer) recall tables uploaded whole */
+    int64_t index_builds_dev;   /* (sequence, layer) prompt-end index builds on the device */
+    int64_t index_builds_host;  /* offered to the device but built by the host (no copy of
+                                   the keys, a later turn, no room) */
     size_t dev_peak, dev_in_use;     /* device bytes, all tiers */
     size_t dev_tier[5];              /* in use per tier (enum hkv_tier) */
 } hkv_pipeline_stats;

@@ -52,6 +52,8 @@ typedef struct cb_prompt {
     size_t bytes;                 /* of each of k, v */
     uint64_t epoch;               /* the sequence's epoch when the prompt started */
     int off;                      /* 1: the host attends the rest of this prompt */
+    int step_layer;               /* the layer of the last step that saw this prompt, and */
+    int64_t step_end;             /* tokens the copy holds after it (-1: not appended) */
 } cb_prompt;
 
 typedef struct cuda_be {
@@ -136,6 +138,11 @@ void cb_prefill_destroy(cuda_be *b);
 int cb_prefill_plan(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, hkv_err *err);
 int cb_prefill_attend(cuda_be *b, int layer, int n_segs, hkv_err *err);
 int cb_prefill_done(cuda_be *b, int layer, int n_segs, hkv_err *err);
+
+/* Index builds on the device at prompt end (cuda_index.c): offered to the
+ * tiered cache's policies while the backend lives. */
+void cb_index_attach(cuda_be *b);
+void cb_index_detach(cuda_be *b);
 
 /* The attention op (cuda_attention.c). */
 int cb_attention(void *self, int layer, const hkv_seg *segs, int n_segs, int64_t n, hkv_err *err);

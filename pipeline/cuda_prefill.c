@@ -102,6 +102,7 @@ int cb_prefill_plan(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, hkv_
             if (layer == 0) p->off = 0, p->epoch = ep;
             len[layer] = 0;
         }
+        p->step_layer = layer, p->step_end = -1;
         int dev = b->pp_ok && !p->off && !sg->pos_list && p->epoch == ep && len[layer] == sg->pos;
         if (dev && !prompt_room(b, s, sg->pos + sg->n)) {
             p->off = 1;   /* no room: the host attends the rest of this prompt */
@@ -111,6 +112,7 @@ int cb_prefill_plan(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, hkv_
             b->stats.prompt_rows_host += sg->n;
             continue;
         }
+        p->step_end = sg->pos + sg->n;
         b->pp_segs[i].flags |= HKV_SEG_STORE_ONLY;
         b->pp_dev[i] = 1;
         rows += sg->n;

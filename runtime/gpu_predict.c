@@ -188,14 +188,15 @@ static void ct_per_head(const hkv_predict_params *p, const hkv_prediction *o, ct
 }
 
 /* The far work of b sequences in one layer: seconds of the CPU at the probed
- * bandwidth times each kernel's measured share of it. recall_on_host: the
- * built pipeline's host recall (centroids + lists); otherwise the host reads
- * the candidate ids the device recalled. */
-static double host_far(const ctx *x, const ct_bytes *cb, int b, int recall_on_host, double *idx_b,
+ * bandwidth times each kernel's measured share of it. lists_on_host: the
+ * built pipeline (the device recalls the centroids, the host reads the C'
+ * recalled lists); otherwise the host reads the candidate ids the device
+ * made from the lists. */
+static double host_far(const ctx *x, const ct_bytes *cb, int b, int lists_on_host, double *idx_b,
                        double *rr_b, double *at_b) {
     const hkv_predict_params *p = x->p;
     const double items = (double)b * p->cfg->n_head_kv;
-    *idx_b = items * (recall_on_host ? cb->cent + cb->lists : cb->ids);
+    *idx_b = items * (lists_on_host ? cb->lists : cb->ids);
     *rr_b = items * cb->rerank;
     *at_b = items * cb->attn;
     return (*idx_b + *rr_b) / (x->hbw * p->host_eff_scan) + *at_b / (x->hbw * p->host_eff_attn);
@@ -375,11 +376,27 @@ int hkv_predict(const hkv_predict_params *p, hkv_prediction *o, hkv_err *err) {
             m->pcie_up_bytes += L * far_up;
             m->pcie_down_bytes += L * qkv_down;
             if (mi == HKV_PRED_BUILT) {
+                /* pipeline/cuda_recall.c: the rewritten centroid rows and the
+                 * FIFOs go up in one copy (two scatters), the recall reads
+                 * every centroid, C' slots and cosines per (row, KV head)
+                 * come down beside QKV; the host unions the lists, reranks
+                 * and attends */
+                const double items = (double)B * KH;
+                const double g = (double)H / KH;
+                const double rup = items * (g * hd * 2 + 8 + 8);
+                const double slots_down = items * ((double)o->Cp * 8 + 4);
+                const double recall = 3 * tk + fmax(tk, items * cb.cent / x.bw);
+                kern += 3;
+                m->dev_index_bytes = L * items * cb.cent;
+                m->pcie_up_bytes += L * rup;
+                m->pcie_down_bytes += L * slots_down;
+                down += 3 * tc + slots_down / x.pcie;
                 host_l = host_far(&x, &cb, B, 1, &ib, &rb, &ab);
-                dev_l = dense + small * tk + att;
-                layer = dense + small * tk + down + fmax(att, p->t_host + host_l) + up;
+                dev_l = dense + small * tk + att + recall;
+                layer = dense + small * tk + tc + rup / x.pcie + recall + down +
+                        fmax(att, p->t_host + host_l) + up;
                 window = 0;   /* only the near attention overlaps: no balance to speak of */
-                m->pcie_s += L * (down + up);
+                m->pcie_s += L * (down + up + tc + rup / x.pcie);
             } else {
                 /* recall on the device: centroids and the C' lists read there,
                  * candidate ids written and sent down beside QKV */

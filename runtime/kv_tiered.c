@@ -39,6 +39,7 @@ void tiered_far_view(const tiered *t, const tseq *q, int layer, hkv_far_view *v)
     v->rows = tl && tl->rows ? tl->rows : NULL;
     v->n_rows = v->rows ? tl->n : 0;
     v->rows_end = v->rows ? tl->end : 0;
+    v->accel = NULL;
 }
 
 static hkv_policy_env policy_env(const tiered *t, const tseq *q) {
@@ -260,6 +261,9 @@ int tiered_prompt_end(tiered *t, tseq *q, int layer, int64_t end, hkv_err *err) 
     }
     hkv_far_view fv;
     tiered_far_view(t, q, layer, &fv);
+    hkv_far_accel acc = t->accel;
+    acc.seq = (int)(q - t->seqs);
+    if (acc.top_lists) fv.accel = &acc;
     int rc = q->pol.ops->prefill_end(q->pol.self, layer, &fv, &qv, err);
     free(lin);
     return rc ? hkv_err_prefix(err, "policy '%s' at prompt end, layer %d", q->def->name, layer) : HKV_OK;
@@ -536,4 +540,11 @@ void hkv_kv_tiered_describe(hkv_kv *kv, int seq, char *buf, size_t cap) {
     tseq *q = &t->seqs[seq];
     if (q->pol.ops && q->pol.ops->describe) q->pol.ops->describe(q->pol.self, buf, cap);
     else snprintf(buf, cap, "%s", q->def->name);
+}
+
+void hkv_kv_tiered_set_accel(hkv_kv *kv, const hkv_far_accel *a) {
+    if (!hkv_kv_is_tiered(kv)) return;
+    tiered *t = kv->self;
+    if (a) t->accel = *a;
+    else memset(&t->accel, 0, sizeof t->accel);
 }

@@ -94,6 +94,9 @@ int hkv_kv_tiered_near_rows(const hkv_kv *kv);
  * index is current only while the epoch it saw holds. */
 uint64_t hkv_kv_tiered_seq_epoch(const hkv_kv *kv, int seq);
 
+/* Offer a device's index builds to every prompt end from now on (NULL:
+ * stop); the cache fills in the sequence. */
+void hkv_kv_tiered_set_accel(hkv_kv *kv, const hkv_far_accel *a);
 /* 1 when kv is a tiered cache. */
 int hkv_kv_is_tiered(const hkv_kv *kv);
 

@@ -48,6 +48,7 @@ typedef struct tiered {
     hkv_pinned_account pin;   /* page-locked far-tier bytes (pin_far with a CUDA device) */
     tseq *seqs;
     uint64_t epoch;           /* the last epoch handed out */
+    hkv_far_accel accel;      /* offered to prefill_end when accel.top_lists is set */
     /* Per-thread scratch of layer_step, grown on demand (WORKSPACE tier). */
     float *scratch;
     size_t scratch_bytes;

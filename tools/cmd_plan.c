@@ -138,10 +138,12 @@ static void json_mode(const hkv_predict_mode *m, int fits, int has_host) {
 
 static const char *mode_desc(int mi) {
     return mi == HKV_PRED_BUILT
-               ? "the pipeline as built: ctkvr selects on the host (its recall too); products are the "
+               ? "the pipeline as built: ctkvr's centroid recall on the device (C' slots go down), "
+                 "the lists, rerank and attention on the host; products are the "
                  "dequantising GEMV for batch <= 8 and 4 MiB dequantised fp32 panels + fp32 cuBLAS "
                  "GEMMs above 8; only the device's near attention overlaps the CPU's far work"
-               : "the target design: ctkvr's recall on the device (candidate ids go down), "
+               : "the target design: ctkvr's recall and list union on the device (candidate ids go "
+                 "down), "
                  "memory-bound products at any batch (tensor cores), two micro-batches in ping-pong "
                  "when that beats the serial order (weights read once per half)";
 }
