@@ -356,10 +356,12 @@ int hkv_cmd_bench(int argc, char **argv) {
                 const hkv_pipeline_stats *q = &pts[i].pl;
                 printf(",\"timeline\":{\"steps\":%lld,\"cpu_busy_s\":%.6f,\"cpu_wait_device_s\":%.6f,"
                        "\"device_near_s\":%.6f,\"device_wait_cpu_s\":%.6f,\"bytes_d2h\":%llu,"
-                       "\"bytes_h2d\":%llu,\"near_resyncs\":%lld}",
+                       "\"bytes_h2d\":%llu,\"near_resyncs\":%lld,\"device_recalls\":%lld,"
+                       "\"recall_resyncs\":%lld}",
                        steps + 1, q->cpu_busy, q->cpu_wait_dev, q->dev_near, q->dev_wait_cpu,
                        (unsigned long long)q->bytes_d2h, (unsigned long long)q->bytes_h2d,
-                       (long long)q->near_resyncs);
+                       (long long)q->near_resyncs, (long long)q->recall_rows,
+                       (long long)q->recall_resyncs);
             }
             putchar('}');
         }

@@ -244,7 +244,8 @@ def main(argv=None) -> int:
             pt, dev = j["results"][0], j["device"]
             tl = pt["timeline"]
             ok = (p.returncode == 0 and dev["backend"] in ("cuda", "cuda-emu") and tl["bytes_d2h"] > 0
-                  and tl["bytes_h2d"] > 0 and tl["cpu_busy_s"] > 0 and pt["decode_tok_s"] > 0)
+                  and tl["bytes_h2d"] > 0 and tl["cpu_busy_s"] > 0 and pt["decode_tok_s"] > 0
+                  and tl["device_recalls"] > 0)
             res.report(ok, "bench --device cuda --json: a timeline per point", json.dumps(tl))
         except (ValueError, KeyError, IndexError) as e:
             res.report(False, "bench --device cuda --json", f"exit {p.returncode}: {e}: "
