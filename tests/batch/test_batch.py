@@ -246,7 +246,7 @@ def case_bad_lines():
 
 
 def case_resume():
-    reqs = mixed(14)
+    reqs = mixed(14, longest=200)
     inp = os.path.join(tmp, "r.jsonl")
     write_jsonl(inp, reqs)
     ref_out = os.path.join(tmp, "r.ref.jsonl")
