@@ -3,6 +3,7 @@
  * lines, resumable after a kill. */
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -322,7 +323,7 @@ static int feed(job *j, hkv_sched *s, FILE *in, int64_t *lineno, char *done, cha
     return rc;
 }
 
-static void summary(job *j, hkv_sched *s, int interrupted) {
+static void summary(job *j, hkv_sched *s, const char *how) {
     hkv_sched_stats st = {0};
     if (s) hkv_sched_get_stats(s, &st);
     double el = hkv_now() - j->t0;
@@ -330,26 +331,33 @@ static void summary(job *j, hkv_sched *s, int interrupted) {
         fprintf(stderr, "hetkv batch: %s: %lld requests answered this run (%lld errors), %lld "
                 "earlier, %lld of %lld left; %.1f s, %.2f requests/s, prompt %lld tokens (%.1f "
                 "tok/s), generated %lld tokens (%.1f tok/s), %lld decode steps of %.1f sequences\n",
-                interrupted ? "interrupted" : "finished", (long long)j->done, (long long)j->errors,
+                how, (long long)j->done, (long long)j->errors,
                 (long long)j->skipped, (long long)(j->total - j->skipped - j->done),
                 (long long)j->total, el, el > 0 ? j->done / el : 0, (long long)j->prompt_toks,
                 el > 0 ? j->prompt_toks / el : 0, (long long)j->gen_toks,
                 el > 0 ? j->gen_toks / el : 0, (long long)st.steps,
                 st.steps ? (double)st.decode_rows / st.steps : 0);
     }
-    if (j->o->json) {
-        printf("{\"status\":\"%s\",\"requests\":%lld,\"answered\":%lld,\"errors\":%lld,"
-               "\"earlier\":%lld,\"left\":%lld,\"wall_s\":%.3f,\"requests_per_s\":%.4f,"
-               "\"prompt_tokens\":%lld,\"generated_tokens\":%lld,\"prompt_tok_s\":%.2f,"
-               "\"generated_tok_s\":%.2f,\"decode_steps\":%lld,\"mean_decode_batch\":%.3f,"
-               "\"prefill_s\":%.3f,\"decode_s\":%.3f,\"max_batch\":%lld,\"policy\":\"%s\"}\n",
-               interrupted ? "interrupted" : "finished", (long long)j->total, (long long)j->done,
-               (long long)j->errors, (long long)j->skipped,
-               (long long)(j->total - j->skipped - j->done), el, el > 0 ? j->done / el : 0,
-               (long long)j->prompt_toks, (long long)j->gen_toks, el > 0 ? j->prompt_toks / el : 0,
-               el > 0 ? j->gen_toks / el : 0, (long long)st.steps,
-               st.steps ? (double)st.decode_rows / st.steps : 0, st.t_prefill, st.t_decode,
-               j->o->max_batch, j->policy);
+    if (j->o->json) {   /* through jansson: the policy text comes from the command line */
+        json_t *o = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:I, s:I, s:f, s:f, s:I, "
+                              "s:f, s:f, s:f, s:I, s:s}",
+                              "status", how, "requests", (json_int_t)j->total,
+                              "answered", (json_int_t)j->done, "errors", (json_int_t)j->errors,
+                              "earlier", (json_int_t)j->skipped,
+                              "left", (json_int_t)(j->total - j->skipped - j->done), "wall_s", el,
+                              "requests_per_s", el > 0 ? j->done / el : 0.0,
+                              "prompt_tokens", (json_int_t)j->prompt_toks,
+                              "generated_tokens", (json_int_t)j->gen_toks,
+                              "prompt_tok_s", el > 0 ? j->prompt_toks / el : 0.0,
+                              "generated_tok_s", el > 0 ? j->gen_toks / el : 0.0,
+                              "decode_steps", (json_int_t)st.steps,
+                              "mean_decode_batch", st.steps ? (double)st.decode_rows / st.steps : 0.0,
+                              "prefill_s", st.t_prefill, "decode_s", st.t_decode,
+                              "max_batch", (json_int_t)j->o->max_batch, "policy", j->policy);
+        char *txt = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
+        if (txt) puts(txt);
+        free(txt);
+        json_decref(o);
     }
 }
 
@@ -466,7 +474,7 @@ int hkv_cmd_batch(int argc, char **argv) {
         rc = j.io_rc;
         err = j.io_err;
     }
-    summary(&j, s, interrupted || rc);
+    summary(&j, s, interrupted ? "interrupted" : rc ? "stopped by an error" : "finished");
     if (interrupted && !o.quiet)
         fprintf(stderr, "hetkv batch: stopped by signal %d; run the same command again to finish\n",
                 (int)g_stop_signal);
