@@ -223,9 +223,11 @@ def main(argv=None) -> int:
                     d = j.get("device", {})
                     tl = d.get("timeline", {})
                     # ctkvr's centroid recall runs on the device (pipeline/cuda_recall.c)
-                    # and its index is built there at prompt end (pipeline/cuda_index.c)
-                    recalls_ok = name != "ctkvr" or (tl.get("device_recalls", 0) > 0
-                                                     and tl.get("index_builds_device", 0) > 0)
+                    # and its index is built there at prompt end (pipeline/cuda_index.c),
+                    # never by the host; SmolLM2's 8-token prompt leaves no far tier to index
+                    recalls_ok = name != "ctkvr" or (
+                        tl.get("device_recalls", 0) > 0 and tl.get("index_builds_host", 1) == 0
+                        and (a.model or tl.get("index_builds_device", 0) > 0))
                     # the prompt (from position 0, room on the device) is attended there
                     recalls_ok = recalls_ok and tl.get("prompt_rows_device", 0) > 0 \
                         and tl.get("prompt_rows_host", 1) == 0
