@@ -187,10 +187,18 @@ static int g_matmul(void *self, int dst, int src, int64_t n, int layer, int role
     if (dst != HKV_ACT_TMP && ldy != b->act_w[dst])
         return hkv_seterr(err, HKV_E_INTERNAL, "matmul: %lld outputs into a %lld-wide buffer",
                           (long long)ldy, (long long)b->act_w[dst]);
+    /* Batch-invariant steps (the scheduler's decode, kernels.h): the GEMV's
+     * per-row sums do not depend on how many rows share a call, the panel
+     * GEMM's do, so such a step goes through the GEMV 8 rows at a time. */
+    const int64_t per = b->e->kern.batch_invariant ? 8 : n;
     for (int i = 0; i < np; i++) {
-        int rc = hkv_gpu_qmat_matmul(b->ctx, &parts[i], b->act[src], b->act_w[src], n,
-                                     b->act[dst] + off, ldy, b->ws, b->ws_bytes, b->st, err);
-        if (rc) return rc;
+        for (int64_t r = 0; r < n; r += per) {
+            const int64_t m = n - r < per ? n - r : per;
+            int rc = hkv_gpu_qmat_matmul(b->ctx, &parts[i], b->act[src] + r * b->act_w[src],
+                                         b->act_w[src], m, b->act[dst] + r * ldy + off, ldy, b->ws,
+                                         b->ws_bytes, b->st, err);
+            if (rc) return rc;
+        }
         off += parts[i].rows;
     }
     return HKV_OK;
