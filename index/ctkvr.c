@@ -208,19 +208,17 @@ static int64_t select_impl(ctkvr *s, int layer, int kvh, const float *q, const h
         k = hkv_topk(cs, n, s->c.Cp, sel, tsc);
         for (int64_t t = 0; t < k; t++) ct[t] = cs[sel[t]], sel[t] = slots[sel[t]];
     }
-    {
-        for (int64_t t = 0; t < k; t++) {
-            int64_t sl = rs[t];
-            if (rv[t] > bcos) bcos = rv[t], best = (int32_t)sl;
-            const int32_t *list = ly->ivf + ((int64_t)kvh * C + sl) * rho;
-            const int32_t len = ly->len[(int64_t)kvh * C + sl];
-            for (int32_t e = 0; e < len; e++) {
-                int64_t p = list[e];
-                if (p < lo || p >= hi) continue;   /* a position no longer in the far tier */
-                uint32_t bit = 1u << ((p - lo) & 31), *w = &bm[(p - lo) >> 5];
-                raw++;
-                if (!(*w & bit)) *w |= bit, uniq++;
-            }
+    for (int64_t t = 0; t < k; t++) {   /* the union of their lists */
+        int64_t sl = rs[t];
+        if (rv[t] > bcos) bcos = rv[t], best = (int32_t)sl;
+        const int32_t *list = ly->ivf + ((int64_t)kvh * C + sl) * rho;
+        const int32_t len = ly->len[(int64_t)kvh * C + sl];
+        for (int32_t e = 0; e < len; e++) {
+            int64_t p = list[e];
+            if (p < lo || p >= hi) continue;   /* a position no longer in the far tier */
+            uint32_t bit = 1u << ((p - lo) & 31), *w = &bm[(p - lo) >> 5];
+            raw++;
+            if (!(*w & bit)) *w |= bit, uniq++;
         }
     }
     /* the unindexed tail, newest `tail` positions */

@@ -89,7 +89,7 @@ int cb_attention(void *self, int layer, const hkv_seg *segs, int n_segs, int64_t
     }
     b->stats.decode_rows += n_dec;
     b->stats.layer_steps++;
-    const int dev_prompt = cb_prefill_plan(b, layer, segs, n_segs, err);
+    const int dev_prompt = cb_prefill_plan(b, layer, segs, n_segs);
     const int merge = n_dec || dev_prompt;   /* device partials to merge the host's into */
 
     /* Device: QKV and the policies' recall down to the host first, then the

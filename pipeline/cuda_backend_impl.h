@@ -135,7 +135,7 @@ const hkv_recall_rows *cb_recall_result(cuda_be *b, int64_t n);
  * prompt's copy. */
 int cb_prefill_create(cuda_be *b, hkv_err *err);
 void cb_prefill_destroy(cuda_be *b);
-int cb_prefill_plan(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, hkv_err *err);
+int cb_prefill_plan(cuda_be *b, int layer, const hkv_seg *segs, int n_segs);
 int cb_prefill_attend(cuda_be *b, int layer, int n_segs, hkv_err *err);
 int cb_prefill_done(cuda_be *b, int layer, int n_segs, hkv_err *err);
 

@@ -85,10 +85,9 @@ static int prompt_room(cuda_be *b, int s, int64_t n) {
     return 1;
 }
 
-int cb_prefill_plan(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, hkv_err *err) {
+int cb_prefill_plan(cuda_be *b, int layer, const hkv_seg *segs, int n_segs) {
     hkv_kv *kv = &b->e->kv;
     int64_t rows = 0;
-    (void)err;
     for (int i = 0; i < n_segs; i++) {
         const hkv_seg *sg = &segs[i];
         b->pp_segs[i] = *sg;
