@@ -1,6 +1,6 @@
 /* The GPU side's context: one device, its main stream, the cuBLAS handle and
  * every device allocation, accounted per tier against caps (--gpu-mem), the
- * way transfer/host_mem.h accounts host memory. Usable from C11.
+ * way base/host_mem.h accounts host memory. Usable from C11.
  *
  * Streams cross the C API as void* (a cudaStream_t); NULL is the legacy
  * default stream. Device pointers are plain pointers the host must not

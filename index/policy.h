@@ -17,7 +17,7 @@
 
 #include "host_mem.h"
 #include "kernels.h"
-#include "kv.h"
+#include "kv_shape.h"
 #include "status.h"
 
 enum hkv_policy_kind { HKV_POLICY_SELECTION = 0, HKV_POLICY_EVICTION = 1, HKV_POLICY_PREFILL = 2 };

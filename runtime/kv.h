@@ -12,6 +12,7 @@
 
 #include "host_mem.h"
 #include "kernels.h"
+#include "kv_shape.h"
 #include "status.h"
 
 /* A run of n consecutive tokens of one sequence in a batch: positions
@@ -54,13 +55,6 @@ typedef struct hkv_recall_rows {
     const int32_t *n;
     int64_t ld;
 } hkv_recall_rows;
-
-typedef struct hkv_kv_shape {
-    int n_layer;
-    int n_head;
-    int n_head_kv;
-    int head_dim;
-} hkv_kv_shape;
 
 typedef struct hkv_kv_ops {
     const char *name;

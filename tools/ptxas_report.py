@@ -38,7 +38,7 @@ def die(msg):
 # Include dirs and defines of the project build (meson.build's `inc` and the
 # CUDA branch's -DHKV_HAVE_CUDA=1; release buildtype gives -O3 -DNDEBUG).
 # No -std: the build passes none, so nvcc's default dialect applies here too.
-INCLUDE_DIRS = ['.', 'runtime', 'cpu', 'index', 'transfer', 'gpu']
+INCLUDE_DIRS = ['.', 'base', 'runtime', 'cpu', 'index', 'transfer', 'gpu']
 DEFINES = ['-DHKV_HAVE_CUDA=1', '-DNDEBUG']
 OPT = ['-O3']
 
