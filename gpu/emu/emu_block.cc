@@ -404,6 +404,8 @@ void run_block(const grid_job &job, uint64_t linear_block, std::atomic<bool> &st
                             (unsigned)(linear_block / (gx * gy)));
     b.view.dim = job.block;
     b.view.grid = job.grid;
+    static std::atomic<uint64_t> serials{0};
+    b.view.serial = serials.fetch_add(1) + 1;
     /* dynamic shared memory: exactly the bytes asked (ASan sees an overrun),
      * NaN-filled as fresh GPU memory is not zeroed */
     void *smem = malloc(job.smem ? job.smem : 1);
@@ -591,6 +593,11 @@ int block_barrier(const char *site, int mode, int pred)
     park(f);
     tsan_acquire(&b->bar_sync);
     return (int)f->result;
+}
+
+void kernel_fault(const char *what)
+{
+    fault(current("a device-side check"), "%s", what);
 }
 
 unsigned active_mask(void)

@@ -78,6 +78,7 @@ struct block_view {
     uint3 idx;
     dim3 dim, grid;
     void *dyn_smem;
+    uint64_t serial;   /* unique per block run: tells state kept per warp (emu_wmma.h) it is stale */
 };
 struct thread_view {
     uint3 idx;
@@ -103,6 +104,9 @@ enum warp_op_kind { W_IDX, W_UP, W_DOWN, W_XOR, W_BALLOT, W_ANY, W_ALL, W_SYNC, 
 uint64_t warp_op(warp_op_kind op, unsigned mask, uint64_t v, int arg, int width, int vbytes,
                  const char *site);
 unsigned active_mask(void);
+/* A fault found by device-side model code (emu_wmma.h's checks): stops the
+ * block and the grid as the emulator's own faults do, naming the thread. */
+[[noreturn]] void kernel_fault(const char *what);
 
 template <class T>
 static inline T warp_value(warp_op_kind op, const char *site, unsigned mask, T v, int arg, int width)
