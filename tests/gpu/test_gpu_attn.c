@@ -1,14 +1,20 @@
 /* GPU attention against the float64 reference (tests/cpu/ref.c), outputs
  * poisoned (NaN) with guards and stride padding that must stay NaN:
- *  - prefill (causal, query chunks at p0 = 0 and p0 > 0, token counts around
- *    the 32-key tile and the 8-row block, d = 32..256, GQA 1..4, and logits
- *    scaled up to stress the online softmax);
+ *  - prefill on tensor cores (gpu/attn_prefill.cu): causal, query chunks at
+ *    p0 = 0 and p0 > 0 off any tile multiple, one token, token and row counts
+ *    around the 16-row warp strip, the 48/64-row block and the 16/32/64-key
+ *    tiles, d = 32..256 (96, 160: the padded instantiations), GQA 1..6, one
+ *    KV head, K/V rows only 4-byte aligned (the 32-bit load path), logits
+ *    scaled up to stress the online softmax, keys growing along the sequence
+ *    (the running max keeps growing: O rescaled many times), a long chunk at
+ *    a large p0; and the arguments it must refuse;
  *  - decode over contiguous rows and over gathered rows, n = 0 (out 0, lse
  *    -inf), 1, tile edges, several sequences;
  *  - merge against cpu/merge.c, including empty partials, and the split
  *    identity: merge(attn(A), attn(B)) = attn(A u B).
- * Bounds: per (row, head) max|out - ref| <= 1e-4 * max|ref|, |lse - ref| <=
- * 1e-4 * max(1, |ref|) (the cpu kernels' bounds). */
+ * Bounds, decode: per (row, head) max|out - ref| <= 1e-4 * max|ref|, |lse -
+ * ref| <= 1e-4 * max(1, |ref|) (the cpu kernels' bounds). Prefill: the same
+ * plus the fp16 rounding of P for the P.V product (see prefill_head_ok). */
 #include "ref.h"
 #include "util.h"
 #include "gpu_test.h"
@@ -39,14 +45,56 @@ static uint16_t *rand_halves(test_rng *rng, size_t n)
     return p;
 }
 
-static void test_prefill(hkv_gpu_ctx *ctx, const shape *sh, int64_t p0, int64_t nq, float amp,
-                         test_rng *rng)
+/* Prefill's bound. Scores come from Q split into fp16 hi + lo against fp16
+ * K (exact products, fp32 sums): as exact as the fp32 kernels. P is rounded
+ * to fp16 for P.V: a weight p_j in fp16's normal range carries a relative
+ * error of at most 2^-11, so out[c] may be off by 2^-11 * sum_j w_j |v_jc|
+ * (rabs: the reference over |V|); a weight below 2^-14 (subnormal) by 2^-25
+ * absolute, over l >= 1 (the key at the running max has P >= 1), times
+ * max|v| = 1 here, for each of the nk keys. Plus the fp32 kernels' 1e-4 *
+ * max|ref| for the rest (fp32 accumulation, exp2, the rescales). lse comes
+ * from the fp32 sum of P: the fp32 bound. Tracks the worst error relative
+ * to max|ref|, relative to the bound, and of lse. */
+typedef struct pf_worst { double rel, of_bound, lse; } pf_worst;
+
+static int prefill_head_ok(const float *o, float l, const double *ro, double rl, const double *rabs,
+                           int d, int64_t nk, pf_worst *w)
+{
+    double mx = 0;
+    int ok = 1;
+    for (int c = 0; c < d; c++) mx = fmax(mx, fabs(ro[c]));
+    for (int c = 0; c < d; c++) {
+        if (isnan(o[c])) return 0;
+        const double e = fabs(o[c] - ro[c]);
+        const double tol = 1e-4 * mx + ldexp(rabs[c], -11) + (double)nk * ldexp(1, -25);
+        w->rel = fmax(w->rel, mx > 0 ? e / mx : e);
+        w->of_bound = fmax(w->of_bound, e / tol);
+        ok &= e <= tol;
+    }
+    if (rl == -INFINITY) return ok && l == -INFINITY;
+    const double el = fabs(l - rl) / fmax(1, fabs(rl));
+    w->lse = fmax(w->lse, el);
+    return ok && el <= 1e-4;
+}
+
+/* rise > 0: key row j of every head is scaled by 1 + rise * j / cap, so
+ * later keys score higher and each row's running max keeps growing. ld_pad:
+ * K/V row stride d + ld_pad (8: 16-byte rows; 2: only 4-byte aligned). */
+static void test_prefill_x(hkv_gpu_ctx *ctx, const shape *sh, int64_t p0, int64_t nq, float amp,
+                           float rise, int ld_pad, test_rng *rng)
 {
     void *st = hkv_gpu_ctx_stream(ctx);
     const int H = sh->H, KH = sh->KH, d = sh->d, g = H / KH;
-    const int64_t cap = p0 + nq, ld = d + 8, hs = cap * ld, ldq = (int64_t)H * d + 4,
+    const int64_t cap = p0 + nq, ld = d + ld_pad, hs = cap * ld, ldq = (int64_t)H * d + 4,
                   ldo = (int64_t)H * d + 2;
     uint16_t *k = rand_halves(rng, KH * hs), *v = rand_halves(rng, KH * hs);
+    uint16_t *va = malloc(KH * hs * 2);
+    if (rise > 0)
+        for (int64_t i = 0; i < KH * hs; i++) {
+            const int64_t j = i % hs / ld;
+            k[i] = double_to_half_ref(half_to_double(k[i]) * (1 + rise * (double)j / cap));
+        }
+    for (int64_t i = 0; i < KH * hs; i++) va[i] = v[i] & 0x7fff;   /* |V| */
     float *q = malloc(nq * ldq * 4), *out = malloc((nq * ldo + HKV_TEST_GUARD) * 4);
     float *lse = malloc((nq * H + HKV_TEST_GUARD) * 4);
     for (int64_t i = 0; i < nq * ldq; i++) q[i] = amp * rng_nonzero(rng, -1, 1);
@@ -58,21 +106,66 @@ static void test_prefill(hkv_gpu_ctx *ctx, const shape *sh, int64_t p0, int64_t 
                                 st, err));
     gpu_get(ctx, out, dout, (nq * ldo + HKV_TEST_GUARD) * 4);
     gpu_get(ctx, lse, dlse, (nq * H + HKV_TEST_GUARD) * 4);
-    double ro[256], rl, worst = 0;
+    double ro[256], rabs[256], rl, rla;
+    pf_worst w = {0, 0, 0};
     int bad = 0, stray = 0;
     for (int64_t t = 0; t < nq; t++) {
         for (int qh = 0; qh < H; qh++) {
             const int h = qh / g;
             ref_attn(q + t * ldq + qh * d, 1, d, k + h * hs, v + h * hs, ld, NULL, p0 + t + 1, scale,
                      ro, &rl);
-            bad += !head_ok(out + t * ldo + qh * d, lse[t * H + qh], ro, rl, d, &worst);
+            ref_attn(q + t * ldq + qh * d, 1, d, k + h * hs, va + h * hs, ld, NULL, p0 + t + 1,
+                     scale, rabs, &rla);
+            bad += !prefill_head_ok(out + t * ldo + qh * d, lse[t * H + qh], ro, rl, rabs, d,
+                                    p0 + t + 1, &w);
         }
         for (int64_t c = (int64_t)H * d; c < ldo; c++) stray += !isnan(out[t * ldo + c]);
     }
     CHECK(bad == 0 && stray == 0 && guard_intact(out, nq * ldo) && guard_intact(lse, nq * H),
-          "prefill H=%d KH=%d d=%d p0=%lld nq=%lld amp %g: %d heads off (worst %.3g), %d stray",
-          H, KH, d, (long long)p0, (long long)nq, amp, bad, worst, stray);
-    free(k), free(v), free(q), free(out), free(lse);
+          "prefill H=%d KH=%d d=%d p0=%lld nq=%lld amp %g rise %g ld +%d: %d heads off (worst "
+          "%.3g of max|ref|, %.3g of the bound, lse %.3g), %d stray", H, KH, d, (long long)p0,
+          (long long)nq, amp, rise, ld_pad, bad, w.rel, w.of_bound, w.lse, stray);
+    printf("prefill H=%d KH=%d d=%d p0=%lld nq=%lld amp %g rise %g ld +%d: worst out error "
+           "%.2e of max|ref| (%.2f of the bound), lse %.2e\n", H, KH, d, (long long)p0,
+           (long long)nq, amp, rise, ld_pad, w.rel, w.of_bound, w.lse);
+    free(k), free(v), free(va), free(q), free(out), free(lse);
+}
+
+static void test_prefill(hkv_gpu_ctx *ctx, const shape *sh, int64_t p0, int64_t nq, float amp,
+                         test_rng *rng)
+{
+    test_prefill_x(ctx, sh, p0, nq, amp, 0, 8, rng);
+}
+
+/* What the prefill launcher must refuse, each with a message. */
+static void test_prefill_args(hkv_gpu_ctx *ctx)
+{
+    void *st = hkv_gpu_ctx_stream(ctx);
+    float *dq = gpu_poisoned(ctx, 8 * 288), *dout = gpu_poisoned(ctx, 8 * 288);
+    float *dlse = gpu_poisoned(ctx, 8);
+    uint16_t *dk = gpu_put(ctx, NULL, 8 * 288 * 2 + 16), *dv = gpu_put(ctx, NULL, 8 * 288 * 2 + 16);
+    static const struct { int H, KH, d; int64_t ld, hs; int koff; int want; const char *what; } bad[] = {
+        {2, 1, 48, 48, 48 * 4, 0, HKV_E_UNSUPPORTED, "d = 48"},
+        {2, 1, 288, 288, 288 * 4, 0, HKV_E_UNSUPPORTED, "d = 288"},
+        {2, 1, 64, 65, 65 * 4, 0, HKV_E_UNSUPPORTED, "odd row stride"},
+        {2, 1, 64, 64, 64 * 4, 1, HKV_E_UNSUPPORTED, "K 2-byte aligned"},
+        {3, 2, 64, 64, 64 * 4, 0, HKV_E_INVAL, "heads not a multiple of KV heads"},
+        {2, 1, 64, 32, 64 * 4, 0, HKV_E_UNSUPPORTED, "ld < d"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        hkv_err e;
+        hkv_err_clear(&e);
+        const int H = bad[i].H, d = bad[i].d;
+        const int rc = hkv_gpu_attn_prefill(dq, (int64_t)H * d, 2, H, bad[i].KH, d, 0,
+                                            dk + bad[i].koff, dv, bad[i].ld, bad[i].hs,
+                                            0.125f, dout, (int64_t)H * d, dlse, st, &e);
+        CHECK(rc == bad[i].want && e.msg[0], "prefill with %s: returned %d (want %d), \"%s\"",
+              bad[i].what, rc, bad[i].want, e.msg);
+    }
+    hkv_err e;
+    hkv_err_clear(&e);
+    CHECK(hkv_gpu_attn_prefill(dq, 64, 0, 1, 1, 64, 5, dk, dv, 64, 64 * 4, 0.125f, dout, 64, dlse,
+                               st, &e) == HKV_OK, "prefill of 0 queries: %s", e.msg);
 }
 
 /* Decode over n_rows[u] rows of each (sequence, KV head), contiguous or
@@ -206,9 +299,24 @@ int main(void)
         test_decode(ctx, sh, 3, 0, &rng);
         test_decode(ctx, sh, 3, 1, &rng);
     }
+    /* prefill only: the padded head sizes (96 in the 128-wide kernel, 160 in
+     * the 256-wide), g = 1 with 5 KV heads, one KV head serving 6 */
+    static const shape odd[] = {{5, 5, 96}, {6, 1, 160}, {1, 1, 64}, {4, 1, 128}};
+    for (size_t i = 0; i < sizeof odd / sizeof *odd; i++) {
+        test_prefill(ctx, &odd[i], 0, 1, 1.0f, &rng);
+        test_prefill(ctx, &odd[i], 17, 1, 1.0f, &rng);   /* one token at an odd position */
+        test_prefill(ctx, &odd[i], 13, 49, 2.0f, &rng);
+        test_prefill_x(ctx, &odd[i], 70, 21, 1.0f, 0, 2, &rng);   /* 4-byte aligned K/V rows */
+    }
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+        test_prefill_x(ctx, &shapes[i], 31, 90, 3.0f, 8.0f, 8, &rng);   /* a max that keeps growing */
+        test_prefill(ctx, &shapes[i], 5, 40, 30.0f, &rng);             /* nearly one-hot rows */
+    }
     /* a long prefill in chunks (p0 advancing), as a 128K prompt would run */
-    const shape big = {9, 3, 64};
+    const shape big = {9, 3, 64}, big128 = {8, 2, 128};
     test_prefill(ctx, &big, 4096, 64, 2.0f, &rng);
+    test_prefill(ctx, &big128, 2013, 150, 2.0f, &rng);
+    test_prefill_args(ctx);
     test_merge(ctx, &rng);
     hkv_gpu_ctx_destroy(ctx);
     return test_report("gpu_attn");
