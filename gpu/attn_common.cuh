@@ -38,14 +38,16 @@ static inline const char *hkv_att_check(int d, const void *k, const void *v, int
     return NULL;
 }
 
-/* One block's pass over keys [0, kend) of one KV head (rows kb + r*ld, r =
+/* One block's pass over keys [k0, kend) of one KV head (rows kb + r*ld, r =
  * idx ? idx[i] : i). This warp's row: query q (fp32 [d], global), keys
  * i < klim, results to out[d] and *lse; inactive warps only help load the
  * tiles. kend and blockDim are uniform over the block, so every thread
- * reaches every barrier. */
-static __device__ __forceinline__ void hkv_att_block(
+ * reaches every barrier. VEC: tiles load with 128-bit reads (hkv_att_vec_ok
+ * on the host), else 32-bit ones. */
+template <bool VEC>
+static __device__ __forceinline__ void hkv_att_block_range(
     const uint16_t *__restrict__ kb, const uint16_t *__restrict__ vb, int64_t ld,
-    const int32_t *__restrict__ idx, int64_t kend, int d, float scale, const float *q,
+    const int32_t *__restrict__ idx, int64_t k0, int64_t kend, int d, float scale, const float *q,
     int64_t klim, float *out, float *lse, bool active)
 {
     HKV_DYN_SHARED(uint32_t, att_smem);
@@ -60,19 +62,37 @@ static __device__ __forceinline__ void hkv_att_block(
 #pragma unroll
     for (int t = 0; t < ATT_MAXD / 32; t++) acc[t] = 0.0f;
 
-    for (int64_t t0 = 0; t0 < kend; t0 += ATT_TILE) {
+    for (int64_t t0 = k0; t0 < kend; t0 += ATT_TILE) {
         const int nt = kend - t0 < ATT_TILE ? (int)(kend - t0) : ATT_TILE;
         __syncthreads();   /* the previous tile is consumed (and qw written, first time) */
-        for (int w = threadIdx.x; w < ATT_TILE * dh; w += blockDim.x) {
-            const int j = w / dh, c = w - j * dh;
-            uint32_t kx = 0, vx = 0;
-            if (j < nt) {
-                const int64_t r = idx ? (int64_t)idx[t0 + j] : t0 + j;
-                kx = ((const uint32_t *)(kb + r * ld))[c];
-                vx = ((const uint32_t *)(vb + r * ld))[c];
+        if (VEC) {   /* 128-bit loads: 8 halves of one row per thread */
+            const int dq = dh / 4;
+            for (int w = threadIdx.x; w < ATT_TILE * dq; w += blockDim.x) {
+                const int j = w / dq, c = w - j * dq;
+                uint32_t *kd = ks + j * kstr + 4 * c;   /* odd row stride: word stores */
+                uint4 *vd = (uint4 *)(vs + j * dh + 4 * c);   /* 16-byte aligned: dh % 16 == 0 */
+                if (j < nt) {
+                    const int64_t r = idx ? (int64_t)idx[t0 + j] : t0 + j;
+                    const uint4 kx = __ldg((const uint4 *)(kb + r * ld) + c);
+                    kd[0] = kx.x, kd[1] = kx.y, kd[2] = kx.z, kd[3] = kx.w;
+                    *vd = __ldg((const uint4 *)(vb + r * ld) + c);
+                } else {
+                    kd[0] = kd[1] = kd[2] = kd[3] = 0;
+                    *vd = make_uint4(0, 0, 0, 0);
+                }
             }
-            ks[j * kstr + c] = kx;
-            vs[j * dh + c] = vx;
+        } else {
+            for (int w = threadIdx.x; w < ATT_TILE * dh; w += blockDim.x) {
+                const int j = w / dh, c = w - j * dh;
+                uint32_t kx = 0, vx = 0;
+                if (j < nt) {
+                    const int64_t r = idx ? (int64_t)idx[t0 + j] : t0 + j;
+                    kx = ((const uint32_t *)(kb + r * ld))[c];
+                    vx = ((const uint32_t *)(vb + r * ld))[c];
+                }
+                ks[j * kstr + c] = kx;
+                vs[j * dh + c] = vx;
+            }
         }
         __syncthreads();
         if (!active || t0 >= klim) continue;   /* warp-uniform */
@@ -111,6 +131,22 @@ static __device__ __forceinline__ void hkv_att_block(
     for (int t = 0; t < ATT_MAXD / 32; t++)
         if (t < dw) out[lane + 32 * t] = acc[t] * inv;
     if (lane == 0) *lse = l > 0.0f ? m + logf(l) : -INFINITY;
+}
+
+/* Keys [0, kend), 32-bit loads: any even stride. */
+static __device__ __forceinline__ void hkv_att_block(
+    const uint16_t *__restrict__ kb, const uint16_t *__restrict__ vb, int64_t ld,
+    const int32_t *__restrict__ idx, int64_t kend, int d, float scale, const float *q,
+    int64_t klim, float *out, float *lse, bool active)
+{
+    hkv_att_block_range<false>(kb, vb, ld, idx, 0, kend, d, scale, q, klim, out, lse, active);
+}
+
+/* 1 when every K/V row the kernel reads starts on 16 bytes (base pointers,
+ * row, head and sequence strides), so tiles load as uint4. */
+static inline int hkv_att_vec_ok(const void *k, const void *v, int64_t ld, int64_t hs, int64_t ss)
+{
+    return !((uintptr_t)k & 15) && !((uintptr_t)v & 15) && !(ld & 7) && !(hs & 7) && !(ss & 7);
 }
 
 #endif

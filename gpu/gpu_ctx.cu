@@ -9,6 +9,7 @@
 
 struct hkv_gpu_ctx {
     int device;
+    int sm_count;                   /* what kernels size their grids by (flash-decoding) */
     cudaStream_t stream;
     cublasHandle_t blas;
     size_t cap[HKV_TIER_COUNT];     /* 0: no per-tier cap */
@@ -62,6 +63,9 @@ extern "C" int hkv_gpu_ctx_create(hkv_gpu_ctx **out, int device, const size_t *t
         rc = hkv_gpu_fail(err, e, "cudaStreamCreateWithFlags");
     else if ((e = cudaMemGetInfo(&fr, &tot)) != cudaSuccess)
         rc = hkv_gpu_fail(err, e, "cudaMemGetInfo");
+    else if ((e = cudaDeviceGetAttribute(&c->sm_count, cudaDevAttrMultiProcessorCount, device)) !=
+             cudaSuccess)
+        rc = hkv_gpu_fail(err, e, "cudaDeviceGetAttribute(cudaDevAttrMultiProcessorCount)");
     else {
         cublasStatus_t s = cublasCreate(&c->blas);
         if (s != CUBLAS_STATUS_SUCCESS) {
@@ -82,6 +86,8 @@ extern "C" int hkv_gpu_ctx_create(hkv_gpu_ctx **out, int device, const size_t *t
 }
 
 extern "C" void *hkv_gpu_ctx_stream(hkv_gpu_ctx *ctx) { return ctx ? (void *)ctx->stream : NULL; }
+
+extern "C" int hkv_gpu_ctx_sm_count(const hkv_gpu_ctx *ctx) { return ctx ? ctx->sm_count : 0; }
 
 static size_t in_use_all(const hkv_gpu_ctx *ctx)
 {

@@ -31,6 +31,8 @@ void hkv_gpu_ctx_destroy(hkv_gpu_ctx *ctx);
 
 /* The context's main stream (a cudaStream_t). */
 void *hkv_gpu_ctx_stream(hkv_gpu_ctx *ctx);
+/* The device's streaming multiprocessors (grids are sized by it). */
+int hkv_gpu_ctx_sm_count(const hkv_gpu_ctx *ctx);
 
 /* Device memory in `tier`. Fails with HKV_E_CAPACITY and "GPU tier X: asked
  * N, cap C, in use U" when a cap would be exceeded, HKV_E_NOMEM with the CUDA

@@ -105,6 +105,26 @@ int hkv_gpu_attn_decode(const float *q, int n_seq, int n_head, int n_head_kv, in
                         const int32_t *n_rows, const int32_t *idx, int64_t idx_ld, float scale,
                         float *out, float *lse, void *stream, hkv_err *err);
 
+/* Flash-decoding: the same, with each (sequence, KV head)'s key range cut
+ * into n_split chunks of whole 32-key tiles attended by separate blocks,
+ * their partials merged exactly (so the result is the unsplit one up to
+ * rounding). n_split in 1..HKV_GPU_DECODE_MAX_SPLIT; n_split > 1 needs a
+ * 16-byte aligned device workspace of hkv_gpu_attn_decode_ws_bytes()
+ * bytes, reused by every call on the stream (no allocation in a step). */
+#define HKV_GPU_DECODE_MAX_SPLIT 32
+int hkv_gpu_attn_decode_split(const float *q, int n_seq, int n_head, int n_head_kv, int d,
+                              const uint16_t *k, const uint16_t *v, int64_t ld, int64_t hs,
+                              int64_t ss, const int32_t *n_rows, const int32_t *idx,
+                              int64_t idx_ld, float scale, float *out, float *lse, int n_split,
+                              void *ws, size_t ws_bytes, void *stream, hkv_err *err);
+size_t hkv_gpu_attn_decode_ws_bytes(int n_seq, int n_head, int d, int n_split);
+/* The split count for a grid of n_seq x n_head_kv (sequence, KV head) pairs
+ * over at most max_rows keys on a device of sm_count SMs: enough blocks for
+ * two waves, no split shorter than two tiles; 1 when the grid fills the
+ * device already. */
+int hkv_gpu_attn_decode_splits(int sm_count, int n_seq, int n_head, int n_head_kv,
+                               int64_t max_rows);
+
 /* Exact merge of n partials of d, in place into (out_a, lse_a): the formula
  * of cpu/merge.c, -inf marking an empty partial. */
 int hkv_gpu_attn_merge(float *out_a, float *lse_a, const float *out_b, const float *lse_b,

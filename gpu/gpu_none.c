@@ -17,6 +17,7 @@ int hkv_gpu_ctx_create(hkv_gpu_ctx **out, int device, const size_t *tier_cap, si
 }
 void hkv_gpu_ctx_destroy(hkv_gpu_ctx *ctx) { (void)ctx; }
 void *hkv_gpu_ctx_stream(hkv_gpu_ctx *ctx) { (void)ctx; return NULL; }
+int hkv_gpu_ctx_sm_count(const hkv_gpu_ctx *ctx) { (void)ctx; return 0; }
 void *hkv_gpu_alloc(hkv_gpu_ctx *ctx, int tier, size_t bytes, hkv_err *err)
 {
     (void)ctx, (void)tier, (void)bytes;
@@ -127,6 +128,28 @@ int hkv_gpu_attn_decode(const float *q, int n_seq, int n_head, int n_head_kv, in
     (void)hs, (void)ss, (void)n_rows, (void)idx, (void)idx_ld, (void)scale, (void)out, (void)lse;
     (void)stream;
     return NO_CUDA(err, "gpu decode attention");
+}
+int hkv_gpu_attn_decode_split(const float *q, int n_seq, int n_head, int n_head_kv, int d,
+                              const uint16_t *k, const uint16_t *v, int64_t ld, int64_t hs,
+                              int64_t ss, const int32_t *n_rows, const int32_t *idx,
+                              int64_t idx_ld, float scale, float *out, float *lse, int n_split,
+                              void *ws, size_t ws_bytes, void *stream, hkv_err *err)
+{
+    (void)q, (void)n_seq, (void)n_head, (void)n_head_kv, (void)d, (void)k, (void)v, (void)ld;
+    (void)hs, (void)ss, (void)n_rows, (void)idx, (void)idx_ld, (void)scale, (void)out, (void)lse;
+    (void)n_split, (void)ws, (void)ws_bytes, (void)stream;
+    return NO_CUDA(err, "gpu decode attention");
+}
+size_t hkv_gpu_attn_decode_ws_bytes(int n_seq, int n_head, int d, int n_split)
+{
+    (void)n_seq, (void)n_head, (void)d, (void)n_split;
+    return 0;
+}
+int hkv_gpu_attn_decode_splits(int sm_count, int n_seq, int n_head, int n_head_kv,
+                               int64_t max_rows)
+{
+    (void)sm_count, (void)n_seq, (void)n_head, (void)n_head_kv, (void)max_rows;
+    return 1;
 }
 int hkv_gpu_attn_merge(float *out_a, float *lse_a, const float *out_b, const float *lse_b,
                        int64_t n, int d, void *stream, hkv_err *err)

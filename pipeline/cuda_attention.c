@@ -27,13 +27,17 @@ static int is_prompt(const hkv_seg *sg) {
 /* Near attention of the step's decode rows (their index arrays staged). */
 static int near_attend(cuda_be *b, int layer, int n_dec, hkv_err *err) {
     const size_t lofs = (size_t)layer * b->KH * b->NR * b->d;
+    /* fewer splits as the batch grows: never more than the workspace's */
+    int split = hkv_gpu_attn_decode_splits(hkv_gpu_ctx_sm_count(b->ctx), n_dec, b->H, b->KH, b->NR);
+    if (split > b->near_split) split = b->near_split;
     int rc;
     if ((rc = hkv_gpu_copy_rows(b->d_q, b->qd, NULL, b->act[HKV_ACT_QKV], b->qkv_w, b->d_rows, n_dec,
                                 b->qd, b->st, err)) ||
-        (rc = hkv_gpu_attn_decode(b->d_q, n_dec, b->H, b->KH, b->d, b->near_k + lofs,
-                                  b->near_v + lofs, b->d, (int64_t)b->NR * b->d, 0, b->d_nrows,
-                                  b->d_idx, b->NR, 1.0f / sqrtf((float)b->d), b->d_no, b->d_nl,
-                                  b->st, err)) ||
+        (rc = hkv_gpu_attn_decode_split(b->d_q, n_dec, b->H, b->KH, b->d, b->near_k + lofs,
+                                        b->near_v + lofs, b->d, (int64_t)b->NR * b->d, 0,
+                                        b->d_nrows, b->d_idx, b->NR, 1.0f / sqrtf((float)b->d),
+                                        b->d_no, b->d_nl, split, b->d_split_ws, b->split_ws_bytes,
+                                        b->st, err)) ||
         (rc = hkv_gpu_copy_rows(b->act[HKV_ACT_ATT], b->qd, b->d_rows, b->d_no, b->qd, NULL, n_dec,
                                 b->qd, b->st, err)) ||
         (rc = hkv_gpu_copy_rows(b->d_lse, b->H, b->d_rows, b->d_nl, b->H, NULL, n_dec, b->H, b->st,

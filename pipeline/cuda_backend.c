@@ -358,6 +358,14 @@ static int alloc_buffers(cuda_be *b, hkv_err *err) {
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (!(*bufs[i].p = cb_alloc(b, bufs[i].tier, bufs[i].bytes, err))) return err->code;
+    /* Near attention splits its keys across blocks when the step's (sequence,
+     * KV head) grid is too small for the device: sized for one sequence (the
+     * worst case), the workspace for a full batch at that split count. */
+    b->near_split = hkv_gpu_attn_decode_splits(hkv_gpu_ctx_sm_count(b->ctx), 1, b->H, b->KH, b->NR);
+    b->split_ws_bytes = hkv_gpu_attn_decode_ws_bytes(b->max_seqs, b->H, b->d, b->near_split);
+    if (b->split_ws_bytes &&
+        !(b->d_split_ws = cb_alloc(b, HKV_TIER_WORKSPACE, b->split_ws_bytes, err)))
+        return hkv_err_prefix(err, "device flash-decoding workspace");
     /* Page-locked host buffers: the copies each step makes must be DMA. */
     b->slot_bytes = S * b->KH * (size_t)b->NR * 4;
     if (b->slot_bytes < R * 8) b->slot_bytes = R * 8;

@@ -78,6 +78,10 @@ typedef struct cuda_be {
     /* attention partials: near lse [max_rows][H], far out/lse from the
      * host, the compact decode set's q / out [max_seqs][qd], lse [max_seqs][H] */
     float *d_lse, *d_fo, *d_fl, *d_q, *d_no, *d_nl;
+    /* flash-decoding of the near tier: key-range splits, their partials */
+    int near_split;
+    void *d_split_ws;
+    size_t split_ws_bytes;
     /* the near tier mirror [max_seqs][NL][KH][NR][d] fp16, and what it holds */
     uint16_t *near_k, *near_v;
     uint64_t *m_epoch;              /* [max_seqs][NL] */

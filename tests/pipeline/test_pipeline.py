@@ -127,8 +127,16 @@ def main(argv=None) -> int:
     ap.add_argument("--long", type=int, default=0, metavar="N",
                     help="also decode N tokens with hetkv run --device cuda (ctkvr, dcu=1): it must "
                     "end cleanly (under ASan: no leak)")
+    ap.add_argument("--near", metavar="SINK,LOCAL",
+                    help="the near tier (default 2,6: a far tier from the 9th token); a wide one "
+                    "(e.g. 4,252) makes the device split its near attention across blocks "
+                    "(flash-decoding)")
     ap.add_argument("--timeout", type=float, default=900)
     a = ap.parse_args(argv)
+    global NEAR
+    if a.near:
+        sink, local = a.near.split(",")
+        NEAR = ["--sink", sink, "--local", local]
     res = Results()
     hetkv = os.path.join(a.bin_dir, "hetkv")
     info = run([hetkv, "info", "--json"], 60)
