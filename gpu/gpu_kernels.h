@@ -43,14 +43,18 @@ int hkv_gpu_embed(const uint16_t *table, int64_t vocab, int64_t dim, const int32
 int hkv_gpu_rmsnorm(const float *x, int64_t ldx, const float *w, int64_t n, int dim, float eps,
                     float *y, int64_t ldy, void *stream, hkv_err *err);
 
+/* A step's RoPE table: for row r at position pos[r] (int64 [n]), cs[r*rot +
+ * i] = cos(angle_i), cs[r*rot + rot/2 + i] = sin(angle_i), angle_i = pos *
+ * inv_freq[i] (fp32 [rot/2], scaling factors applied), in float64 rounded
+ * to float as the host does. Built once per step, used by every layer. */
+int hkv_gpu_rope_table(const float *inv_freq, int rot, const int64_t *pos, int64_t n, float *cs,
+                       void *stream, hkv_err *err);
 /* Rotate in place the first `rot` dims of each of n_heads heads (head_dim
- * apart) of n rows (stride ldx), row r at position pos[r] (int64 [n]):
- * angle_i = pos * inv_freq[i] (fp32 [rot/2], scaling factors applied), in
- * float64 as the host does. layout: HKV_GPU_ROPE_PAIRS rotates (x[2i],
- * x[2i+1]), HKV_GPU_ROPE_NEOX rotates (x[i], x[i+rot/2]). */
+ * apart) of n rows (stride ldx) by row r's table cs + r*rot (float math).
+ * layout: HKV_GPU_ROPE_PAIRS rotates (x[2i], x[2i+1]), HKV_GPU_ROPE_NEOX
+ * rotates (x[i], x[i+rot/2]). */
 int hkv_gpu_rope(float *x, int64_t ldx, int64_t n, int n_heads, int head_dim, int rot,
-                 int layout, const float *inv_freq, const int64_t *pos, void *stream,
-                 hkv_err *err);
+                 int layout, const float *cs, void *stream, hkv_err *err);
 
 /* out[r][j] = silu(gu[r][j]) * gu[r][F + j]: gu [n][2F] (gate then up, as the
  * stacked gate/up GEMM writes it), out [n][F], no aliasing. */

@@ -66,12 +66,17 @@ int hkv_gpu_rmsnorm(const float *x, int64_t ldx, const float *w, int64_t n, int 
     (void)x, (void)ldx, (void)w, (void)n, (void)dim, (void)eps, (void)y, (void)ldy, (void)stream;
     return NO_CUDA(err, "gpu rmsnorm");
 }
+int hkv_gpu_rope_table(const float *inv_freq, int rot, const int64_t *pos, int64_t n, float *cs,
+                       void *stream, hkv_err *err)
+{
+    (void)inv_freq, (void)rot, (void)pos, (void)n, (void)cs, (void)stream;
+    return NO_CUDA(err, "gpu rope table");
+}
 int hkv_gpu_rope(float *x, int64_t ldx, int64_t n, int n_heads, int head_dim, int rot,
-                 int layout, const float *inv_freq, const int64_t *pos, void *stream,
-                 hkv_err *err)
+                 int layout, const float *cs, void *stream, hkv_err *err)
 {
     (void)x, (void)ldx, (void)n, (void)n_heads, (void)head_dim, (void)rot, (void)layout;
-    (void)inv_freq, (void)pos, (void)stream;
+    (void)cs, (void)stream;
     return NO_CUDA(err, "gpu rope");
 }
 int hkv_gpu_swiglu(const float *gu, int64_t n, int64_t F, float *out, void *stream, hkv_err *err)

@@ -48,24 +48,46 @@ static __global__ void k_rmsnorm(const float *x, int64_t ldx, const float *w, in
     for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = xr[i] * r * w[i];
 }
 
-/* One thread per (row, head, rotated pair). */
+/* The cos/sin table of one step: one thread per (row, rotated pair), the
+ * angle and its cos/sin in float64 rounded to float, as the host computes
+ * them (runtime/backend_cpu.c), so the device's rotation is the host's bit
+ * for bit. float64 because the angle pos * inv_freq reaches 1.3e5 rad at
+ * 128K tokens, where a float argument is off by up to 2^-24 * 1.3e5 = 4e-3
+ * rad; it costs one sincos per (row, pair) per step, not per layer and head,
+ * so the per-layer rotation below is float only. */
+static __global__ void k_rope_table(const float *inv_freq, int rot, const int64_t *pos, int64_t n,
+                                    float *cs)
+{
+    const int half = rot / 2;
+    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < n * half;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = t / half;
+        const int i = (int)(t - r * half);
+        double sn, cn;
+        sincos((double)pos[r] * (double)inv_freq[i], &sn, &cn);
+        cs[r * rot + i] = (float)cn;
+        cs[r * rot + half + i] = (float)sn;
+    }
+}
+
+/* One thread per (row, head, rotated pair): a table lookup and four float
+ * multiplies. */
 static __global__ void k_rope(float *x, int64_t ldx, int64_t n, int n_heads, int head_dim, int rot,
-                       int layout, const float *inv_freq, const int64_t *pos)
+                              int layout, const float *cs)
 {
     const int half = rot / 2;
     const int64_t total = n * n_heads * half;
     for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total;
          t += (int64_t)gridDim.x * blockDim.x) {
-        int i = (int)(t % half);
-        int64_t rh = t / half;
-        int h = (int)(rh % n_heads);
-        int64_t r = rh / n_heads;
-        double th = (double)pos[r] * (double)inv_freq[i];
-        float c = (float)cos(th), s = (float)sin(th);
+        const int i = (int)(t % half);
+        const int64_t rh = t / half;
+        const int h = (int)(rh % n_heads);
+        const int64_t r = rh / n_heads;
+        const float c = __ldg(cs + r * rot + i), s = __ldg(cs + r * rot + half + i);
         float *v = x + r * ldx + (int64_t)h * head_dim;
-        int ia = layout == HKV_GPU_ROPE_PAIRS ? 2 * i : i;
-        int ib = layout == HKV_GPU_ROPE_PAIRS ? 2 * i + 1 : i + half;
-        float a = v[ia], b = v[ib];
+        const int ia = layout == HKV_GPU_ROPE_PAIRS ? 2 * i : i;
+        const int ib = layout == HKV_GPU_ROPE_PAIRS ? 2 * i + 1 : i + half;
+        const float a = v[ia], b = v[ib];
         v[ia] = a * c - b * s;
         v[ib] = a * s + b * c;
     }
@@ -132,11 +154,23 @@ extern "C" int hkv_gpu_rmsnorm(const float *x, int64_t ldx, const float *w, int6
     return HKV_OK;
 }
 
-extern "C" int hkv_gpu_rope(float *x, int64_t ldx, int64_t n, int n_heads, int head_dim, int rot,
-                            int layout, const float *inv_freq, const int64_t *pos, void *stream,
-                            hkv_err *err)
+extern "C" int hkv_gpu_rope_table(const float *inv_freq, int rot, const int64_t *pos, int64_t n,
+                                  float *cs, void *stream, hkv_err *err)
 {
-    if (!x || !inv_freq || !pos || n < 0 || n_heads < 1 || head_dim < 2 || rot < 2 || rot & 1 ||
+    if (!inv_freq || !pos || !cs || n < 0 || rot < 2 || rot & 1)
+        return hkv_seterr(err, HKV_E_INVAL, "gpu rope table: bad arguments (rot %d, n %lld)", rot,
+                          (long long)n);
+    if (!n) return HKV_OK;
+    HKV_LAUNCH(k_rope_table, hkv_grid1(n * (rot / 2), MK_THREADS), MK_THREADS, 0,
+               hkv_stream(stream))(inv_freq, rot, pos, n, cs);
+    HKV_LAUNCH_CHECK(err);
+    return HKV_OK;
+}
+
+extern "C" int hkv_gpu_rope(float *x, int64_t ldx, int64_t n, int n_heads, int head_dim, int rot,
+                            int layout, const float *cs, void *stream, hkv_err *err)
+{
+    if (!x || !cs || n < 0 || n_heads < 1 || head_dim < 2 || rot < 2 || rot & 1 ||
         rot > head_dim || ldx < (int64_t)n_heads * head_dim ||
         (layout != HKV_GPU_ROPE_PAIRS && layout != HKV_GPU_ROPE_NEOX))
         return hkv_seterr(err, HKV_E_INVAL, "gpu rope: bad arguments (%d heads of %d, rot %d, "
@@ -144,7 +178,7 @@ extern "C" int hkv_gpu_rope(float *x, int64_t ldx, int64_t n, int n_heads, int h
     if (!n) return HKV_OK;
     const int64_t total = n * n_heads * (rot / 2);
     HKV_LAUNCH(k_rope, hkv_grid1(total, MK_THREADS), MK_THREADS, 0, hkv_stream(stream))(
-        x, ldx, n, n_heads, head_dim, rot, layout, inv_freq, pos);
+        x, ldx, n, n_heads, head_dim, rot, layout, cs);
     HKV_LAUNCH_CHECK(err);
     return HKV_OK;
 }

@@ -212,11 +212,19 @@ static int g_bias_rope(void *self, int layer, const int64_t *pos, int64_t n, hkv
         (rc = hkv_gpu_add_bias(b->act[HKV_ACT_QKV], b->qkv_w, n, b->L[layer].bqkv, b->qkv_w, b->st,
                                err)))
         return rc;
-    if ((rc = cb_stage(b, UP_POS, b->d_pos, pos, (size_t)n * sizeof *pos, err))) return rc;
+    /* The cos/sin table follows the positions: built when they change (the
+     * step's first layer), then every layer only rotates. */
+    const size_t pb = (size_t)n * sizeof *pos;
+    if (!(b->up_len[UP_POS] == pb && !memcmp(b->up_cache[UP_POS], pos, pb)) &&
+        ((rc = cb_stage(b, UP_POS, b->d_pos, pos, pb, err)) ||
+         (rc = hkv_gpu_rope_table(b->inv_freq, c->rope_dim, b->d_pos, n, b->d_rope_cs, b->st, err)))) {
+        b->up_len[UP_POS] = 0;   /* no table for these positions */
+        return rc;
+    }
     return hkv_gpu_rope(b->act[HKV_ACT_QKV], b->qkv_w, n, c->n_head + c->n_head_kv, c->head_dim,
                         c->rope_dim,
                         c->rope_layout == HKV_ROPE_PAIRS ? HKV_GPU_ROPE_PAIRS : HKV_GPU_ROPE_NEOX,
-                        b->inv_freq, b->d_pos, b->st, err);
+                        b->d_rope_cs, b->st, err);
 }
 
 static int g_swiglu(void *self, int64_t n, hkv_err *err) {
@@ -343,6 +351,7 @@ static int alloc_buffers(cuda_be *b, hkv_err *err) {
         {(void **)&b->d_tok, R * 4, HKV_TIER_WORKSPACE},
         {(void **)&b->d_lrows, 256 * 4, HKV_TIER_WORKSPACE},
         {(void **)&b->d_pos, R * 8, HKV_TIER_WORKSPACE},
+        {(void **)&b->d_rope_cs, R * (size_t)c->rope_dim * 4, HKV_TIER_WORKSPACE},
         {(void **)&b->d_dst, R * 8, HKV_TIER_WORKSPACE},
         {(void **)&b->d_rows, S * 4, HKV_TIER_WORKSPACE},
         {(void **)&b->d_nrows, S * b->KH * 4, HKV_TIER_WORKSPACE},

@@ -66,6 +66,7 @@ typedef struct cuda_be {
     hkv_gpu_qmat tok, out;
     int out_is_tok;                 /* tied output: one copy */
     float *out_norm, *inv_freq;
+    float *d_rope_cs;   /* the step's RoPE cos/sin table [rows][rot] */
     dlayer *L;
     /* activations [max_rows][width] and the product workspace */
     float *act[HKV_ACT_COUNT];

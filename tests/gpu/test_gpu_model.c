@@ -151,8 +151,22 @@ static void test_rope(hkv_gpu_ctx *ctx, test_rng *rng)
             for (int64_t r = 0; r < n; r++) pos[r] = r == 0 ? 0 : (int64_t)(rng_next(rng) % 200000);
             float *dx = gpu_put(ctx, x, n * ld * 4), *dinv = gpu_put(ctx, inv, sizeof inv);
             int64_t *dpos = gpu_put(ctx, pos, sizeof pos);
-            GPU_OK(hkv_gpu_rope(dx, ld, n, heads, hd, rot, layout, dinv, dpos, st, err));
+            float *dcs = gpu_poisoned(ctx, n * rot), *cs = malloc((n * rot + HKV_TEST_GUARD) * 4);
+            GPU_OK(hkv_gpu_rope_table(dinv, rot, dpos, n, dcs, st, err));
+            GPU_OK(hkv_gpu_rope(dx, ld, n, heads, hd, rot, layout, dcs, st, err));
             gpu_get(ctx, y, dx, n * ld * 4);
+            gpu_get(ctx, cs, dcs, (n * rot + HKV_TEST_GUARD) * 4);
+            /* the table is the host's (runtime/backend_cpu.c: float64 rounded to float) */
+            int table_bad = !guard_intact(cs, n * rot);
+            for (int64_t r = 0; r < n; r++)
+                for (int i = 0; i < rot / 2; i++) {
+                    double th = (double)pos[r] * (double)inv[i];
+                    table_bad += cs[r * rot + i] != (float)cos(th) ||
+                                 cs[r * rot + rot / 2 + i] != (float)sin(th);
+                }
+            CHECK(table_bad == 0, "rope table rot %d: %d entries differ from the host's float64 "
+                  "cos/sin rounded to float", rot, table_bad);
+            free(cs);
             double worst = 0;
             int untouched_bad = 0;
             for (int64_t r = 0; r < n; r++) {
