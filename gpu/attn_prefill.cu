@@ -11,8 +11,8 @@
  *   S -> shared scratch         (a fragment's layout is unspecified: the
  *                                softmax needs rows, so S makes a round trip)
  *   online softmax per row      two lanes per row, 8 keys each, in log2 units
- *   P (fp16, <= 2^8) -> scratch
- *   O[f] += P V[:, 16f..]       d/16 MMAs, O in fp32 accumulator registers
+ *   P = Phi + Plo (fp16, <= 2^8) -> scratch
+ *   O[f] += Phi V + Plo V       2*d/16 MMAs, O in fp32 accumulator registers
  * Only the chunks a warp's rows can see are computed (tiles past the block's
  * last row's diagonal are never loaded, chunks past a warp's diagonal are
  * skipped, the diagonal chunks masked per element); no score matrix exists
@@ -29,16 +29,17 @@
  * Accuracy (tests/gpu/test_gpu_attn.c against float64, 42 prefill cases,
  * d = 32..256, amplitudes up to nearly one-hot rows): Q is split into fp16
  * hi + lo, so the scores are as exact as fp32 (K is fp16 already, products
- * of halves are exact); what remains is P rounded to fp16 for P.V (2^-11
- * relative per weight; l sums the fp32 P, so lse keeps fp32 accuracy).
- * Measured: out within 4.4e-4 of max|ref| per head (at most 0.73 of the
- * test's fp16-P bound), lse within 5.7e-7 relative. With plain fp16 Q the
- * same cases gave out errors up to 4.2e-3 of max|ref| and lse errors up to
- * 1.6e-3 on peaky rows, beyond the pipeline's 2e-3 logits tolerance: hence
- * the split, at 2 d/16 MMAs per chunk for S instead of d/16. (Rescaling at
- * every growth of the max, PF_TAU = 0, halves the out error of peaky rows,
- * whose dominant weight is then exactly 1, at the cost of many O round
- * trips.)
+ * of halves are exact), and so is P for P.V (V is fp16 already); l sums the
+ * fp32 P. Measured: out within 2.7e-6 of max|ref| per head, lse within
+ * 5.7e-7 relative, the fp32 kernels' accuracy. Why both splits, at 4 d/16
+ * MMAs per 16x16 chunk instead of 2: with plain fp16 Q the same cases gave
+ * out errors up to 4.2e-3 of max|ref| and lse errors up to 1.6e-3 on peaky
+ * rows; with fp16 Q split but P plain fp16 (FlashAttention's choice) out
+ * errors of 4.4e-4 (2^-11 per weight), lse unaffected, which passed the
+ * unit bound but not the pipeline: ctkvr through the pipeline
+ * (tests/pipeline, prompt_growth) then picked other far keys at some decode
+ * steps (logits 9e-2 off, tolerance 2e-3), a discrete choice the prompt's
+ * 1e-4-size hidden-state differences flip.
  *
  * Tiles (shared memory = Q hi/lo 4*BM*(d+8) + K/V 4*BN*(d+8) + scratch
  * 1280*W bytes; rows padded by 8 halves, so 16-byte row segments of 8
@@ -215,18 +216,26 @@ static __device__ __forceinline__ void pf_body(const float *__restrict__ q, int6
                 }
             }
 
+            /* P = hi + lo in fp16, side by side in each scratch row (halves
+             * 0..15 and 16..31 of its 40) */
             __half *pr = (__half *)scr + (lane >> 1) * (2 * PF_SLD) + half8;
 #pragma unroll
-            for (int e = 0; e < 8; e++) pr[e] = __float2half_rn(p[e]);
+            for (int e = 0; e < 8; e++) {
+                const __half hi = __float2half_rn(p[e]);
+                pr[e] = hi;
+                pr[16 + e] = __float2half_rn(p[e] - __half2float(hi));
+            }
             __syncwarp();
-            pf_a ap;
-            wmma::load_matrix_sync(ap, (const __half *)scr, 2 * PF_SLD);
+            pf_a aph, apl;
+            wmma::load_matrix_sync(aph, (const __half *)scr, 2 * PF_SLD);
+            wmma::load_matrix_sync(apl, (const __half *)scr + 16, 2 * PF_SLD);
 #pragma unroll
             for (int f = 0; f < NF; f++) {
                 if (f * 16 >= d) break;
                 wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> bv;
                 wmma::load_matrix_sync(bv, vs + c * ldm + f * 16, ldm);
-                wmma::mma_sync(o[f], ap, bv, o[f]);
+                wmma::mma_sync(o[f], aph, bv, o[f]);
+                wmma::mma_sync(o[f], apl, bv, o[f]);
             }
             __syncwarp();   /* P is read before the next chunk's S lands there */
         }
