@@ -10,7 +10,15 @@
  * thread per scored key recomputes every visible row's score and sums (or
  * maxes) weight * exp(s - lse) into its output. Scores are q.k * (1/sqrt(d))
  * in fp32 from fp16 inputs, as the host's sgemm; the sums differ from the
- * host's only by fp32 rounding order. */
+ * host's only by fp32 rounding order.
+ *
+ * Both passes score keys a warp tile of 32 at a time (ws_tile_score): the
+ * warp reads each key row together, lane l taking words l, l+32, ... (one
+ * 128-byte line per row and step, coalesced), every lane sums its slice of
+ * all 32 dot products, and a transposing reduction (31 shuffles) leaves key
+ * l's total in lane l. A thread reading its own key's row would touch 32
+ * rows per load instruction. Both passes use the same function, so a key's
+ * score is bit for bit the same in each. */
 #include <math.h>
 
 #include "gpu_internal.cuh"
@@ -20,7 +28,8 @@ extern "C" {
 }
 
 #define WS_CHUNK 4096   /* keys per pass-1 block: W*g*KH*(n/4096) blocks */
-#define WS_THREADS 256
+#define WS_THREADS 256   /* at least two blocks per SM (__launch_bounds__): without the
+                           * bound ptxas caps the tile scorer at 64 registers and spills */
 
 static __device__ __forceinline__ int64_t ws_pos(const int32_t *rows, int64_t rows_ld, int h,
                                                  int64_t lo, int64_t i)
@@ -28,20 +37,63 @@ static __device__ __forceinline__ int64_t ws_pos(const int32_t *rows, int64_t ro
     return rows ? (int64_t)rows[(int64_t)h * rows_ld + i] : lo + i;
 }
 
-static __device__ __forceinline__ float ws_dot(const float *qs, const uint16_t *k, int d)
+template <int O>
+static __device__ __forceinline__ void ws_halve(float *v, int lane)
 {
-    float a = 0.0f;
-    const __half2 *k2 = reinterpret_cast<const __half2 *>(k);
-    for (int e = 0; e < d / 2; e++) {
-        const float2 kf = __half22float2(k2[e]);
-        a = fmaf(qs[2 * e], kf.x, a);
-        a = fmaf(qs[2 * e + 1], kf.y, a);
+    const bool up = lane & O;
+#pragma unroll
+    for (int i = 0; i < O; i++) {
+        const float send = up ? v[i] : v[i + O], keep = up ? v[i + O] : v[i];
+        v[i] = keep + __shfl_xor_sync(0xffffffffu, send, O);
     }
-    return a;
+}
+
+/* The score q.k of key row prow (-1: none, 0 returned) for each lane of
+ * the warp, q fp32 [d] in shared memory, d even <= 256; all 32 lanes call. */
+static __device__ __forceinline__ float ws_tile_score(const float *qs, const uint16_t *kh,
+                                                      int64_t ld, int64_t prow, int d)
+{
+    const int lane = threadIdx.x & 31, dh = d / 2;
+    float2 qv[4];   /* this lane's words of q: lane + 32t, t < 4 (dh <= 128) */
+#pragma unroll
+    for (int t = 0; t < 4; t++) {
+        const int w = lane + 32 * t;
+        qv[t] = w < dh ? make_float2(qs[2 * w], qs[2 * w + 1]) : make_float2(0.0f, 0.0f);
+    }
+    float v[32];
+#pragma unroll
+    for (int j = 0; j < 32; j++) {
+        const int64_t pj = __shfl_sync(0xffffffffu, prow, j);
+        float a = 0.0f;
+        if (pj >= 0) {   /* warp-uniform */
+            const __half2 *kr = reinterpret_cast<const __half2 *>(kh + pj * ld);
+#pragma unroll
+            for (int t = 0; t < 4; t++) {
+                const int w = lane + 32 * t;
+                if (w < dh) {
+                    const float2 kf = __half22float2(kr[w]);
+                    a = fmaf(qv[t].x, kf.x, a);
+                    a = fmaf(qv[t].y, kf.y, a);
+                }
+            }
+        }
+        v[j] = a;
+    }
+    /* Recursive halving: at offset o a lane keeps the half of its live
+     * entries its bit o selects and adds the partner's copy of that half;
+     * after five steps v[0] of lane l is key l's sum over all lanes. One
+     * template step per offset: every index is a constant, so v stays in
+     * registers. */
+    ws_halve<16>(v, lane);
+    ws_halve<8>(v, lane);
+    ws_halve<4>(v, lane);
+    ws_halve<2>(v, lane);
+    ws_halve<1>(v, lane);
+    return v[0];
 }
 
 /* grid (chunks, W*g, KH): stats[((h*R + r)*chunks + c)*2] = (max, sum). */
-static __global__ void __launch_bounds__(WS_THREADS)
+static __global__ void __launch_bounds__(WS_THREADS, 2)
 k_ws_stats(const uint16_t *q, int64_t ldq, int64_t pos0, int g, int d, const uint16_t *k,
            int64_t ld, int64_t hs, int64_t lo, int64_t n, const int32_t *rows, int64_t rows_ld,
            const int32_t *n_rows, float scale, float *stats)
@@ -58,10 +110,13 @@ k_ws_stats(const uint16_t *q, int64_t ldq, int64_t pos0, int g, int d, const uin
     const int64_t x1 = (c + 1) * WS_CHUNK < nh ? (c + 1) * WS_CHUNK : nh;
     const uint16_t *kh = k + h * hs;
     float m = -INFINITY, l = 0.0f;
-    for (int64_t x = c * WS_CHUNK + threadIdx.x; x < x1; x += blockDim.x) {
-        const int64_t p = ws_pos(rows, rows_ld, h, lo, x);
-        if (p > qpos) continue;
-        const float s = ws_dot(qs, kh + p * ld, d) * scale;
+    const int64_t wbase = c * WS_CHUNK + (threadIdx.x & ~31);   /* this warp's first tile */
+    for (int64_t x0 = wbase; x0 < x1; x0 += blockDim.x) {       /* warp-uniform */
+        const int64_t x = x0 + (threadIdx.x & 31);
+        int64_t p = x < x1 ? ws_pos(rows, rows_ld, h, lo, x) : -1;
+        if (p > qpos) p = -1;
+        const float s = ws_tile_score(qs, kh, ld, p, d) * scale;
+        if (p < 0) continue;
         if (s > m) l = l * expf(m - s) + 1.0f, m = s;
         else l += expf(s - m);
     }
@@ -105,7 +160,7 @@ static __global__ void k_ws_lse(const float *stats, int64_t R, int64_t chunks, i
 }
 
 /* grid (key blocks, KH): thread per scored key i of head h. */
-static __global__ void __launch_bounds__(WS_THREADS)
+static __global__ void __launch_bounds__(WS_THREADS, 2)
 k_ws_acc(const uint16_t *q, int64_t ldq, int64_t W, int64_t pos0, int g, int d, const uint16_t *k,
          int64_t ld, int64_t hs, int64_t lo, int64_t n, const int32_t *rows, int64_t rows_ld,
          const int32_t *n_rows, float scale, const float *lse, const float *q_weight,
@@ -116,8 +171,10 @@ k_ws_acc(const uint16_t *q, int64_t ldq, int64_t W, int64_t pos0, int g, int d, 
     const int64_t R = W * g, nh = n_rows ? (int64_t)n_rows[h] : n;
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     const bool live = i < nh;
-    const int64_t p = live ? ws_pos(rows, rows_ld, h, lo, i) : 0;
-    const uint16_t *kr = k + h * hs + p * ld;
+    const int64_t p = live ? ws_pos(rows, rows_ld, h, lo, i) : -1;
+    /* the warp's keys are all past the end: it only joins the barriers */
+    const bool warp_live = (int64_t)blockIdx.x * blockDim.x + (threadIdx.x & ~31) < nh;
+    const uint16_t *kh = k + h * hs;
     float acc = 0.0f;
     for (int64_t r = 0; r < R; r++) {
         const int64_t a = r / g;
@@ -127,8 +184,11 @@ k_ws_acc(const uint16_t *q, int64_t ldq, int64_t W, int64_t pos0, int g, int d, 
         __syncthreads();
         const float L = lse[(int64_t)h * R + r];
         const float wt = q_weight ? q_weight[a] : 1.0f;
-        if (!live || p > pos0 + a || !isfinite(L) || wt == 0.0f) continue;
-        const float v = wt * expf(ws_dot(qs, kr, d) * scale - L);
+        if (!warp_live || !isfinite(L) || wt == 0.0f) continue;   /* warp-uniform */
+        const bool seen = live && p <= pos0 + a;
+        const float s = ws_tile_score(qs, kh, ld, seen ? p : -1, d);
+        if (!seen) continue;
+        const float v = wt * expf(s * scale - L);
         acc = reduce_max ? fmaxf(acc, v) : acc + v;
     }
     if (live) out[(int64_t)h * ld_out + i] = acc;

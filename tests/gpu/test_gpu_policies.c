@@ -214,28 +214,36 @@ static void batch_limit_check(hkv_gpu_ctx *ctx)
 int main(void)
 {
     test_rng r = {11};
-    world A, B, C;
+    world A, B, C, D, E;
     world_init(&A, 3, 3, 64, 5000, 16, &r);   /* SmolLM2's heads; two 4096-key chunks */
     world_init(&B, 3, 3, 64, 700, 5, &r);
     world_init(&C, 2, 4, 128, 2100, 32, &r);  /* Llama-3-8B's group and head size */
-    const world *cw[5] = {&A, &A, &A, &B, &C};
-    ws_case cs[5];
+    /* head sizes whose rows do not fill the warp tile's lanes evenly (48
+     * words: lanes 16..31 idle in the second step) or fill four steps */
+    world_init(&D, 1, 2, 96, 333, 3, &r);
+    world_init(&E, 2, 1, 256, 97, 4, &r);
+    enum { NC = 7 };
+    const world *cw[NC] = {&A, &A, &A, &B, &C, &D, &E};
+    ws_case cs[NC];
     ws_case_init(&cs[0], &A, 0, 0, 0, &r);   /* SnapKV's sum */
     ws_case_init(&cs[1], &A, 1, 1, 0, &r);   /* SpecPC's weighted max */
     ws_case_init(&cs[2], &A, 0, 0, 1, &r);   /* row lists (after a token-selective prefill) */
     ws_case_init(&cs[3], &B, 1, 0, 1, &r);
     ws_case_init(&cs[4], &C, 0, 1, 0, &r);   /* weighted sum */
-    for (int i = 0; i < 5; i++) ws_check_host(cw[i], &cs[i]);
+    ws_case_init(&cs[5], &D, 0, 0, 1, &r);
+    ws_case_init(&cs[6], &E, 1, 0, 0, &r);
+    for (int i = 0; i < NC; i++) ws_check_host(cw[i], &cs[i]);
     if (test_failures) return test_report("gpu_policies (host references)");
     printf("gpu_policies: float64 references agree with the host (%d checks)\n", test_checks);
 
     hkv_gpu_ctx *ctx = gpu_test_open("gpu_policies");
-    for (int i = 0; i < 5; i++) ws_check_gpu(ctx, cw[i], &cs[i]);
+    for (int i = 0; i < NC; i++) ws_check_gpu(ctx, cw[i], &cs[i]);
     pool_keep_check(ctx, 5000, &r);
     pool_keep_check(ctx, 200, &r);
     batch_limit_check(ctx);
     hkv_gpu_ctx_destroy(ctx);
-    for (int i = 0; i < 5; i++) free(cs[i].rows), free(cs[i].qw);
-    free(A.k), free(A.q), free(B.k), free(B.q), free(C.k), free(C.q);
+    for (int i = 0; i < NC; i++) free(cs[i].rows), free(cs[i].qw);
+    const world *all[] = {&A, &B, &C, &D, &E};
+    for (int i = 0; i < 5; i++) free(all[i]->k), free(all[i]->q);
     return test_report("gpu_policies");
 }
