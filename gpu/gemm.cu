@@ -77,9 +77,9 @@ extern "C" int hkv_gpu_gemm(hkv_gpu_ctx *ctx, const hkv_gpu_wmat *w, const uint1
         return hkv_seterr(err, HKV_E_RANGE, "gpu gemm: %lld x %lld by %lld rows exceeds cuBLAS's "
                           "int dimensions", (long long)w->rows, (long long)w->cols, (long long)n);
     if (!n) return HKV_OK;
-    cublasHandle_t hb = hkv_gpu_ctx_blas(ctx);
+    cublasHandle_t hb = hkv_gpu_ctx_blas(ctx, stream);
+    if (!hb) return hkv_seterr(err, HKV_E_INVAL, "gpu gemm: " HKV_NO_BLAS_STREAM);
     const float alpha = 1.0f, beta = 0.0f;
-    HKV_CUBLAS_TRY(err, cublasSetStream(hb, hkv_stream(stream)));
     const int m = (int)w->rows, nn = (int)n, kk = (int)w->cols;
     HKV_CUBLAS_TRY(err, cublasGemmEx(hb, CUBLAS_OP_T, CUBLAS_OP_N, m, nn, kk, &alpha, w->w,
                                      CUDA_R_16F, kk, x, CUDA_R_16F, kk, &beta, y, CUDA_R_32F,

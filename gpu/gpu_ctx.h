@@ -31,6 +31,12 @@ void hkv_gpu_ctx_destroy(hkv_gpu_ctx *ctx);
 
 /* The context's main stream (a cudaStream_t). */
 void *hkv_gpu_ctx_stream(hkv_gpu_ctx *ctx);
+/* Another stream of the context, with its own cuBLAS handle bound to it and
+ * its own workspace: GEMMs (hkv_gpu_gemm, hkv_gpu_qmat_matmul) run only on
+ * the context's streams. At most HKV_GPU_MAX_STREAMS in all; destroyed with
+ * the context. Create them before the steps: it allocates. */
+#define HKV_GPU_MAX_STREAMS 8
+int hkv_gpu_ctx_add_stream(hkv_gpu_ctx *ctx, void **stream, hkv_err *err);
 /* The device's streaming multiprocessors (grids are sized by it). */
 int hkv_gpu_ctx_sm_count(const hkv_gpu_ctx *ctx);
 
@@ -38,8 +44,16 @@ int hkv_gpu_ctx_sm_count(const hkv_gpu_ctx *ctx);
  * N, cap C, in use U" when a cap would be exceeded, HKV_E_NOMEM with the CUDA
  * error when the device refuses. bytes == 0 is an error (HKV_E_INVAL). */
 void *hkv_gpu_alloc(hkv_gpu_ctx *ctx, int tier, size_t bytes, hkv_err *err);
-/* bytes must be what was asked; p may be NULL. */
+/* bytes must be what was asked; p may be NULL. cudaFree: it waits for the
+ * whole device, so never inside a step. */
 void hkv_gpu_free(hkv_gpu_ctx *ctx, int tier, void *p, size_t bytes);
+/* Stream-ordered (cudaMallocAsync / cudaFreeAsync from the device's default
+ * pool): usable by work enqueued on `stream` after the call, released when
+ * the stream reaches the free; neither waits for the device. What a step
+ * that must grow a buffer uses. Same caps and accounting (a pending free no
+ * longer counts). */
+void *hkv_gpu_alloc_async(hkv_gpu_ctx *ctx, int tier, size_t bytes, void *stream, hkv_err *err);
+void hkv_gpu_free_async(hkv_gpu_ctx *ctx, int tier, void *p, size_t bytes, void *stream);
 /* Bytes in use in a tier (tier < 0: all tiers), and the peak. */
 size_t hkv_gpu_in_use(const hkv_gpu_ctx *ctx, int tier);
 size_t hkv_gpu_peak(const hkv_gpu_ctx *ctx, int tier);

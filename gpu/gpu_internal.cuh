@@ -48,8 +48,12 @@ int hkv_gpu_fail(hkv_err *err, cublasStatus_t s, const char *what);
 /* After a launch: a bad configuration shows up here, not at the next sync. */
 #define HKV_LAUNCH_CHECK(err) HKV_CUDA_TRY(err, cudaGetLastError())
 
-/* The context's cuBLAS handle (gpu_ctx.cu). */
-cublasHandle_t hkv_gpu_ctx_blas(hkv_gpu_ctx *ctx);
+/* The cuBLAS handle bound to `stream`, one of the context's (gpu_ctx.cu);
+ * NULL for any other stream. */
+cublasHandle_t hkv_gpu_ctx_blas(hkv_gpu_ctx *ctx, void *stream);
+#define HKV_NO_BLAS_STREAM                                                                   \
+    "the stream is not one of the context's (hkv_gpu_ctx_stream, hkv_gpu_ctx_add_stream): "   \
+    "no cuBLAS handle is bound to it"
 
 static inline cudaStream_t hkv_stream(void *s) { return (cudaStream_t)s; }
 

@@ -18,6 +18,12 @@ int hkv_gpu_ctx_create(hkv_gpu_ctx **out, int device, const size_t *tier_cap, si
 void hkv_gpu_ctx_destroy(hkv_gpu_ctx *ctx) { (void)ctx; }
 void *hkv_gpu_ctx_stream(hkv_gpu_ctx *ctx) { (void)ctx; return NULL; }
 int hkv_gpu_ctx_sm_count(const hkv_gpu_ctx *ctx) { (void)ctx; return 0; }
+int hkv_gpu_ctx_add_stream(hkv_gpu_ctx *ctx, void **stream, hkv_err *err)
+{
+    (void)ctx;
+    if (stream) *stream = NULL;
+    return NO_CUDA(err, "GPU stream");
+}
 void *hkv_gpu_alloc(hkv_gpu_ctx *ctx, int tier, size_t bytes, hkv_err *err)
 {
     (void)ctx, (void)tier, (void)bytes;
@@ -25,6 +31,16 @@ void *hkv_gpu_alloc(hkv_gpu_ctx *ctx, int tier, size_t bytes, hkv_err *err)
     return NULL;
 }
 void hkv_gpu_free(hkv_gpu_ctx *ctx, int tier, void *p, size_t bytes) { (void)ctx, (void)tier, (void)p, (void)bytes; }
+void *hkv_gpu_alloc_async(hkv_gpu_ctx *ctx, int tier, size_t bytes, void *stream, hkv_err *err)
+{
+    (void)ctx, (void)tier, (void)bytes, (void)stream;
+    NO_CUDA(err, "GPU allocation");
+    return NULL;
+}
+void hkv_gpu_free_async(hkv_gpu_ctx *ctx, int tier, void *p, size_t bytes, void *stream)
+{
+    (void)ctx, (void)tier, (void)p, (void)bytes, (void)stream;
+}
 size_t hkv_gpu_in_use(const hkv_gpu_ctx *ctx, int tier) { (void)ctx, (void)tier; return 0; }
 size_t hkv_gpu_peak(const hkv_gpu_ctx *ctx, int tier) { (void)ctx, (void)tier; return 0; }
 int hkv_gpu_upload(void *dst, const void *src, size_t bytes, void *stream, hkv_err *err)

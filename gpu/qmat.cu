@@ -412,8 +412,8 @@ extern "C" int hkv_gpu_qmat_matmul(hkv_gpu_ctx *ctx, const hkv_gpu_qmat *w, cons
         return hkv_seterr(err, HKV_E_INVAL, "gpu qmat matmul: workspace of %zu bytes%s, %zu needed "
                           "for %lld rows", ws ? ws_bytes : 0, ws ? "" : " (none)", need,
                           (long long)n);
-    cublasHandle_t hb = hkv_gpu_ctx_blas(ctx);
-    HKV_CUBLAS_TRY(err, cublasSetStream(hb, st));
+    cublasHandle_t hb = hkv_gpu_ctx_blas(ctx, st);
+    if (!hb) return hkv_seterr(err, HKV_E_INVAL, "gpu qmat matmul: " HKV_NO_BLAS_STREAM);
     const float alpha = 1.0f, beta = 0.0f;
     for (int64_t r0 = 0; r0 < rows; r0 += pr) {
         const int64_t m = rows - r0 < pr ? rows - r0 : pr;

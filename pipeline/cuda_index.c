@@ -18,13 +18,14 @@
 #include "cuda_backend_impl.h"
 #include "kv_tiered.h"
 
-/* Scratch of one build, freed in reverse. */
+/* Scratch of one build, freed in reverse; stream-ordered, so a build inside
+ * a prompt's last step never waits for the whole device. */
 typedef struct bscratch { void *p[7]; size_t n[7]; int k; } bscratch;
 
 static void *bs_alloc(cuda_be *b, bscratch *s, size_t bytes) {
     hkv_err e;
     hkv_err_clear(&e);
-    void *p = hkv_gpu_alloc(b->ctx, HKV_TIER_WORKSPACE, bytes, &e);
+    void *p = hkv_gpu_alloc_async(b->ctx, HKV_TIER_WORKSPACE, bytes, b->st, &e);
     if (p) s->p[s->k] = p, s->n[s->k++] = bytes;
     return p;
 }
@@ -32,7 +33,7 @@ static void *bs_alloc(cuda_be *b, bscratch *s, size_t bytes) {
 static void bs_free(cuda_be *b, bscratch *s) {
     while (s->k > 0) {
         s->k--;
-        hkv_gpu_free(b->ctx, HKV_TIER_WORKSPACE, s->p[s->k], s->n[s->k]);
+        hkv_gpu_free_async(b->ctx, HKV_TIER_WORKSPACE, s->p[s->k], s->n[s->k], b->st);
     }
 }
 

@@ -36,10 +36,11 @@ int cb_prefill_create(cuda_be *b, hkv_err *err) {
     return HKV_OK;
 }
 
+/* Stream-ordered: released once the stream has run what reads the copy. */
 static void prompt_free(cuda_be *b, int s) {
     cb_prompt *p = &b->pp[s];
-    hkv_gpu_free(b->ctx, HKV_TIER_WORKSPACE, p->k, p->bytes);
-    hkv_gpu_free(b->ctx, HKV_TIER_WORKSPACE, p->v, p->bytes);
+    hkv_gpu_free_async(b->ctx, HKV_TIER_WORKSPACE, p->k, p->bytes, b->st);
+    hkv_gpu_free_async(b->ctx, HKV_TIER_WORKSPACE, p->v, p->bytes, b->st);
     p->k = p->v = NULL;
     p->cap = 0, p->bytes = 0;
 }
@@ -64,20 +65,22 @@ static int prompt_room(cuda_be *b, int s, int64_t n) {
     const size_t bytes = rows * (size_t)cap * row;
     hkv_err e;
     hkv_err_clear(&e);
-    uint16_t *k = hkv_gpu_alloc(b->ctx, HKV_TIER_WORKSPACE, bytes, &e), *v = NULL;
-    if (k) v = hkv_gpu_alloc(b->ctx, HKV_TIER_WORKSPACE, bytes, &e);
+    /* Stream-ordered throughout: the new copy, the move of the old rows and
+     * the old copy's release queue behind the work already on the stream,
+     * and the host does not wait. */
+    uint16_t *k = hkv_gpu_alloc_async(b->ctx, HKV_TIER_WORKSPACE, bytes, b->st, &e), *v = NULL;
+    if (k) v = hkv_gpu_alloc_async(b->ctx, HKV_TIER_WORKSPACE, bytes, b->st, &e);
     if (!v) {
-        hkv_gpu_free(b->ctx, HKV_TIER_WORKSPACE, k, bytes);
+        hkv_gpu_free_async(b->ctx, HKV_TIER_WORKSPACE, k, bytes, b->st);
         return 0;
     }
     if (p->cap &&   /* the tokens held so far, each (layer, KV head) row block at its new stride */
         (hkv_gpu_copy_2d(k, (size_t)cap * row, p->k, (size_t)p->cap * row, (size_t)p->cap * row,
                          rows, b->st, &e) ||
          hkv_gpu_copy_2d(v, (size_t)cap * row, p->v, (size_t)p->cap * row, (size_t)p->cap * row,
-                         rows, b->st, &e) ||
-         hkv_gpu_sync(b->st, &e))) {
-        hkv_gpu_free(b->ctx, HKV_TIER_WORKSPACE, k, bytes);
-        hkv_gpu_free(b->ctx, HKV_TIER_WORKSPACE, v, bytes);
+                         rows, b->st, &e))) {
+        hkv_gpu_free_async(b->ctx, HKV_TIER_WORKSPACE, k, bytes, b->st);
+        hkv_gpu_free_async(b->ctx, HKV_TIER_WORKSPACE, v, bytes, b->st);
         return 0;
     }
     prompt_free(b, s);

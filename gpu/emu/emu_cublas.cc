@@ -20,6 +20,8 @@
 
 struct hkv_emu_cublas {
     cudaStream_t stream = 0;
+    void *workspace = nullptr;   /* cublasSetWorkspace: recorded; the emulated GEMMs need none */
+    size_t workspace_bytes = 0;
 };
 
 namespace {
@@ -146,6 +148,20 @@ cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s)
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
     if (!stream_valid(s)) return CUBLAS_STATUS_INVALID_VALUE;
     h->stream = s;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+/* As cuBLAS: the workspace is device memory, 256-byte aligned (NULL and 0
+ * give the library its own back). */
+cublasStatus_t cublasSetWorkspace(cublasHandle_t h, void *ws, size_t bytes)
+{
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if ((!ws) != (bytes == 0) || ((uintptr_t)ws & 255)) return CUBLAS_STATUS_INVALID_VALUE;
+    bool overrun = false;
+    if (ws && (classify(ws, bytes, &overrun) != MEM_DEVICE || overrun))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    h->workspace = ws;
+    h->workspace_bytes = bytes;
     return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -46,6 +46,7 @@ cublasStatus_t cublasCreate(cublasHandle_t *handle);
 cublasStatus_t cublasDestroy(cublasHandle_t handle);
 cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream);
 cublasStatus_t cublasGetStream(cublasHandle_t handle, cudaStream_t *stream);
+cublasStatus_t cublasSetWorkspace(cublasHandle_t handle, void *workspace, size_t bytes);
 cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode);
 const char *cublasGetStatusString(cublasStatus_t s);
 const char *cublasGetStatusName(cublasStatus_t s);

@@ -27,7 +27,16 @@ static void test_ctx(hkv_gpu_ctx *ctx)
     size_t caps[HKV_TIER_COUNT] = {0};
     caps[HKV_TIER_NEAR] = 1000;
     hkv_gpu_ctx *c2 = NULL;
-    if (hkv_gpu_ctx_create(&c2, 0, caps, 1 << 20, &err)) gpu_die("second context", &err);
+    /* a total cap below the main stream's cuBLAS workspace: refused at
+     * creation, naming it, nothing left behind */
+    hkv_err_clear(&err);
+    CHECK(hkv_gpu_ctx_create(&c2, 0, caps, 1 << 20, &err) == HKV_E_CAPACITY && !c2 &&
+          strstr(err.msg, "cuBLAS workspace"), "1 MiB context: \"%s\"", err.msg);
+    const size_t cap_all = (size_t)64 << 20;
+    if (hkv_gpu_ctx_create(&c2, 0, caps, cap_all, &err)) gpu_die("second context", &err);
+    const size_t base = hkv_gpu_in_use(c2, -1);   /* the cuBLAS workspace, accounted */
+    CHECK(base > 0 && base == hkv_gpu_in_use(c2, HKV_TIER_WORKSPACE),
+          "the cuBLAS workspace is not accounted (%zu bytes in use)", base);
     void *a = hkv_gpu_alloc(c2, HKV_TIER_NEAR, 600, &err);
     CHECK(a != NULL, "600 of a 1000-byte cap refused: %s", err.msg);
     void *b = hkv_gpu_alloc(c2, HKV_TIER_NEAR, 500, &err);
@@ -36,11 +45,11 @@ static void test_ctx(hkv_gpu_ctx *ctx)
              hkv_tier_name(HKV_TIER_NEAR));
     CHECK(b == NULL && err.code == HKV_E_CAPACITY && strstr(err.msg, want),
           "cap not enforced or message \"%s\" lacks \"%s\"", err.msg, want);
-    void *c = hkv_gpu_alloc(c2, HKV_TIER_INDEX, 2 << 20, &err);
+    void *c = hkv_gpu_alloc(c2, HKV_TIER_INDEX, cap_all - base - 600 + 1, &err);
     CHECK(c == NULL && err.code == HKV_E_CAPACITY && strstr(err.msg, "total cap"),
           "total cap not enforced: %s", err.msg);
     hkv_gpu_free(c2, HKV_TIER_NEAR, a, 600);
-    CHECK(hkv_gpu_in_use(c2, -1) == 0 && hkv_gpu_peak(c2, HKV_TIER_NEAR) == 600, "peak/in use");
+    CHECK(hkv_gpu_in_use(c2, -1) == base && hkv_gpu_peak(c2, HKV_TIER_NEAR) == 600, "peak/in use");
     hkv_gpu_ctx_destroy(c2);
 }
 
@@ -289,6 +298,25 @@ static void test_gemm_shape(hkv_gpu_ctx *ctx, const hkv_cpu_kernels *kern, int t
     CHECK(nan == 0 && stray == 0 && w16 <= 3e-5 && wex <= 2e-3 && guard_intact(y, n * ldy),
           "gemm %s %lldx%lld n=%lld: err %.3g (fp16 W), %.3g (exact W), %d NaN, %d stray",
           tn[type], (long long)rows, (long long)cols, (long long)n, w16, wex, nan, stray);
+    if (n == 3 && type == HKV_W_Q4) {
+        /* a second stream of the context: its own cuBLAS handle, the same
+         * product; a stream the context did not make: a clear error */
+        void *s2 = NULL, *alien = NULL;
+        GPU_OK(hkv_gpu_ctx_add_stream(ctx, &s2, err));
+        float *dy2 = gpu_poisoned(ctx, n * ldy), *y2 = malloc(n * ldy * 4);
+        GPU_OK(hkv_gpu_gemm(ctx, &gw, dx, n, dy2, ldy, s2, err));
+        GPU_OK(hkv_gpu_sync(s2, err));
+        gpu_get(ctx, y2, dy2, n * ldy * 4);
+        CHECK(!memcmp(y, y2, n * ldy * 4), "gemm on a second stream differs from the main one's");
+        GPU_OK(hkv_gpu_stream_create(&alien, err));
+        hkv_err e2;
+        hkv_err_clear(&e2);
+        CHECK(hkv_gpu_gemm(ctx, &gw, dx, n, dy2, ldy, alien, &e2) == HKV_E_INVAL &&
+              strstr(e2.msg, "no cuBLAS handle"), "gemm on a foreign stream: \"%s\"", e2.msg);
+        hkv_gpu_stream_destroy(alien);
+        gpu_drop(ctx, dy2, (n * ldy + HKV_TEST_GUARD) * 4);
+        free(y2);
+    }
     hkv_gpu_wmat_free(ctx, &gw);
     free(x), free(xh), free(y), free(ref), free(mag);
     free(m.q), free(m.scale), free(m.min);
