@@ -8,11 +8,11 @@
  * host or the device fuses the multiply-add or not. The device uses one FMA.
  *
  * n <= 8 (decode): one warp per output row reads each weight once for all n
- * activation rows, fp32 partial sums per lane, a shuffle reduction. Q4: four
- * lanes per 32-weight block, each one 32-bit load (8 nibbles), so a warp reads
- * 128 contiguous bytes per step; Q8: eight lanes per block, 32-bit loads; x in
- * 128-bit loads where its rows are 16-byte aligned. F16 and F32: lane l takes
- * columns l, l+32, ... (W and x coalesced as they are).
+ * activation rows, fp32 partial sums per lane, a shuffle reduction. Q4: a
+ * lane per 32-weight block, its 16 code bytes one 128-bit load, so a warp
+ * reads 512 contiguous bytes per step; Q8: two lanes per block, 128-bit loads
+ * likewise; x in 128-bit loads where its rows are 16-byte aligned. F16 and
+ * F32: lane l takes columns l, l+32, ... (W and x coalesced as they are).
  *
  * n > 8 (prefill): row panels of W dequantised into ws, each followed by an
  * fp32 cuBLAS GEMM into its rows of y; F32 weights go to cuBLAS directly.
@@ -115,74 +115,84 @@ __device__ __forceinline__ float4 qm_x4(const float *p, bool vec)
     return make_float4(__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3));
 }
 
-/* Q4: lane l takes bytes 4*(l%4)..+3 of blocks l/4, l/4+8, ...: elements
- * 32b + 4s + k (low nibbles) and 32b + 16 + 4s + k (high nibbles), k < 4;
- * its x elements are two runs of 4, so four lanes read 64 contiguous bytes. */
+/* Q4: lane l takes whole 32-weight blocks l, l+32, ..., each one 128-bit
+ * load of its 16 code bytes (a warp reads 512 contiguous bytes per step);
+ * byte j of a block holds elements j (low nibble) and j + 16 (high). Word t
+ * of the load is decoded to its 8 weights, then every activation row takes
+ * them with two float4 reads of x. */
 static __global__ void __launch_bounds__(QM_THREADS, QM_MIN_BLOCKS)
 k_qm_gemv_q4(const unsigned char *q, const uint16_t *scale, const uint16_t *mins, int64_t rows,
              int64_t cols, const float *x, int64_t ldx, bool vec, int n, float *y, int64_t ldy)
 {
-    const int lane = threadIdx.x & 31, sub = lane & 3;
+    const int lane = threadIdx.x & 31;
     const int64_t nb = cols / HKV_WBLOCK;
     QM_ROW_LOOP(row) {
         float acc[QM_MAXN];
 #pragma unroll
         for (int i = 0; i < QM_MAXN; i++) acc[i] = 0.0f;
-        const unsigned char *qr = q + row * nb * (HKV_WBLOCK / 2) + sub * 4;
+        const uint4 *qr = (const uint4 *)(q + row * nb * (HKV_WBLOCK / 2));
         const uint16_t *sr = scale + row * nb, *mr = mins + row * nb;
-        for (int64_t b = lane >> 2; b < nb; b += 8) {
-            const unsigned bits = __ldg((const unsigned *)(qr + b * (HKV_WBLOCK / 2)));
+        for (int64_t b = lane; b < nb; b += 32) {
+            const uint4 bits4 = __ldg(qr + b);
             const float s = hkv_h2f(__ldg(sr + b)), mn = hkv_h2f(__ldg(mr + b));
-            float w[8];
+            const unsigned words[4] = {bits4.x, bits4.y, bits4.z, bits4.w};
 #pragma unroll
-            for (int k = 0; k < 4; k++) {
-                w[k] = qm_q4(s, mn, (bits >> (8 * k)) & 15u);
-                w[4 + k] = qm_q4(s, mn, (bits >> (8 * k + 4)) & 15u);
-            }
-            const float *xb = x + b * HKV_WBLOCK + sub * 4;
+            for (int t = 0; t < 4; t++) {
+                float w[8];
 #pragma unroll
-            for (int i = 0; i < QM_MAXN; i++)
-                if (i < n) {
-                    const float4 lo = qm_x4(xb + i * ldx, vec), hi = qm_x4(xb + i * ldx + 16, vec);
-                    float a = acc[i];
-                    a += w[0] * lo.x, a += w[1] * lo.y, a += w[2] * lo.z, a += w[3] * lo.w;
-                    a += w[4] * hi.x, a += w[5] * hi.y, a += w[6] * hi.z, a += w[7] * hi.w;
-                    acc[i] = a;
+                for (int k = 0; k < 4; k++) {
+                    w[k] = qm_q4(s, mn, (words[t] >> (8 * k)) & 15u);
+                    w[4 + k] = qm_q4(s, mn, (words[t] >> (8 * k + 4)) & 15u);
                 }
+                const float *xb = x + b * HKV_WBLOCK + 4 * t;
+#pragma unroll
+                for (int i = 0; i < QM_MAXN; i++)
+                    if (i < n) {
+                        const float4 lo = qm_x4(xb + i * ldx, vec), hi = qm_x4(xb + i * ldx + 16, vec);
+                        float a = acc[i];
+                        a += w[0] * lo.x, a += w[1] * lo.y, a += w[2] * lo.z, a += w[3] * lo.w;
+                        a += w[4] * hi.x, a += w[5] * hi.y, a += w[6] * hi.z, a += w[7] * hi.w;
+                        acc[i] = a;
+                    }
+            }
         }
         qm_store(acc, n, y, ldy, row, lane);
     }
 }
 
-/* Q8: lane l takes bytes 4*(l%8)..+3 of blocks l/8, l/8+4, ...; a warp reads
- * 128 contiguous bytes of W and 512 of each x row per step. */
+/* Q8: lane l takes half l%2 of blocks l/2, l/2+16, ...: 16 codes in one
+ * 128-bit load; a warp reads 512 contiguous bytes of W per step. */
 static __global__ void __launch_bounds__(QM_THREADS, QM_MIN_BLOCKS)
 k_qm_gemv_q8(const signed char *q, const uint16_t *scale, int64_t rows, int64_t cols,
              const float *x, int64_t ldx, bool vec, int n, float *y, int64_t ldy)
 {
-    const int lane = threadIdx.x & 31, sub = lane & 7;
+    const int lane = threadIdx.x & 31, half = lane & 1;
     const int64_t nb = cols / HKV_WBLOCK;
     QM_ROW_LOOP(row) {
         float acc[QM_MAXN];
 #pragma unroll
         for (int i = 0; i < QM_MAXN; i++) acc[i] = 0.0f;
-        const signed char *qr = q + row * cols + sub * 4;
+        const signed char *qr = q + row * cols + half * 16;
         const uint16_t *sr = scale + row * nb;
-        for (int64_t b = lane >> 3; b < nb; b += 4) {
-            const unsigned bits = __ldg((const unsigned *)(qr + b * HKV_WBLOCK));
+        for (int64_t b = lane >> 1; b < nb; b += 16) {
+            const uint4 bits4 = __ldg((const uint4 *)(qr + b * HKV_WBLOCK));
             const float s = hkv_h2f(__ldg(sr + b));
-            float w[4];
+            const unsigned words[4] = {bits4.x, bits4.y, bits4.z, bits4.w};
 #pragma unroll
-            for (int k = 0; k < 4; k++) w[k] = qm_q8(s, (int)(signed char)(bits >> (8 * k)));
-            const float *xb = x + b * HKV_WBLOCK + sub * 4;
+            for (int t = 0; t < 4; t++) {
+                float w[4];
 #pragma unroll
-            for (int i = 0; i < QM_MAXN; i++)
-                if (i < n) {
-                    const float4 v = qm_x4(xb + i * ldx, vec);
-                    float a = acc[i];
-                    a += w[0] * v.x, a += w[1] * v.y, a += w[2] * v.z, a += w[3] * v.w;
-                    acc[i] = a;
-                }
+                for (int k = 0; k < 4; k++) w[k] = qm_q8(s, (int)(signed char)(words[t] >> (8 * k)));
+                const float *xb = x + b * HKV_WBLOCK + half * 16 + 4 * t;
+#pragma unroll
+                for (int i = 0; i < QM_MAXN; i++)
+                    if (i < n) {
+                        const float4 v = qm_x4(xb + i * ldx, vec);
+                        float a = acc[i];
+                        a += w[0] * v.x, a += w[1] * v.y, a += w[2] * v.z, a += w[3] * v.w;
+                        acc[i] = a;
+                    }
+            }
         }
         qm_store(acc, n, y, ldy, row, lane);
     }
