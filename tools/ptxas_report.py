@@ -332,6 +332,13 @@ def parse_launch(spec):
     return out
 
 
+def base_name(kernel):
+    """'void k_attn_decode<true>' -> 'k_attn_decode': what --launch may name for
+    every instantiation of a template kernel."""
+    k = re.sub(r'^void\s+', '', kernel)
+    return k.split('<', 1)[0]
+
+
 def build_report(nvcc, root, files, archs, maxrreg, jobs, launch=None):
     launch = launch or {}
     rows, callees, errors = [], [], []
@@ -360,8 +367,9 @@ def build_report(nvcc, root, files, archs, maxrreg, jobs, launch=None):
             p = ptx.get(arch, {}).get(name, {})
             block, block_from = p.get('block') or DEFAULT_BLOCK, p.get('block_from') or 'assumed'
             dyn = 0
-            if dem[name][1] in launch:
-                block, dyn = launch[dem[name][1]]
+            key = dem[name][1] if dem[name][1] in launch else base_name(dem[name][1])
+            if key in launch:
+                block, dyn = launch[key]
                 block_from = '--launch'
                 if p.get('block') and block > p['block']:
                     die('ptxas_report: --launch %s=%d exceeds its %s %d'
@@ -582,7 +590,7 @@ def main(argv=None):
     launch = parse_launch(args.launch)
     rows, callees, errors = build_report(nvcc, root, files, archs, args.maxrregcount,
                                          max(1, args.jobs), launch)
-    unknown = sorted(set(launch) - {r['kernel'] for r in rows})
+    unknown = sorted(set(launch) - {r['kernel'] for r in rows} - {base_name(r['kernel']) for r in rows})
     if unknown and not errors:
         print('ptxas_report: --launch names no compiled kernel: %s' % ', '.join(unknown),
               file=sys.stderr)
@@ -590,7 +598,7 @@ def main(argv=None):
     shown, shown_callees = rows, callees
     if args.kernels:
         wanted = {k.strip() for k in args.kernels.split(',')}
-        shown = [r for r in rows if r['kernel'] in wanted]
+        shown = [r for r in rows if r['kernel'] in wanted or base_name(r['kernel']) in wanted]
         shown_callees = [c for c in callees if c['kernel'] in wanted]
     for src, err in errors:
         print('ptxas_report: %s failed to compile:\n%s' % (src, err), file=sys.stderr)
