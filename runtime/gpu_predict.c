@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "gpu_kernel_predict.h"
 #include "host_mem.h"
 #include "kernels.h"
 
@@ -17,31 +18,49 @@
 /* Memory totals are what nvidia-smi reports for the board; PCIe is the
  * theoretical rate of one direction of the x16 link (Gen4: 16 GT/s x 16
  * lanes x 128/130 / 8 = 31.5 GB/s; Gen5: 63.0 GB/s). */
+/* The SFU rate is not on the data sheets: the CUDA C++ Programming Guide's
+ * arithmetic-instruction throughput table gives 16 results per clock per SM
+ * (exp2, log2, rsqrt, sin, cos) for compute capabilities 8.0 to 9.0, at the
+ * boost clock the sheet's fp32 figure implies (fp32 / (SMs x FMA lanes x 2):
+ * 2.52 GHz RTX 4090, 1.98 GHz H100 SXM, 1.75 GHz H100 PCIe, 1.41 GHz A100). */
+#define SFU_SRC                                                                                   \
+    "16 per SM per clock (CUDA C++ Programming Guide, Arithmetic Instructions throughput table, " \
+    "https://docs.nvidia.com/cuda/cuda-c-programming-guide/#arithmetic-instructions) at the boost " \
+    "clock the fp32 figure implies"
+
 static const hkv_device_spec specs[] = {
     {"rtx4090", "NVIDIA GeForce RTX 4090 24 GB (GDDR6X)", 24564ULL << 20, 1008.0, 31.5,
      "PCIe 4.0 x16", 165.2, 82.6, 128,
      "NVIDIA Ada GPU Architecture whitepaper v2.1, Appendix A, GeForce RTX 4090 (1008 GB/s, "
      "165.2 TFLOPS fp16 tensor with fp32 accumulate dense, 82.6 TFLOPS fp32, 128 SMs): "
-     "https://images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-architecture.pdf"},
+     "https://images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-architecture.pdf; "
+     "fp64 1.29 TFLOPS and L2 72 MB: same appendix; SFU: " SFU_SRC,
+     1.29, 5.16, 72.0},
     {"h100", "NVIDIA H100 SXM5 80 GB (HBM3)", 81559ULL << 20, 3350.0, 63.0, "PCIe 5.0 x16", 989.5,
      67.0, 132,
      "NVIDIA H100 Tensor Core GPU datasheet, H100 SXM (3.35 TB/s, 1979 TFLOPS fp16 tensor with "
      "sparsity = 989.5 dense, 67 TFLOPS fp32, PCIe Gen5 128 GB/s both ways): "
      "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet; 132 SMs: "
-     "NVIDIA H100 Tensor Core GPU Architecture whitepaper"},
+     "NVIDIA H100 Tensor Core GPU Architecture whitepaper; fp64 34 TFLOPS: the datasheet; L2 "
+     "50 MB: the whitepaper; SFU: " SFU_SRC,
+     34.0, 4.18, 50.0},
     {"h100-pcie", "NVIDIA H100 PCIe 80 GB (HBM2e)", 81559ULL << 20, 2000.0, 63.0, "PCIe 5.0 x16",
      756.5, 51.0, 114,
      "NVIDIA H100 Tensor Core GPU datasheet, H100 PCIe (2 TB/s, 1513 TFLOPS fp16 tensor with "
      "sparsity = 756.5 dense, 51 TFLOPS fp32, PCIe Gen5 128 GB/s both ways): "
      "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet; 114 SMs: "
-     "NVIDIA H100 Tensor Core GPU Architecture whitepaper"},
+     "NVIDIA H100 Tensor Core GPU Architecture whitepaper; fp64 26 TFLOPS: the datasheet; L2 "
+     "50 MB: the whitepaper; SFU: " SFU_SRC,
+     26.0, 3.19, 50.0},
     {"a100", "NVIDIA A100 SXM4 80 GB (HBM2e)", 81920ULL << 20, 2039.0, 31.5, "PCIe 4.0 x16", 312.0,
      19.5, 108,
      "NVIDIA A100 Tensor Core GPU datasheet, A100 80GB SXM (2039 GB/s, 312 TFLOPS fp16 tensor "
      "dense, 19.5 TFLOPS fp32, PCIe Gen4 64 GB/s both ways): "
      "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
      "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf; 108 SMs: NVIDIA A100 Tensor Core GPU "
-     "Architecture whitepaper"},
+     "Architecture whitepaper; fp64 9.7 TFLOPS: the datasheet; L2 40 MB: the whitepaper; SFU: "
+     SFU_SRC,
+     9.7, 2.44, 40.0},
 };
 #define N_SPECS ((int)(sizeof specs / sizeof specs[0]))
 
@@ -112,46 +131,91 @@ uint64_t hkv_predict_weight_bytes(const hkv_model_config *c, int wtype) {
 typedef struct ctx {
     const hkv_predict_params *p;
     double bw, pcie, fp32, tensor, hbw;   /* achievable bytes/s and flop/s */
+    hkv_keff e;                           /* the same efficiencies, for the kernels */
 } ctx;
+
+/* One kernel call from the per-kernel model (gpu_kernel_predict.h): its time,
+ * its launches added to *kern, and its DRAM bytes less `counted` (what the
+ * caller books as weights, K/V or index bytes) added to *act. A shape the
+ * model refuses cannot come from hkv_predict's checked inputs; it costs a
+ * launch. */
+static double kcall(const ctx *x, const hkv_kshape *s, double counted, double *act, int64_t *kern) {
+    hkv_kpred k;
+    hkv_err e;
+    hkv_err_clear(&e);
+    if (hkv_kernel_predict(s, x->p->dev, &x->e, &k, &e)) {
+        *kern += 1;
+        return x->p->t_kernel;
+    }
+    *kern += k.cost.launches;
+    if (act) *act += fmax(0, k.cost.bytes - counted);
+    return k.time.t_s;
+}
 
 /* A product y = x W^T over b rows, as built (gpu/qmat.cu): b <= 8 one GEMV
  * kernel reading each weight once (fp32 FMAs); b > 8 row panels of 4 MiB of
  * fp32 (at least 128 rows) dequantised into the workspace, each followed by
- * an fp32 cuBLAS GEMM: two launches per panel. The panel stays in L2, so
- * its fp32 bytes are not counted against DRAM. */
-static double prod_built(const ctx *x, int64_t rows, int64_t cols, int b, int64_t *kern) {
+ * an fp32 cuBLAS GEMM: two launches per panel, one after the other. The
+ * panel stays in L2, so its fp32 bytes are not counted against DRAM.
+ * Per-kernel model: HKV_KN_GEMV, HKV_KN_PANEL_GEMM. */
+static double prod_built(const ctx *x, int64_t rows, int64_t cols, int b, double *act, int64_t *kern) {
     const hkv_predict_params *p = x->p;
-    const double bytes = mat_bytes(p->wtype, rows, cols), flops = 2.0 * b * rows * cols;
-    const double tk = p->t_kernel;
-    if (b <= 8 || p->wtype == HKV_W_F32) {
-        *kern += 1;
-        return fmax(tk, fmax(bytes / x->bw, flops / x->fp32));
-    }
-    int64_t pr = (int64_t)(((size_t)4 << 20) / ((size_t)cols * 4));
-    if (pr < 128) pr = 128;
-    if (pr > rows) pr = rows;
-    const int64_t np = (rows + pr - 1) / pr;
-    *kern += 2 * np;
-    return np * (fmax(tk, bytes / np / x->bw) + fmax(tk, flops / np / x->fp32));
+    const hkv_kshape s = {.kind = b <= 8 ? HKV_KN_GEMV : HKV_KN_PANEL_GEMM, .wtype = p->wtype,
+                          .rows = rows, .cols = cols, .n = b};
+    return kcall(x, &s, mat_bytes(p->wtype, rows, cols), act, kern);
 }
 
-/* Target: one memory-bound kernel at any batch, tensor cores for the FMAs. */
-static double prod_target(const ctx *x, int64_t rows, int64_t cols, int b, int64_t *kern) {
+/* Target: one memory-bound kernel at any batch, tensor cores for the FMAs
+ * (HKV_KN_TC_GEMM, not built). */
+static double prod_target(const ctx *x, int64_t rows, int64_t cols, int b, double *act, int64_t *kern) {
     const hkv_predict_params *p = x->p;
-    const double bytes = mat_bytes(p->wtype, rows, cols), flops = 2.0 * b * rows * cols;
-    *kern += 1;
-    return fmax(p->t_kernel, fmax(bytes / x->bw, flops / x->tensor));
+    const hkv_kshape s = {.kind = HKV_KN_TC_GEMM, .wtype = p->wtype, .rows = rows, .cols = cols, .n = b};
+    return kcall(x, &s, mat_bytes(p->wtype, rows, cols), act, kern);
 }
 
-typedef double (*prod_fn)(const ctx *, int64_t, int64_t, int, int64_t *);
+typedef double (*prod_fn)(const ctx *, int64_t, int64_t, int, double *, int64_t *);
 
 /* One layer's four products (QKV, O, gate/up, down) over b rows. */
-static double layer_dense(const ctx *x, prod_fn f, int b, int64_t *kern) {
+static double layer_dense(const ctx *x, prod_fn f, int b, double *act, int64_t *kern) {
     const hkv_model_config *c = x->p->cfg;
     const int64_t dim = c->dim, qkv = (int64_t)(c->n_head + 2 * c->n_head_kv) * c->head_dim;
     const int64_t qd = (int64_t)c->n_head * c->head_dim;
-    return f(x, qkv, dim, b, kern) + f(x, dim, qd, b, kern) + f(x, 2 * (int64_t)c->ffn, dim, b, kern) +
-           f(x, dim, c->ffn, b, kern);
+    return f(x, qkv, dim, b, act, kern) + f(x, dim, qd, b, act, kern) +
+           f(x, 2 * (int64_t)c->ffn, dim, b, act, kern) + f(x, dim, c->ffn, b, act, kern);
+}
+
+/* One layer's small kernels over b rows (pipeline/cuda_backend.c,
+ * cuda_attention.c): two RMSNorms, RoPE, SwiGLU, two residual adds, the K/V
+ * append (+ the QKV bias), and with a far tier the partials cleared and the
+ * merge of near and far. The norms' weights are booked with the layer's. */
+static double layer_small(const ctx *x, int b, int far, double *act, int64_t *kern) {
+    const hkv_model_config *c = x->p->cfg;
+    const int H = c->n_head, KH = c->n_head_kv, d = c->head_dim;
+    const int64_t qkv = (int64_t)(H + 2 * KH) * d;
+    double t = 0;
+    hkv_kshape s = {.kind = HKV_KN_RMSNORM, .n = b, .width = c->dim};
+    t += kcall(x, &s, (double)c->dim * 4, act, kern);   /* attention's norm */
+    t += kcall(x, &s, (double)c->dim * 4, act, kern);   /* the FFN's */
+    s = (hkv_kshape){.kind = HKV_KN_ROPE, .n = b, .H = H, .KH = KH, .d = d, .rot = c->rope_dim};
+    t += kcall(x, &s, 0, act, kern);
+    s = (hkv_kshape){.kind = HKV_KN_SWIGLU, .n = b, .width = c->ffn};
+    t += kcall(x, &s, 0, act, kern);
+    s = (hkv_kshape){.kind = HKV_KN_ADD, .n = b, .width = c->dim};
+    t += kcall(x, &s, 0, act, kern);
+    t += kcall(x, &s, 0, act, kern);
+    s = (hkv_kshape){.kind = HKV_KN_KV_APPEND, .n = b, .H = H, .KH = KH, .d = d};
+    t += kcall(x, &s, 0, act, kern);
+    if (c->qkv_bias) {   /* k_add_bias: an add of a row vector */
+        s = (hkv_kshape){.kind = HKV_KN_ADD, .n = b, .width = qkv};
+        t += kcall(x, &s, 0, act, kern);
+    }
+    if (far) {
+        s = (hkv_kshape){.kind = HKV_KN_PARTIAL_CLEAR, .n = b, .H = H, .d = d};
+        t += kcall(x, &s, 0, act, kern);
+        s = (hkv_kshape){.kind = HKV_KN_ATTN_MERGE, .n = b, .H = H, .d = d};
+        t += kcall(x, &s, 0, act, kern);
+    }
+    return t;
 }
 
 static double layer_weight_bytes(const hkv_predict_params *p) {
@@ -163,13 +227,28 @@ static double layer_weight_bytes(const hkv_predict_params *p) {
            (2.0 * dim + (c->qkv_bias ? qkv : 0)) * 4;
 }
 
-/* Attention over `rows` K/V rows per (sequence, KV head) for b sequences:
- * Q rows gathered, hkv_gpu_attn_decode, out and lse scattered (4 kernels). */
-static double attend(const ctx *x, int b, int64_t rows, double *bytes, int64_t *kern) {
-    const hkv_model_config *c = x->p->cfg;
-    *bytes = (double)b * c->n_head_kv * rows * c->head_dim * 2 * 2;
-    *kern += 4;
-    return 3 * x->p->t_kernel + fmax(x->p->t_kernel, *bytes / x->bw);
+/* Attention over `rows` K/V rows per (sequence, KV head) for b sequences
+ * (cuda_attention.c near_attend): Q rows gathered, hkv_gpu_attn_decode_split
+ * (+ its combine when the key range is split), out and lse scattered. The
+ * near tier goes through its index list and is split as the pipeline asks
+ * (max_rows = the near tier); full's whole KV is split for its length.
+ * *bytes gets the K/V bytes (booked as KV); the rest goes to *act. */
+static double attend(const ctx *x, int b, int64_t rows, int near, double *bytes, double *act,
+                     int64_t *kern) {
+    const hkv_predict_params *p = x->p;
+    const hkv_model_config *c = p->cfg;
+    const int H = c->n_head, KH = c->n_head_kv, d = c->head_dim;
+    const int gy = (H / KH + 7) / 8;   /* query-head groups of 8 re-read K/V */
+    *bytes = (double)b * KH * gy * rows * d * 2 * 2;
+    hkv_kshape s = {.kind = HKV_KN_COPY_ROWS, .n = b, .width = (int64_t)H * d};
+    double t = kcall(x, &s, 0, act, kern);   /* Q gathered */
+    t += kcall(x, &s, 0, act, kern);          /* out scattered */
+    s = (hkv_kshape){.kind = HKV_KN_COPY_ROWS, .n = b, .width = H};
+    t += kcall(x, &s, 0, act, kern);   /* lse scattered */
+    s = (hkv_kshape){.kind = HKV_KN_ATTN_DECODE, .n_seq = b, .H = H, .KH = KH, .d = d, .keys = rows,
+                     .gather = near, .split_rows = near ? (int64_t)p->L_init + p->L_local : rows};
+    t += kcall(x, &s, *bytes, act, kern);
+    return t;
 }
 
 /* ctkvr's per-(sequence, layer, KV head) bytes. */
@@ -185,6 +264,29 @@ static void ct_per_head(const hkv_predict_params *p, const hkv_prediction *o, ct
     cb->ids = (double)o->candidates * 4;
     cb->rerank = o->rerank ? (double)o->candidates * d * 2 : 0;   /* keys, score_max */
     cb->attn = (double)o->selected * d * 2 * 2;                    /* K and V */
+}
+
+/* ctkvr's recall on the device for b rows, one layer. built (pipeline/
+ * cuda_recall.c): the rewritten centroid rows and FIFOs scattered (two
+ * launches), k_recall_top scores every centroid and keeps C' slots; target:
+ * the same two scatters and k_ctkvr_recall, which also ORs the C' lists and
+ * writes the candidate ids. The centroids (and in the target the lists) are
+ * booked as index bytes; the rest goes to *act. */
+static double recall_dev(const ctx *x, const hkv_prediction *o, int b, int built, double *act,
+                         int64_t *kern) {
+    const hkv_model_config *c = x->p->cfg;
+    const double items = (double)b * c->n_head_kv, g = (double)c->n_head / c->n_head_kv;
+    const double cent = o->far_rows > 0 ? (double)o->C * g * c->head_dim * 2 : 0;
+    const double lists = o->far_rows > 0 ? (double)o->Cp * o->rho * 4 : 0;
+    *kern += 2;
+    if (o->far_rows <= 0 || o->C < 1) {   /* nothing recalled: the kernel returns at once */
+        *kern += 1;
+        return 3 * x->p->t_kernel;
+    }
+    const hkv_kshape s = {.kind = built ? HKV_KN_RECALL_TOP : HKV_KN_CTKVR_RECALL, .n = b,
+                          .H = c->n_head, .KH = c->n_head_kv, .d = c->head_dim, .C = o->C,
+                          .Cp = o->Cp, .rho = o->rho, .cand = o->candidates, .far = o->far_rows};
+    return 2 * x->p->t_kernel + kcall(x, &s, items * (cent + (built ? 0 : lists)), act, kern);
 }
 
 /* The far work of b sequences in one layer: seconds of the CPU at the probed
@@ -222,7 +324,7 @@ static double outside_layers(const ctx *x, prod_fn f, int b, int far, hkv_predic
     const double up = (double)b * (4 + 4 + 8 + (far ? 8 : 0));   /* ids, rows, pos, slots */
     const int n_up = far ? 4 : 3;
     int64_t k = 0;
-    double head = f(x, c->vocab, c->dim, b, &k);
+    double head = f(x, c->vocab, c->dim, b, &m->dev_act_bytes, &k);
     m->kernels += k + 3;
     m->dev_weight_bytes += emb_rows + mat_bytes(p->wtype, c->vocab, c->dim) + (double)c->dim * 4;
     m->pcie_up_bytes += up;
@@ -258,7 +360,7 @@ static int resolve_ctkvr(const hkv_predict_params *p, const hkv_policy_args *a, 
 }
 
 static void finish(hkv_predict_mode *m, int b, double host_equiv_bytes, double window) {
-    m->dev_bytes = m->dev_weight_bytes + m->dev_kv_bytes + m->dev_index_bytes;
+    m->dev_bytes = m->dev_weight_bytes + m->dev_kv_bytes + m->dev_index_bytes + m->dev_act_bytes;
     m->host_bytes = m->host_index_bytes + m->host_rerank_bytes + m->host_attn_bytes;
     m->tok_s = m->step_s > 0 ? b / m->step_s : 0;
     m->dev_wait_frac = m->step_s > 0 ? fmax(0, 1 - m->dev_busy_s / m->step_s) : 0;
@@ -308,12 +410,13 @@ int hkv_predict(const hkv_predict_params *p, hkv_prediction *o, hkv_err *err) {
         a = &dflt;
     }
     const hkv_device_spec *dv = p->dev;
-    const ctx x = {.p = p,
+    ctx x = {.p = p,
                    .bw = dv->mem_gbs * 1e9 * p->mem_eff,
                    .pcie = dv->pcie_gbs * 1e9 * p->pcie_eff,
                    .fp32 = dv->fp32_tflops * 1e12 * p->compute_eff,
                    .tensor = dv->tensor_tflops * 1e12 * p->compute_eff,
                    .hbw = p->host_gbs * 1e9};
+    hkv_keff_from_params(p, &x.e);
     const int B = p->batch, L = c->n_layer, KH = c->n_head_kv, H = c->n_head, hd = c->head_dim;
     const int64_t R0 = (int64_t)p->L_init + p->L_local;
     o->has_host = is_ct;
@@ -344,10 +447,8 @@ int hkv_predict(const hkv_predict_params *p, hkv_prediction *o, hkv_err *err) {
     }
     if (!o->fits) snprintf(o->refusal, sizeof o->refusal, "%s", e2.msg);
 
-    const double tk = p->t_kernel, tc = p->t_copy;
+    const double tc = p->t_copy;
     const double wl = layer_weight_bytes(p);
-    const int small = (is_ct ? 9 : 7) + (c->qkv_bias ? 1 : 0);   /* norms, rope, adds, swiglu,
-                                                                    append (+ clear, merge) */
     const double qkv_down = (double)B * (H + 2 * KH) * hd * 4;
     const double far_up = (double)B * H * hd * 4 + (double)B * H * 4;
     ct_bytes cb = {0};
@@ -358,15 +459,15 @@ int hkv_predict(const hkv_predict_params *p, hkv_prediction *o, hkv_err *err) {
         const prod_fn f = mi == HKV_PRED_BUILT ? prod_built : prod_target;
         double out_dev = 0;
         const double outside = outside_layers(&x, f, B, is_ct, m, &out_dev);
-        double kvb = 0, layer, dev_l, host_l = 0, equiv = 0, window = 0;
+        double kvb = 0, layer, dev_l, host_l = 0, equiv = 0, window = 0, act = 0;
         int64_t kern = 0;
-        const double dense = layer_dense(&x, f, B, &kern);
-        const double att = attend(&x, B, o->near_rows, &kvb, &kern);
-        kern += small;
+        const double dense = layer_dense(&x, f, B, &act, &kern);
+        const double att = attend(&x, B, o->near_rows, is_ct, &kvb, &act, &kern);
+        const double small = layer_small(&x, B, is_ct, &act, &kern);
         m->dev_weight_bytes += L * wl;
         m->dev_kv_bytes = L * kvb;
         if (!is_ct) {   /* the whole KV on the device: no CPU part, no per-layer PCIe */
-            dev_l = dense + small * tk + att;
+            dev_l = dense + small + att;
             layer = dev_l;
         } else {
             /* Per layer: QKV down (1 copy), the far (out, lse) up (2 copies);
@@ -385,15 +486,14 @@ int hkv_predict(const hkv_predict_params *p, hkv_prediction *o, hkv_err *err) {
                 const double g = (double)H / KH;
                 const double rup = items * (g * hd * 2 + 8 + 8);
                 const double slots_down = items * ((double)o->Cp * 8 + 4);
-                const double recall = 3 * tk + fmax(tk, items * cb.cent / x.bw);
-                kern += 3;
+                const double recall = recall_dev(&x, o, B, 1, &act, &kern);
                 m->dev_index_bytes = L * items * cb.cent;
                 m->pcie_up_bytes += L * rup;
                 m->pcie_down_bytes += L * slots_down;
                 down += 3 * tc + slots_down / x.pcie;
                 host_l = host_far(&x, &cb, B, 1, &ib, &rb, &ab);
-                dev_l = dense + small * tk + att + recall;
-                layer = dense + small * tk + tc + rup / x.pcie + recall + down +
+                dev_l = dense + small + att + recall;
+                layer = dense + small + tc + rup / x.pcie + recall + down +
                         fmax(att, p->t_host + host_l) + up;
                 window = 0;   /* only the near attention overlaps: no balance to speak of */
                 m->pcie_s += L * (down + up + tc + rup / x.pcie);
@@ -401,28 +501,27 @@ int hkv_predict(const hkv_predict_params *p, hkv_prediction *o, hkv_err *err) {
                 /* recall on the device: centroids and the C' lists read there,
                  * candidate ids written and sent down beside QKV */
                 const double items = (double)B * KH;
-                const double rbytes = items * (cb.cent + cb.lists + cb.ids);
-                const double recall = 2 * tk + fmax(tk, rbytes / x.bw);
+                const double recall = recall_dev(&x, o, B, 0, &act, &kern);
                 const double ids_down = items * cb.ids;
-                kern += 3;
                 m->dev_index_bytes = L * items * (cb.cent + cb.lists);
                 m->pcie_down_bytes += L * ids_down;
                 down += tc + ids_down / x.pcie;
                 host_l = host_far(&x, &cb, B, 0, &ib, &rb, &ab);
-                dev_l = dense + small * tk + att + recall;
-                const double serial = dense + small * tk + recall + down + fmax(att, p->t_host + host_l) + up;
+                dev_l = dense + small + att + recall;
+                const double serial = dense + small + recall + down + fmax(att, p->t_host + host_l) + up;
                 layer = serial;
                 window = dev_l;
                 m->pcie_s += L * (down + up);
                 if (B >= 2) {   /* two micro-batches: weights read once per half */
                     const int b1 = (B + 1) / 2, b2 = B / 2;
                     int64_t k2 = 0;
-                    double kv1, kv2, i1, r1, a1;
-                    const double it1 = (double)b1 * KH, it2 = (double)b2 * KH;
-                    const double d1 = layer_dense(&x, f, b1, &k2) + small * tk + attend(&x, b1, o->near_rows, &kv1, &k2) +
-                                      2 * tk + fmax(tk, it1 * (cb.cent + cb.lists + cb.ids) / x.bw);
-                    const double d2 = layer_dense(&x, f, b2, &k2) + small * tk + attend(&x, b2, o->near_rows, &kv2, &k2) +
-                                      2 * tk + fmax(tk, it2 * (cb.cent + cb.lists + cb.ids) / x.bw);
+                    double kv1, kv2, i1, r1, a1, act2 = 0;
+                    const double d1 = layer_dense(&x, f, b1, &act2, &k2) + layer_small(&x, b1, 1, &act2, &k2) +
+                                      attend(&x, b1, o->near_rows, 1, &kv1, &act2, &k2) +
+                                      recall_dev(&x, o, b1, 0, &act2, &k2);
+                    const double d2 = layer_dense(&x, f, b2, &act2, &k2) + layer_small(&x, b2, 1, &act2, &k2) +
+                                      attend(&x, b2, o->near_rows, 1, &kv2, &act2, &k2) +
+                                      recall_dev(&x, o, b2, 0, &act2, &k2);
                     const double h1 = host_far(&x, &cb, b1, 0, &i1, &r1, &a1);
                     const double h2 = host_far(&x, &cb, b2, 0, &i1, &r1, &a1);
                     const double c1 = 2 * tc + (double)b1 * ((H + 2 * KH) * hd * 4 + KH * cb.ids) / x.pcie +
@@ -434,7 +533,8 @@ int hkv_predict(const hkv_predict_params *p, hkv_prediction *o, hkv_err *err) {
                         layer = pp_l;
                         dev_l = d1 + d2;
                         window = d1 + d2;
-                        kern = k2 + 2 * small + 6;
+                        kern = k2;
+                        act = act2;
                         m->pingpong = 1;
                         m->dev_weight_bytes += L * wl;   /* the second half reads them again */
                         m->pcie_s += L * 4 * tc;         /* each half's own copies */
@@ -447,6 +547,7 @@ int hkv_predict(const hkv_predict_params *p, hkv_prediction *o, hkv_err *err) {
             equiv = host_equiv(p, ib, rb, ab);
         }
         m->kernels += L * kern;
+        m->dev_act_bytes += L * act;
         m->dev_busy_s = L * dev_l + out_dev;
         m->host_busy_s = L * host_l;
         m->step_s = L * layer + outside;

@@ -54,6 +54,11 @@ typedef struct hkv_device_spec {
     double fp32_tflops;        /* fp32 FMA on the CUDA cores (no tensor cores) */
     int sms;
     const char *source;        /* the data sheet: document name and URL */
+    /* For the per-kernel roofline (gpu_kernel_predict.h); 0: not known, the
+     * unit is then never a bound. */
+    double fp64_tflops;        /* fp64 FMA on the CUDA cores (no tensor cores) */
+    double sfu_tops;           /* SFU operations/s (exp2, rsqrt, sin ...), 1e12 */
+    double l2_mib;             /* L2 cache, MiB */
 } hkv_device_spec;
 
 /* The table, n entries (immutable). */
@@ -102,7 +107,9 @@ typedef struct hkv_predict_mode {
     double dev_weight_bytes;    /* weights read: layers, output head, embedding rows */
     double dev_kv_bytes;        /* K/V the device attends (near tier; full: the whole KV) */
     double dev_index_bytes;     /* ctkvr recall on the device (target): centroids + lists */
-    double dev_bytes;           /* sum of the three */
+    double dev_act_bytes;       /* activations, partials, workspaces the kernels read and
+                                   write (the per-kernel model, gpu_kernel_predict.h) */
+    double dev_bytes;           /* sum of the four */
     double pcie_down_bytes;     /* QKV rows, candidate ids (target), logits */
     double pcie_up_bytes;       /* far (out, lse), token ids, positions, near slots */
     double host_index_bytes;    /* ctkvr recall on the host (built): centroids + lists */

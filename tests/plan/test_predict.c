@@ -39,7 +39,7 @@ static hkv_model_config tiny(void) {
 
 /* A device of round numbers: 1 GB/s memory and PCIe, compute never binding. */
 static const hkv_device_spec unit_dev = {"unit", "unit test device", 1ULL << 30, 1.0, 1.0, "test",
-                                         1e6, 1e6, 1, "none"};
+                                         1e6, 1e6, 1, "none", 1e6, 1e6, 0};
 
 static void tiny_ctkvr_args(hkv_policy_args *a) {
     hkv_err err;
@@ -110,26 +110,48 @@ static void hand_case(void) {
     NEAR(t->pcie_down_bytes, 2 * 2048 + 2048 + 8 * 320);
     NEAR(t->dev_weight_bytes, 2 * 31232 + 80 + 10240 + 256 + (t->pingpong ? 2 * 31232 : 0));
 
-    /* Step time, latencies 0, all at 1e9 B/s. Per layer: dense 30720, the
-     * centroid row up 576, the recall 4 x 2048, QKV and slots down 2048 +
-     * 80, max(near 32768, host 4 x 7488 = 29952), up 1056; outside:
-     * embedding 80 + head 10240 + copies 48 + 2048. */
-    const double layer = (30720 + 576 + 8192 + 2128 + 32768 + 1056) * 1e-9;
-    const double step = 2 * layer + (80 + 10240 + 48 + 2048) * 1e-9;
+    /* Step time, latencies 0, all at 1e9 B/s, every kernel's DRAM bytes
+     * (gpu_kernel_predict.h). Per layer:
+     *  - the four GEMVs read W and x and write y (b = 2 rows): QKV 10240 +
+     *    2x64x4 + 2x256x4 = 12800, O 5120 + 1024 + 512 = 6656, gate/up 12800,
+     *    down 6656: 38912;
+     *  - small kernels: 2 RMSNorms 2 x (2x64x4x2 + 64x4) = 2560, RoPE over 6
+     *    heads of 32 (read 1536 + table 256, write 1536) 3328, SwiGLU
+     *    (2x128x8 + 2x128x4) 3072, 2 adds 2 x 1536 = 3072, K/V append
+     *    (2x2x32x2x4 + 16 + 2x2x32x2x2) 1552, partials cleared 8x33x4 = 1056,
+     *    the merge 8x33x4x3 = 3168: 17808;
+     *  - near attention: Q gathered and out scattered 2 x (1024 + 8 + 1024),
+     *    lse scattered 32 + 8 + 32, k_attn_decode (one split: 4 blocks on one
+     *    SM) K/V 32768 + lengths 16 + ring index 4x64x4 + Q 1024 + (out, lse)
+     *    1056: 40072;
+     *  - k_recall_top per (row, KV head): centroids 2048 + Q 256 + table row
+     *    and FIFO 24 read, scores 64 + C' slots and cosines 16 + count 4
+     *    written: 4 x 2412 = 9648;
+     *  - copies: the centroid row up 576, QKV and slots down 2048 + 80,
+     *    max(near 40072, host 4 x 7488 = 29952), up 1056.
+     * Outside: embedding 80 + head GEMV 10240 + 512 + 2048 + copies 48 + 2048. */
+    const double dense = 38912, small = 17808, near = 40072, recall = 9648, head = 12800;
+    const double layer = (dense + small + 576 + recall + 2128 + near + 1056) * 1e-9;
+    const double step = 2 * layer + (80 + head + 48 + 2048) * 1e-9;
     NEAR(b->step_s, step);
     NEAR(b->tok_s, 2 / step);
     NEAR(b->host_busy_s, 2 * 29952e-9);
-    NEAR(b->dev_busy_s, 2 * (30720 + 32768 + 8192) * 1e-9 + (80 + 10240) * 1e-9);
+    NEAR(b->dev_busy_s, 2 * (dense + small + near + recall) * 1e-9 + (80 + head) * 1e-9);
     NEAR(b->dev_wait_frac, 1 - b->dev_busy_s / step);
     NEAR(b->cpu_wait_frac, 1 - 2 * 29952e-9 / step);
+    /* what the kernels move beyond weights, K/V and centroids: per layer
+     * 8192 (x, y) + 17808 - 2 x 256 (the norms' weights are the layer's) +
+     * 40072 - 32768 + 9648 - 8192; the head's x and y 2560 */
+    NEAR(b->dev_act_bytes, 2 * (8192 + 17808 - 512 + 40072 - 32768 + 9648 - 8192) + 2560);
+    NEAR(b->dev_bytes, b->dev_weight_bytes + b->dev_kv_bytes + b->dev_index_bytes + b->dev_act_bytes);
     CHECK(o.fits, "the tiny shape fits 1 GiB: %s", o.refusal);
     /* a host 10x slower (299520 ns a layer) is the layer's critical path,
      * the copies serial around it: QKV and slots down before, partials up
      * after */
     p.host_gbs = 0.1;
     CHECK(hkv_predict(&p, &o, &err) == HKV_OK, "%s", err.msg);
-    NEAR(b->step_s, 2 * (30720 + 576 + 8192 + 2128 + 299520 + 1056) * 1e-9 +
-                        (80 + 10240 + 48 + 2048) * 1e-9);
+    NEAR(b->step_s, 2 * (dense + small + 576 + recall + 2128 + 299520 + 1056) * 1e-9 +
+                        (80 + head + 48 + 2048) * 1e-9);
     NEAR(b->host_busy_s, 2 * 299520e-9);
     p.host_gbs = 1;
 
@@ -144,7 +166,10 @@ static void hand_case(void) {
     NEAR(b->host_bytes, 0);
     NEAR(b->pcie_down_bytes, 2048);
     NEAR(b->pcie_up_bytes, 2 * 16);
-    NEAR(b->step_s, 2 * (30720 + 524288) * 1e-9 + (80 + 10240 + 32 + 2048) * 1e-9);
+    /* per layer: the GEMVs 38912, small kernels without clear and merge
+     * 17808 - 1056 - 3168, the copies 4184 and k_attn_decode over the whole
+     * KV (no index list, one split) 524288 + 16 + 1024 + 1056 */
+    NEAR(b->step_s, 2 * (38912 + 13584 + 4184 + 526384) * 1e-9 + (80 + 12800 + 32 + 2048) * 1e-9);
     NEAR(o.mode[HKV_PRED_TARGET].step_s, b->step_s);
 
     /* as built, 9..16 rows take the panel path: two launches per 4 MiB panel */
