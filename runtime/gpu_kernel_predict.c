@@ -596,7 +596,11 @@ int hkv_kernel_step_rows(const hkv_predict_params *p, int mode, hkv_kstep_row *r
     }
     if (!rc) {
         s = (hkv_kshape){.kind = HKV_KN_COPY_ROWS, .n = B, .width = qd};
-        rc = add(&rs, "Q gather, out + lse scatter (x3)", "layer", 3LL * L, &s, err);
+        rc = add(&rs, "Q gather, out scatter (x2)", "layer", 2LL * L, &s, err);
+    }
+    if (!rc) {
+        s = (hkv_kshape){.kind = HKV_KN_COPY_ROWS, .n = B, .width = H};
+        rc = add(&rs, "lse scatter", "layer", L, &s, err);
     }
     if (!rc) {
         /* full: the whole context, the split chosen for it; ctkvr: the near

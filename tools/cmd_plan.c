@@ -12,6 +12,7 @@
 #include "device.h"
 #include "eval.h"
 #include "gpu_plan.h"
+#include "gpu_kernel_predict.h"
 #include "gpu_predict.h"
 #include "kernels.h"
 #include "synthetic.h"
@@ -61,7 +62,11 @@ static const char plan_usage[] =
     "                        0.8 for recall and rerank, 0.55 for sparse attention)\n"
     "      --cand-frac F     ctkvr: unique candidates as a share of C' x rho (default 1: lists\n"
     "                        without overlap, an upper bound on the rerank's reads)\n"
-    "      --pipeline WHICH  built, target or both (default)\n";
+    "      --pipeline WHICH  built, target or both (default)\n"
+    "      --kernels         per kernel instead: bytes, FLOPs (and which unit), arithmetic\n"
+    "                        intensity, bound and time of each device kernel of one decode\n"
+    "                        step and of one prompt's prefill attention, as Markdown tables\n"
+    "                        (or --json); --pipeline defaults to built\n";
 
 #define MAXL 16
 
@@ -103,7 +108,7 @@ typedef struct pred_opts {
     int n_ctx, n_batch;
     const eval_config *cfg;
     int n_cfg;
-    int sink, local, max_rows, index_on_host, wtype, json;
+    int sink, local, max_rows, index_on_host, wtype, json, kernels;
     long long gen;
     double host_gbs, mem_eff, host_eff, cand_frac;
     const char *pipeline;
@@ -146,6 +151,183 @@ static const char *mode_desc(int mi) {
                  "down), "
                  "memory-bound products at any batch (tensor cores), two micro-batches in ping-pong "
                  "when that beats the serial order (weights read once per half)";
+}
+
+/* The shape of a kernel row in words. */
+static void kshape_desc(const hkv_kstep_row *r, char *b, size_t n) {
+    const hkv_kshape *s = &r->k.shape;
+    switch (s->kind) {
+    case HKV_KN_GEMV:
+    case HKV_KN_PANEL_GEMM:
+    case HKV_KN_TC_GEMM:
+        snprintf(b, n, "W %lld x %lld %s, %lld rows", (long long)s->rows, (long long)s->cols,
+                 hkv_predict_wtype_name(s->wtype), (long long)s->n);
+        break;
+    case HKV_KN_ATTN_DECODE:
+        snprintf(b, n, "%d seq x %d/%d heads of %d, %lld keys%s, %d split%s", s->n_seq, s->H, s->KH,
+                 s->d, (long long)s->keys, s->gather ? " (indexed)" : "", r->k.cost.n_split,
+                 r->k.cost.n_split > 1 ? "s" : "");
+        break;
+    case HKV_KN_ATTN_PREFILL:
+        snprintf(b, n, "%lld-token prompt, %d/%d heads of %d, %lld-query chunks", (long long)s->nq,
+                 s->H, s->KH, s->d, (long long)s->n);
+        break;
+    case HKV_KN_RECALL_TOP:
+    case HKV_KN_CTKVR_RECALL:
+        snprintf(b, n, "%lld rows x %d KV heads, C %lld, C' %lld%s", (long long)s->n, s->KH,
+                 (long long)s->C, (long long)s->Cp, s->kind == HKV_KN_CTKVR_RECALL ? ", lists" : "");
+        break;
+    case HKV_KN_ROPE_TABLE:
+        snprintf(b, n, "%lld rows x %d pairs", (long long)s->n, (s->rot > 0 ? s->rot : s->d) / 2);
+        break;
+    case HKV_KN_ROPE:
+    case HKV_KN_KV_APPEND:
+    case HKV_KN_PARTIAL_CLEAR:
+    case HKV_KN_ATTN_MERGE:
+        snprintf(b, n, "%lld rows, %d heads of %d", (long long)s->n,
+                 s->kind == HKV_KN_ROPE ? s->H + s->KH : s->kind == HKV_KN_KV_APPEND ? s->KH : s->H, s->d);
+        break;
+    default:
+        snprintf(b, n, "%lld rows x %lld", (long long)s->n, (long long)s->width);
+    }
+}
+
+/* --predict DEV --kernels: the per-kernel roofline of each configuration. */
+static int plan_kernels(const pred_opts *o, const hkv_model_config *mc, hkv_err *err) {
+    const hkv_device_spec *dev = hkv_device_spec_find(o->device, err);
+    if (!dev) return err->code;
+    hkv_predict_params base;
+    hkv_predict_defaults(&base);
+    base.cfg = mc;
+    base.dev = dev;
+    base.wtype = o->wtype;
+    base.n_gen = o->gen;
+    base.L_init = o->sink;
+    base.L_local = o->local;
+    base.index_on_host = o->index_on_host;
+    base.gpu_cap = o->cap;
+    base.max_rows = o->max_rows;
+    /* the host's bandwidth changes no kernel figure; ctkvr's parameters are
+     * resolved through hkv_predict, which wants one */
+    base.host_gbs = o->host_gbs > 0 ? o->host_gbs : 1;
+    if (o->mem_eff > 0) base.mem_eff = o->mem_eff;
+    if (o->cand_frac > 0) base.cand_frac = o->cand_frac;
+    hkv_keff ke;
+    hkv_keff_from_params(&base, &ke);
+    const int show[HKV_PRED_MODES] = {strcmp(o->pipeline, "target") != 0,
+                                      !strcmp(o->pipeline, "target") || !strcmp(o->pipeline, "both")};
+    enum { CAP = 32 };
+    hkv_kstep_row rows[CAP];
+    if (o->json) {
+        printf("{\"prediction\":true,\"note\":\"PREDICTION per kernel: a roofline from the device's "
+               "data sheet and the kernels' structure; no GPU was used\",\"device\":");
+        hkv_json_str(stdout, dev->name, strlen(dev->name));
+        printf(",\"source\":");
+        hkv_json_str(stdout, dev->source, strlen(dev->source));
+        printf(",\"assumptions\":{\"mem_eff\":%.3f,\"compute_eff\":%.3f,\"t_kernel_us\":%.2f,"
+               "\"sat_frac\":%.3f},\"model\":", ke.mem_eff, ke.compute_eff, ke.t_kernel * 1e6,
+               ke.sat_frac);
+        hkv_json_str(stdout, mc->name, strlen(mc->name));
+        printf(",\"weights\":\"%s\",\"tables\":[", hkv_predict_wtype_name(base.wtype));
+    } else {
+        printf("PREDICTION per kernel, not a measurement: no GPU was used; a roofline from the data "
+               "sheet of %s (%.0f GB/s x %.2f; fp16 tensor %.1f, fp32 %.1f, fp64 %.2f TFLOPS, SFU %.2f "
+               "Tops, x %.2f; %d SMs; L2 %.0f MiB), each launch at least %.0f us, a grid under %.2f "
+               "of the SMs reaching that share of the bandwidth\n",
+               dev->label, dev->mem_gbs, ke.mem_eff, dev->tensor_tflops, dev->fp32_tflops,
+               dev->fp64_tflops, dev->sfu_tops, ke.compute_eff, dev->sms, dev->l2_mib,
+               ke.t_kernel * 1e6, ke.sat_frac);
+        printf("PREDICTION data sheet: %s\n", dev->source);
+    }
+    int first = 1, rc = HKV_OK;
+    for (int pi = 0; pi < o->n_cfg && !rc; pi++)
+        for (int xi = 0; xi < o->n_ctx && !rc; xi++)
+            for (int bi = 0; bi < o->n_batch && !rc; bi++)
+                for (int mi = 0; mi < HKV_PRED_MODES && !rc; mi++) {
+                    if (!show[mi]) continue;
+                    hkv_policy_args args = o->cfg[pi].args;
+                    hkv_predict_params pp = base;
+                    pp.policy = o->cfg[pi].def;
+                    pp.args = &args;
+                    pp.batch = (int)o->batches[bi];
+                    pp.n_ctx = o->ctxs[xi];
+                    char label[EVAL_SPEC_LEN];
+                    hkv_plan_describe(pp.policy, &args, pp.n_ctx, label, sizeof label);
+                    int n = 0;
+                    if ((rc = hkv_kernel_step_rows(&pp, mi, rows, CAP, &n, err))) break;
+                    double step_us = 0;
+                    for (int i = 0; i < n; i++)
+                        if (strcmp(rows[i].phase, "prompt")) step_us += rows[i].calls * rows[i].k.time.t_s * 1e6;
+                    if (o->json) {
+                        printf("%s{\"prediction\":true,\"policy\":", first ? "" : ",");
+                        hkv_json_str(stdout, label, strlen(label));
+                        printf(",\"ctx\":%lld,\"batch\":%lld,\"pipeline\":\"%s\",\"step_kernels_us\":%.3f,"
+                               "\"rows\":[", (long long)pp.n_ctx, (long long)pp.batch, mode_names[mi],
+                               step_us);
+                        for (int i = 0; i < n; i++) {
+                            const hkv_kstep_row *r = &rows[i];
+                            const hkv_kcost *c = &r->k.cost;
+                            const hkv_ktime *t = &r->k.time;
+                            char sh[160];
+                            kshape_desc(r, sh, sizeof sh);
+                            printf("%s{\"prediction\":true,\"what\":", i ? "," : "");
+                            hkv_json_str(stdout, r->what, strlen(r->what));
+                            printf(",\"kernel\":");
+                            hkv_json_str(stdout, c->name, strlen(c->name));
+                            printf(",\"file\":\"%s\",\"built\":%s,\"shape\":", c->file, c->built ? "true" : "false");
+                            hkv_json_str(stdout, sh, strlen(sh));
+                            printf(",\"phase\":\"%s\",\"calls\":%lld,\"launches\":%lld,\"bytes_read\":%.0f,"
+                                   "\"bytes_written\":%.0f,\"l2_bytes\":%.0f,\"flops_tensor\":%.0f,"
+                                   "\"flops_fp32\":%.0f,\"flops_fp64\":%.0f,\"sfu_ops\":%.0f,"
+                                   "\"useful_flops\":%.0f,\"unit\":\"%s\",\"ai\":%.4f,\"bound\":\"%s\","
+                                   "\"bound_unit\":\"%s\",\"t_mem_us\":%.4f,\"t_compute_us\":%.4f,"
+                                   "\"us\":%.4f}",
+                                   r->phase, (long long)r->calls, (long long)c->launches, c->bytes_read,
+                                   c->bytes_written, c->l2_bytes, c->flops[HKV_KU_TENSOR],
+                                   c->flops[HKV_KU_FP32], c->flops[HKV_KU_FP64], c->flops[HKV_KU_SFU],
+                                   c->useful_flops, hkv_kernel_unit_name(c->unit), t->ai,
+                                   hkv_kernel_bound_name(t->bound), hkv_kernel_unit_name(t->bound_unit),
+                                   t->t_mem * 1e6, (t->t_roof > t->t_mem ? t->t_roof : 0) * 1e6,
+                                   t->t_s * 1e6);
+                        }
+                        printf("]}");
+                        first = 0;
+                        continue;
+                    }
+                    printf("\nPREDICTION %s, %s, context %lld, batch %lld, pipeline \"%s\" on %s; "
+                           "per call unless marked; the decode step's kernels sum to %.1f us "
+                           "(PREDICTED)\n\n", mc->name, label, (long long)pp.n_ctx, (long long)pp.batch,
+                           mode_names[mi], dev->name, step_us);
+                    printf("| kernel (what) | shape | calls | PREDICTED MB moved | PREDICTED GFLOP "
+                           "(unit) | PREDICTED FLOP/B | PREDICTED bound | PREDICTED us/call | "
+                           "PREDICTED us total |\n|---|---|--:|--:|--:|--:|---|--:|--:|\n");
+                    for (int i = 0; i < n; i++) {
+                        const hkv_kstep_row *r = &rows[i];
+                        const hkv_kcost *c = &r->k.cost;
+                        const hkv_ktime *t = &r->k.time;
+                        char sh[160], bound[48];
+                        kshape_desc(r, sh, sizeof sh);
+                        if (t->bound == HKV_KB_COMPUTE)
+                            snprintf(bound, sizeof bound, "compute (%s)", hkv_kernel_unit_name(t->bound_unit));
+                        else
+                            snprintf(bound, sizeof bound, "%s", hkv_kernel_bound_name(t->bound));
+                        printf("| `%s`%s (%s) | %s | %lld/%s | %.3f | %.4g (%s) | %.2f | %s | %.2f | %.1f |\n",
+                               c->name, c->built ? "" : " NOT BUILT", r->what, sh, (long long)r->calls,
+                               r->phase, c->bytes / 1e6, c->flops[c->unit] / 1e9,
+                               hkv_kernel_unit_name(c->unit), t->ai, bound, t->t_s * 1e6,
+                               r->calls * t->t_s * 1e6);
+                    }
+                }
+    if (rc) return rc;
+    if (o->json) printf("]}\n");
+    else
+        printf("\nPREDICTION columns: MB = 1e6 bytes of device memory read + written per call; GFLOP "
+               "on the unit named (tensor fp16: 2 per MMA multiply-add, including the hi/lo "
+               "splits' repeats); FLOP/B their ratio; calls per decode step (layer kernels: n_layer "
+               "times) or per prompt (the prefill row: all its chunks and layers); us/call = "
+               "max(bytes / bandwidth, FLOPs / rate of each unit, launches x %.0f us)\n",
+               ke.t_kernel * 1e6);
+    return HKV_OK;
 }
 
 static int plan_predict(const pred_opts *o, const hkv_model_config *mc, hkv_err *err) {
@@ -352,7 +534,7 @@ int hkv_cmd_plan(int argc, char **argv) {
     long long batches[MAXL] = {1, 4, 16};
     int n_batch = 3, index_given = 0;
     double host_gbs = 0, mem_eff = 0, host_eff = 0, cand_frac = 0;
-    int n_ctx = 2, n_caps = 0, json = 0, rc = HKV_OK;
+    int n_ctx = 2, n_caps = 0, json = 0, kernels = 0, rc = HKV_OK;
     uint64_t caps[MAXL], host_cap = 0;
     hkv_device_cli dc;
     hkv_device_cli_init(&dc);
@@ -373,6 +555,9 @@ int hkv_cmd_plan(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--json")) {
             json = 1;
+        } else if (!strcmp(a, "--kernels")) {
+            kernels = 1;
+            pred_only = pred_only ? pred_only : a;
         } else if ((rc = hkv_arg_value(argc, argv, &i, &v, &err))) {
             break;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
@@ -499,9 +684,10 @@ int hkv_cmd_plan(int argc, char **argv) {
                         .max_rows = (int)max_rows, .gen = gen,
                         .index_on_host = index_given ? !strcmp(where, "host") : 1,
                         .wtype = dc.synthetic_wtype, .host_gbs = host_gbs, .mem_eff = mem_eff,
-                        .host_eff = host_eff, .cand_frac = cand_frac, .pipeline = pipeline ? pipeline : "both",
-                        .json = json};
-        rc = plan_predict(&po, &mc, &err);
+                        .host_eff = host_eff, .cand_frac = cand_frac,
+                        .pipeline = pipeline ? pipeline : kernels ? "built" : "both",
+                        .json = json, .kernels = kernels};
+        rc = kernels ? plan_kernels(&po, &mc, &err) : plan_predict(&po, &mc, &err);
         goto out;
     }
     if (dc.cuda) {   /* the device's free memory, or each --gpu-mem checked against it */
