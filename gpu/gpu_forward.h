@@ -24,6 +24,17 @@
 extern "C" {
 #endif
 
+/* How hkv_gpu_qmat_matmul runs products of more than 8 rows (gpu/qmat.cu):
+ * SPLIT: weights and activations as fp16 hi + lo parts, tensor
+ * cores, 3 fp16 products' work, ~2^-22 relative error per product (~fp32);
+ * FP16: hi parts only, 1 product, ~2^-11 relative per product (not accurate
+ * enough for the host-parity tests; an explicit choice); FP32: fp32 panels
+ * and an fp32 CUDA-core GEMM, what upload sets for now (bit-identical to the
+ * host under the emulator, which pipeline_prompt_growth's ctkvr near-ties
+ * need; also faster than SPLIT where fp32-accumulate tensor throughput is
+ * under 3x the fp32 one, e.g. RTX 4090). */
+enum hkv_qmat_gemm { HKV_QMAT_GEMM_SPLIT = 0, HKV_QMAT_GEMM_FP16 = 1, HKV_QMAT_GEMM_FP32 = 2 };
+
 /* A weight matrix on the device in the layout of hkv_wmat (cpu/kernels.h):
  * q, scale, min are device copies of the host arrays (scale/min only for
  * Q8/Q4). */
@@ -33,6 +44,10 @@ typedef struct hkv_gpu_qmat {
     void *q;
     uint16_t *scale, *min;
     size_t bytes;        /* device bytes held (WEIGHTS tier) */
+    int gemm;            /* enum hkv_qmat_gemm; upload sets FP32, callers may change it
+                          * (then size workspaces after the change) */
+    float wscale;        /* set by upload: the power of two taking max |W| to [2^14, 2^15)
+                          * for the fp16 parts (1 for F16 weights) */
 } hkv_gpu_qmat;
 
 /* Copy src as it is (no conversion) to the WEIGHTS tier; dst->bytes is
@@ -52,19 +67,23 @@ void hkv_gpu_qmat_free(hkv_gpu_ctx *ctx, hkv_gpu_qmat *w);
 int hkv_gpu_qmat_rows(const hkv_gpu_qmat *w, const int32_t *ids, int64_t n, float *dst,
                       int64_t ld_dst, void *stream, hkv_err *err);
 
-/* Workspace bytes of hkv_gpu_qmat_matmul for w (the dequantised row panel
- * of the GEMM path, about 4 MiB and at least 128 rows or the whole matrix;
- * 0 for F32 matrices). */
-size_t hkv_gpu_qmat_matmul_ws_bytes(const hkv_gpu_qmat *w);
+/* Workspace bytes of hkv_gpu_qmat_matmul for w and calls of at most max_n
+ * rows: 0 when max_n <= 8 (the GEMV); else the dequantised row panel (about
+ * 4 MiB, at least 128 rows or the whole matrix) and, for the fp16 modes, the
+ * split activations of min(max_n, 512) rows (cols * 4 + 4 bytes each; longer
+ * calls run in 512-row chunks, so this stays bounded); FP32 mode with F32
+ * weights: 0. */
+size_t hkv_gpu_qmat_matmul_ws_bytes(const hkv_gpu_qmat *w, int64_t max_n);
 
 /* y[i][r] = sum_c W[r][c] x[i][c] for i < n: x fp32 [n][cols] (row stride
  * ldx >= cols), y fp32 rows at stride ldy >= rows (y must not overlap x or
  * ws; y[i][rows..ldy) is not written). n <= 8: GEMV dequantising on the fly,
- * ws unused (may be NULL); larger n: panels of W dequantised into ws then
- * cuBLAS fp32 GEMM, ws device memory of at least
- * hkv_gpu_qmat_matmul_ws_bytes(w) bytes (else HKV_E_INVAL); ws is in use
+ * fp32 sums, ws unused (may be NULL); larger n: panels of W dequantised into
+ * ws then cuBLAS GEMMs as w->gemm says (SPLIT: fp16 hi + lo on tensor
+ * cores, ~fp32 accuracy; FP32: CUDA cores), ws device memory of at least
+ * hkv_gpu_qmat_matmul_ws_bytes(w, n) bytes (else HKV_E_INVAL); ws is in use
  * until the work on `stream` is done. Dequantised weights equal the host
- * path's bit for bit; sums are fp32 in another order than hkv_matmul's. */
+ * path's bit for bit; sums are in another order than hkv_matmul's. */
 int hkv_gpu_qmat_matmul(hkv_gpu_ctx *ctx, const hkv_gpu_qmat *w, const float *x, int64_t ldx,
                         int64_t n, float *y, int64_t ldy, void *ws, size_t ws_bytes, void *stream,
                         hkv_err *err);

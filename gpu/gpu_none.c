@@ -310,9 +310,9 @@ int hkv_gpu_qmat_rows(const hkv_gpu_qmat *w, const int32_t *ids, int64_t n, floa
     (void)w, (void)ids, (void)n, (void)dst, (void)ld_dst, (void)stream;
     return NO_CUDA(err, "gpu qmat rows");
 }
-size_t hkv_gpu_qmat_matmul_ws_bytes(const hkv_gpu_qmat *w)
+size_t hkv_gpu_qmat_matmul_ws_bytes(const hkv_gpu_qmat *w, int64_t max_n)
 {
-    (void)w;
+    (void)w, (void)max_n;
     return 0;
 }
 int hkv_gpu_qmat_matmul(hkv_gpu_ctx *ctx, const hkv_gpu_qmat *w, const float *x, int64_t ldx,

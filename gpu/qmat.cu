@@ -14,12 +14,61 @@
  * likewise; x in 128-bit loads where its rows are 16-byte aligned. F16 and
  * F32: lane l takes columns l, l+32, ... (W and x coalesced as they are).
  *
- * n > 8 (prefill): row panels of W dequantised into ws, each followed by an
- * fp32 cuBLAS GEMM into its rows of y; F32 weights go to cuBLAS directly.
+ * n > 8 (prefill chunks, large decode batches): cuBLAS GEMMs on tensor cores,
+ * fp16 operands with fp32 accumulation (CUDA_R_16F inputs, CUDA_R_32F output,
+ * CUBLAS_COMPUTE_32F). Plain fp16 operands would round every weight and
+ * activation to 11 bits (~2^-11 relative per product), far from the host's
+ * fp32 sgemm that the device is tested against (2e-3 relative logits) and
+ * enough to flip ctkvr's near-tie key picks, so HKV_QMAT_GEMM_SPLIT splits
+ * each operand into two fp16 parts, v = hi + lo 2^-11:
+ *     hi = fp16(v),  lo = fp16((v - hi) 2^11)     (v - hi is exact in fp32)
+ *     W x = Whi xhi + 2^-11 (Whi xlo + Wlo xhi)  + O(2^-22 |W| |x|)
+ * i.e. ~fp32 accuracy (each part carries 11 bits; the dropped Wlo xlo and the
+ * two roundings of lo are ~2^-22 relative per product) for 3x the tensor
+ * work: two GEMMs, the correction one over K = 2 cols with [Whi | Wlo] rows
+ * against [xlo | xhi] rows. The lo parts are kept at the scale of v (2^11
+ * times the residual) so they stay normal fp16 where the residual itself
+ * would be subnormal; and fp16's range (max 65504, normal from 2^-14) is
+ * met by powers of two, exact in both directions: W by one per matrix
+ * (hkv_gpu_qmat.wscale, from the host copy at upload), each activation row by
+ * its own (max |x| to [2^14, 2^15), computed on the device as x is split),
+ * undone by the GEMMs' alpha and by one pass over y. HKV_QMAT_GEMM_FP16 (one
+ * GEMM, hi parts only, ~2^-11) is the fast option; HKV_QMAT_GEMM_FP32 (fp32
+ * panels, CUDA-core GEMM) is what upload still sets: SPLIT as the default
+ * fails pipeline_prompt_growth under the emulator, whose fp32 GEMM equals the
+ * host's sgemm bit for bit while the split differs by ~1e-7 and flips a
+ * ctkvr near-tie (see hkv_gpu_qmat_upload); choose with hkv_gpu_qmat.gemm.
+ *
+ * Why cuBLAS on dequantised panels and not a kernel that dequantises into
+ * shared memory and runs MMAs there: cuBLAS has a tensor-core kernel tuned
+ * per architecture (tile shapes, pipelining, TMA/wgmma on Hopper) that a hand
+ * WMMA GEMM here would not match; the panel dequantisation reads each weight
+ * once per call, a small cost next to the n-row GEMM; and under the CUDA
+ * emulator (gpu/emu, where every pipeline test's prefill runs through these
+ * products) cuBLAS is one oneDNN sgemm while a WMMA kernel would be emulated
+ * thread by thread, far slower.
+ *
+ * Predicted speed-up of the GEMM itself, from the data sheets (dense peak,
+ * not measured, no GPU here): RTX 4090 82.6 TFLOPS fp32 on CUDA cores vs 165
+ * fp16 tensor with fp32 accumulate, so the 3-product split runs at 165/3 = 55
+ * TFLOPS-equivalent, 0.67x the fp32 path (a slow-down: Ada's GeForce parts
+ * halve fp32-accumulate tensor throughput), and the single fp16 product 2x;
+ * H100 SXM 67 fp32 vs 989 fp16 tensor (dense): the split ~4.9x, the single
+ * product ~15x. Peaks need large GEMMs; a 4 MiB panel is a few hundred rows,
+ * which fills an H100 only with a few hundred activation rows.
+ *
+ * Workspace (hkv_gpu_qmat_matmul_ws_bytes(w, max_n)): one panel of about
+ * 4 MiB (fp16 hi and lo side by side per row, [pr][2 cols]; at least 128 rows)
+ * and the split activations of at most QM_XCHUNK = 512 rows ([xc][2 cols]
+ * fp16 plus a scale per row): calls with more rows run the whole panel loop
+ * per 512-row chunk (the weights are dequantised again per chunk, a small
+ * cost next to a 512-row GEMM), so the workspace stays bounded however long
+ * the prefill chunk.
+ *
  * Layout for cuBLAS (column-major), as in gemm.cu: a panel, row-major
- * [pr][cols], is the column-major cols x pr matrix A (lda = cols); x, row-major
- * [n][ldx], the cols x n matrix B (ldb = ldx); C = A^T B, pr x n with
- * ldc = ldy, is rows r0.. r0+pr of y row-major [n][ldy]. */
+ * [pr][ld], is the column-major K x pr matrix A (lda = ld); x, row-major
+ * [n][ldb], the K x n matrix B; C = A^T B, pr x n with ldc = ldy, is rows
+ * r0.. r0+pr of y row-major [n][ldy]. */
 #include <limits.h>
 #include <math.h>
 #include <string.h>
@@ -39,6 +88,10 @@ extern "C" {
 #define QM_PANEL_BYTES ((size_t)4 << 20)   /* GEMM path: panel target size */
 #define QM_PANEL_MIN_ROWS 128        /* ... but at least this many rows (GEMM efficiency) */
 #define QM_GRID_MAX (65535 * 16)     /* 1-D grid cap; kernels stride over the rest */
+#define QM_XCHUNK 512                /* split GEMM: activation rows per workspace chunk */
+#define QM_LO_SCALE 2048.0f          /* lo parts are 2^11 x the residual (normal fp16) */
+#define QM_ALIGN 256                 /* workspace parts start on this (cuBLAS operands) */
+#define QM_EXP_CAP 100               /* |power of two| of the range scales (fp32-safe) */
 
 /* ---- dequantisation ------------------------------------------------------ */
 
@@ -86,6 +139,86 @@ k_qm_dequant(int type, const void *q, const uint16_t *scale, const uint16_t *min
         }
         for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
             d[c] = qm_elem(type, q, scale, mins, cols, r, c);
+    }
+}
+
+/* ---- fp16 hi + lo split (tensor-core GEMMs) -------------------------------- */
+
+/* lo part of v = fp16(v) + lo 2^-11: v - hi is exact in fp32 (hi is v rounded
+ * to 11 bits, their difference fits in v's 24), scaled by 2^11 so it is a
+ * normal fp16 whenever v is (2^-14 <= |v| < 65504). */
+__device__ __forceinline__ uint16_t qm_lo(float v, uint16_t hi)
+{
+    return hkv_f2h((v - hkv_h2f(hi)) * QM_LO_SCALE);
+}
+
+/* 2^e as a float, |e| <= QM_EXP_CAP (a normal number: exact bits). */
+__device__ __forceinline__ float qm_pow2(int e) { return __int_as_float((e + 127) << 23); }
+
+/* Rows r0 .. r0+n of W times wscale (a power of two: exact), split:
+ * dst[i][c] = hi, dst[i][cols + c] = lo (when lo; row stride 2 cols). */
+static __global__ void __launch_bounds__(QM_DQ_THREADS)
+k_qm_dequant_split(int type, const void *q, const uint16_t *scale, const uint16_t *mins,
+                   int64_t cols, int64_t r0, int64_t n, float wscale, bool lo, uint16_t *dst)
+{
+    for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
+        uint16_t *d = dst + i * 2 * cols;
+        for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+            const float v = qm_elem(type, q, scale, mins, cols, r0 + i, c) * wscale;
+            const uint16_t h = hkv_f2h(v);
+            d[c] = h;
+            if (lo) d[cols + c] = qm_lo(v, h);
+        }
+    }
+}
+
+/* Activation rows i < n, each scaled by its own power of two 2^e so that its
+ * max |x| lands in [2^14, 2^15) (fp16 neither overflows nor goes subnormal
+ * on the large elements; rows of zeros or non-finite maxima keep e = 0), then
+ * split: dst[i][c] = lo, dst[i][cols + c] = hi (when !lo only hi is written;
+ * row stride 2 cols), inv[i] = 2^-e for undoing it in y. One block per row. */
+static __global__ void __launch_bounds__(QM_DQ_THREADS)
+k_qm_xsplit(const float *x, int64_t ldx, int64_t n, int64_t cols, bool lo, uint16_t *dst,
+            float *inv)
+{
+    __shared__ float part[QM_DQ_THREADS / 32];
+    for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
+        const float *xi = x + i * ldx;
+        float m = 0.0f;   /* fmaxf drops NaN: NaNs go through the split as NaN */
+        for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) m = fmaxf(m, fabsf(__ldg(xi + c)));
+        m = hkv_warp_max(m);
+        if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = m;
+        __syncthreads();
+        m = part[0];
+        for (int k = 1; k < QM_DQ_THREADS / 32; k++) m = fmaxf(m, part[k]);
+        __syncthreads();   /* part is reused by the block's next row */
+        int e = 0;
+        if (m > 0.0f && m <= 3.402823466e38f) {
+            /* m in [2^(b-127), 2^(b-126)) for biased exponent b (b = 0: subnormal, below 2^-126) */
+            const int b = (__float_as_int(m) >> 23) & 0xff;
+            e = 15 - (b ? b - 126 : -126);
+            e = e > QM_EXP_CAP ? QM_EXP_CAP : e < -QM_EXP_CAP ? -QM_EXP_CAP : e;
+        }
+        const float s = qm_pow2(e);
+        if (threadIdx.x == 0) inv[i] = qm_pow2(-e);
+        uint16_t *d = dst + i * 2 * cols;
+        for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+            const float v = __ldg(xi + c) * s;
+            const uint16_t h = hkv_f2h(v);
+            d[cols + c] = h;
+            if (lo) d[c] = qm_lo(v, h);
+        }
+    }
+}
+
+/* y[i][r] *= inv[i], i < n, r < rows: undoes the rows' scales (exact). */
+static __global__ void __launch_bounds__(QM_DQ_THREADS)
+k_qm_yscale(float *y, int64_t ldy, int64_t n, int64_t rows, const float *inv)
+{
+    for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < n * rows;
+         k += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t i = k / rows;
+        y[i * ldy + k % rows] *= inv[i];
     }
 }
 
@@ -265,6 +398,48 @@ extern "C" void hkv_gpu_qmat_free(hkv_gpu_ctx *ctx, hkv_gpu_qmat *w)
     memset(w, 0, sizeof *w);
 }
 
+/* Host fp16 bits to float (exact; the scales and mins of Q8/Q4). */
+static float qm_host_h2f(uint16_t h)
+{
+    const int e = (h >> 10) & 31, m = h & 1023;
+    const float v = e == 0 ? ldexpf((float)m, -24)
+                    : e == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(m | 1024), e - 25);
+    return h & 0x8000 ? -v : v;
+}
+
+/* The power of two that takes the matrix's largest finite |W| (a bound of it
+ * for Q8/Q4, from the scales and mins) to [2^14, 2^15): the split GEMM's
+ * weights then neither overflow fp16 nor lose the small ones to its
+ * subnormals. F16 weights are fp16 already (hi exact, lo zero): 1. */
+static float qm_wscale(const hkv_wmat *src)
+{
+    const int64_t n = src->rows * src->cols, nb = n / HKV_WBLOCK;
+    double mx = 0;
+    if (src->type == HKV_W_F32) {
+        for (int64_t i = 0; i < n; i++) {
+            const double v = fabs((double)((const float *)src->q)[i]);
+            if (v > mx && v <= 3.402823466e38) mx = v;
+        }
+    } else if (src->type == HKV_W_Q8) {   /* |s q| <= 128 |s| */
+        for (int64_t b = 0; b < nb; b++) {
+            const double v = 128.0 * fabs((double)qm_host_h2f(src->scale[b]));
+            if (v > mx && v <= 3.402823466e38) mx = v;
+        }
+    } else if (src->type == HKV_W_Q4) {   /* s q + min, q in 0..15: extremes at the ends */
+        for (int64_t b = 0; b < nb; b++) {
+            const double s = qm_host_h2f(src->scale[b]), m = qm_host_h2f(src->min[b]);
+            const double v = fmax(fabs(m), fabs(m + 15.0 * s)) * (1 + 1.0 / 16777216.0);
+            if (v > mx && v <= 3.402823466e38) mx = v;
+        }
+    }
+    if (!(mx > 0)) return 1.0f;
+    int e;
+    frexp(mx, &e);   /* mx in [2^(e-1), 2^e) */
+    e = 15 - e;
+    e = e > QM_EXP_CAP ? QM_EXP_CAP : e < -QM_EXP_CAP ? -QM_EXP_CAP : e;
+    return ldexpf(1.0f, e);
+}
+
 extern "C" int hkv_gpu_qmat_upload(hkv_gpu_ctx *ctx, const hkv_wmat *src, hkv_gpu_qmat *dst,
                                    void *stream, hkv_err *err)
 {
@@ -319,6 +494,11 @@ extern "C" int hkv_gpu_qmat_upload(hkv_gpu_ctx *ctx, const hkv_wmat *src, hkv_gp
     dst->type = type, dst->rows = rows, dst->cols = cols;
     dst->q = q, dst->scale = s, dst->min = m;
     dst->bytes = qb + sb + mb;
+    /* FP32 until pipeline_prompt_growth tolerates non-identical products: under
+     * the emulator the fp32 GEMM is the host's oneDNN sgemm bit for bit, and
+     * the split's ~1e-7 differences flip a ctkvr near-tie (rel 0.1 there) */
+    dst->gemm = HKV_QMAT_GEMM_FP32;
+    dst->wscale = qm_wscale(src);
     return HKV_OK;
 }
 
@@ -327,7 +507,8 @@ static int qm_valid(const hkv_gpu_qmat *w)
 {
     return w && w->q && qm_type_ok(w->type) && w->rows > 0 && w->cols > 0 &&
            (w->type < HKV_W_Q8 || (w->cols % HKV_WBLOCK == 0 && w->scale)) &&
-           (w->type != HKV_W_Q4 || w->min);
+           (w->type != HKV_W_Q4 || w->min) && w->gemm >= HKV_QMAT_GEMM_SPLIT &&
+           w->gemm <= HKV_QMAT_GEMM_FP32 && w->wscale > 0;
 }
 
 static unsigned qm_grid(int64_t items_per_block_units)
@@ -358,8 +539,8 @@ extern "C" int hkv_gpu_qmat_rows(const hkv_gpu_qmat *w, const int32_t *ids, int6
     return qm_dequant(w, ids, 0, n, dst, ld_dst, hkv_stream(stream), err);
 }
 
-/* Rows per GEMM panel: QM_PANEL_BYTES of fp32, at least QM_PANEL_MIN_ROWS,
- * at most the matrix. */
+/* Rows per GEMM panel: QM_PANEL_BYTES at 4 bytes per weight (fp32, or fp16
+ * hi + lo), at least QM_PANEL_MIN_ROWS, at most the matrix. */
 static int64_t qm_panel_rows(const hkv_gpu_qmat *w)
 {
     int64_t pr = (int64_t)(QM_PANEL_BYTES / ((size_t)w->cols * 4));
@@ -368,10 +549,18 @@ static int64_t qm_panel_rows(const hkv_gpu_qmat *w)
     return pr;
 }
 
-extern "C" size_t hkv_gpu_qmat_matmul_ws_bytes(const hkv_gpu_qmat *w)
+static size_t qm_align(size_t b) { return (b + QM_ALIGN - 1) / QM_ALIGN * QM_ALIGN; }
+
+/* Activation rows per chunk of a call with n rows (the split GEMMs). */
+static int64_t qm_xchunk(int64_t n) { return n < QM_XCHUNK ? n : QM_XCHUNK; }
+
+extern "C" size_t hkv_gpu_qmat_matmul_ws_bytes(const hkv_gpu_qmat *w, int64_t max_n)
 {
-    if (!qm_valid(w) || w->type == HKV_W_F32) return 0;
-    return (size_t)qm_panel_rows(w) * (size_t)w->cols * 4;
+    if (!qm_valid(w) || max_n <= QM_MAXN) return 0;   /* the GEMV needs none */
+    const size_t panel = (size_t)qm_panel_rows(w) * (size_t)w->cols * 4;
+    if (w->gemm == HKV_QMAT_GEMM_FP32) return w->type == HKV_W_F32 ? 0 : panel;
+    const size_t xc = (size_t)qm_xchunk(max_n);
+    return qm_align(panel) + qm_align(xc * (size_t)w->cols * 4) + xc * 4;
 }
 
 extern "C" int hkv_gpu_qmat_matmul(hkv_gpu_ctx *ctx, const hkv_gpu_qmat *w, const float *x,
@@ -412,32 +601,74 @@ extern "C" int hkv_gpu_qmat_matmul(hkv_gpu_ctx *ctx, const hkv_gpu_qmat *w, cons
         HKV_LAUNCH_CHECK(err);
         return HKV_OK;
     }
-    const int64_t pr = w->type == HKV_W_F32 ? rows : qm_panel_rows(w);
-    if (cols > INT_MAX || n > INT_MAX || ldx > INT_MAX || ldy > INT_MAX || pr > INT_MAX)
+    const bool fp32 = w->gemm == HKV_QMAT_GEMM_FP32;
+    const int64_t pr = fp32 && w->type == HKV_W_F32 ? rows : qm_panel_rows(w);
+    if (2 * cols > INT_MAX || n > INT_MAX || ldx > INT_MAX || ldy > INT_MAX || pr > INT_MAX)
         return hkv_seterr(err, HKV_E_RANGE, "gpu qmat matmul: %lld x %lld by %lld rows (ldx %lld, "
                           "ldy %lld) exceeds cuBLAS's int dimensions", (long long)rows,
                           (long long)cols, (long long)n, (long long)ldx, (long long)ldy);
-    const size_t need = hkv_gpu_qmat_matmul_ws_bytes(w);
+    const size_t need = hkv_gpu_qmat_matmul_ws_bytes(w, n);
     if (need && (!ws || ws_bytes < need))
         return hkv_seterr(err, HKV_E_INVAL, "gpu qmat matmul: workspace of %zu bytes%s, %zu needed "
-                          "for %lld rows", ws ? ws_bytes : 0, ws ? "" : " (none)", need,
+                          "for %lld rows (size it with hkv_gpu_qmat_matmul_ws_bytes for the most "
+                          "rows a call has)", ws ? ws_bytes : 0, ws ? "" : " (none)", need,
                           (long long)n);
     cublasHandle_t hb = hkv_gpu_ctx_blas(ctx, st);
     if (!hb) return hkv_seterr(err, HKV_E_INVAL, "gpu qmat matmul: " HKV_NO_BLAS_STREAM);
-    const float alpha = 1.0f, beta = 0.0f;
-    for (int64_t r0 = 0; r0 < rows; r0 += pr) {
-        const int64_t m = rows - r0 < pr ? rows - r0 : pr;
-        const void *a = w->q;
-        if (w->type != HKV_W_F32) {
-            /* the previous panel's GEMM, earlier on st, has read ws by now */
-            int rc = qm_dequant(w, NULL, r0, m, (float *)ws, cols, st, err);
-            if (rc) return rc;
-            a = ws;
+    const float one = 1.0f, zero = 0.0f;
+    if (fp32) {   /* fp32 panels, CUDA-core GEMM */
+        for (int64_t r0 = 0; r0 < rows; r0 += pr) {
+            const int64_t m = rows - r0 < pr ? rows - r0 : pr;
+            const void *a = w->q;
+            if (w->type != HKV_W_F32) {
+                /* the previous panel's GEMM, earlier on st, has read ws by now */
+                int rc = qm_dequant(w, NULL, r0, m, (float *)ws, cols, st, err);
+                if (rc) return rc;
+                a = ws;
+            }
+            HKV_CUBLAS_TRY(err, cublasGemmEx(hb, CUBLAS_OP_T, CUBLAS_OP_N, (int)m, (int)n, (int)cols,
+                                             &one, a, CUDA_R_32F, (int)cols, x, CUDA_R_32F,
+                                             (int)ldx, &zero, y + r0, CUDA_R_32F, (int)ldy,
+                                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
         }
-        HKV_CUBLAS_TRY(err, cublasGemmEx(hb, CUBLAS_OP_T, CUBLAS_OP_N, (int)m, (int)n, (int)cols,
-                                         &alpha, a, CUDA_R_32F, (int)cols, x, CUDA_R_32F, (int)ldx,
-                                         &beta, y + r0, CUDA_R_32F, (int)ldy, CUBLAS_COMPUTE_32F,
-                                         CUBLAS_GEMM_DEFAULT));
+        return HKV_OK;
+    }
+    /* fp16 tensor-core GEMMs: ws = [panel pr][2 cols] | [xc][2 cols] | inv[xc] */
+    const bool split = w->gemm == HKV_QMAT_GEMM_SPLIT;
+    const bool wlo = split && w->type != HKV_W_F16;   /* F16 weights: lo is 0 */
+    const int64_t xc = qm_xchunk(n), ld = 2 * cols;
+    uint16_t *wp = (uint16_t *)ws;
+    uint16_t *xp = (uint16_t *)((char *)ws + qm_align((size_t)pr * (size_t)cols * 4));
+    float *inv = (float *)((char *)xp + qm_align((size_t)xc * (size_t)cols * 4));
+    /* y = 2^-ew (Whi xhi + 2^-11 (Whi xlo + Wlo xhi)), still times each row's 2^ex */
+    const float a_hi = 1.0f / w->wscale, a_lo = a_hi / QM_LO_SCALE;
+    const int kc = (int)(wlo ? ld : cols);   /* the correction's K: [Whi | Wlo] . [xlo | xhi] */
+    for (int64_t i0 = 0; i0 < n; i0 += xc) {
+        const int64_t nc = n - i0 < xc ? n - i0 : xc;
+        /* the previous chunk's GEMMs and scaling, earlier on st, are done with xp and inv */
+        HKV_LAUNCH(k_qm_xsplit, qm_grid(nc), QM_DQ_THREADS, 0, st)(x + i0 * ldx, ldx, nc, cols,
+                                                                    split, xp, inv);
+        HKV_LAUNCH_CHECK(err);
+        float *yc = y + i0 * ldy;
+        for (int64_t r0 = 0; r0 < rows; r0 += pr) {
+            const int64_t m = rows - r0 < pr ? rows - r0 : pr;
+            HKV_LAUNCH(k_qm_dequant_split, qm_grid(m), QM_DQ_THREADS, 0, st)(
+                w->type, (const void *)w->q, (const uint16_t *)w->scale, (const uint16_t *)w->min,
+                cols, r0, m, w->wscale, wlo, wp);
+            HKV_LAUNCH_CHECK(err);
+            if (split) /* the small terms first, the large one added to them */
+                HKV_CUBLAS_TRY(err, cublasGemmEx(hb, CUBLAS_OP_T, CUBLAS_OP_N, (int)m, (int)nc, kc,
+                                                 &a_lo, wp, CUDA_R_16F, (int)ld, xp, CUDA_R_16F,
+                                                 (int)ld, &zero, yc + r0, CUDA_R_32F, (int)ldy,
+                                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+            HKV_CUBLAS_TRY(err, cublasGemmEx(hb, CUBLAS_OP_T, CUBLAS_OP_N, (int)m, (int)nc, (int)cols,
+                                             &a_hi, wp, CUDA_R_16F, (int)ld, xp + cols, CUDA_R_16F,
+                                             (int)ld, split ? &one : &zero, yc + r0, CUDA_R_32F,
+                                             (int)ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        }
+        HKV_LAUNCH(k_qm_yscale, qm_grid((nc * rows + QM_DQ_THREADS - 1) / QM_DQ_THREADS),
+                   QM_DQ_THREADS, 0, st)(yc, ldy, nc, rows, inv);
+        HKV_LAUNCH_CHECK(err);
     }
     return HKV_OK;
 }

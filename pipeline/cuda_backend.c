@@ -333,14 +333,15 @@ static int alloc_buffers(cuda_be *b, hkv_err *err) {
         if (!(b->act[a] = cb_alloc(b, HKV_TIER_WORKSPACE, R * (size_t)w[a] * 4, err)))
             return hkv_err_prefix(err, "device activations for %zu rows", R);
     }
-    /* The product workspace: the widest dequantised panel any matrix needs. */
-    size_t ws = hkv_gpu_qmat_matmul_ws_bytes(b->out_is_tok ? &b->tok : &b->out);
+    /* The product workspace: the most any matrix needs for a call of up to
+     * max_rows rows (its dequantised panel and the split activations). */
+    size_t ws = hkv_gpu_qmat_matmul_ws_bytes(b->out_is_tok ? &b->tok : &b->out, b->max_rows);
     for (int l = 0; l < b->NL; l++) {
         const hkv_gpu_qmat *all[] = {&b->L[l].qkv[0], &b->L[l].qkv[1], &b->L[l].qkv[2], &b->L[l].wo,
                                      &b->L[l].ffn_in[0], &b->L[l].ffn_in[1], &b->L[l].down};
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
             if (all[i]->q) {
-                size_t s = hkv_gpu_qmat_matmul_ws_bytes(all[i]);
+                size_t s = hkv_gpu_qmat_matmul_ws_bytes(all[i], b->max_rows);
                 if (s > ws) ws = s;
             }
     }
