@@ -13,10 +13,14 @@
  *    a fact: an fp16 scale has 11 significant bits and a code at most 8, so
  *    s*q is exact in fp32; Q8 (s*q) is exact, Q4 (s*q + min) rounds once,
  *    FMA or not, on either side. ids out of range give NaN rows;
- *  - matmul, n in {1, 2, 7, 8} (GEMV) and {9, 33} (panels + cuBLAS), shapes
- *    1x32, 37x96, 300x512, 37x97 and 5x1 (F32/F16), and 300x4096 at n 8 and
- *    9 (two panels of 256 + 44 rows); strided y, x at strides that are (even
- *    n) and are not (odd n) a multiple of 4 floats. With Wf the fp32
+ *  - matmul, n in {1, 2, 7, 8} (GEMV) and {9, 33} (panels + cuBLAS, in each
+ *    hkv_gpu_qmat.gemm mode: split fp16 hi + lo, the default; fp16; fp32),
+ *    shapes 1x32, 37x96, 300x512, 37x97 and 5x1 (F32/F16), and 300x4096 at
+ *    n 8 and 9 (two panels of 256 + 44 rows); 37x96 at n 33 and 600 (two
+ *    activation chunks, 512 + 88) with x rows from 1e-6 to 1e6 and F32
+ *    weights times 1e6 and 1e-6 (fp16's range: the power-of-two scales);
+ *    strided y, x at strides that are (even n) and are not (odd n) a
+ *    multiple of 4 floats. With Wf the fp32
  *    weights (exact as dequant_rows gives them), mag = sum_c |Wf x|,
  *    u = 2^-24 and g(k) = k u / (1 - k u):
  *      |y - sum Wf x (float64)| <= g(h) mag: rigorous for any summation order
@@ -24,13 +28,17 @@
  *        product, L - 1 additions in a lane's sequential sum of L terms, five
  *        shuffle levels; L = 8 ceil(cols/256) for Q4, 4 ceil(cols/128) for Q8,
  *        ceil(cols/32) for F16/F32, gpu/qmat.cu's split of a row over lanes),
- *        GEMM: h = cols (cuBLAS's order is not ours to know);
+ *        GEMM fp32: h = cols (cuBLAS's order is not ours to know); GEMM
+ *        split / fp16: gemm_bound below (the parts' representation error,
+ *        ~3 2^-22 / 2^-11 per term, plus the tensor-core summation);
  *      |y - sum W x (float64, exact weights, ref_gemv)| <= the above +
  *        sum_c dq_c |x_c|, dq_c the a-priori dequantisation error (Q4:
  *        u |Wf|, the one rounding of s*q + min; F32, F16, Q8: 0, exact);
- *      |y - hkv_matmul (scalar table and best ISA)| <= (g(h) + g(cols)) mag + 2 sum dq |x|.
+ *      |y - hkv_matmul (scalar table and best ISA)| <= (the first bound) + g(cols) mag +
+ *        2 sum dq |x|.
  *    The measured maxima are printed at the end.
- *  - a workspace one byte short (or none) for n > 8: HKV_E_INVAL;
+ *  - workspace: 0 for n <= 8, grows with n to 512 rows then stays (FP32
+ *    mode: the panel only); one byte short (or none) for n > 8: HKV_E_INVAL;
  * Rows:
  *  - copy_rows with no lists, both lists, only one, negative entries skip;
  *  - add_bias exact (one fp32 add);
@@ -58,8 +66,8 @@ static int64_t gemv_lane_terms(int type, int64_t cols)
 
 static const char *tname[] = {"f32", "f16", "q8", "q4"};
 
-/* measured maxima, per type and path (0 GEMV, 1 GEMM) */
-static double meas_f[4][2], meas_e[4][2], meas_h[4][2], meas_ratio[4][2];
+/* measured maxima, per type and path (0 GEMV, 1 + hkv_qmat_gemm: the GEMM modes) */
+static double meas_f[4][4], meas_e[4][4], meas_h[4][4], meas_ratio[4][4];
 
 typedef struct test_wmat { hkv_wmat w; size_t qb, sb; } test_wmat;
 
@@ -254,16 +262,51 @@ static void test_rows(hkv_gpu_ctx *ctx, const hkv_cpu_kernels *scalar, const hkv
     free_wmat(&m);
 }
 
-/* for every n in ns[0..n_ns), or in {1, 2, 7, 8, 9, 33} when ns is NULL */
-static void test_matmul(hkv_gpu_ctx *ctx, const hkv_cpu_kernels *scalar,
-                        const hkv_cpu_kernels *best, int type, int64_t rows, int64_t cols,
-                        const int64_t *ns, int n_ns, test_rng *rng)
+/* Rigorous bound of |y - sum Wf x| (float64) for one output of the GEMM
+ * mode `mode` (n > 8; gpu/qmat.cu's header), with magf = sum |Wf x|, sw =
+ * sum |Wf|, sx = sum |x|, mw = max |Wf| of the row, mx = max |x| of the row:
+ *  FP32: g(cols) magf, h = cols roundings (cuBLAS's order is not ours to know).
+ *  SPLIT: v = hi + lo 2^-11 per operand, both fp16, after the power-of-two
+ *    range scales (exact): |v - hi - lo 2^-11| <= u16^2 |v| + 2^-36 in scaled
+ *    units (u16 = 2^-11; 2^-36 where a part is subnormal), and the scales put
+ *    max |v| at >= 2^13, so unscaled <= u16^2 |v| + 2^-49 max |v|. The GEMMs
+ *    drop lo.lo: <= 3.01 u16^2 |Wf x| + 2^-48 (mw |x| + |Wf| mx) per term.
+ *    Summation: the Whi xhi GEMM (cols terms, <= (1 + 2^-9) magf) and its
+ *    beta add, the correction GEMM (2 cols terms, <= 2^-9 magf), each
+ *    rounding at most 2^-23 relative (twice fp32's u: tensor cores may
+ *    truncate).
+ *  FP16: hi only: <= (2 u16 + u16^2) |Wf x| + 2^-37 (mw |x| + |Wf| mx) per
+ *    term, cols terms summed as above. */
+#define U16 (1.0 / 2048.0)
+static double gamma_rz(double k) { return k * 2 * U32 / (1 - k * 2 * U32); }
+static double gemm_bound(int mode, int64_t cols, double magf, double sw, double sx, double mw,
+                         double mx)
+{
+    const double k = (double)cols, cross = mw * sx + sw * mx;
+    if (mode == HKV_QMAT_GEMM_FP32) return gamma_k(k) * magf;
+    if (mode == HKV_QMAT_GEMM_FP16)
+        return (2 * U16 + U16 * U16 + gamma_rz(k) * (1 + 1.0 / 512)) * magf + ldexp(cross, -37);
+    return (3.01 * U16 * U16 + gamma_rz(k + 1) * (1 + 1.0 / 512) + gamma_rz(2 * k) / 512) * magf +
+           ldexp(cross, -48);
+}
+
+static const char *mname[] = {"split", "fp16", "fp32"};
+
+/* x row i scaled by 10^(3 (i % 5) - 6): 1e-6 .. 1e6, fp16 would overflow
+ * (and go subnormal) without the rows' range scales */
+#define MM_WIDE_X 1
+
+static void test_matmul_x(hkv_gpu_ctx *ctx, const hkv_cpu_kernels *scalar,
+                          const hkv_cpu_kernels *best, int type, int64_t rows, int64_t cols,
+                          const int64_t *ns, int n_ns, int flags, float wmul, test_rng *rng)
 {
     static const int64_t all_ns[] = {1, 2, 7, 8, 9, 33};
     if (!ns) ns = all_ns, n_ns = 6;
     void *st = hkv_gpu_ctx_stream(ctx);
     test_wmat m;
     make_wmat(&m, type, rows, cols, rng);
+    if (type == HKV_W_F32)
+        for (int64_t i = 0; i < rows * cols; i++) ((float *)m.w.q)[i] *= wmul;
     hkv_gpu_qmat g;
     GPU_OK(hkv_gpu_qmat_upload(ctx, &m.w, &g, st, err));
     /* the fp32 weights, their a-priori dequantisation error, the exact ones */
@@ -278,38 +321,41 @@ static void test_matmul(hkv_gpu_ctx *ctx, const hkv_cpu_kernels *scalar,
         }
     CHECK(dq_over == 0, "%s: %d host fp32 weights outside the dequantisation bound", tname[type],
           dq_over);
-    const size_t wsb = hkv_gpu_qmat_matmul_ws_bytes(&g);
-    CHECK((type == HKV_W_F32) == (wsb == 0) && wsb % ((size_t)cols * 4) == 0,
-          "ws bytes %zu for %s %lldx%lld", wsb, tname[type], (long long)rows, (long long)cols);
+    CHECK(g.gemm == HKV_QMAT_GEMM_FP32 && g.wscale > 0, "%s: upload left gemm mode %d, wscale %g",
+          tname[type], g.gemm, g.wscale);
+    /* workspace: none for the GEMV sizes; the split activations grow with the
+     * rows up to 512, then stay; the FP32 mode's none for F32 weights */
+    int64_t max_n = 0;
+    for (int ni = 0; ni < n_ns; ni++) max_n = ns[ni] > max_n ? ns[ni] : max_n;
+    size_t wsb = 0;
+    for (int mode = HKV_QMAT_GEMM_SPLIT; mode <= HKV_QMAT_GEMM_FP32; mode++) {
+        g.gemm = mode;
+        const size_t s8 = hkv_gpu_qmat_matmul_ws_bytes(&g, 8), s9 = hkv_gpu_qmat_matmul_ws_bytes(&g, 9),
+                     s33 = hkv_gpu_qmat_matmul_ws_bytes(&g, 33),
+                     s512 = hkv_gpu_qmat_matmul_ws_bytes(&g, 512),
+                     s5000 = hkv_gpu_qmat_matmul_ws_bytes(&g, 5000);
+        const int f32 = mode == HKV_QMAT_GEMM_FP32;
+        CHECK(s8 == 0 && (f32 && type == HKV_W_F32 ? s9 == 0 : s9 > 0) &&
+                  (f32 ? s33 == s9 : s33 > s9 && s33 >= 33 * ((size_t)cols * 4 + 4)) && s5000 == s512 &&
+                  s512 >= s33,
+              "ws bytes %s %s %lldx%lld: %zu, %zu, %zu, %zu, %zu for 8, 9, 33, 512, 5000 rows",
+              tname[type], mname[mode], (long long)rows, (long long)cols, s8, s9, s33, s512, s5000);
+        const size_t s = hkv_gpu_qmat_matmul_ws_bytes(&g, max_n);
+        wsb = s > wsb ? s : wsb;
+    }
+    g.gemm = HKV_QMAT_GEMM_SPLIT;
     void *ws = wsb ? gpu_put(ctx, NULL, wsb) : NULL;
     for (int ni = 0; ni < n_ns; ni++) {
         /* even n: x rows 16-byte aligned (the GEMV's 128-bit loads), odd n: not */
         const int64_t n = ns[ni], ldx = cols + (n % 2 ? 3 : 4), ldy = rows + 3;
         const int gemm = n > HKV_GEMV_MAX_N;
         float *x = malloc(n * cols * 4), *xs = malloc(n * ldx * 4);
-        for (int64_t i = 0; i < n * ldx; i++) xs[i] = rng_nonzero(rng, -1, 1);
+        for (int64_t i = 0; i < n * ldx; i++)
+            xs[i] = rng_nonzero(rng, -1, 1) *
+                    (flags & MM_WIDE_X ? (float)pow(10, 3 * ((i / ldx) % 5) - 6) : 1.0f);
         for (int64_t i = 0; i < n; i++) memcpy(x + i * cols, xs + i * ldx, cols * 4);
         float *dx = gpu_put(ctx, xs, n * ldx * 4);
         float *dy = gpu_poisoned(ctx, n * ldy), *y = malloc((n * ldy + HKV_TEST_GUARD) * 4);
-        hkv_err err;
-        hkv_err_clear(&err);
-        if (gemm && wsb) {
-            CHECK(hkv_gpu_qmat_matmul(ctx, &g, dx, ldx, n, dy, ldy, ws, wsb - 1, st, &err) ==
-                      HKV_E_INVAL && strstr(err.msg, "workspace"),
-                  "matmul %s n=%lld: a workspace 1 byte short accepted (%s)", tname[type],
-                  (long long)n, err.msg);
-            CHECK(hkv_gpu_qmat_matmul(ctx, &g, dx, ldx, n, dy, ldy, NULL, wsb, st, &err) ==
-                      HKV_E_INVAL, "matmul %s n=%lld: no workspace accepted", tname[type],
-                  (long long)n);
-        }
-        CHECK(hkv_gpu_qmat_matmul(ctx, &g, dx, cols - 1, n, dy, ldy, ws, wsb, st, &err) == HKV_E_INVAL,
-              "matmul with ldx < cols accepted");
-        CHECK(hkv_gpu_qmat_matmul(ctx, &g, dx, ldx, n, dy, rows - 1, ws, wsb, st, &err) == HKV_E_INVAL,
-              "matmul with ldy < rows accepted");
-        GPU_OK(hkv_gpu_qmat_matmul(ctx, &g, dx, ldx, n, dy, ldy, gemm ? ws : NULL, gemm ? wsb : 0, st,
-                                   err));
-        gpu_get(ctx, y, dy, (n * ldy + HKV_TEST_GUARD) * 4);
-
         /* host: hkv_matmul with the scalar table and the best one */
         float *yh[2];
         for (int t = 0; t < 2; t++) {
@@ -322,41 +368,75 @@ static void test_matmul(hkv_gpu_ctx *ctx, const hkv_cpu_kernels *scalar,
         }
         double *ref = malloc(n * rows * 8), *mag = malloc(n * rows * 8);
         ref_gemv(&m.w, x, (int)n, ref, mag);   /* exact weights */
-        const double h = gemm ? (double)cols : (double)(gemv_lane_terms(type, cols) + 5);
-        double worst_f = 0, worst_e = 0, worst_h = 0, worst_ratio = 0;
-        int nan = 0, stray = 0, over = 0;
-        for (int64_t i = 0; i < n; i++) {
-            const float *xi = x + i * cols;
-            for (int64_t r = 0; r < rows; r++) {
-                double sf = 0, magf = 0, dq = 0;
-                for (int64_t c = 0; c < cols; c++) {
-                    const double t = (double)wf[r * cols + c] * xi[c];
-                    sf += t, magf += fabs(t), dq += wdq[r * cols + c] * fabs(xi[c]);
-                }
-                const double v = y[i * ldy + r];
-                nan += isnan(v);
-                const double ef = fabs(v - sf), ee = fabs(v - ref[i * rows + r]);
-                double eh = 0;
-                for (int t = 0; t < 2; t++) eh = fmax(eh, fabs(v - yh[t][i * rows + r]));
-                const double bf = gamma_k(h) * magf, be = bf + dq,
-                             bh = (gamma_k(h) + gamma_k((double)cols)) * magf + 2 * dq;
-                over += !(ef <= bf) + !(ee <= be) + !(eh <= bh);
-                const double mg = magf > 0 ? magf : 1, mgx = mag[i * rows + r] > 0 ? mag[i * rows + r] : 1;
-                worst_f = fmax(worst_f, ef / mg), worst_e = fmax(worst_e, ee / mgx);
-                worst_h = fmax(worst_h, eh / mg);
-                worst_ratio = fmax(worst_ratio, bf > 0 ? ef / bf : ef > 0 ? INFINITY : 0);
+        for (int mode = HKV_QMAT_GEMM_SPLIT; mode <= (gemm ? HKV_QMAT_GEMM_FP32 : HKV_QMAT_GEMM_SPLIT);
+             mode++) {
+            g.gemm = mode;
+            const size_t need = hkv_gpu_qmat_matmul_ws_bytes(&g, n);
+            const int path = gemm ? 1 + mode : 0;
+            hkv_err err;
+            hkv_err_clear(&err);
+            if (gemm && need) {
+                CHECK(hkv_gpu_qmat_matmul(ctx, &g, dx, ldx, n, dy, ldy, ws, need - 1, st, &err) ==
+                          HKV_E_INVAL && strstr(err.msg, "workspace"),
+                      "matmul %s %s n=%lld: a workspace 1 byte short accepted (%s)", tname[type],
+                      mname[mode], (long long)n, err.msg);
+                CHECK(hkv_gpu_qmat_matmul(ctx, &g, dx, ldx, n, dy, ldy, NULL, need, st, &err) ==
+                          HKV_E_INVAL, "matmul %s %s n=%lld: no workspace accepted", tname[type],
+                      mname[mode], (long long)n);
             }
-            for (int64_t r = rows; r < ldy; r++) stray += !isnan(y[i * ldy + r]);
+            CHECK(hkv_gpu_qmat_matmul(ctx, &g, dx, cols - 1, n, dy, ldy, ws, wsb, st, &err) ==
+                      HKV_E_INVAL, "matmul with ldx < cols accepted");
+            CHECK(hkv_gpu_qmat_matmul(ctx, &g, dx, ldx, n, dy, rows - 1, ws, wsb, st, &err) ==
+                      HKV_E_INVAL, "matmul with ldy < rows accepted");
+            /* poisoned again for each mode */
+            GPU_OK(hkv_gpu_memset(dy, 0xff, (n * ldy + HKV_TEST_GUARD) * 4, st, err));
+            GPU_OK(hkv_gpu_qmat_matmul(ctx, &g, dx, ldx, n, dy, ldy, gemm ? ws : NULL,
+                                       gemm ? need : 0, st, err));
+            gpu_get(ctx, y, dy, (n * ldy + HKV_TEST_GUARD) * 4);
+
+            const double h = (double)(gemv_lane_terms(type, cols) + 5);   /* GEMV */
+            double worst_f = 0, worst_e = 0, worst_h = 0, worst_ratio = 0;
+            int nan = 0, stray = 0, over = 0;
+            for (int64_t i = 0; i < n; i++) {
+                const float *xi = x + i * cols;
+                double sx = 0, mx = 0;
+                for (int64_t c = 0; c < cols; c++) sx += fabs(xi[c]), mx = fmax(mx, fabs(xi[c]));
+                for (int64_t r = 0; r < rows; r++) {
+                    double sf = 0, magf = 0, dq = 0, sw = 0, mw = 0;
+                    for (int64_t c = 0; c < cols; c++) {
+                        const double wv = wf[r * cols + c], t = wv * xi[c];
+                        sf += t, magf += fabs(t), dq += wdq[r * cols + c] * fabs(xi[c]);
+                        sw += fabs(wv), mw = fmax(mw, fabs(wv));
+                    }
+                    const double v = y[i * ldy + r];
+                    nan += isnan(v);
+                    const double ef = fabs(v - sf), ee = fabs(v - ref[i * rows + r]);
+                    double eh = 0;
+                    for (int t = 0; t < 2; t++) eh = fmax(eh, fabs(v - yh[t][i * rows + r]));
+                    const double bf = gemm ? gemm_bound(mode, cols, magf, sw, sx, mw, mx)
+                                           : gamma_k(h) * magf,
+                                 be = bf + dq, bh = bf + gamma_k((double)cols) * magf + 2 * dq;
+                    over += !(ef <= bf) + !(ee <= be) + !(eh <= bh);
+                    const double mg = magf > 0 ? magf : 1,
+                                 mgx = mag[i * rows + r] > 0 ? mag[i * rows + r] : 1;
+                    worst_f = fmax(worst_f, ef / mg), worst_e = fmax(worst_e, ee / mgx);
+                    worst_h = fmax(worst_h, eh / mg);
+                    worst_ratio = fmax(worst_ratio, bf > 0 ? ef / bf : ef > 0 ? INFINITY : 0);
+                }
+                for (int64_t r = rows; r < ldy; r++) stray += !isnan(y[i * ldy + r]);
+            }
+            CHECK(nan == 0 && stray == 0 && over == 0 && guard_intact(y, n * ldy),
+                  "matmul %s %lldx%lld n=%lld (%s%s%s): %d over the bounds (err/mag %.3g fp32 W, "
+                  "%.3g exact W, %.3g host; max err / bound %.3g), %d NaN, %d stray", tname[type],
+                  (long long)rows, (long long)cols, (long long)n, gemm ? "GEMM " : "GEMV",
+                  gemm ? mname[mode] : "", flags & MM_WIDE_X ? ", x rows 1e-6..1e6" : "", over,
+                  worst_f, worst_e, worst_h, worst_ratio, nan, stray);
+            meas_f[type][path] = fmax(meas_f[type][path], worst_f);
+            meas_e[type][path] = fmax(meas_e[type][path], worst_e);
+            meas_h[type][path] = fmax(meas_h[type][path], worst_h);
+            meas_ratio[type][path] = fmax(meas_ratio[type][path], worst_ratio);
         }
-        CHECK(nan == 0 && stray == 0 && over == 0 && guard_intact(y, n * ldy),
-              "matmul %s %lldx%lld n=%lld (%s): %d over the bounds (err/mag %.3g fp32 W, %.3g exact "
-              "W, %.3g host; bound g(%g) = %.3g), %d NaN, %d stray", tname[type], (long long)rows,
-              (long long)cols, (long long)n, gemm ? "GEMM" : "GEMV", over, worst_f, worst_e,
-              worst_h, h, gamma_k(h), nan, stray);
-        meas_f[type][gemm] = fmax(meas_f[type][gemm], worst_f);
-        meas_e[type][gemm] = fmax(meas_e[type][gemm], worst_e);
-        meas_h[type][gemm] = fmax(meas_h[type][gemm], worst_h);
-        meas_ratio[type][gemm] = fmax(meas_ratio[type][gemm], worst_ratio);
+        g.gemm = HKV_QMAT_GEMM_SPLIT;
         gpu_drop(ctx, dx, n * ldx * 4);
         gpu_drop(ctx, dy, (n * ldy + HKV_TEST_GUARD) * 4);
         free(x), free(xs), free(y), free(yh[0]), free(yh[1]), free(ref), free(mag);
@@ -369,6 +449,16 @@ static void test_matmul(hkv_gpu_ctx *ctx, const hkv_cpu_kernels *scalar,
     hkv_gpu_qmat_free(ctx, &g);
     free(wf), free(wdq);
     free_wmat(&m);
+}
+
+/* for every n in ns[0..n_ns), or in {1, 2, 7, 8, 9, 33} when ns is NULL;
+ * GEMV sizes once, GEMM sizes in every mode (hkv_gpu_qmat.gemm). F32 weights
+ * are multiplied by wmul (a power of ten: fp16 range). */
+static void test_matmul(hkv_gpu_ctx *ctx, const hkv_cpu_kernels *scalar,
+                        const hkv_cpu_kernels *best, int type, int64_t rows, int64_t cols,
+                        const int64_t *ns, int n_ns, test_rng *rng)
+{
+    test_matmul_x(ctx, scalar, best, type, rows, cols, ns, n_ns, 0, 1, rng);
 }
 
 /* ---- rows --------------------------------------------------------------------------------- */
@@ -562,7 +652,7 @@ int main(void)
     hkv_cpu_kernels_init(&scalar, HKV_ISA_SCALAR);
     hkv_cpu_kernels_init(&best, test_best_isa());
     const size_t start = hkv_gpu_in_use(ctx, -1);
-    static const int64_t big_ns[] = {8, 9};
+    static const int64_t big_ns[] = {8, 9}, wide_ns[] = {33, 600};
 
     test_upload_errors(ctx, &rng);
     for (int type = HKV_W_F32; type <= HKV_W_Q4; type++) {
@@ -574,6 +664,11 @@ int main(void)
         test_matmul(ctx, &scalar, &best, type, 300, 512, NULL, 0, &rng);
         /* long rows (lanes loop over many blocks), and two GEMM panels of 256 + 44 rows */
         test_matmul(ctx, &scalar, &best, type, 300, 4096, big_ns, 2, &rng);
+        /* fp16's range: x rows 1e-6 .. 1e6 (and F32 weights times 1e6 and
+         * 1e-6), 600 rows: two chunks of the split activations (512 + 88) */
+        test_matmul_x(ctx, &scalar, &best, type, 37, 96, wide_ns, 2, MM_WIDE_X, 1e6f, &rng);
+        if (type == HKV_W_F32)
+            test_matmul_x(ctx, &scalar, &best, type, 37, 96, wide_ns, 1, MM_WIDE_X, 1e-6f, &rng);
         if (type <= HKV_W_F16) {
             test_rows(ctx, &scalar, &best, type, 37, 97, &rng);
             test_matmul(ctx, &scalar, &best, type, 37, 97, NULL, 0, &rng);
@@ -589,12 +684,13 @@ int main(void)
     CHECK(hkv_gpu_in_use(ctx, -1) == start, "device bytes leaked: %zu in use, %zu at start",
           hkv_gpu_in_use(ctx, -1), start);
 
+    static const char *pname[] = {"GEMV", "GEMM split (fp16 hi+lo, tensor)", "GEMM fp16 (tensor)",
+                                  "GEMM fp32 (CUDA cores)"};
     for (int type = HKV_W_F32; type <= HKV_W_Q4; type++)
-        for (int p = 0; p < 2; p++)
+        for (int p = 0; p < 4; p++)
             printf("gpu_forward: matmul %s %s: max err/mag %.3g (fp32 W), %.3g (exact W), %.3g "
-                   "(host hkv_matmul); max err / rigorous bound %.3g\n", tname[type],
-                   p ? "GEMM" : "GEMV", meas_f[type][p], meas_e[type][p], meas_h[type][p],
-                   meas_ratio[type][p]);
+                   "(host hkv_matmul); max err / rigorous bound %.3g\n", tname[type], pname[p],
+                   meas_f[type][p], meas_e[type][p], meas_h[type][p], meas_ratio[type][p]);
     hkv_gpu_ctx_destroy(ctx);
     return test_report("gpu_forward");
 }
