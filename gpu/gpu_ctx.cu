@@ -16,6 +16,7 @@
 struct hkv_gpu_ctx {
     int device;
     int sm_count;                   /* what kernels size their grids by (flash-decoding) */
+    int cc_major;                   /* compute capability: which GEMM path pays (qmat.cu) */
     cudaStream_t stream;            /* == streams[0] */
     int n_streams;
     cudaStream_t streams[HKV_GPU_MAX_STREAMS];
@@ -129,6 +130,7 @@ extern "C" int hkv_gpu_ctx_create(hkv_gpu_ctx **out, int device, const size_t *t
         c->total_cap = total_cap ? total_cap : fr;
         /* the workspace cuBLAS's documentation asks for: 32 MiB on Hopper, 4 MiB before */
         c->blas_ws_bytes = (size_t)(major >= 9 ? 32 : 4) << 20;
+        c->cc_major = major;
         if (!(rc = add_stream(c, err))) c->stream = c->streams[0];
     }
     if (rc) {
@@ -142,6 +144,8 @@ extern "C" int hkv_gpu_ctx_create(hkv_gpu_ctx **out, int device, const size_t *t
 extern "C" void *hkv_gpu_ctx_stream(hkv_gpu_ctx *ctx) { return ctx ? (void *)ctx->stream : NULL; }
 
 extern "C" int hkv_gpu_ctx_sm_count(const hkv_gpu_ctx *ctx) { return ctx ? ctx->sm_count : 0; }
+
+extern "C" int hkv_gpu_ctx_cc_major(const hkv_gpu_ctx *ctx) { return ctx ? ctx->cc_major : 0; }
 
 static size_t in_use_all(const hkv_gpu_ctx *ctx)
 {

@@ -39,6 +39,8 @@ void *hkv_gpu_ctx_stream(hkv_gpu_ctx *ctx);
 int hkv_gpu_ctx_add_stream(hkv_gpu_ctx *ctx, void **stream, hkv_err *err);
 /* The device's streaming multiprocessors (grids are sized by it). */
 int hkv_gpu_ctx_sm_count(const hkv_gpu_ctx *ctx);
+/* Its compute capability's major number (8: Ampere/Ada, 9: Hopper). */
+int hkv_gpu_ctx_cc_major(const hkv_gpu_ctx *ctx);
 
 /* Device memory in `tier`. Fails with HKV_E_CAPACITY and "GPU tier X: asked
  * N, cap C, in use U" when a cap would be exceeded, HKV_E_NOMEM with the CUDA
