@@ -16,7 +16,7 @@
 struct hkv_gpu_ctx {
     int device;
     int sm_count;                   /* what kernels size their grids by (flash-decoding) */
-    int cc_major;                   /* compute capability: which GEMM path pays (qmat.cu) */
+    int cc;                         /* compute capability x 10 + minor: which GEMM path pays (qmat.cu) */
     cudaStream_t stream;            /* == streams[0] */
     int n_streams;
     cudaStream_t streams[HKV_GPU_MAX_STREAMS];
@@ -114,7 +114,7 @@ extern "C" int hkv_gpu_ctx_create(hkv_gpu_ctx **out, int device, const size_t *t
     hkv_gpu_ctx *c = (hkv_gpu_ctx *)calloc(1, sizeof *c);
     if (!c) return hkv_seterr(err, HKV_E_NOMEM, "GPU context: out of host memory");
     c->device = device;
-    int rc = HKV_OK, major = 0;
+    int rc = HKV_OK, major = 0, minor = 0;
     size_t fr = 0, tot = 0;
     if ((e = cudaSetDevice(device)) != cudaSuccess) rc = hkv_gpu_fail(err, e, "cudaSetDevice");
     else if ((e = cudaMemGetInfo(&fr, &tot)) != cudaSuccess)
@@ -125,12 +125,15 @@ extern "C" int hkv_gpu_ctx_create(hkv_gpu_ctx **out, int device, const size_t *t
     else if ((e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device)) !=
              cudaSuccess)
         rc = hkv_gpu_fail(err, e, "cudaDeviceGetAttribute(cudaDevAttrComputeCapabilityMajor)");
+    else if ((e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device)) !=
+             cudaSuccess)
+        rc = hkv_gpu_fail(err, e, "cudaDeviceGetAttribute(cudaDevAttrComputeCapabilityMinor)");
     if (!rc) {
         for (int t = 0; t < HKV_TIER_COUNT; t++) c->cap[t] = tier_cap ? tier_cap[t] : 0;
         c->total_cap = total_cap ? total_cap : fr;
         /* the workspace cuBLAS's documentation asks for: 32 MiB on Hopper, 4 MiB before */
         c->blas_ws_bytes = (size_t)(major >= 9 ? 32 : 4) << 20;
-        c->cc_major = major;
+        c->cc = 10 * major + minor;
         if (!(rc = add_stream(c, err))) c->stream = c->streams[0];
     }
     if (rc) {
@@ -145,7 +148,9 @@ extern "C" void *hkv_gpu_ctx_stream(hkv_gpu_ctx *ctx) { return ctx ? (void *)ctx
 
 extern "C" int hkv_gpu_ctx_sm_count(const hkv_gpu_ctx *ctx) { return ctx ? ctx->sm_count : 0; }
 
-extern "C" int hkv_gpu_ctx_cc_major(const hkv_gpu_ctx *ctx) { return ctx ? ctx->cc_major : 0; }
+extern "C" int hkv_gpu_ctx_cc(const hkv_gpu_ctx *ctx) { return ctx ? ctx->cc : 0; }
+
+extern "C" int hkv_gpu_tensor_split_pays(int cc) { return cc == 80 || cc >= 90; }
 
 static size_t in_use_all(const hkv_gpu_ctx *ctx)
 {

@@ -39,8 +39,15 @@ void *hkv_gpu_ctx_stream(hkv_gpu_ctx *ctx);
 int hkv_gpu_ctx_add_stream(hkv_gpu_ctx *ctx, void **stream, hkv_err *err);
 /* The device's streaming multiprocessors (grids are sized by it). */
 int hkv_gpu_ctx_sm_count(const hkv_gpu_ctx *ctx);
-/* Its compute capability's major number (8: Ampere/Ada, 9: Hopper). */
-int hkv_gpu_ctx_cc_major(const hkv_gpu_ctx *ctx);
+/* Its compute capability as 10 x major + minor (80 A100, 86/89 GeForce
+ * Ampere/Ada, 90 H100). */
+int hkv_gpu_ctx_cc(const hkv_gpu_ctx *ctx);
+/* 1 where the weight GEMMs' tensor-core split (3x the fp16 tensor work) beats
+ * the fp32 CUDA-core GEMM by the data sheets: the data-centre parts (A100:
+ * 312 vs 19.5 TFLOPS, H100: 989 vs 67), not the GeForce ones, whose fp16
+ * tensor rate with fp32 accumulation is only ~2x their fp32 rate (RTX 4090:
+ * 165 vs 82.6). A PREDICTION: no GPU measured it. */
+int hkv_gpu_tensor_split_pays(int cc);
 
 /* Device memory in `tier`. Fails with HKV_E_CAPACITY and "GPU tier X: asked
  * N, cap C, in use U" when a cap would be exceeded, HKV_E_NOMEM with the CUDA

@@ -18,7 +18,8 @@ int hkv_gpu_ctx_create(hkv_gpu_ctx **out, int device, const size_t *tier_cap, si
 void hkv_gpu_ctx_destroy(hkv_gpu_ctx *ctx) { (void)ctx; }
 void *hkv_gpu_ctx_stream(hkv_gpu_ctx *ctx) { (void)ctx; return NULL; }
 int hkv_gpu_ctx_sm_count(const hkv_gpu_ctx *ctx) { (void)ctx; return 0; }
-int hkv_gpu_ctx_cc_major(const hkv_gpu_ctx *ctx) { (void)ctx; return 0; }
+int hkv_gpu_ctx_cc(const hkv_gpu_ctx *ctx) { (void)ctx; return 0; }
+int hkv_gpu_tensor_split_pays(int cc) { return cc == 80 || cc >= 90; }
 int hkv_gpu_ctx_add_stream(hkv_gpu_ctx *ctx, void **stream, hkv_err *err)
 {
     (void)ctx;

@@ -34,8 +34,8 @@
  * its own (max |x| to [2^14, 2^15), computed on the device as x is split),
  * undone by the GEMMs' alpha and by one pass over y. HKV_QMAT_GEMM_FP16 (one
  * GEMM, hi parts only, ~2^-11) is the fast option; HKV_QMAT_GEMM_FP32 (fp32
- * panels, CUDA-core GEMM) is what upload sets before Hopper, SPLIT from
- * Hopper on (where it pays: see hkv_gpu_qmat_upload); hkv_gpu_qmat.gemm
+ * panels, CUDA-core GEMM) is what upload sets on GeForce parts, SPLIT on
+ * A100 and H100 (where it pays: hkv_gpu_tensor_split_pays); hkv_gpu_qmat.gemm
  * overrides. The split differs from the host's sgemm by ~1e-7 relative: the
  * pipeline tests that compare selection policies' logits run at the
  * emulator's default sm_89 (fp32, the host's sgemm bit for bit), since such
@@ -498,10 +498,11 @@ extern "C" int hkv_gpu_qmat_upload(hkv_gpu_ctx *ctx, const hkv_wmat *src, hkv_gp
     dst->q = q, dst->scale = s, dst->min = m;
     dst->bytes = qb + sb + mb;
     /* The path that pays on this device, from the data sheets (PREDICTED, no
-     * GPU measured it): Hopper's fp16 tensor cores run 989 TFLOPS against 67
-     * fp32, so the split's 3x tensor work is ~5x the fp32 GEMM; Ada's (RTX
-     * 4090) 165 against 82.6, so the split would be 0.67x and fp32 stays. */
-    dst->gemm = hkv_gpu_ctx_cc_major(ctx) >= 9 ? HKV_QMAT_GEMM_SPLIT : HKV_QMAT_GEMM_FP32;
+     * GPU measured it): an H100's fp16 tensor cores run 989 TFLOPS against 67
+     * fp32, so the split's 3x tensor work is ~5x the fp32 GEMM; an RTX 4090's
+     * 165 against 82.6, so the split would be 0.67x and fp32 stays. */
+    dst->gemm = hkv_gpu_tensor_split_pays(hkv_gpu_ctx_cc(ctx)) ? HKV_QMAT_GEMM_SPLIT
+                                                               : HKV_QMAT_GEMM_FP32;
     dst->wscale = qm_wscale(src);
     return HKV_OK;
 }

@@ -104,13 +104,46 @@ static void c_gemv(const hkv_kshape *s, hkv_kcost *c) {
  * least 128 rows) k_qm_dequant writes the panel into the workspace and an
  * fp32 cuBLAS GEMM (CUBLAS_COMPUTE_32F: CUDA cores, no tensor cores) reads it
  * back. The panel is re-read at once, so it is charged to L2 while it fits
- * in half of it; F32 weights go to cuBLAS as they are. */
+ * in half of it; F32 weights go to cuBLAS as they are.
+ *
+ * Where the tensor cores' fp16 rate is over 3x the fp32 rate (A100, H100:
+ * qmat.cu's hkv_gpu_tensor_split_pays picks it there by compute capability,
+ * the same devices) the panel is the fp16 hi/lo split instead: the same 4
+ * bytes per weight in the workspace, the activations split once (read 4,
+ * write 4 bytes each), two GEMMs doing 3x the product's work on the tensor
+ * cores (hi x hi, then the correction over twice the columns), one pass to
+ * unscale y. */
+static int split_pays(const hkv_device_spec *dev) {
+    return dev && dev->tensor_tflops > 3 * dev->fp32_tflops;
+}
+
 static void c_panel(const hkv_kshape *s, const hkv_device_spec *dev, hkv_kcost *c) {
-    c->name = s->wtype == HKV_W_F32 ? "cuBLAS SGEMM" : "k_qm_dequant + cuBLAS SGEMM";
+    const int split = split_pays(dev);
+    c->name = split ? "k_qm_dequant_split + k_qm_xsplit + 2 cuBLAS fp16 GEMMs + k_qm_yscale"
+              : s->wtype == HKV_W_F32 ? "cuBLAS SGEMM" : "k_qm_dequant + cuBLAS SGEMM";
     c->file = "gpu/qmat.cu";
     const double x = (double)s->n * s->cols * 4, y = (double)s->n * s->rows * 4;
     const double mm = 2.0 * s->n * s->rows * s->cols;
     c->unit = HKV_KU_FP32;
+    if (split) {
+        int64_t pr = (int64_t)(QM_PANEL_BYTES / ((double)s->cols * 4));
+        if (pr < QM_PANEL_MIN_ROWS) pr = QM_PANEL_MIN_ROWS;
+        if (pr > s->rows) pr = s->rows;
+        const int64_t np = cdiv(s->rows, pr);
+        const double panel = (double)pr * s->cols * 4, all = (double)s->rows * s->cols * 4;
+        const int in_l2 = dev->l2_mib > 0 ? panel <= dev->l2_mib * 1048576.0 / 2 : 1;
+        c->unit = HKV_KU_TENSOR;
+        c->bytes_read = wbytes(s->wtype, s->rows, s->cols) + 2 * x + y + (in_l2 ? 0 : all);
+        c->bytes_written = 2 * y + x + (in_l2 ? 0 : all);
+        c->l2_bytes = (in_l2 ? 2 * all : 0) + x * (double)(np - 1);
+        c->flops[HKV_KU_TENSOR] = 3 * mm;
+        c->flops[HKV_KU_FP32] = (dq_flops(s->wtype) + 2) * s->rows * s->cols + 4.0 * s->n * s->cols;
+        c->launches = 2 + 3 * np;
+        c->serial = 1;
+        c->blocks = cdiv(pr, 128) * cdiv(s->n, 128);
+        if (c->blocks < pr) c->blocks = pr;
+        return;
+    }
     if (s->wtype == HKV_W_F32) {
         c->bytes_read = wbytes(HKV_W_F32, s->rows, s->cols) + x;
         c->bytes_written = y;

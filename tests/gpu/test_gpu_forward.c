@@ -14,7 +14,7 @@
  *    s*q is exact in fp32; Q8 (s*q) is exact, Q4 (s*q + min) rounds once,
  *    FMA or not, on either side. ids out of range give NaN rows;
  *  - matmul, n in {1, 2, 7, 8} (GEMV) and {9, 33} (panels + cuBLAS, in each
- *    hkv_gpu_qmat.gemm mode: split fp16 hi + lo, the default from Hopper on; fp16; fp32),
+ *    hkv_gpu_qmat.gemm mode: split fp16 hi + lo, the default on A100/H100; fp16; fp32),
  *    shapes 1x32, 37x96, 300x512, 37x97 and 5x1 (F32/F16), and 300x4096 at
  *    n 8 and 9 (two panels of 256 + 44 rows); 37x96 at n 33 and 600 (two
  *    activation chunks, 512 + 88) with x rows from 1e-6 to 1e6 and F32
@@ -321,8 +321,12 @@ static void test_matmul_x(hkv_gpu_ctx *ctx, const hkv_cpu_kernels *scalar,
         }
     CHECK(dq_over == 0, "%s: %d host fp32 weights outside the dequantisation bound", tname[type],
           dq_over);
-    /* the path the device's tensor cores pay for: split from Hopper on */
-    const int want = hkv_gpu_ctx_cc_major(ctx) >= 9 ? HKV_QMAT_GEMM_SPLIT : HKV_QMAT_GEMM_FP32;
+    /* the path the device's tensor cores pay for: split on A100/H100 */
+    const int want = hkv_gpu_tensor_split_pays(hkv_gpu_ctx_cc(ctx)) ? HKV_QMAT_GEMM_SPLIT
+                                                                     : HKV_QMAT_GEMM_FP32;
+    CHECK(hkv_gpu_tensor_split_pays(90) && hkv_gpu_tensor_split_pays(80) &&
+          !hkv_gpu_tensor_split_pays(89) && !hkv_gpu_tensor_split_pays(86),
+          "the split is chosen for A100/H100 only");
     CHECK(g.gemm == want && g.wscale > 0, "%s: upload left gemm mode %d (want %d), wscale %g",
           tname[type], g.gemm, want, g.wscale);
     /* workspace: none for the GEMV sizes; the split activations grow with the
