@@ -15,6 +15,9 @@
 #include <math.h>
 
 #include "gpu_internal.cuh"
+#include "tile_dot.cuh"
+
+#define QS_THREADS 256   /* page scores: 8 warp tiles of 32 pages per block */
 
 extern "C" {
 #include "gpu_kernels.h"
@@ -51,26 +54,34 @@ static __global__ void k_quest_extend(uint16_t *bounds, int64_t np_cap, int d, i
     }
 }
 
-/* grid (page blocks, KH): sc[h*np + i] = max over the group of the bound. */
-static __global__ void k_quest_scores(const uint16_t *bounds, int64_t np_cap, int g, int d,
-                                      const float *q, int64_t np, float *sc)
+/* grid (page blocks, KH): sc[h*np + i] = max over the group of the bound
+ * sum_e max(q_e, 0) max_e + min(q_e, 0) min_e. A page's bound row is
+ * [max | min], 2d contiguous halves, so the bound is a dot product of that
+ * row with [q+ | q-] (staged per group head in shared memory): pages are
+ * scored a warp tile of 32 at a time, each row read by the whole warp
+ * (tile_dot.cuh) instead of one thread walking it. */
+template <int WPL>
+static __global__ void __launch_bounds__(QS_THREADS, 2)
+k_quest_scores(const uint16_t *bounds, int64_t np_cap, int g, int d, const float *q, int64_t np,
+               float *sc)
 {
+    HKV_DYN_SHARED(float, qpm);   /* [g][2d]: q+ then q- of each group head */
     const int h = blockIdx.y;
-    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= np) return;
-    const uint16_t *mx = bounds + ((int64_t)h * np_cap + i) * 2 * d, *mn = mx + d;
-    float best = -INFINITY;
-    for (int j = 0; j < g; j++) {
-        const float *qj = q + ((int64_t)h * g + j) * d;
-        float a = 0.0f;
-        for (int e = 0; e < d; e++) {
-            const float x = qj[e];
-            a = fmaf(x > 0 ? x : 0.0f, hkv_h2f(mx[e]), a);
-            a = fmaf(x < 0 ? x : 0.0f, hkv_h2f(mn[e]), a);
-        }
-        best = fmaxf(best, a);
+    for (int e = threadIdx.x; e < g * d; e += blockDim.x) {
+        const float x = q[(int64_t)h * g * d + e];
+        const int j = e / d, c = e - j * d;
+        qpm[j * 2 * d + c] = x > 0 ? x : 0.0f;
+        qpm[j * 2 * d + d + c] = x < 0 ? x : 0.0f;
     }
-    sc[(int64_t)h * np + i] = best;
+    __syncthreads();
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if ((int64_t)blockIdx.x * blockDim.x + (threadIdx.x & ~31) >= np) return;   /* whole warp */
+    const uint16_t *bh = bounds + (int64_t)h * np_cap * 2 * d;
+    float best = -INFINITY;
+    for (int j = 0; j < g; j++)
+        best = fmaxf(best, hkv_tile_dot<WPL>(qpm + j * 2 * d, bh, 2 * (int64_t)d, i < np ? i : -1,
+                                             2 * d));
+    if (i < np) sc[(int64_t)h * np + i] = best;
 }
 
 /* grid (KH): the m chosen pages (ascending) into positions; only the last
@@ -145,6 +156,10 @@ extern "C" int hkv_gpu_quest_select(const uint16_t *bounds, int64_t np_cap, int 
         return hkv_seterr(err, HKV_E_INVAL, "gpu quest select: bad arguments (far [%lld, %lld), "
                           "%lld pages of %lld, out_ld %lld)", (long long)lo, (long long)hi,
                           (long long)K, (long long)P, (long long)out_ld);
+    if (d > 256 || (size_t)g * 2 * d * sizeof(float) > 48 * 1024)
+        return hkv_seterr(err, HKV_E_UNSUPPORTED, "gpu quest select: head size %d x group %d "
+                          "(the page scores take head sizes up to 256 and g x 2d floats of "
+                          "q in 48 KB of shared memory)", d, g);
     cudaStream_t st = hkv_stream(stream);
     const int64_t n = hi - lo;
     if (n <= K * P) {   /* the budget covers the whole far tier (n may be 0) */
@@ -159,8 +174,12 @@ extern "C" int hkv_gpu_quest_select(const uint16_t *bounds, int64_t np_cap, int 
     const int64_t np = (n + P - 1) / P;
     float *sc = (float *)ws;
     int32_t *sel = (int32_t *)(sc + (size_t)n_head_kv * np), *n_sel = sel + (size_t)n_head_kv * K;
-    HKV_LAUNCH(k_quest_scores, dim3((unsigned)((np + 127) / 128), (unsigned)n_head_kv), 128, 0, st)(
-        bounds, np_cap, g, d, q, np, sc);
+    const dim3 grid((unsigned)((np + QS_THREADS - 1) / QS_THREADS), (unsigned)n_head_kv);
+    const size_t smem = (size_t)g * 2 * d * sizeof(float);
+    if (d <= 128)
+        HKV_LAUNCH(k_quest_scores<4>, grid, QS_THREADS, smem, st)(bounds, np_cap, g, d, q, np, sc);
+    else
+        HKV_LAUNCH(k_quest_scores<8>, grid, QS_THREADS, smem, st)(bounds, np_cap, g, d, q, np, sc);
     HKV_LAUNCH_CHECK(err);
     int rc = hkv_gpu_keep(sc, np, n_head_kv, np, NULL, NULL, 0, 0, K, INT64_MAX, sel, K, n_sel,
                           stream, err);

@@ -12,16 +12,14 @@
  * in fp32 from fp16 inputs, as the host's sgemm; the sums differ from the
  * host's only by fp32 rounding order.
  *
- * Both passes score keys a warp tile of 32 at a time (ws_tile_score): the
- * warp reads each key row together, lane l taking words l, l+32, ... (one
- * 128-byte line per row and step, coalesced), every lane sums its slice of
- * all 32 dot products, and a transposing reduction (31 shuffles) leaves key
- * l's total in lane l. A thread reading its own key's row would touch 32
- * rows per load instruction. Both passes use the same function, so a key's
- * score is bit for bit the same in each. */
+ * Both passes score keys a warp tile of 32 at a time (tile_dot.cuh: the warp
+ * reads each key row together, coalesced, and a transposing reduction leaves
+ * key l's dot product in lane l). Both use the same function with the same
+ * lane for a key, so a key's score is bit for bit the same in each. */
 #include <math.h>
 
 #include "gpu_internal.cuh"
+#include "tile_dot.cuh"
 
 extern "C" {
 #include "gpu_kernels.h"
@@ -35,61 +33,6 @@ static __device__ __forceinline__ int64_t ws_pos(const int32_t *rows, int64_t ro
                                                  int64_t lo, int64_t i)
 {
     return rows ? (int64_t)rows[(int64_t)h * rows_ld + i] : lo + i;
-}
-
-template <int O>
-static __device__ __forceinline__ void ws_halve(float *v, int lane)
-{
-    const bool up = lane & O;
-#pragma unroll
-    for (int i = 0; i < O; i++) {
-        const float send = up ? v[i] : v[i + O], keep = up ? v[i + O] : v[i];
-        v[i] = keep + __shfl_xor_sync(0xffffffffu, send, O);
-    }
-}
-
-/* The score q.k of key row prow (-1: none, 0 returned) for each lane of
- * the warp, q fp32 [d] in shared memory, d even <= 256; all 32 lanes call. */
-static __device__ __forceinline__ float ws_tile_score(const float *qs, const uint16_t *kh,
-                                                      int64_t ld, int64_t prow, int d)
-{
-    const int lane = threadIdx.x & 31, dh = d / 2;
-    float2 qv[4];   /* this lane's words of q: lane + 32t, t < 4 (dh <= 128) */
-#pragma unroll
-    for (int t = 0; t < 4; t++) {
-        const int w = lane + 32 * t;
-        qv[t] = w < dh ? make_float2(qs[2 * w], qs[2 * w + 1]) : make_float2(0.0f, 0.0f);
-    }
-    float v[32];
-#pragma unroll
-    for (int j = 0; j < 32; j++) {
-        const int64_t pj = __shfl_sync(0xffffffffu, prow, j);
-        float a = 0.0f;
-        if (pj >= 0) {   /* warp-uniform */
-            const __half2 *kr = reinterpret_cast<const __half2 *>(kh + pj * ld);
-#pragma unroll
-            for (int t = 0; t < 4; t++) {
-                const int w = lane + 32 * t;
-                if (w < dh) {
-                    const float2 kf = __half22float2(kr[w]);
-                    a = fmaf(qv[t].x, kf.x, a);
-                    a = fmaf(qv[t].y, kf.y, a);
-                }
-            }
-        }
-        v[j] = a;
-    }
-    /* Recursive halving: at offset o a lane keeps the half of its live
-     * entries its bit o selects and adds the partner's copy of that half;
-     * after five steps v[0] of lane l is key l's sum over all lanes. One
-     * template step per offset: every index is a constant, so v stays in
-     * registers. */
-    ws_halve<16>(v, lane);
-    ws_halve<8>(v, lane);
-    ws_halve<4>(v, lane);
-    ws_halve<2>(v, lane);
-    ws_halve<1>(v, lane);
-    return v[0];
 }
 
 /* grid (chunks, W*g, KH): stats[((h*R + r)*chunks + c)*2] = (max, sum). */
@@ -115,7 +58,7 @@ k_ws_stats(const uint16_t *q, int64_t ldq, int64_t pos0, int g, int d, const uin
         const int64_t x = x0 + (threadIdx.x & 31);
         int64_t p = x < x1 ? ws_pos(rows, rows_ld, h, lo, x) : -1;
         if (p > qpos) p = -1;
-        const float s = ws_tile_score(qs, kh, ld, p, d) * scale;
+        const float s = hkv_tile_dot<4>(qs, kh, ld, p, d) * scale;
         if (p < 0) continue;
         if (s > m) l = l * expf(m - s) + 1.0f, m = s;
         else l += expf(s - m);
@@ -186,7 +129,7 @@ k_ws_acc(const uint16_t *q, int64_t ldq, int64_t W, int64_t pos0, int g, int d, 
         const float wt = q_weight ? q_weight[a] : 1.0f;
         if (!warp_live || !isfinite(L) || wt == 0.0f) continue;   /* warp-uniform */
         const bool seen = live && p <= pos0 + a;
-        const float s = ws_tile_score(qs, kh, ld, seen ? p : -1, d);
+        const float s = hkv_tile_dot<4>(qs, kh, ld, seen ? p : -1, d);
         if (!seen) continue;
         const float v = wt * expf(s * scale - L);
         acc = reduce_max ? fmaxf(acc, v) : acc + v;

@@ -465,8 +465,9 @@ static void rocketkv_check(hkv_gpu_ctx *ctx, const world *Wd, int64_t budget, te
 int main(void)
 {
     test_rng r = {12};
-    world A, B, C;
+    world A, B, C, D;
     world_init(&A, 3, 3, 64, 5000, 16, &r);   /* SmolLM2's heads */
+    world_init(&D, 1, 2, 256, 900, 4, &r);    /* head size 256: 8 words per lane of a page row */
     world_init(&B, 3, 3, 64, 700, 5, &r);
     world_init(&C, 2, 4, 128, 2100, 32, &r);  /* Llama-3-8B's group and head size */
     rocketkv_host_check(&A, 64, &r);
@@ -475,6 +476,7 @@ int main(void)
     quest_host_check(&A, 16, 256, &r);
     quest_host_check(&B, 5, 64, &r);
     quest_host_check(&C, 32, 512, &r);
+    quest_host_check(&D, 8, 128, &r);
     if (test_failures) return test_report("gpu_page_policies (host references)");
     printf("gpu_page_policies: float64 references agree with the host (%d checks)\n", test_checks);
 
@@ -483,10 +485,11 @@ int main(void)
     quest_check(ctx, &B, 5, 64, &r);    /* partial last pages */
     quest_check(ctx, &B, 16, 4096, &r); /* the budget covers the far tier */
     quest_check(ctx, &C, 32, 512, &r);
+    quest_check(ctx, &D, 8, 128, &r);
     rocketkv_check(ctx, &A, 64, &r);
     rocketkv_check(ctx, &B, 32, &r);
     rocketkv_check(ctx, &C, 64, &r);
     hkv_gpu_ctx_destroy(ctx);
-    free(A.k), free(A.q), free(B.k), free(B.q), free(C.k), free(C.q);
+    free(A.k), free(A.q), free(B.k), free(B.q), free(C.k), free(C.q), free(D.k), free(D.q);
     return test_report("gpu_page_policies");
 }
