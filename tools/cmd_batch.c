@@ -4,7 +4,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <signal.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -50,10 +52,16 @@ typedef struct batch_opts {
     hkv_device_cli dev;
 } batch_opts;
 
-/* The one piece of process state a signal handler can reach: set on
- * SIGINT/SIGTERM, read between steps. */
-static volatile sig_atomic_t g_stop_signal;
-static void on_signal(int sig) { g_stop_signal = sig; }
+/* SIGINT and SIGTERM are blocked in every thread of the job (the mask is
+ * set before the engine starts its OpenMP and oneDNN workers, which inherit
+ * it) and taken between steps: no handler ever runs on a thread in the
+ * middle of a kernel (one delivered to a oneDNN sgemm worker was seen to
+ * corrupt the heap), and no global flag is needed. 0: none pending. */
+static int stop_requested(const sigset_t *set) {
+    const struct timespec zero = {0, 0};
+    const int sig = sigtimedwait(set, NULL, &zero);
+    return sig > 0 ? sig : 0;
+}
 
 static int parse(int argc, char **argv, batch_opts *o, hkv_err *err) {
     memset(o, 0, sizeof *o);
@@ -392,7 +400,12 @@ int hkv_cmd_batch(int argc, char **argv) {
     char *done = NULL, **ids = NULL;
     idset seen = {0};
     int64_t n_lines = 0, n_req = 0, lineno = 0;
-    int interrupted = 0;
+    int interrupted = 0, stop_sig = 0;
+    sigset_t stop_set;   /* blocked from here on, in this thread and every one it starts */
+    sigemptyset(&stop_set);
+    sigaddset(&stop_set, SIGINT);
+    sigaddset(&stop_set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_set, NULL);
     if ((rc = count_lines(&o, o.in, &n_lines, &n_req, &err))) goto out;
     done = calloc((size_t)n_lines + 1, 1);
     ids = calloc((size_t)n_lines + 1, sizeof *ids);
@@ -444,12 +457,6 @@ int hkv_cmd_batch(int argc, char **argv) {
     sp.ud = &j;
     if ((rc = hkv_sched_create(&s, j.e, &sp, &err))) goto out;
 
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
 
     j.total = n_req;
     j.tty = isatty(2);
@@ -458,7 +465,7 @@ int hkv_cmd_batch(int argc, char **argv) {
     for (;;) {
         if ((rc = feed(&j, s, in, &lineno, done, ids, &seen, &eof, &err))) break;
         if (j.io_rc) break;
-        if (g_stop_signal) {
+        if ((stop_sig = stop_requested(&stop_set))) {
             interrupted = 1;
             break;
         }
@@ -477,7 +484,7 @@ int hkv_cmd_batch(int argc, char **argv) {
     summary(&j, s, interrupted ? "interrupted" : rc ? "stopped by an error" : "finished");
     if (interrupted && !o.quiet)
         fprintf(stderr, "hetkv batch: stopped by signal %d; run the same command again to finish\n",
-                (int)g_stop_signal);
+                stop_sig);
 out:
     if (rc) hkv_err_report(&err, stderr);
     hkv_sched_free(s);   /* requests still in flight are dropped: the rerun answers them */
@@ -489,5 +496,5 @@ out:
     free(done);
     hkv_engine_close(j.e);
     if (rc) return 1;
-    return interrupted ? 128 + (int)g_stop_signal : 0;
+    return interrupted ? 128 + stop_sig : 0;
 }
