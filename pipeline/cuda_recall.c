@@ -60,12 +60,12 @@ int cb_recall_create(cuda_be *b, hkv_err *err) {
 static void free_arena(cuda_be *b) {
     cb_recall *r = &b->rc;
     const size_t out = (size_t)b->max_rows * b->KH * r->k;
-    hkv_gpu_free(b->ctx, HKV_TIER_INDEX, r->rows, r->rows_bytes);
-    hkv_gpu_free(b->ctx, HKV_TIER_INDEX, r->fifo, r->fifo_bytes);
-    hkv_gpu_free(b->ctx, HKV_TIER_WORKSPACE, r->ws, r->ws_bytes);
-    hkv_gpu_free(b->ctx, HKV_TIER_WORKSPACE, r->d_slot, out * 4);
-    hkv_gpu_free(b->ctx, HKV_TIER_WORKSPACE, r->d_score, out * 4);
-    hkv_gpu_free(b->ctx, HKV_TIER_WORKSPACE, r->d_n, (size_t)b->max_rows * b->KH * 4);
+    hkv_gpu_free_async(b->ctx, HKV_TIER_INDEX, r->rows, r->rows_bytes, b->st);
+    hkv_gpu_free_async(b->ctx, HKV_TIER_INDEX, r->fifo, r->fifo_bytes, b->st);
+    hkv_gpu_free_async(b->ctx, HKV_TIER_WORKSPACE, r->ws, r->ws_bytes, b->st);
+    hkv_gpu_free_async(b->ctx, HKV_TIER_WORKSPACE, r->d_slot, out * 4, b->st);
+    hkv_gpu_free_async(b->ctx, HKV_TIER_WORKSPACE, r->d_score, out * 4, b->st);
+    hkv_gpu_free_async(b->ctx, HKV_TIER_WORKSPACE, r->d_n, (size_t)b->max_rows * b->KH * 4, b->st);
     hkv_pinned_free(&r->h_out, &b->e->mem, NULL);
     r->rows = NULL, r->fifo = NULL, r->ws = NULL, r->d_slot = NULL, r->d_n = NULL;
     r->d_score = NULL;
@@ -87,7 +87,10 @@ void cb_recall_destroy(cuda_be *b) {
 }
 
 /* An arena of at least C slots per table and k outputs per (row, KV head):
- * grown by reallocation (every mirror then uploads again). */
+ * grown by reallocation (every mirror then uploads again). Device memory is
+ * stream-ordered (the first table, inside the step that first recalls,
+ * waits for nothing); a later growth waits for the stream once, since the
+ * page-locked output buffer the device may still be writing is freed. */
 static int ensure_arena(cuda_be *b, int64_t C, int64_t k, hkv_err *err) {
     cb_recall *r = &b->rc;
     if (C <= r->C && k <= r->k) return HKV_OK;
@@ -104,12 +107,12 @@ static int ensure_arena(cuda_be *b, int64_t C, int64_t k, hkv_err *err) {
     r->rows_bytes = S * b->NL * (size_t)C * b->H * b->d * 2;
     r->fifo_bytes = S * b->NL * KH * 2 * 4;
     r->ws_bytes = hkv_gpu_recall_top_ws_bytes((int64_t)S, b->KH, C);
-    if (!(r->rows = hkv_gpu_alloc(b->ctx, HKV_TIER_INDEX, r->rows_bytes, err)) ||
-        !(r->fifo = hkv_gpu_alloc(b->ctx, HKV_TIER_INDEX, r->fifo_bytes, err)) ||
-        !(r->ws = hkv_gpu_alloc(b->ctx, HKV_TIER_WORKSPACE, r->ws_bytes, err)) ||
-        !(r->d_slot = hkv_gpu_alloc(b->ctx, HKV_TIER_WORKSPACE, out * 4, err)) ||
-        !(r->d_score = hkv_gpu_alloc(b->ctx, HKV_TIER_WORKSPACE, out * 4, err)) ||
-        !(r->d_n = hkv_gpu_alloc(b->ctx, HKV_TIER_WORKSPACE, R * KH * 4, err)) ||
+    if (!(r->rows = hkv_gpu_alloc_async(b->ctx, HKV_TIER_INDEX, r->rows_bytes, b->st, err)) ||
+        !(r->fifo = hkv_gpu_alloc_async(b->ctx, HKV_TIER_INDEX, r->fifo_bytes, b->st, err)) ||
+        !(r->ws = hkv_gpu_alloc_async(b->ctx, HKV_TIER_WORKSPACE, r->ws_bytes, b->st, err)) ||
+        !(r->d_slot = hkv_gpu_alloc_async(b->ctx, HKV_TIER_WORKSPACE, out * 4, b->st, err)) ||
+        !(r->d_score = hkv_gpu_alloc_async(b->ctx, HKV_TIER_WORKSPACE, out * 4, b->st, err)) ||
+        !(r->d_n = hkv_gpu_alloc_async(b->ctx, HKV_TIER_WORKSPACE, R * KH * 4, b->st, err)) ||
         (rc = hkv_pinned_alloc(&r->h_out, &b->e->mem, NULL, HKV_TIER_WORKSPACE,
                                out * 8 + R * KH * 4, -1, HKV_PIN_REQUIRE, err))) {
         int code = err ? err->code : HKV_E_NOMEM;
