@@ -62,9 +62,11 @@ int cb_stage(cuda_be *b, int id, void *dev, const void *src, size_t bytes, hkv_e
 
 static int up_mat(cuda_be *b, const hkv_wmat *w, hkv_gpu_qmat *d, hkv_err *err) {
     int rc = hkv_gpu_qmat_upload(b->ctx, w, d, b->st, err);
-    return rc ? hkv_err_prefix(err, "%lld x %lld weights on the device", (long long)w->rows,
-                               (long long)w->cols)
-              : HKV_OK;
+    if (rc)
+        return hkv_err_prefix(err, "%lld x %lld weights on the device", (long long)w->rows,
+                              (long long)w->cols);
+    if (b->gemm >= 0) d->gemm = b->gemm;   /* before the workspace is sized for it */
+    return HKV_OK;
 }
 
 static float *up_vec(cuda_be *b, const float *v, int64_t n, hkv_err *err) {
@@ -418,6 +420,7 @@ int hkv_cuda_backend_create(hkv_backend *be, struct hkv_engine *e, const hkv_cud
     cuda_be *b = calloc(1, sizeof *b);
     if (!b) return hkv_seterr(err, HKV_E_NOMEM, "no host memory for the CUDA backend");
     b->e = e;
+    b->gemm = p->gemm;
     b->NL = c->n_layer, b->H = c->n_head, b->KH = c->n_head_kv, b->d = c->head_dim;
     b->NR = hkv_kv_tiered_near_rows(&e->kv);
     b->max_rows = e->max_rows, b->max_seqs = e->p.max_seqs;

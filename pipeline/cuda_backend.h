@@ -32,6 +32,8 @@ struct hkv_engine;
 typedef struct hkv_cuda_params {
     int device;            /* CUDA device index */
     size_t gpu_mem;        /* cap on device bytes (0: the device's free memory) */
+    int gemm;              /* the weight GEMMs' path (> 8 rows), enum hkv_qmat_gemm;
+                              -1: the device's (hkv_gpu_tensor_split_pays) */
 } hkv_cuda_params;
 
 /* The step timeline, summed over forward calls. Host figures are wall

@@ -61,6 +61,7 @@ typedef struct cuda_be {
     hkv_gpu_ctx *ctx;
     void *st;                       /* the compute stream */
     int NL, H, KH, d, NR, max_rows, max_seqs;
+    int gemm;                       /* hkv_cuda_params.gemm */
     int64_t qd, qkv_w;
     /* weights */
     hkv_gpu_qmat tok, out;

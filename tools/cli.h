@@ -56,6 +56,7 @@ typedef struct hkv_device_cli {
     uint64_t gpu_mem;         /* --gpu-mem; 0: not given */
     const char *synthetic;    /* --synthetic NAME (checked against the table) */
     int synthetic_wtype;      /* enum hkv_wtype */
+    int gemm;                 /* --gpu-gemm: enum hkv_qmat_gemm, -1 auto */
 } hkv_device_cli;
 void hkv_device_cli_init(hkv_device_cli *d);
 /* 1 when argv[*i] was one of the options (value consumed), 0 if not, < 0 on error. */

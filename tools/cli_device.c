@@ -19,6 +19,11 @@ const char hkv_device_cli_help[] =
     "                        admits the batch x context against the GPU memory plan before\n"
     "                        anything is loaded (hetkv plan prints the plan)\n"
     "      --gpu-mem SIZE    GPU memory cap, e.g. 24G (default: the device's free memory)\n"
+    "      --gpu-gemm auto|split|fp16|fp32  the weight products of more than 8 rows:\n"
+    "                        split (fp16 hi + lo on tensor cores, ~fp32 accuracy, 3x the\n"
+    "                        tensor work), fp16 (one tensor-core pass, ~2^-11 relative),\n"
+    "                        fp32 (CUDA cores); auto: split on A100/H100, fp32 on GeForce\n"
+    "                        parts, where the split would be slower (data-sheet prediction)\n"
     "      --synthetic NAME  random weights of a real shape instead of -m: llama3-8b,\n"
     "                        llama3.1-8b, yi-9b, qwen2.5-7b, smollm2-135m (no tokenizer);\n"
     "                        NAME@L keeps the first L layers (e.g. llama3-8b@2)\n"
@@ -27,13 +32,14 @@ const char hkv_device_cli_help[] =
 void hkv_device_cli_init(hkv_device_cli *d) {
     memset(d, 0, sizeof *d);
     d->synthetic_wtype = HKV_W_Q4;
+    d->gemm = -1;
 }
 
 int hkv_device_cli_parse(hkv_device_cli *d, int argc, char **argv, int *i, hkv_err *err) {
     const char *a = argv[*i], *v = NULL;
     int rc;
     if (strcmp(a, "--device") && strcmp(a, "--gpu-mem") && strcmp(a, "--synthetic") &&
-        strcmp(a, "--synthetic-weights"))
+        strcmp(a, "--synthetic-weights") && strcmp(a, "--gpu-gemm"))
         return 0;
     if ((rc = hkv_arg_value(argc, argv, i, &v, err))) return rc;
     if (!strcmp(a, "--device")) {
@@ -42,6 +48,14 @@ int hkv_device_cli_parse(hkv_device_cli *d, int argc, char **argv, int *i, hkv_e
         d->cuda = !strcmp(v, "cuda");
     } else if (!strcmp(a, "--gpu-mem")) {
         if ((rc = hkv_parse_size("--gpu-mem", v, &d->gpu_mem, err))) return rc;
+    } else if (!strcmp(a, "--gpu-gemm")) {
+        static const char *const modes[] = {"split", "fp16", "fp32"};   /* enum hkv_qmat_gemm */
+        d->gemm = -2;
+        if (!strcmp(v, "auto")) d->gemm = -1;
+        for (int k = 0; k < 3; k++)
+            if (!strcmp(v, modes[k])) d->gemm = k;
+        if (d->gemm == -2)
+            return hkv_seterr(err, HKV_E_INVAL, "--gpu-gemm: '%s' is not auto, split, fp16 or fp32", v);
     } else if (!strcmp(a, "--synthetic")) {
         hkv_model_config c;
         if ((rc = hkv_synthetic_config(v, &c, err))) return hkv_err_prefix(err, "--synthetic");
@@ -83,6 +97,8 @@ int hkv_device_cli_cap(const hkv_device_cli *d, uint64_t *cap, char *desc, size_
     if (!d->cuda) {
         if (d->gpu_mem)
             return hkv_seterr(err, HKV_E_INVAL, "--gpu-mem caps the GPU side: it needs --device cuda");
+        if (d->gemm >= 0)
+            return hkv_seterr(err, HKV_E_INVAL, "--gpu-gemm picks the GPU's products: it needs --device cuda");
         return HKV_OK;
     }
     hkv_gpu_device dev[1];
@@ -149,7 +165,7 @@ int hkv_device_cli_attach(const hkv_device_cli *d, hkv_engine *e, hkv_err *err) 
     char desc[256];
     int rc = hkv_device_cli_cap(d, &cap, desc, sizeof desc, err);
     if (rc) return rc;
-    hkv_cuda_params cp = {.device = 0, .gpu_mem = (size_t)cap};
+    hkv_cuda_params cp = {.device = 0, .gpu_mem = (size_t)cap, .gemm = d->gemm};
     hkv_backend be;
     if ((rc = hkv_cuda_backend_create(&be, e, &cp, err)))
         return hkv_err_prefix(err, "--device cuda (%s)", desc);

@@ -79,6 +79,9 @@ cases = [
     ("gpu-mem negative", [hetkv, "plan", "--synthetic", "llama3-8b", "--gpu-mem", "-24G"], 2, "not a size"),
     ("gpu-mem absurd", [hetkv, "plan", "--synthetic", "llama3-8b", "--gpu-mem", "5000T"], 2, "absurdly large"),
     ("gpu-mem without cuda", [hetkv, "bench", *M, "--gpu-mem", "24G"], 1, "needs --device cuda"),
+    ("gpu-gemm garbage", [hetkv, "bench", *M, "--device", "cuda", "--gpu-gemm", "int4"], 2,
+     "is not auto, split, fp16 or fp32"),
+    ("gpu-gemm without cuda", [hetkv, "bench", *M, "--gpu-gemm", "split"], 1, "needs --device cuda"),
     ("info gpu-mem without cuda", [hetkv, "info", "--gpu-mem", "8G"], 1, "needs --device cuda"),
     ("bad device", [hetkv, "run", *M, "-p", "x", "--device", "tpu"], 2, "not cpu or cuda"),
     # without a GPU: names why; with one (or the emulator's 4 GiB): the plan's verdict

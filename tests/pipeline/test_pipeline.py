@@ -77,6 +77,8 @@ def dump(a, model, ids, mode, extra, device, vocab, tmp):
            ",".join(map(str, ids)), "--mode", mode, "-o", out, "--device", device, *extra]
     if a.threads:
         cmd += ["-t", str(a.threads)]
+    if device == "cuda" and a.device_args:
+        cmd += a.device_args.split()
     p = run(cmd, a.timeout)
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[:3])} ... --device {device} failed ({p.returncode}): "
@@ -131,6 +133,8 @@ def main(argv=None) -> int:
                     help="the near tier (default 2,6: a far tier from the 9th token); a wide one "
                     "(e.g. 4,252) makes the device split its near attention across blocks "
                     "(flash-decoding)")
+    ap.add_argument("--device-args", default="",
+                    help="extra options for the --device cuda side only (e.g. '--gpu-gemm split')")
     ap.add_argument("--timeout", type=float, default=900)
     a = ap.parse_args(argv)
     global NEAR
