@@ -304,6 +304,7 @@ static void test_gemm_shape(hkv_gpu_ctx *ctx, const hkv_cpu_kernels *kern, int t
         void *s2 = NULL, *alien = NULL;
         GPU_OK(hkv_gpu_ctx_add_stream(ctx, &s2, err));
         float *dy2 = gpu_poisoned(ctx, n * ldy), *y2 = malloc(n * ldy * 4);
+        GPU_OK(hkv_gpu_sync(st, err));   /* the poisoning memset ran on the main stream */
         GPU_OK(hkv_gpu_gemm(ctx, &gw, dx, n, dy2, ldy, s2, err));
         GPU_OK(hkv_gpu_sync(s2, err));
         gpu_get(ctx, y2, dy2, n * ldy * 4);
