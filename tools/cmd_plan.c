@@ -192,26 +192,34 @@ static void kshape_desc(const hkv_kstep_row *r, char *b, size_t n) {
     }
 }
 
+/* The prediction parameters every configuration of a --predict table shares. */
+static void pred_base(const pred_opts *o, const hkv_model_config *mc, const hkv_device_spec *dev,
+                      double host_gbs, hkv_predict_params *base) {
+    hkv_predict_defaults(base);
+    base->cfg = mc;
+    base->dev = dev;
+    base->wtype = o->wtype;
+    base->n_gen = o->gen;
+    base->L_init = o->sink;
+    base->L_local = o->local;
+    base->index_on_host = o->index_on_host;
+    base->gpu_cap = o->cap;
+    base->host_cap = o->host_cap;
+    base->max_rows = o->max_rows;
+    base->host_gbs = host_gbs;
+    if (o->mem_eff > 0) base->mem_eff = o->mem_eff;
+    if (o->host_eff > 0) base->host_eff_scan = base->host_eff_attn = o->host_eff;
+    if (o->cand_frac > 0) base->cand_frac = o->cand_frac;
+}
+
 /* --predict DEV --kernels: the per-kernel roofline of each configuration. */
 static int plan_kernels(const pred_opts *o, const hkv_model_config *mc, hkv_err *err) {
     const hkv_device_spec *dev = hkv_device_spec_find(o->device, err);
     if (!dev) return err->code;
     hkv_predict_params base;
-    hkv_predict_defaults(&base);
-    base.cfg = mc;
-    base.dev = dev;
-    base.wtype = o->wtype;
-    base.n_gen = o->gen;
-    base.L_init = o->sink;
-    base.L_local = o->local;
-    base.index_on_host = o->index_on_host;
-    base.gpu_cap = o->cap;
-    base.max_rows = o->max_rows;
     /* the host's bandwidth changes no kernel figure; ctkvr's parameters are
      * resolved through hkv_predict, which wants one */
-    base.host_gbs = o->host_gbs > 0 ? o->host_gbs : 1;
-    if (o->mem_eff > 0) base.mem_eff = o->mem_eff;
-    if (o->cand_frac > 0) base.cand_frac = o->cand_frac;
+    pred_base(o, mc, dev, o->host_gbs > 0 ? o->host_gbs : 1, &base);
     hkv_keff ke;
     hkv_keff_from_params(&base, &ke);
     const int show[HKV_PRED_MODES] = {strcmp(o->pipeline, "target") != 0,
@@ -355,21 +363,7 @@ static int plan_predict(const pred_opts *o, const hkv_model_config *mc, hkv_err 
         hsrc = hsrc_buf;
     }
     hkv_predict_params base;
-    hkv_predict_defaults(&base);
-    base.cfg = mc;
-    base.dev = dev;
-    base.wtype = o->wtype;
-    base.n_gen = o->gen;
-    base.L_init = o->sink;
-    base.L_local = o->local;
-    base.index_on_host = o->index_on_host;
-    base.gpu_cap = o->cap;
-    base.host_cap = o->host_cap;
-    base.max_rows = o->max_rows;
-    base.host_gbs = hgbs;
-    if (o->mem_eff > 0) base.mem_eff = o->mem_eff;
-    if (o->host_eff > 0) base.host_eff_scan = base.host_eff_attn = o->host_eff;
-    if (o->cand_frac > 0) base.cand_frac = o->cand_frac;
+    pred_base(o, mc, dev, hgbs, &base);
 
     const int n = o->n_cfg * o->n_ctx * o->n_batch;
     pred_row *rows = calloc((size_t)n, sizeof *rows);

@@ -4,6 +4,7 @@
 #ifndef HKV_TEST_GPU_H
 #define HKV_TEST_GPU_H
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,5 +96,23 @@ static inline void gpu_drop(hkv_gpu_ctx *ctx, void *p, size_t bytes)
         hkv_err *err = &e_;                                                        \
         if ((call) != HKV_OK) gpu_die(#call, err);                                 \
     } while (0)
+
+/* Attention: compare one head's (out, lse) to the reference; returns 1 if within
+ * max|out - ref| <= 1e-4 max|ref| and |lse - ref| <= 1e-4 max(1, |ref|) (the
+ * cpu kernels' bounds); worst gets the larger relative error. */
+static inline int gpu_head_ok(const float *o, float l, const double *ro, double rl, int d, double *worst)
+{
+    double mx = 0, e = 0;
+    for (int c = 0; c < d; c++) mx = fmax(mx, fabs(ro[c]));
+    for (int c = 0; c < d; c++) {
+        if (isnan(o[c])) return 0;
+        e = fmax(e, fabs(o[c] - ro[c]));
+    }
+    if (rl == -INFINITY) return l == -INFINITY && e == 0;
+    double el = fabs(l - rl) / fmax(1, fabs(rl));
+    e = mx > 0 ? e / mx : e;
+    *worst = fmax(*worst, fmax(e, el));
+    return e <= 1e-4 && el <= 1e-4;
+}
 
 #endif

@@ -22,22 +22,6 @@
 typedef struct shape { int H, KH, d; } shape;
 static const shape shapes[] = {{9, 3, 64}, {8, 2, 128}, {4, 4, 256}, {2, 1, 32}};
 
-/* Compare one head's (out, lse) to the reference; returns 1 if within bounds. */
-static int head_ok(const float *o, float l, const double *ro, double rl, int d, double *worst)
-{
-    double mx = 0, e = 0;
-    for (int c = 0; c < d; c++) mx = fmax(mx, fabs(ro[c]));
-    for (int c = 0; c < d; c++) {
-        if (isnan(o[c])) return 0;
-        e = fmax(e, fabs(o[c] - ro[c]));
-    }
-    if (rl == -INFINITY) return l == -INFINITY && e == 0;
-    double el = fabs(l - rl) / fmax(1, fabs(rl));
-    e = mx > 0 ? e / mx : e;
-    *worst = fmax(*worst, fmax(e, el));
-    return e <= 1e-4 && el <= 1e-4;
-}
-
 static uint16_t *rand_halves(test_rng *rng, size_t n)
 {
     uint16_t *p = malloc(n * 2);
@@ -219,7 +203,7 @@ static void test_decode(hkv_gpu_ctx *ctx, const shape *sh, int n_seq, int use_id
                      ld, use_idx ? idx + u * cap : NULL, nr[u], scale, ro, rl);
             for (int j = 0; j < g; j++) {
                 const int64_t qh = (int64_t)s * H + h * g + j;
-                bad += !head_ok(out + qh * d, lse[qh], ro + j * d, rl[j], d, &worst);
+                bad += !gpu_head_ok(out + qh * d, lse[qh], ro + j * d, rl[j], d, &worst);
             }
         }
     CHECK(bad == 0 && guard_intact(out, n_seq * H * d) && guard_intact(lse, n_seq * H),
@@ -254,7 +238,7 @@ static void test_decode(hkv_gpu_ctx *ctx, const shape *sh, int n_seq, int use_id
                          v + s * ss + h * hs, ld, idx + u * cap, nr[u], scale, ro, rl);
                 for (int j = 0; j < g; j++) {
                     const int64_t qh = (int64_t)s * H + h * g + j;
-                    bad += !head_ok(out + qh * d, lse[qh], ro + j * d, rl[j], d, &worst);
+                    bad += !gpu_head_ok(out + qh * d, lse[qh], ro + j * d, rl[j], d, &worst);
                 }
             }
         CHECK(bad == 0, "decode split + merge H=%d KH=%d d=%d: %d heads off (worst %.3g)", H, KH,

@@ -16,21 +16,6 @@
 
 typedef struct dcase { int H, KH, d, n_seq, ld_pad, n_split, use_idx; int64_t cap; } dcase;
 
-static int head_ok(const float *o, float l, const double *ro, double rl, int d, double *worst)
-{
-    double mx = 0, e = 0;
-    for (int c = 0; c < d; c++) mx = fmax(mx, fabs(ro[c]));
-    for (int c = 0; c < d; c++) {
-        if (isnan(o[c])) return 0;
-        e = fmax(e, fabs(o[c] - ro[c]));
-    }
-    if (rl == -INFINITY) return l == -INFINITY && e == 0;
-    double el = fabs(l - rl) / fmax(1, fabs(rl));
-    e = mx > 0 ? e / mx : e;
-    *worst = fmax(*worst, fmax(e, el));
-    return e <= 1e-4 && el <= 1e-4;
-}
-
 static void run_case(hkv_gpu_ctx *ctx, const dcase *c, test_rng *rng)
 {
     void *st = hkv_gpu_ctx_stream(ctx);
@@ -81,7 +66,7 @@ static void run_case(hkv_gpu_ctx *ctx, const dcase *c, test_rng *rng)
                      ld, c->use_idx ? idx + u * cap : NULL, nr[u], scale, ro, rl);
             for (int j = 0; j < g; j++) {
                 const int64_t qh = (int64_t)s * H + h * g + j;
-                bad += !head_ok(out + qh * d, lse[qh], ro + j * d, rl[j], d, &worst);
+                bad += !gpu_head_ok(out + qh * d, lse[qh], ro + j * d, rl[j], d, &worst);
                 for (int e = 0; e < d; e++)
                     vs_unsplit += !(fabsf(out[qh * d + e] - o1[qh * d + e]) <= 2e-5f);
                 vs_unsplit += lse[qh] == -INFINITY ? l1[qh] != -INFINITY
