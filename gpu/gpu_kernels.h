@@ -236,6 +236,12 @@ int hkv_gpu_keep(const float *s, int64_t lds, int n_batch, int64_t n, const int3
 int hkv_gpu_quest_extend(uint16_t *bounds, int64_t np_cap, int n_head_kv, int d, int64_t P,
                          const uint16_t *k, int64_t ld, int64_t hs, int64_t lo, int64_t from,
                          int64_t to, void *stream, hkv_err *err);
+/* fold: one key row per KV head (k + h*hs, fp16 [d]) arriving at far
+ * position pos, as extend does for [pos, pos + 1): the pipeline folds the
+ * token leaving a near-tier ring from the device's own copy of it. */
+int hkv_gpu_quest_fold(uint16_t *bounds, int64_t np_cap, int n_head_kv, int d, int64_t P,
+                       const uint16_t *k, int64_t hs, int64_t lo, int64_t pos, void *stream,
+                       hkv_err *err);
 size_t hkv_gpu_quest_select_ws_bytes(int n_head_kv, int64_t n_far, int64_t P, int64_t K);
 int hkv_gpu_quest_select(const uint16_t *bounds, int64_t np_cap, int n_head_kv, int g, int d,
                          int64_t P, int64_t K, const float *q, int64_t lo, int64_t hi, int32_t *out,

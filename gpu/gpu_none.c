@@ -256,6 +256,14 @@ int hkv_gpu_quest_extend(uint16_t *bounds, int64_t np_cap, int n_head_kv, int d,
     (void)lo, (void)from, (void)to, (void)stream;
     return NO_CUDA(err, "gpu quest extend");
 }
+int hkv_gpu_quest_fold(uint16_t *bounds, int64_t np_cap, int n_head_kv, int d, int64_t P,
+                       const uint16_t *k, int64_t hs, int64_t lo, int64_t pos, void *stream,
+                       hkv_err *err)
+{
+    (void)bounds, (void)np_cap, (void)n_head_kv, (void)d, (void)P, (void)k, (void)hs, (void)lo;
+    (void)pos, (void)stream;
+    return NO_CUDA(err, "gpu quest fold");
+}
 size_t hkv_gpu_quest_select_ws_bytes(int n_head_kv, int64_t n_far, int64_t P, int64_t K)
 {
     (void)n_head_kv, (void)n_far, (void)P, (void)K;

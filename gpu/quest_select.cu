@@ -138,6 +138,23 @@ extern "C" int hkv_gpu_quest_extend(uint16_t *bounds, int64_t np_cap, int n_head
     return HKV_OK;
 }
 
+extern "C" int hkv_gpu_quest_fold(uint16_t *bounds, int64_t np_cap, int n_head_kv, int d, int64_t P,
+                                  const uint16_t *k, int64_t hs, int64_t lo, int64_t pos,
+                                  void *stream, hkv_err *err)
+{
+    if (!bounds || !k || n_head_kv < 1 || n_head_kv > 65535 || d < 1 || P < 1 || lo < 0 ||
+        pos < lo || pos - lo >= np_cap * P)
+        return hkv_seterr(err, HKV_E_INVAL, "gpu quest fold: bad arguments (far position %lld "
+                          "from %lld, pages of %lld, %lld pages room, d=%d)", (long long)pos,
+                          (long long)lo, (long long)P, (long long)np_cap, d);
+    /* extend's kernel over [pos, pos + 1) with a row stride of 0: the one row */
+    dim3 grid(1u, (unsigned)n_head_kv);
+    HKV_LAUNCH(k_quest_extend, grid, d < 256 ? ((d + 31) / 32) * 32 : 256, 0, hkv_stream(stream))(
+        bounds, np_cap, d, P, k, (int64_t)0, hs, lo, pos, pos + 1, (pos - lo) / P);
+    HKV_LAUNCH_CHECK(err);
+    return HKV_OK;
+}
+
 extern "C" size_t hkv_gpu_quest_select_ws_bytes(int n_head_kv, int64_t n_far, int64_t P, int64_t K)
 {
     if (n_head_kv < 1 || n_far < 1 || P < 1 || K < 1) return 0;

@@ -85,6 +85,7 @@ int hkv_keepset_select(hkv_keepset *k, int layer, const hkv_far_view *far,
     }
     k->sel_hi[layer] = far->hi;
     k->scored[layer] = n;
+    k->version++;
     k->done[layer] = !rc;
     k->lo = far->lo;
     return rc;
@@ -102,6 +103,15 @@ int64_t hkv_keepset_pick(const hkv_keepset *k, int layer, int kvh, const hkv_far
     }
     for (int64_t p = from; p < far->hi; p++) out[c++] = (int32_t)p;
     return c;
+}
+
+int hkv_keepset_kept(const hkv_keepset *k, int layer, hkv_kept_set *out) {
+    if (layer < 0 || layer >= k->L) return HKV_E_INVAL;
+    if (!k->done[layer]) return HKV_E_UNSUPPORTED;
+    const size_t at = (size_t)layer * k->KH;
+    *out = (hkv_kept_set){.pos = k->kept + at * k->budget, .n = k->n_kept + at, .ld = k->budget,
+                          .from = k->sel_hi[layer], .version = k->version};
+    return HKV_OK;
 }
 
 int64_t hkv_keepset_max_select(const hkv_keepset *k, int64_t n_far) {

@@ -17,6 +17,7 @@ typedef struct hkv_keepset {
     int64_t *sel_hi;      /* [L] far tier end at the selection: later far tokens are always selected */
     int *done;            /* [L] a selection exists */
     int64_t *scored;      /* [L] far tokens scored by the last selection */
+    uint64_t version;     /* moves at every selection (of any layer) */
     size_t kept_b, n_kept_b, sel_hi_b, done_b, scored_b;
 } hkv_keepset;
 
@@ -42,6 +43,9 @@ int hkv_keepset_select(hkv_keepset *k, int layer, const hkv_far_view *far,
  * selection. Returns the count. */
 int64_t hkv_keepset_pick(const hkv_keepset *k, int layer, int kvh, const hkv_far_view *far,
                          int32_t *out);
+/* The layer's kept sets for a device that holds their rows (policy.h's
+ * kept_set op): HKV_E_UNSUPPORTED before the layer's first selection. */
+int hkv_keepset_kept(const hkv_keepset *k, int layer, hkv_kept_set *out);
 int64_t hkv_keepset_max_select(const hkv_keepset *k, int64_t n_far);
 /* Layers selected, mean kept and scored far tokens per KV head. */
 void hkv_keepset_stats(const hkv_keepset *k, int *layers, double *kept, double *scored);

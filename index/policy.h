@@ -133,6 +133,37 @@ typedef struct hkv_recalled {
     int64_t n;
 } hkv_recalled;
 
+/* An eviction policy's kept set for one layer, for a device that keeps
+ * those K/V rows itself (pipeline/cuda_keep.c): select for KV head h returns
+ * the positions pos[h*ld .. h*ld + n[h]) that lie in the far view
+ * (ascending), then every far position >= from, and nothing else. version
+ * moves whenever the layer's kept sets change (a device copy of the rows is
+ * current while the version and the cache's sequence epoch hold). */
+typedef struct hkv_kept_set {
+    const int32_t *pos;     /* [n_head_kv][ld] */
+    const int64_t *n;       /* [n_head_kv] */
+    int64_t ld;
+    int64_t from;
+    uint64_t version;
+} hkv_kept_set;
+
+/* A selection policy's page bounds for a device that selects itself
+ * (pipeline/cuda_pages.c; quest). Per layer fp16 [n_head_kv][np_cap][2d]:
+ * page i of KV head h is [max | min], element-wise over the keys of far
+ * positions [lo + i*P, lo + (i+1)*P) below hi. As each far token arrives
+ * the policy folds it into its page (a page starting at it afresh); a device
+ * copy does the same from its own copy of the token, so it moves with the
+ * policy's and only a version change (a prompt end) uploads it again.
+ * select for KV head h returns the positions of the K pages with the best
+ * bound max over the group of sum_e max(q_e*max_e, q_e*min_e) (ties to the
+ * lower page), ascending; all of [lo, hi) when hi - lo <= K*P. */
+typedef struct hkv_page_table {
+    const uint16_t *bounds;   /* [n_head_kv][np_cap][2d] fp16 */
+    int64_t np_cap, P, K;
+    int64_t lo, hi;           /* far positions [lo, hi) are in the pages */
+    uint64_t version;
+} hkv_page_table;
+
 typedef struct hkv_policy_ops {
     /* Prompt end for one layer: the far tier is [lo, hi) and the last
      * queries are in qv (n may be less than asked for a short prompt).
@@ -179,6 +210,14 @@ typedef struct hkv_policy_ops {
     int64_t (*select_recalled)(void *self, int layer, int kvh, const float *q,
                                const hkv_far_view *far, const hkv_recalled *r, int32_t *out,
                                hkv_policy_scratch *ws);
+    /* An eviction policy's kept set (NULL for other kinds): HKV_OK with *out
+     * filled once the layer has one; HKV_E_UNSUPPORTED before (select then
+     * returns the whole far tier). Not concurrent with select. */
+    int (*kept_set)(void *self, int layer, hkv_kept_set *out);
+    /* A selection policy's page bounds (NULL for others; policy.h
+     * hkv_page_table): HKV_OK with *out filled once the layer's pages are
+     * built. Not concurrent with select. */
+    int (*page_table)(void *self, int layer, hkv_page_table *out);
     /* Statistics line for reports (may be NULL). */
     void (*describe)(void *self, char *buf, size_t cap);
     void (*destroy)(void *self);

@@ -47,6 +47,7 @@ typedef struct quest {
     int64_t *built_hi;       /* [L] far positions [lo, built_hi) are in pages */
     int64_t *lo;             /* [L] far->lo the pages start at */
     int64_t *steps, *pages;  /* [L*KH] statistics for describe */
+    uint64_t version;        /* moves at every prompt end (a device copy uploads again) */
     size_t bounds_b, meta_b;
 } quest;
 
@@ -112,6 +113,7 @@ static int quest_prefill_end(void *self, int layer, const hkv_far_view *far,
         return hkv_seterr(err, HKV_E_RANGE, "quest: far tier [%lld, %lld) exceeds the %lld pages "
                           "sized for the context", (long long)far->lo, (long long)far->hi,
                           (long long)s->np_cap);
+    s->version++;
     return HKV_OK;
 }
 
@@ -184,6 +186,17 @@ static int64_t quest_select(void *self, int layer, int kvh, const float *q, cons
     return c;
 }
 
+static int quest_page_table(void *self, int layer, hkv_page_table *out)
+{
+    const quest *s = self;
+    if (layer < 0 || layer >= s->L) return HKV_E_INVAL;
+    if (s->built_hi[layer] < 0) return HKV_E_UNSUPPORTED;
+    *out = (hkv_page_table){.bounds = page_row(s, layer, 0, 0), .np_cap = s->np_cap, .P = s->P,
+                           .K = s->K, .lo = s->lo[layer], .hi = s->built_hi[layer],
+                           .version = s->version};
+    return HKV_OK;
+}
+
 static void quest_describe(void *self, char *buf, size_t cap)
 {
     const quest *s = self;
@@ -211,6 +224,7 @@ static const hkv_policy_ops quest_ops = {
     .select = quest_select,
     .max_select = quest_max_select,
     .scratch_need = quest_scratch_need,
+    .page_table = quest_page_table,
     .describe = quest_describe,
     .destroy = quest_destroy,
 };

@@ -212,10 +212,23 @@ static void snapkv_destroy(void *self)
     hkv_host_free(s->mem, HKV_TIER_INDEX, s, sizeof *s);
 }
 
+/* The kept set for a device holding its rows: fixed once evicted. */
+static int snapkv_kept_set(void *self, int layer, hkv_kept_set *out)
+{
+    const snapkv *s = self;
+    if (layer < 0 || layer >= s->L) return HKV_E_INVAL;
+    const sk_layer *ly = &s->lay[layer];
+    if (!ly->evicted) return HKV_E_UNSUPPORTED;
+    *out = (hkv_kept_set){.pos = ly->kept, .n = ly->n_kept, .ld = s->budget, .from = ly->evict_hi,
+                          .version = 1};
+    return HKV_OK;
+}
+
 static const hkv_policy_ops snapkv_ops = {
     .prefill_end = snapkv_prefill_end,
     .on_far_append = snapkv_on_far_append,
     .select = snapkv_select,
+    .kept_set = snapkv_kept_set,
     .max_select = snapkv_max_select,
     .scratch_need = snapkv_scratch_need,
     .describe = snapkv_describe,

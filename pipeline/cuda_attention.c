@@ -38,6 +38,7 @@ static int near_attend(cuda_be *b, int layer, int n_dec, hkv_err *err) {
                                         b->d_nrows, b->d_idx, b->NR, 1.0f / sqrtf((float)b->d),
                                         b->d_no, b->d_nl, split, b->d_split_ws, b->split_ws_bytes,
                                         b->st, err)) ||
+        (rc = cb_keep_attend(b, layer, n_dec, err)) ||
         (rc = hkv_gpu_copy_rows(b->act[HKV_ACT_ATT], b->qd, b->d_rows, b->d_no, b->qd, NULL, n_dec,
                                 b->qd, b->st, err)) ||
         (rc = hkv_gpu_copy_rows(b->d_lse, b->H, b->d_rows, b->d_nl, b->H, NULL, n_dec, b->H, b->st,
@@ -101,8 +102,11 @@ int cb_attention(void *self, int layer, const hkv_seg *segs, int n_segs, int64_t
     if ((rc = hkv_gpu_download(b->h_qkv.p, b->act[HKV_ACT_QKV], (size_t)n * b->qkv_w * 4, b->st,
                                err)) ||
         (rc = cb_recall_step(b, layer, segs, n_segs, n, err)) ||
+        (rc = cb_pages_step(b, layer, segs, n_segs, n, err)) ||
         (rc = hkv_gpu_event_record(ev[0], b->st, err)))
         return rc;
+    b->kp.n_dec = 0;
+    if (n_dec && (rc = cb_keep_step(b, layer, segs, n_segs, n, err))) return rc;
     b->stats.bytes_d2h += (uint64_t)n * b->qkv_w * 4;
     const size_t lofs = (size_t)layer * KH * NR * d;
     if (merge && ((rc = hkv_gpu_partial_clear(b->act[HKV_ACT_ATT], b->qd, b->d_lse, n, b->H, d,
@@ -127,8 +131,15 @@ int cb_attention(void *self, int layer, const hkv_seg *segs, int n_segs, int64_t
     double t0 = hkv_now();
     if ((rc = hkv_gpu_event_sync(ev[0], err))) return rc;
     double t1 = hkv_now();
+    /* the device's parts of the selection: recall, kept sets, selections */
+    const hkv_recall_rows *rec = cb_recall_result(b, n);
+    hkv_recall_rows dev = {0};
+    if (rec) dev = *rec;
+    if (b->kp.n_dec) dev.far_from = b->kp.h_from;
+    cb_pages_result(b, n, &dev);
     rc = kv->ops->layer_step_far(kv->self, layer, b->pp_segs, n_segs, b->h_qkv.p, b->qkv_w,
-                                 b->h_fo.p, b->qd, b->h_fl.p, cb_recall_result(b, n), err);
+                                 b->h_fo.p, b->qd, b->h_fl.p,
+                                 rec || b->kp.n_dec || b->pg.n_rows ? &dev : NULL, err);
     double t2 = hkv_now();
     b->stats.cpu_wait_dev += t1 - t0;
     b->stats.cpu_busy += t2 - t1;

@@ -21,7 +21,7 @@ typedef struct dlayer {
 
 /* Device arrays refreshed from host per call: the last content uploaded is
  * kept so that layers of one call do not upload it again. */
-enum { UP_TOK, UP_POS, UP_LROWS, UP_DST, UP_ROWS, UP_NROWS, UP_IDX, UP_COUNT };
+enum { UP_TOK, UP_POS, UP_LROWS, UP_DST, UP_ROWS, UP_NROWS, UP_IDX, UP_KNROWS, UP_KIDX, UP_COUNT };
 
 /* The device's mirror of the policies' recall tables (cuda_recall.c). */
 typedef struct cb_recall {
@@ -44,6 +44,39 @@ typedef struct cb_recall {
     int n_desc;
     hkv_recall_rows rr;
 } cb_recall;
+
+/* The device's copy of eviction policies' kept rows (cuda_keep.c). */
+typedef struct cb_keep {
+    int64_t cap;                  /* rows per (sequence, layer, KV head); 0: no arena */
+    uint16_t *k, *v;              /* device [max_seqs][NL][KH][cap][d] fp16 */
+    size_t bytes;                 /* of each of k, v */
+    uint64_t *ver, *epoch;        /* [max_seqs][NL]: kept-set version and epoch copied (0: none) */
+    int32_t *n;                   /* [max_seqs][NL][KH]: rows copied */
+    hkv_pinned h_stage;           /* one (sequence, layer)'s rows on their way up, K then V */
+    void *stage_ev;               /* its last copy done */
+    int32_t *h_nrows, *h_idx;     /* the step's compact decode rows: [max_seqs][KH], [..][cap] */
+    int32_t *d_nrows, *d_idx;
+    float *d_o, *d_l;             /* their kept partials [max_seqs][H][d], [max_seqs][H] */
+    int split;                    /* flash-decoding splits the workspace holds */
+    void *split_ws;
+    size_t split_ws_bytes;
+    int64_t *h_from;              /* [max_rows][KH]: the host's far range start (-1: select) */
+    int n_dec;                    /* decode rows this step (0: no kept set on the device) */
+} cb_keep;
+
+/* The device's copy of page-bounds policies' tables (cuda_pages.c). */
+typedef struct cb_pages {
+    int64_t np_cap, sel_ld;       /* pages per (sequence, layer, KV head); positions per (row,
+                                     KV head); 0: no arena */
+    uint16_t *bounds;             /* device [max_seqs][NL][KH][np_cap][2d] fp16 */
+    size_t bytes, ws_bytes;
+    void *ws;
+    uint64_t *ver, *epoch;        /* [max_seqs][NL]: table version and epoch copied (0: none) */
+    int32_t *d_sel, *d_n;         /* [max_rows][KH][sel_ld], [max_rows][KH] */
+    hkv_pinned h_out;             /* their host copy */
+    char *has;                    /* [max_rows][KH]: selected on the device this step */
+    int n_rows;                   /* decode rows selected on the device this step */
+} cb_pages;
 
 /* A sequence's copy of its prompt's K/V while the prompt is fed (cuda_prefill.c). */
 typedef struct cb_prompt {
@@ -103,6 +136,8 @@ typedef struct cuda_be {
     int64_t *h_dst;                       /* [max_rows] */
     int32_t *h_slow;                      /* [max_seqs] */
     cb_recall rc;
+    cb_keep kp;
+    cb_pages pg;
     cb_prompt *pp;                /* [max_seqs] */
     int64_t *pp_len;              /* [max_seqs][NL]: tokens in the copy per layer */
     hkv_seg *pp_segs;             /* the step's segments as the host gets them */
@@ -132,6 +167,25 @@ int cb_recall_create(cuda_be *b, hkv_err *err);
 void cb_recall_destroy(cuda_be *b);
 int cb_recall_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64_t n, hkv_err *err);
 const hkv_recall_rows *cb_recall_result(cuda_be *b, int64_t n);
+
+/* Eviction policies' kept rows on the device (cuda_keep.c). cb_keep_step,
+ * before the layer's host step, brings the copies of the step's decode rows
+ * up to date and stages their row lists (kp.h_from: the host's part);
+ * cb_keep_attend queues their kept partials and merges them into the near
+ * partials (d_no, d_nl) of the n_dec compact decode rows. */
+int cb_keep_create(cuda_be *b, hkv_err *err);
+void cb_keep_destroy(cuda_be *b);
+int cb_keep_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64_t n, hkv_err *err);
+int cb_keep_attend(cuda_be *b, int layer, int n_dec, hkv_err *err);
+
+/* Page-bounds policies' selection on the device (cuda_pages.c). cb_pages_step,
+ * after the layer's QKV and before its near-tier append, brings the copies up
+ * to date, folds the tokens leaving the ring and queues the selection and its
+ * download; cb_pages_result, after that download, fills rec's sel fields. */
+int cb_pages_create(cuda_be *b, hkv_err *err);
+void cb_pages_destroy(cuda_be *b);
+int cb_pages_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64_t n, hkv_err *err);
+void cb_pages_result(cuda_be *b, int64_t n, hkv_recall_rows *rec);
 
 /* Prompt attention on the device (cuda_prefill.c). cb_prefill_plan: which
  * prompt segments of the step the device attends (b->pp_segs gets the

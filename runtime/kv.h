@@ -44,16 +44,30 @@ typedef struct hkv_seg {
  * lse -inf). */
 #define HKV_SEG_STORE_ONLY 4
 
-/* Recall computed elsewhere (the device, pipeline/) for the decode rows of
- * one far-only layer step: for batch row r and KV head h, at = r *
- * n_head_kv + h, n[at] entries at slot + at*ld and score + at*ld (n[at] < 0:
- * none, the sequence's policy recalls on the host). What the entries are is
- * the sequence's policy's business (index/policy.h, hkv_recalled). */
+/* The parts of the decode rows' selection done elsewhere (the device,
+ * pipeline/) for one far-only layer step; for batch row r and KV head h,
+ * at = r * n_head_kv + h:
+ *   recall   (n may be NULL): n[at] entries at slot + at*ld and score +
+ *            at*ld (n[at] < 0: none, the sequence's policy recalls on the
+ *            host). What they are is the policy's business (index/policy.h,
+ *            hkv_recalled);
+ *   far_from (may be NULL): far_from[at] >= 0: the caller attends the
+ *            policy's kept set (policy.h, hkv_kept_set) itself and the host
+ *            attends the far positions [far_from[at], hi) only, the rest of
+ *            what select would return; < 0: select as usual;
+ *   sel      (sel_n may be NULL): sel_n[at] >= 0: the caller selected, as
+ *            the policy's select would (policy.h, hkv_page_table), the
+ *            far positions sel + at*sel_ld, sel_n[at] of them: the host
+ *            attends those. */
 typedef struct hkv_recall_rows {
     const int32_t *slot;
     const float *score;
     const int32_t *n;
     int64_t ld;
+    const int64_t *far_from;
+    const int32_t *sel;
+    const int32_t *sel_n;
+    int64_t sel_ld;
 } hkv_recall_rows;
 
 typedef struct hkv_kv_ops {

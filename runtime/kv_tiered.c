@@ -522,6 +522,16 @@ int hkv_kv_tiered_near(hkv_kv *kv, int seq, int layer, const uint16_t **k, const
     return HKV_OK;
 }
 
+int hkv_kv_tiered_far(hkv_kv *kv, int seq, int layer, hkv_far_view *far, hkv_err *err) {
+    if (!hkv_kv_is_tiered(kv)) return hkv_seterr(err, HKV_E_INVAL, "not a tiered KV cache");
+    tiered *t = kv->self;
+    if (seq < 0 || seq >= t->max_seqs || !t->seqs[seq].open || layer < 0 || layer >= t->s.n_layer)
+        return hkv_seterr(err, HKV_E_RANGE, "far tier of sequence %d, layer %d: not open or out "
+                          "of range", seq, layer);
+    tiered_far_view(t, &t->seqs[seq], layer, far);
+    return HKV_OK;
+}
+
 uint64_t hkv_kv_tiered_seq_epoch(const hkv_kv *kv, int seq) {
     if (!hkv_kv_is_tiered(kv)) return 0;
     const tiered *t = kv->self;

@@ -86,6 +86,9 @@ const hkv_policy_def *hkv_kv_tiered_seq_policy(const hkv_kv *kv, int seq, hkv_po
  * rows)). */
 int hkv_kv_tiered_near(hkv_kv *kv, int seq, int layer, const uint16_t **k, const uint16_t **v,
                        int *rows, hkv_err *err);
+/* The far tier of (seq, layer) as its policy sees it (index/policy.h): for
+ * a device copying rows the policy keeps (pipeline/cuda_keep.c). */
+int hkv_kv_tiered_far(hkv_kv *kv, int seq, int layer, hkv_far_view *far, hkv_err *err);
 /* Near rows per (layer, KV head) (0 when kv is not tiered). */
 int hkv_kv_tiered_near_rows(const hkv_kv *kv);
 /* A number that changes whenever seq's stored tokens change other than by

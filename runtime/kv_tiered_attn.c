@@ -227,7 +227,24 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
             int64_t n_sel = 0;
             if (fv.hi > fv.lo) {
                 const int64_t at = sg->row * KH + I->kvh;
-                if (rec && rec->n[at] >= 0 && q->pol.ops->select_recalled) {
+                int64_t range_from = -1;   /* >= 0: sel is [range_from, hi) */
+                if (rec && rec->far_from && rec->far_from[at] >= 0) {
+                    /* the kept set is the caller's: the tokens past it only */
+                    range_from = rec->far_from[at] > fv.lo ? rec->far_from[at] : fv.lo;
+                    n_sel = 0;
+                    for (int64_t p = range_from; p < fv.hi; p++) sel[n_sel++] = (int32_t)p;
+                } else if (rec && rec->sel_n && rec->sel_n[at] >= 0) {
+                    /* selected by the caller: in range, or the step fails */
+                    const int32_t *ps = rec->sel + at * rec->sel_ld;
+                    n_sel = rec->sel_n[at] <= nd.max_sel ? rec->sel_n[at] : HKV_E_RANGE;
+                    for (int64_t i = 0; n_sel > 0 && i < n_sel; i++) {
+                        if (ps[i] < fv.lo || ps[i] >= fv.hi) {
+                            n_sel = HKV_E_RANGE;
+                            break;
+                        }
+                        sel[i] = ps[i];
+                    }
+                } else if (rec && rec->n && rec->n[at] >= 0 && q->pol.ops->select_recalled) {
                     const hkv_recalled r = {rec->slot + at * rec->ld, rec->score + at * rec->ld,
                                             rec->n[at]};
                     n_sel = q->pol.ops->select_recalled(q->pol.self, layer, I->kvh, qb, &fv, &r,
@@ -241,13 +258,19 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
                     continue;
                 }
                 /* select returns unique positions in [lo, hi): as many as the range
-                 * means the whole range, read contiguously rather than gathered. */
-                if (n_sel == fv.hi - fv.lo)
-                    kn->attn_dense(qb, g, d, fv.k[I->kvh] + fv.lo * fv.ld, fv.v[I->kvh] + fv.lo * fv.ld,
+                 * means the whole range, read contiguously rather than gathered;
+                 * so is the range past a kept set the caller attends. */
+                const int64_t p0 = n_sel == fv.hi - fv.lo ? fv.lo : range_from;
+                if (!n_sel) {
+                    /* nothing: the partial stays what it is */
+                } else if (n_sel == fv.hi - fv.lo || range_from >= 0) {
+                    kn->attn_dense(qb, g, d, fv.k[I->kvh] + p0 * fv.ld, fv.v[I->kvh] + p0 * fv.ld,
                                    fv.ld, n_sel, scale, o2, l2);
-                else
+                    hkv_attn_merge(ob, lb, o2, l2, g, d);
+                } else {
                     kn->attn_sparse(qb, g, d, fv.k[I->kvh], fv.v[I->kvh], fv.ld, sel, n_sel, scale, o2, l2);
-                hkv_attn_merge(ob, lb, o2, l2, g, d);
+                    hkv_attn_merge(ob, lb, o2, l2, g, d);
+                }
             }
             if (t->p.audit) {
                 int64_t nf = nd.far;

@@ -185,14 +185,18 @@ void hkv_device_cli_json(FILE *f, hkv_engine *e) {
             "\"device_near_s\":%.6f,\"device_wait_cpu_s\":%.6f,\"bytes_d2h\":%llu,\"bytes_h2d\":%llu,"
             "\"near_resyncs\":%lld,\"device_recalls\":%lld,\"recall_resyncs\":%lld,"
             "\"prompt_rows_device\":%lld,\"prompt_rows_host\":%lld,"
-            "\"index_builds_device\":%lld,\"index_builds_host\":%lld}",
+            "\"index_builds_device\":%lld,\"index_builds_host\":%lld,"
+            "\"device_kept_rows\":%lld,\"kept_resyncs\":%lld,\"device_selects\":%lld,"
+            "\"page_resyncs\":%lld}",
             hkv_gpu_backend(), (long long)ps.layer_steps,
             (long long)ps.decode_rows, (long long)ps.prompt_rows, ps.cpu_busy, ps.cpu_wait_dev,
             ps.dev_near, ps.dev_wait_cpu, (unsigned long long)ps.bytes_d2h,
             (unsigned long long)ps.bytes_h2d, (long long)ps.near_resyncs,
             (long long)ps.recall_rows, (long long)ps.recall_resyncs,
             (long long)ps.prompt_rows_dev, (long long)ps.prompt_rows_host,
-            (long long)ps.index_builds_dev, (long long)ps.index_builds_host);
+            (long long)ps.index_builds_dev, (long long)ps.index_builds_host,
+            (long long)ps.keep_rows, (long long)ps.keep_resyncs, (long long)ps.device_selects,
+            (long long)ps.page_resyncs);
     fputs(",\"gpu_memory\":{", f);
     for (int t = 0; t < HKV_TIER_COUNT && t < 5; t++)
         fprintf(f, "%s\"%s\":%zu", t ? "," : "", hkv_tier_name(t), ps.dev_tier[t]);
@@ -215,12 +219,14 @@ void hkv_device_cli_summary(FILE *f, hkv_engine *e) {
             "attention %.3f s, CPU waiting for the device %.3f s; device near attention %.3f s, "
             "device waiting for the CPU %.3f s; copied %s down, %s up; %lld near-tier resyncs; "
             "%lld recalls on the device; prompt attention %lld rows on the device, %lld on the "
-            "host; index builds %lld on the device, %lld on the host; device peak %s%s\n",
+            "host; index builds %lld on the device, %lld on the host; kept rows attended on the device "
+            "%lld times (%lld copies up); far selections on the device %lld; device peak %s%s\n",
             hkv_gpu_backend(), (long long)ps.layer_steps,
             (long long)ps.decode_rows, (long long)ps.prompt_rows, ps.cpu_busy, ps.cpu_wait_dev,
             ps.dev_near, ps.dev_wait_cpu, down, up, (long long)ps.near_resyncs,
             (long long)ps.recall_rows, (long long)ps.prompt_rows_dev,
             (long long)ps.prompt_rows_host, (long long)ps.index_builds_dev,
-            (long long)ps.index_builds_host, pk,
+            (long long)ps.index_builds_host, (long long)ps.keep_rows, (long long)ps.keep_resyncs,
+            (long long)ps.device_selects, pk,
             strcmp(hkv_gpu_backend(), "cuda-emu") ? "" : " (emulated: structure, not GPU speed)");
 }

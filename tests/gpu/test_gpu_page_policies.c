@@ -83,8 +83,12 @@ static void quest_check(hkv_gpu_ctx *ctx, const world *Wd, int64_t P, int64_t bu
         if (hi > hi0) {   /* one token reaches the far tier */
             f = far_view(Wd, hi);
             pol.ops->on_far_append(pol.self, 0, &f);
-            GPU_OK(hkv_gpu_quest_extend(dbounds, np_cap, KH, d, P, dk, d, Wd->cap * d, Wd->lo,
-                                        hi - 1, hi, st, err));
+            if (hi % 2)   /* the one row folded, as the pipeline does from its ring copy */
+                GPU_OK(hkv_gpu_quest_fold(dbounds, np_cap, KH, d, P, dk + (hi - 1) * d, Wd->cap * d,
+                                          Wd->lo, hi - 1, st, err));
+            else
+                GPU_OK(hkv_gpu_quest_extend(dbounds, np_cap, KH, d, P, dk, d, Wd->cap * d, Wd->lo,
+                                            hi - 1, hi, st, err));
         }
         if ((hi - hi0) % 8) continue;
         gpu_get(ctx, hb, dbounds, bb);

@@ -36,6 +36,9 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 
 NEAR = ["--sink", "2", "--local", "6"]
+# hetkv run's prompt: long enough for a far tier past the near one on every model
+RUN_PROMPT = ("Hello world, this is a test. The quick brown fox jumps over the lazy dog while "
+              "the fishermen of a small village by the sea mend their nets.")
 
 
 def policies(draft: str) -> dict[str, list[str]]:
@@ -220,11 +223,12 @@ def main(argv=None) -> int:
             print(f"test_pipeline: {res.passed} passed, {res.failed} failed")
             return 1 if res.failed else 0
         # greedy generation through hetkv run, both devices
-        for name in (() if a.synthetic else ("full", "ctkvr")):
+        for name in (() if a.synthetic else ("full", "ctkvr", "quest budget=16", "snapkv budget=12",
+                                                 "laq budget=8")):
             pol = cases[name]
             toks = {}
             for dev in ("cpu", "cuda"):
-                p = run([hetkv, "run", "-m", model, "-p", "Hello world, this is a test.", "-n", "12",
+                p = run([hetkv, "run", "-m", model, "-p", RUN_PROMPT, "-n", "12",
                          "--temp", "0", "--json", "--device", dev, *NEAR, *pol], a.timeout)
                 if p.returncode != 0:
                     toks[dev] = f"exit {p.returncode}: {p.stderr.strip()[-300:]}"
@@ -243,6 +247,22 @@ def main(argv=None) -> int:
                     # the prompt (from position 0, room on the device) is attended there
                     recalls_ok = recalls_ok and tl.get("prompt_rows_device", 0) > 0 \
                         and tl.get("prompt_rows_host", 1) == 0
+                    # eviction policies' kept rows are attended on the device
+                    # (pipeline/cuda_keep.c), copied up once per selection
+                    # (laq: stage 1, then the re-selection after its lookahead)
+                    evicts = name.split()[0] in ("snapkv", "laq")
+                    if evicts:
+                        recalls_ok = recalls_ok and tl.get("device_kept_rows", 0) > 0 \
+                            and 0 < tl.get("kept_resyncs", 0) < tl.get("layer_steps", 0)
+                    else:
+                        recalls_ok = recalls_ok and tl.get("device_kept_rows", 1) == 0
+                    # quest selects its pages on the device (pipeline/cuda_pages.c) from
+                    # the second decode step on (the first follows the prompt end)
+                    if name.startswith("quest"):
+                        recalls_ok = recalls_ok and tl.get("device_selects", 0) > 0 \
+                            and 0 < tl.get("page_resyncs", 0) < tl.get("layer_steps", 0)
+                    else:
+                        recalls_ok = recalls_ok and tl.get("device_selects", 1) == 0
                     res.report(d.get("backend") in ("cuda", "cuda-emu") and tl.get("decode_rows", 0) > 0
                                and tl.get("bytes_d2h", 0) > 0 and recalls_ok,
                                f"run {name}: JSON names the device and its timeline",

@@ -1,0 +1,184 @@
+/* A page-bounds policy's selection on the device (index/policy.h,
+ * page_table; quest): its step reads the bounds of every far page (2d fp16
+ * per page and KV head: at 96K and P = 16, 768 MB per Llama-3-8B step), too
+ * much for the host to scan each step, so the device keeps a copy and
+ * selects; the host attends the positions it chose.
+ *
+ * Per layer, before the host step (and before the near tier's ring slot is
+ * overwritten by this step's append):
+ *   host  : for each decode row whose policy has pages and whose near mirror
+ *           is current, upload the policy's bounds whole when its version or
+ *           the sequence's epoch moved (a prompt end, a rewind);
+ *   device: fold the token leaving the near ring (the row in the device's
+ *           mirror, before the append) into its page, as the policy does on
+ *           the host in this step's on_far_append, then select the K best
+ *           pages per KV head (gpu/quest_select.cu) over the far tier as it
+ *           will be after this step; the positions come down with the QKV
+ *           rows (hkv_recall_rows.sel: the host attends them).
+ * A row whose near mirror is not current (the first step after a prompt)
+ * selects on the host, and its copy is uploaded again at the next step. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_backend_impl.h"
+#include "kv_tiered.h"
+
+int cb_pages_create(cuda_be *b, hkv_err *err) {
+    cb_pages *g = &b->pg;
+    const size_t S = (size_t)b->max_seqs;
+    if (!(g->ver = calloc(S * b->NL, sizeof *g->ver)) ||
+        !(g->epoch = calloc(S * b->NL, sizeof *g->epoch)) ||
+        !(g->has = malloc((size_t)b->max_rows * b->KH * sizeof *g->has)))
+        return hkv_seterr(err, HKV_E_NOMEM, "no host memory for the page bounds' tables");
+    return HKV_OK;
+}
+
+static void free_arena(cuda_be *b) {
+    cb_pages *g = &b->pg;
+    const size_t out = (size_t)b->max_rows * b->KH * g->sel_ld;
+    hkv_gpu_free_async(b->ctx, HKV_TIER_INDEX, g->bounds, g->bytes, b->st);
+    hkv_gpu_free_async(b->ctx, HKV_TIER_WORKSPACE, g->ws, g->ws_bytes, b->st);
+    hkv_gpu_free_async(b->ctx, HKV_TIER_WORKSPACE, g->d_sel, out * 4, b->st);
+    hkv_gpu_free_async(b->ctx, HKV_TIER_WORKSPACE, g->d_n, (size_t)b->max_rows * b->KH * 4, b->st);
+    hkv_pinned_free(&g->h_out, &b->e->mem, NULL);
+    g->bounds = NULL, g->ws = NULL, g->d_sel = g->d_n = NULL;
+    g->np_cap = g->sel_ld = 0, g->bytes = g->ws_bytes = 0;
+}
+
+void cb_pages_destroy(cuda_be *b) {
+    cb_pages *g = &b->pg;
+    if (g->np_cap) free_arena(b);
+    free(g->ver);
+    free(g->epoch);
+    free(g->has);
+}
+
+/* Room for np_cap pages per (sequence, layer, KV head) of 2d, sel_ld
+ * positions per (row, KV head). A growth waits for the stream (the device
+ * may still read the old arena, the page-locked output too) and uploads
+ * every copy again. */
+static int ensure_arena(cuda_be *b, int64_t np_cap, int64_t sel_ld, hkv_err *err) {
+    cb_pages *g = &b->pg;
+    if (np_cap <= g->np_cap && sel_ld <= g->sel_ld) return HKV_OK;
+    if (np_cap < g->np_cap) np_cap = g->np_cap;
+    if (sel_ld < g->sel_ld) sel_ld = g->sel_ld;
+    int rc = HKV_OK;
+    if (g->np_cap) {
+        if ((rc = hkv_gpu_sync(b->st, err))) return rc;
+        free_arena(b);
+    }
+    memset(g->ver, 0, (size_t)b->max_seqs * b->NL * sizeof *g->ver);
+    const size_t R = (size_t)b->max_rows, KH = (size_t)b->KH, out = R * KH * (size_t)sel_ld;
+    g->np_cap = np_cap, g->sel_ld = sel_ld;   /* free_arena frees with these sizes */
+    g->bytes = (size_t)b->max_seqs * b->NL * KH * (size_t)np_cap * 2 * b->d * 2;
+    g->ws_bytes = hkv_gpu_quest_select_ws_bytes(b->KH, np_cap, 1, np_cap);
+    if (!(g->bounds = hkv_gpu_alloc_async(b->ctx, HKV_TIER_INDEX, g->bytes, b->st, err)) ||
+        !(g->ws = hkv_gpu_alloc_async(b->ctx, HKV_TIER_WORKSPACE, g->ws_bytes, b->st, err)) ||
+        !(g->d_sel = hkv_gpu_alloc_async(b->ctx, HKV_TIER_WORKSPACE, out * 4, b->st, err)) ||
+        !(g->d_n = hkv_gpu_alloc_async(b->ctx, HKV_TIER_WORKSPACE, R * KH * 4, b->st, err)) ||
+        (rc = hkv_pinned_alloc(&g->h_out, &b->e->mem, NULL, HKV_TIER_WORKSPACE, out * 4 + R * KH * 4,
+                               -1, HKV_PIN_REQUIRE, err))) {
+        rc = err && err->code ? err->code : HKV_E_NOMEM;
+        free_arena(b);
+        hkv_err_prefix(err, "device page bounds of %lld pages for %d sequences x %d layers",
+                       (long long)np_cap, b->max_seqs, b->NL);
+        return rc;
+    }
+    return HKV_OK;
+}
+
+int cb_pages_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64_t n, hkv_err *err) {
+    cb_pages *g = &b->pg;
+    hkv_kv *kv = &b->e->kv;
+    const int NL = b->NL, KH = b->KH, d = b->d, NR = b->NR;
+    const int64_t Li = b->e->p.tiered.L_init, Ll = b->e->p.tiered.L_local;
+    int rc;
+    g->n_rows = 0;
+    /* The arena first, sized for every row of the step that selects here. */
+    int64_t np_need = 0, sel_need = 0;
+    for (int i = 0; i < n_segs; i++) {
+        const hkv_seg *sg = &segs[i];
+        if ((sg->flags & (HKV_SEG_PROMPT | HKV_SEG_PROMPT_END)) || sg->n > 1) continue;
+        hkv_policy pol;
+        hkv_page_table t;
+        if ((rc = hkv_kv_tiered_seq_instance(kv, sg->seq, NULL, &pol, err))) return rc;
+        if (!pol.ops->page_table || pol.ops->page_table(pol.self, layer, &t) != HKV_OK) continue;
+        if (t.np_cap > np_need) np_need = t.np_cap;
+        if (t.K * t.P > sel_need) sel_need = t.K * t.P;
+    }
+    if (!np_need) return HKV_OK;
+    if ((rc = ensure_arena(b, np_need, sel_need, err))) return rc;
+    for (int64_t i = 0; i < n * KH; i++) g->has[i] = 0;
+    const size_t tab = (size_t)KH * g->np_cap * 2 * d;   /* elements of one (sequence, layer) */
+    for (int i = 0; i < n_segs; i++) {
+        const hkv_seg *sg = &segs[i];
+        if ((sg->flags & (HKV_SEG_PROMPT | HKV_SEG_PROMPT_END)) || sg->n > 1) continue;
+        hkv_policy pol;
+        hkv_page_table t;
+        if ((rc = hkv_kv_tiered_seq_instance(kv, sg->seq, NULL, &pol, err))) return rc;
+        if (!pol.ops->page_table || pol.ops->page_table(pol.self, layer, &t) != HKV_OK) continue;
+        const size_t m = (size_t)sg->seq * NL + layer;
+        const uint64_t ep = hkv_kv_tiered_seq_epoch(kv, sg->seq);
+        const int64_t p = sg->pos;
+        if (b->m_len[m] != p || b->m_epoch[m] != ep) {   /* no current ring to fold from */
+            g->ver[m] = 0;
+            continue;
+        }
+        uint16_t *bd = g->bounds + m * tab;
+        if (g->ver[m] != t.version || g->epoch[m] != ep) {   /* the policy's bounds, whole */
+            const int64_t np = (t.hi - t.lo + t.P - 1) / t.P;
+            for (int h = 0; h < KH && np > 0; h++) {
+                const size_t off = (size_t)h * t.np_cap * 2 * d, bytes = (size_t)np * 2 * d * 2;
+                if ((rc = hkv_gpu_upload(bd + (size_t)h * g->np_cap * 2 * d, t.bounds + off, bytes,
+                                         b->st, err)))
+                    return rc;
+                b->stats.bytes_h2d += bytes;
+            }
+            g->ver[m] = t.version, g->epoch[m] = ep;
+            b->stats.page_resyncs++;
+        }
+        /* The token this step pushes out of the ring reaches the far tier. */
+        int64_t hi = t.hi;
+        if (p >= Li + Ll) {
+            const int64_t pf = p - Ll, slot = Li + (p - Li) % Ll;
+            if (pf != t.hi)
+                return hkv_seterr(err, HKV_E_INVAL, "sequence %d, layer %d: the far tier ends at "
+                                  "%lld but position %lld leaves the ring", sg->seq, layer,
+                                  (long long)t.hi, (long long)pf);
+            const uint16_t *row = b->near_k + (m * KH * NR + (size_t)slot) * d;
+            if ((rc = hkv_gpu_quest_fold(bd, g->np_cap, KH, d, t.P, row, (int64_t)NR * d, t.lo, pf,
+                                         b->st, err)))
+                return rc;
+            hi = pf + 1;
+        }
+        const int64_t r = sg->row;
+        if ((rc = hkv_gpu_quest_select(bd, g->np_cap, KH, b->H / KH, d, t.P, t.K,
+                                       b->act[HKV_ACT_QKV] + r * b->qkv_w, t.lo, hi,
+                                       g->d_sel + (size_t)r * KH * g->sel_ld, g->sel_ld,
+                                       g->d_n + (size_t)r * KH, g->ws, g->ws_bytes, b->st, err)))
+            return hkv_err_prefix(err, "sequence %d, layer %d: page selection", sg->seq, layer);
+        for (int h = 0; h < KH; h++) g->has[r * KH + h] = 1;
+        g->n_rows++;
+    }
+    if (!g->n_rows) return HKV_OK;
+    /* Down with the QKV rows: the host attends what was selected. */
+    const size_t ne = (size_t)n * KH * g->sel_ld;
+    int32_t *h_sel = g->h_out.p, *h_n = h_sel + (size_t)b->max_rows * KH * g->sel_ld;
+    if ((rc = hkv_gpu_download(h_sel, g->d_sel, ne * 4, b->st, err)) ||
+        (rc = hkv_gpu_download(h_n, g->d_n, (size_t)n * KH * 4, b->st, err)))
+        return rc;
+    b->stats.bytes_d2h += ne * 4 + (size_t)n * KH * 4;
+    b->stats.device_selects += g->n_rows;
+    return HKV_OK;
+}
+
+void cb_pages_result(cuda_be *b, int64_t n, hkv_recall_rows *rec) {
+    cb_pages *g = &b->pg;
+    if (!g->n_rows) return;
+    int32_t *h_sel = g->h_out.p, *h_n = h_sel + (size_t)b->max_rows * b->KH * g->sel_ld;
+    for (int64_t i = 0; i < n * b->KH; i++)   /* rows the device did not select for */
+        if (!g->has[i]) h_n[i] = -1;
+    rec->sel = h_sel;
+    rec->sel_n = h_n;
+    rec->sel_ld = g->sel_ld;
+}
