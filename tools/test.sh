@@ -4,7 +4,8 @@
 #   build/      the default build, compiled (with nvcc where present: it must build);
 #   build-emu/  every meson suite, the GPU kernels executed on the CUDA emulator;
 #   build-asan/ the gpu and emu suites and the CPU-GPU pipeline (a ctkvr run through prompt,
-#               decode and a second turn; a long decode, leak-checked) under AddressSanitizer + UBSan;
+#               decode and a second turn, and quest, snapkv, laq likewise; a long decode,
+#               leak-checked) under AddressSanitizer + UBSan;
 #   build-tsan/ the gpu suite (but gpu_ctkvr and the policy kernels, below) and the ctkvr pipeline run under
 #               ThreadSanitizer (the emu suite's stream
 #               tests spin on volatile flags in pinned memory, a CUDA idiom
@@ -41,7 +42,7 @@ if [ "${HKV_TEST_QUICK:-0}" != 1 ]; then
     for v in asan tsan; do
         d=build-$v
         suites=(--suite gpu --suite emu)
-        named=(pipeline_sanitized pipeline_asan_long)   # meson: suites and names do not mix
+        named=(pipeline_sanitized pipeline_asan_long pipeline_asan_policies)   # meson: suites and names do not mix
         # gpu_ctkvr's host reference reads a struct on the main thread's stack
         # from OpenMP workers; when TSan cannot restore the worker's stack the
         # OpenMP suppression does not match and the join it cannot see is
