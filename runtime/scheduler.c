@@ -169,13 +169,19 @@ int hkv_sched_submit(hkv_sched *s, hkv_sched_req *r, hkv_err *err) {
     return HKV_OK;
 }
 
+/* Close slot i's sequence and give back its KV reservation. */
+static void release(hkv_sched *s, int i) {
+    slot *sl = &s->slots[i];
+    s->e->kv.ops->seq_close(s->e->kv.self, i);
+    if (sl->smp_ok) hkv_sampler_free(&sl->smp);
+    s->reserved -= sl->r->kv_bytes;
+    s->n_running--;
+}
+
 static void finish(hkv_sched *s, int i, int status, const hkv_err *err) {
     slot *sl = &s->slots[i];
     hkv_sched_req *r = sl->r;
-    s->e->kv.ops->seq_close(s->e->kv.self, i);
-    if (sl->smp_ok) hkv_sampler_free(&sl->smp);
-    s->reserved -= r->kv_bytes;
-    s->n_running--;
+    release(s, i);
     r->status = status;
     if (status && err) r->err = *err;
     if (r->n_out > 0) r->t_decode = hkv_now() - (r->t_submit + r->t_first);
@@ -359,6 +365,25 @@ static int64_t prefill_one(hkv_sched *s) {
         first_token(s, best, lg);
     }
     return fed;
+}
+
+int hkv_sched_cancel(hkv_sched *s, hkv_sched_req *r) {
+    for (hkv_sched_req **pp = &s->head, *prev = NULL; *pp; prev = *pp, pp = &(*pp)->next_) {
+        if (*pp != r) continue;
+        *pp = r->next_;
+        if (s->tail == r) s->tail = prev;
+        r->next_ = NULL;
+        s->n_queued--;
+        return HKV_OK;
+    }
+    for (int i = 0; i < s->p.max_batch; i++) {
+        slot *sl = &s->slots[i];
+        if (sl->state == SLOT_FREE || sl->r != r) continue;
+        release(s, i);
+        memset(sl, 0, sizeof *sl);
+        return HKV_OK;
+    }
+    return HKV_E_NOTFOUND;
 }
 
 int hkv_sched_step(hkv_sched *s, hkv_err *err) {

@@ -100,6 +100,14 @@ int hkv_sched_submit(hkv_sched *s, hkv_sched_req *r, hkv_err *err);
  * leaves the scheduler unusable. */
 int hkv_sched_step(hkv_sched *s, hkv_err *err);
 
+/* Take r out now, between steps, without calling on_done (a server's client
+ * went away): a queued request leaves the queue, a running one's sequence
+ * is closed and its KV reservation given back, so its slot is refilled at
+ * the next step. HKV_E_NOTFOUND when r is neither (already finished). The
+ * scheduler no longer touches r afterwards; r->out and r->text stay the
+ * caller's to clear. */
+int hkv_sched_cancel(hkv_sched *s, hkv_sched_req *r);
+
 /* Requests queued or in flight. */
 int hkv_sched_pending(const hkv_sched *s);
 int hkv_sched_running(const hkv_sched *s);

@@ -3,6 +3,7 @@
 #ifndef HKV_BATCH_H
 #define HKV_BATCH_H
 
+#include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -14,6 +15,7 @@ typedef struct hkv_batch_defaults {
     int max_tokens;        /* --max-tokens: cap when the request gives none */
     int64_t n_ctx;         /* the engine's context: the default is cut to fit it */
     int stop_at_eog;       /* 0 with --ignore-eos */
+    int streaming;         /* hetkv serve: body.stream is accepted (the caller reads it) */
 } hkv_batch_defaults;
 
 /* One input line on its way through the job. */
@@ -35,6 +37,15 @@ int hkv_batch_parse(const char *line, size_t len, const hkv_tokenizer *tok,
                     const hkv_batch_defaults *d, hkv_batch_item *it, hkv_err *err);
 void hkv_batch_item_free(hkv_batch_item *it);
 
+/* The request body alone (hkv_batch_parse after the line's envelope, and
+ * hetkv serve for an HTTP body): the prompt (chat: messages through the
+ * model's chat template) tokenised, the sampling fields and stop strings
+ * into it->req; seed when the body gives none. Unknown fields are ignored,
+ * fields hetkv cannot honour refused. */
+int hkv_batch_parse_body(json_t *body, int chat, const hkv_tokenizer *tok,
+                         const hkv_batch_defaults *d, uint64_t seed, hkv_batch_item *it,
+                         hkv_err *err);
+
 /* What every result line carries besides the request's own. */
 typedef struct hkv_batch_meta {
     const char *model;
@@ -45,6 +56,14 @@ typedef struct hkv_batch_meta {
  * finished request, or an error line (status 400 for the request's own
  * fault, 500 otherwise) with message msg. */
 char *hkv_batch_result_line(const hkv_batch_item *it, const hkv_batch_meta *m);
+/* The OpenAI response body of a finished request (chat.completion or
+ * text_completion, id from it->line, with usage), and an error body
+ * {"error": {message, type, param, code}} (code may be NULL); new refs. */
+json_t *hkv_batch_completion_body(const hkv_batch_item *it, const char *model);
+json_t *hkv_batch_error_body(int status, const char *msg, const char *code);
+/* A JSON string of n bytes; bytes that are not UTF-8 (a token boundary can
+ * cut a character) become U+FFFD, one per byte. */
+json_t *hkv_json_utf8(const char *s, size_t n);
 char *hkv_batch_error_line(int64_t line, const char *custom_id, int status, const char *msg,
                            const hkv_batch_meta *m);
 

@@ -127,17 +127,17 @@ static int completion_prompt(json_t *body, const hkv_tokenizer *tok, hkv_batch_i
 
 /* Fields hetkv cannot honour: an error when set to anything but their
  * no-op value. Unknown fields are ignored. */
-static int refuse_unsupported(json_t *body, hkv_err *err) {
+static int refuse_unsupported(json_t *body, int streaming, hkv_err *err) {
     json_t *v;
     if ((v = json_object_get(body, "n")) && !(json_is_integer(v) && json_integer_value(v) == 1))
         return hkv_seterr(err, HKV_E_UNSUPPORTED, "body.n: only n = 1 is supported");
     if ((v = json_object_get(body, "best_of")) && !(json_is_integer(v) && json_integer_value(v) == 1))
         return hkv_seterr(err, HKV_E_UNSUPPORTED, "body.best_of: only 1 is supported");
     const char *off_when_true[] = {"stream", "echo", "logprobs"};
-    for (size_t i = 0; i < sizeof off_when_true / sizeof *off_when_true; i++)
+    for (size_t i = streaming ? 1 : 0; i < sizeof off_when_true / sizeof *off_when_true; i++)
         if ((v = json_object_get(body, off_when_true[i])) && !json_is_null(v) && !json_is_false(v) &&
             !(json_is_integer(v) && json_integer_value(v) == 0))
-            return hkv_seterr(err, HKV_E_UNSUPPORTED, "body.%s: not supported by hetkv batch",
+            return hkv_seterr(err, HKV_E_UNSUPPORTED, "body.%s: not supported by hetkv",
                               off_when_true[i]);
     const char *zero[] = {"presence_penalty", "frequency_penalty"};
     for (size_t i = 0; i < 2; i++)
@@ -148,14 +148,14 @@ static int refuse_unsupported(json_t *body, hkv_err *err) {
     for (size_t i = 0; i < 3; i++)
         if ((v = json_object_get(body, empty[i])) && !json_is_null(v) &&
             !((json_is_object(v) && !json_object_size(v)) || (json_is_array(v) && !json_array_size(v))))
-            return hkv_seterr(err, HKV_E_UNSUPPORTED, "body.%s: not supported by hetkv batch", empty[i]);
+            return hkv_seterr(err, HKV_E_UNSUPPORTED, "body.%s: not supported by hetkv", empty[i]);
     if ((v = json_object_get(body, "response_format")) && !json_is_null(v)) {
         const char *t = json_string_value(json_object_get(v, "type"));
         if (!t || strcmp(t, "text"))
             return hkv_seterr(err, HKV_E_UNSUPPORTED, "body.response_format: only {\"type\": \"text\"}");
     }
     if ((v = json_object_get(body, "suffix")) && !json_is_null(v))
-        return hkv_seterr(err, HKV_E_UNSUPPORTED, "body.suffix: not supported by hetkv batch");
+        return hkv_seterr(err, HKV_E_UNSUPPORTED, "body.suffix: not supported by hetkv");
     return HKV_OK;
 }
 
@@ -171,7 +171,8 @@ static int num_field(json_t *body, const char *k, double lo, double hi, double d
     return HKV_OK;
 }
 
-static int sampling(json_t *body, const hkv_batch_defaults *d, hkv_batch_item *it, hkv_err *err) {
+static int sampling(json_t *body, const hkv_batch_defaults *d, uint64_t seed, hkv_batch_item *it,
+                    hkv_err *err) {
     hkv_sched_req *r = &it->req;
     json_t *v = json_object_get(body, "max_tokens");
     if (!v || json_is_null(v)) v = json_object_get(body, "max_completion_tokens");
@@ -194,7 +195,6 @@ static int sampling(json_t *body, const hkv_batch_defaults *d, hkv_batch_item *i
             return hkv_seterr(err, HKV_E_INVAL, "body.top_k: expected an integer >= 0 (-1: off)");
         top_k = json_integer_value(v) < 0 ? 0 : json_integer_value(v);
     }
-    uint64_t seed = hash_str(it->custom_id);
     if ((v = json_object_get(body, "seed")) && !json_is_null(v)) {
         if (!json_is_integer(v))
             return hkv_seterr(err, HKV_E_INVAL, "body.seed: expected an integer");
@@ -221,6 +221,32 @@ static int sampling(json_t *body, const hkv_batch_defaults *d, hkv_batch_item *i
     return HKV_OK;
 }
 
+int hkv_batch_parse_body(json_t *body, int chat, const hkv_tokenizer *tok,
+                         const hkv_batch_defaults *d, uint64_t seed, hkv_batch_item *it,
+                         hkv_err *err) {
+    char *text = NULL;
+    int rc;
+    it->chat = chat;
+    if ((rc = refuse_unsupported(body, d->streaming, err))) goto out;
+    if (it->chat) {
+        if (!(rc = chat_prompt(body, tok, &text, err))) rc = tokenize(tok, text, it, err);
+    } else {
+        rc = completion_prompt(body, tok, it, err);
+    }
+    if (rc) goto out;
+    if (it->n_prompt < 1) {
+        rc = hkv_seterr(err, HKV_E_INVAL, "the prompt is empty after tokenisation");
+        goto out;
+    }
+    if ((rc = sampling(body, d, seed, it, err))) goto out;
+    it->req.prompt = it->prompt;
+    it->req.n_prompt = it->n_prompt;
+    it->req.user = it;
+out:
+    free(text);
+    return rc;
+}
+
 int hkv_batch_parse(const char *line, size_t len, const hkv_tokenizer *tok,
                     const hkv_batch_defaults *d, hkv_batch_item *it, hkv_err *err) {
     json_error_t je;
@@ -228,7 +254,6 @@ int hkv_batch_parse(const char *line, size_t len, const hkv_tokenizer *tok,
     if (!root)
         return hkv_seterr(err, HKV_E_INVAL, "invalid JSON at column %d: %s", je.column, je.text);
     int rc = HKV_OK;
-    char *text = NULL;
     json_t *id = json_object_get(root, "custom_id"), *body = json_object_get(root, "body");
     const char *method = json_string_value(json_object_get(root, "method"));
     const char *url = json_string_value(json_object_get(root, "url"));
@@ -262,23 +287,8 @@ int hkv_batch_parse(const char *line, size_t len, const hkv_tokenizer *tok,
         rc = hkv_seterr(err, HKV_E_INVAL, "body: missing or not an object");
         goto out;
     }
-    if ((rc = refuse_unsupported(body, err))) goto out;
-    if (it->chat) {
-        if (!(rc = chat_prompt(body, tok, &text, err))) rc = tokenize(tok, text, it, err);
-    } else {
-        rc = completion_prompt(body, tok, it, err);
-    }
-    if (rc) goto out;
-    if (it->n_prompt < 1) {
-        rc = hkv_seterr(err, HKV_E_INVAL, "the prompt is empty after tokenisation");
-        goto out;
-    }
-    if ((rc = sampling(body, d, it, err))) goto out;
-    it->req.prompt = it->prompt;
-    it->req.n_prompt = it->n_prompt;
-    it->req.user = it;
+    rc = hkv_batch_parse_body(body, it->chat, tok, d, hash_str(it->custom_id), it, err);
 out:
-    free(text);
     json_decref(root);
     return rc;
 }
@@ -307,7 +317,7 @@ static char *envelope(int64_t line, const char *custom_id, int status, json_t *b
 
 /* JSON strings must be UTF-8: a token boundary can cut a character and the
  * model can emit invalid bytes; replace any such byte with U+FFFD. */
-static json_t *utf8_string(const char *s, size_t n) {
+json_t *hkv_json_utf8(const char *s, size_t n) {
     json_t *j = json_stringn(s, n);
     if (j) return j;
     char *b = malloc(3 * n + 1);
@@ -333,13 +343,13 @@ static json_t *utf8_string(const char *s, size_t n) {
     return j ? j : json_string("");
 }
 
-char *hkv_batch_result_line(const hkv_batch_item *it, const hkv_batch_meta *m) {
+json_t *hkv_batch_completion_body(const hkv_batch_item *it, const char *model) {
     const hkv_sched_req *r = &it->req;
     char id[48];
     snprintf(id, sizeof id, "%s-%lld", it->chat ? "chatcmpl" : "cmpl", (long long)it->line);
     json_t *choice = json_object();
     json_object_set_new(choice, "index", json_integer(0));
-    json_t *text = utf8_string(r->text ? r->text : "", r->text_len);
+    json_t *text = hkv_json_utf8(r->text ? r->text : "", r->text_len);
     if (it->chat) {
         json_t *msg = json_object();
         json_object_set_new(msg, "role", json_string("assistant"));
@@ -359,11 +369,17 @@ char *hkv_batch_result_line(const hkv_batch_item *it, const hkv_batch_meta *m) {
     json_object_set_new(body, "id", json_string(id));
     json_object_set_new(body, "object", json_string(it->chat ? "chat.completion" : "text_completion"));
     json_object_set_new(body, "created", json_integer((json_int_t)time(NULL)));
-    json_object_set_new(body, "model", json_string(m->model));
+    json_object_set_new(body, "model", json_string(model));
     json_t *choices = json_array();
     json_array_append_new(choices, choice);
     json_object_set_new(body, "choices", choices);
     json_object_set_new(body, "usage", usage);
+    return body;
+}
+
+char *hkv_batch_result_line(const hkv_batch_item *it, const hkv_batch_meta *m) {
+    const hkv_sched_req *r = &it->req;
+    json_t *body = hkv_batch_completion_body(it, m->model);
     json_t *ext = json_object();
     json_object_set_new(ext, "policy", json_string(m->policy));
     json_object_set_new(ext, "queue_s", json_real(r->t_admit - r->t_submit));
@@ -378,15 +394,20 @@ char *hkv_batch_result_line(const hkv_batch_item *it, const hkv_batch_meta *m) {
     return envelope(it->line, it->custom_id, 200, body, ext);
 }
 
-char *hkv_batch_error_line(int64_t line, const char *custom_id, int status, const char *msg,
-                           const hkv_batch_meta *m) {
+json_t *hkv_batch_error_body(int status, const char *msg, const char *code) {
     json_t *e = json_object();
-    json_object_set_new(e, "message", utf8_string(msg, strlen(msg)));
+    json_object_set_new(e, "message", hkv_json_utf8(msg, strlen(msg)));
     json_object_set_new(e, "type", json_string(status < 500 ? "invalid_request_error" : "server_error"));
     json_object_set_new(e, "param", json_null());
-    json_object_set_new(e, "code", json_null());
+    json_object_set_new(e, "code", code ? json_string(code) : json_null());
     json_t *body = json_object();
     json_object_set_new(body, "error", e);
+    return body;
+}
+
+char *hkv_batch_error_line(int64_t line, const char *custom_id, int status, const char *msg,
+                           const hkv_batch_meta *m) {
+    json_t *body = hkv_batch_error_body(status, msg, NULL);
     json_t *ext = json_object();
     json_object_set_new(ext, "policy", json_string(m->policy));
     return envelope(line, custom_id, status, body, ext);

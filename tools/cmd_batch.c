@@ -440,7 +440,7 @@ int hkv_cmd_batch(int argc, char **argv) {
         goto out;
     policy_text(&o, j.policy, sizeof j.policy);
     j.meta = (hkv_batch_meta){j.e->model.cfg.name, j.policy};
-    j.dflt = (hkv_batch_defaults){(int)o.max_tokens, j.e->p.n_ctx, !o.ignore_eos};
+    j.dflt = (hkv_batch_defaults){(int)o.max_tokens, j.e->p.n_ctx, !o.ignore_eos, 0};
 
     hkv_sched_params sp;
     hkv_sched_params_default(&sp);

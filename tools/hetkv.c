@@ -4,6 +4,9 @@
 
 #include "cli.h"
 #include "eval.h"
+#ifdef HKV_HAVE_SERVE
+#include "serve.h"
+#endif
 
 static const char usage[] =
     "usage: hetkv COMMAND [options]\n"
@@ -30,11 +33,20 @@ int main(int argc, char **argv) {
     const char *cmd = argv[1];
     if (!strcmp(cmd, "run")) return hkv_cmd_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "batch")) return hkv_cmd_batch(argc - 1, argv + 1);
+    if (!strcmp(cmd, "serve")) {
+#ifdef HKV_HAVE_SERVE
+        return hkv_cmd_serve(argc - 1, argv + 1);
+#else
+        fputs("hetkv: error: serve: this hetkv was built without libmicrohttpd (install "
+              "libmicrohttpd-dev and rebuild)\n", stderr);
+        return 2;
+#endif
+    }
     if (!strcmp(cmd, "info")) return hkv_cmd_info(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return hkv_cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "eval")) return hkv_cmd_eval(argc - 1, argv + 1);
     if (!strcmp(cmd, "policies")) return hkv_cmd_policies(argc - 1, argv + 1);
     if (!strcmp(cmd, "plan")) return hkv_cmd_plan(argc - 1, argv + 1);
-    fprintf(stderr, "hetkv: error: unknown command '%s' (run, batch, bench, eval, info, policies, plan; see hetkv --help)\n", cmd);
+    fprintf(stderr, "hetkv: error: unknown command '%s' (run, batch, serve, bench, eval, info, policies, plan; see hetkv --help)\n", cmd);
     return 2;
 }

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Install what hetkv needs to build and test: Debian packages (compiler,
-# meson, hwloc, oneDNN, libnuma, Boost.Context for the CUDA emulator, jansson for JSON) and the Python packages of the test suite.
+# meson, hwloc, oneDNN, libnuma, Boost.Context for the CUDA emulator, jansson for JSON,
+# libmicrohttpd for hetkv serve) and the Python packages of the test suite.
 # Idempotent; skips apt when everything is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=(gcc g++ make meson ninja-build pkg-config libhwloc-dev libdnnl-dev libnuma-dev
-      libboost-context-dev libjansson-dev
+      libboost-context-dev libjansson-dev libmicrohttpd-dev
       python3 python3-pip valgrind)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,0 +1,413 @@
+/* hetkv serve: options, the engine, the engine thread that owns the
+ * scheduler, and the server's lifecycle (serve.h, docs/SERVE.md). */
+#include <signal.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "serve.h"
+
+static const char serve_usage[] =
+    "usage: hetkv serve -m MODEL [options]\n"
+    "\n"
+    "An OpenAI-compatible HTTP server: POST /v1/completions, POST /v1/chat/completions\n"
+    "(stream: server-sent events), GET /v1/models, GET /health, GET /metrics (Prometheus).\n"
+    "Requests join the running batch at the next step (continuous batching, the scheduler\n"
+    "of hetkv batch); SIGINT or SIGTERM stop it cleanly (docs/SERVE.md).\n"
+    "\n"
+    "  -m, --model PATH      GGUF model file\n"
+    "      --host ADDR       address to listen on (default 127.0.0.1; another address\n"
+    "                        without --api-key is warned about)\n"
+    "      --port N          TCP port (default 8080; 0: any free port, printed at start)\n"
+    "      --api-key KEY     require Authorization: Bearer KEY (all but /health)\n"
+    "      --max-batch N     sequences in flight (default 8)\n"
+    "      --max-queue N     requests waiting beyond those; more get 503 (default 64)\n"
+    "      --max-body SIZE   largest request body (default 1M); past it: 413\n"
+    "      --mem SIZE        host memory for the KV of the sequences in flight\n"
+    "                        (default: free memory after loading, less 10%)\n"
+    "      --chunk N         prompt tokens per prefill call (default 256)\n"
+    "      --drain SECONDS   after SIGINT/SIGTERM, how long running requests may finish\n"
+    "                        before they are cut (default 10; a second signal cuts at once)\n"
+    "  -c, --ctx N           context per sequence: prompt + max_tokens (default: the model's)\n"
+    "  -t, --threads N       CPU threads (default: one per core)\n"
+    "      --isa NAME        force kernels: scalar, avx2, avx512 (default: best)\n"
+    "  -q, --quiet           no start and stop lines on stderr\n"
+    "  -h, --help            this help\n"
+    "\nKV cache (one policy for every request):\n";
+
+static int parse(int argc, char **argv, hkv_srv_opts *o, hkv_err *err) {
+    memset(o, 0, sizeof *o);
+    o->host = "127.0.0.1";
+    o->port = 8080;
+    o->max_batch = 8;
+    o->max_queue = 64;
+    o->max_body = 1 << 20;
+    o->chunk = 256;
+    o->drain_s = 10;
+    o->isa = -1;
+    hkv_kv_cli_init(&o->kv);
+    hkv_device_cli_init(&o->dev);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = NULL;
+        int rc = hkv_kv_cli_parse(&o->kv, argc, argv, &i, err);
+        if (rc < 0) return rc;
+        if (rc == 1) continue;
+        if ((rc = hkv_device_cli_parse(&o->dev, argc, argv, &i, err)) < 0) return rc;
+        if (rc == 1) continue;
+#define VAL() do { if ((rc = hkv_arg_value(argc, argv, &i, &v, err))) return rc; } while (0)
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) return 1;
+        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) { VAL(); o->model = v; }
+        else if (!strcmp(a, "--host")) { VAL(); o->host = v; }
+        else if (!strcmp(a, "--api-key")) { VAL(); o->api_key = v; }
+        else if (!strcmp(a, "--port")) { VAL(); rc = hkv_arg_int(a, v, 0, 65535, &o->port, err); }
+        else if (!strcmp(a, "--max-batch")) { VAL(); rc = hkv_arg_int(a, v, 1, 4096, &o->max_batch, err); }
+        else if (!strcmp(a, "--max-queue")) { VAL(); rc = hkv_arg_int(a, v, 0, 65536, &o->max_queue, err); }
+        else if (!strcmp(a, "--chunk")) { VAL(); rc = hkv_arg_int(a, v, 1, 65536, &o->chunk, err); }
+        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) { VAL(); rc = hkv_arg_int(a, v, 2, 1LL << 31, &o->ctx, err); }
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { VAL(); rc = hkv_arg_int(a, v, 1, 4096, &o->threads, err); }
+        else if (!strcmp(a, "--mem")) { VAL(); rc = hkv_arg_size(a, v, &o->mem, err); }
+        else if (!strcmp(a, "--drain")) { VAL(); rc = hkv_arg_float(a, v, 0, 86400, &o->drain_s, err); }
+        else if (!strcmp(a, "--max-body")) {
+            uint64_t b;
+            VAL();
+            if (!(rc = hkv_arg_size(a, v, &b, err)) && (b < 1024 || b > (1u << 30)))
+                rc = hkv_seterr(err, HKV_E_RANGE, "--max-body: %s is not in 1K..1G", v);
+            o->max_body = (long long)b;
+        }
+        else if (!strcmp(a, "--isa")) {
+            VAL();
+            if ((o->isa = hkv_isa_parse(v)) < 0)
+                return hkv_seterr(err, HKV_E_INVAL, "--isa: unknown '%s' (scalar, avx2, avx512)", v);
+        }
+        else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) o->quiet = 1;
+        else return hkv_seterr(err, HKV_E_INVAL, "serve: unknown option '%s' (see hetkv serve --help)", a);
+        if (rc) return rc;
+#undef VAL
+    }
+    if (o->dev.synthetic)
+        return hkv_seterr(err, HKV_E_UNSUPPORTED, "serve: --synthetic models have no tokenizer");
+    if (!o->model) return hkv_seterr(err, HKV_E_INVAL, "serve: no model (-m MODEL)");
+    return HKV_OK;
+}
+
+/* The engine thread's list of submitted requests; only it reads this. */
+typedef struct engine_loop {
+    hkv_srv *s;
+    hkv_sched *sch;
+    hkv_srv_req *active;
+} engine_loop;
+
+void hkv_srv_count(hkv_srv *s, int status) {
+    int i = 0;
+    while (i < HKV_SRV_CODES - 1 && s->m.code[i] && s->m.code[i] != status) i++;
+    s->m.code[i] = status;   /* the last entry absorbs statuses past the table */
+    s->m.n_code[i]++;
+}
+
+void hkv_srv_enqueue(hkv_srv *s, hkv_srv_req *r) {
+    r->eng_gone = 0;
+    r->next = NULL;
+    if (s->in_tail) s->in_tail->next = r;
+    else s->in_head = r;
+    s->in_tail = r;
+    s->n_open++;
+    pthread_cond_signal(&s->engine_cv);
+}
+
+void hkv_srv_release(hkv_srv *s, hkv_srv_req *r, int engine_side) {
+    if (engine_side) r->eng_gone = 1;
+    else r->conn_gone = 1;
+    if (!r->eng_gone || !r->conn_gone) return;
+    hkv_batch_item_free(&r->it);
+    free(r->out);
+    pthread_cond_destroy(&r->cv);
+    free(r);
+    s->n_live--;
+    pthread_cond_broadcast(&s->engine_cv);   /* the shutdown waits for the last answers */
+}
+
+/* Text of q that later tokens cannot take back: not a tail that may begin
+ * a stop string, not a UTF-8 character cut by a token boundary (judged as
+ * hkv_json_utf8 judges it, so the streamed pieces equal the whole text). */
+static size_t settled(const hkv_sched_req *q) {
+    size_t L = q->text_len, hold = 0;
+    for (int k = 0; k < q->n_stop; k++) {
+        size_t m = strlen(q->stop[k]);
+        for (size_t h = m - 1 < L ? m - 1 : L; h > hold; h--)
+            if (!memcmp(q->text + L - h, q->stop[k], h)) {
+                hold = h;
+                break;
+            }
+    }
+    L -= hold;
+    for (size_t j = L > 3 ? L - 3 : 0; j < L; j++) {
+        unsigned char c = (unsigned char)q->text[j];
+        size_t n = (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+        if (j + n > L) return j;
+    }
+    return L;
+}
+
+/* Copy r's settled text (all of it when final) for its connection (mu held). */
+static void publish(hkv_srv_req *r, int final) {
+    const hkv_sched_req *q = &r->it.req;
+    size_t L = final ? q->text_len : settled(q);
+    if (L <= r->out_len || r->conn_gone) return;
+    if (L + 1 > r->out_cap) {
+        char *nb = realloc(r->out, 2 * L + 64);
+        if (!nb) return;   /* the next step tries again; the end sends the rest */
+        r->out = nb;
+        r->out_cap = 2 * L + 64;
+    }
+    memcpy(r->out + r->out_len, q->text + r->out_len, L - r->out_len);
+    r->out_len = L;
+    pthread_cond_broadcast(&r->cv);
+}
+
+/* The engine is done with r (mu held): status 200, or an error for its client. */
+static void end_req(hkv_srv *s, hkv_srv_req *r, int status, const char *msg) {
+    r->done = 1;
+    r->http_status = status;
+    if (status != 200 && msg) hkv_seterr(&r->err, r->err.code ? r->err.code : HKV_E_INTERNAL, "%s", msg);
+    s->n_open--;
+    pthread_cond_broadcast(&r->cv);
+    hkv_srv_release(s, r, 1);
+}
+
+static int http_status_of(int code) {
+    return code == HKV_E_NOMEM || code == HKV_E_INTERNAL || code == HKV_E_IO || code == HKV_E_DEVICE
+               ? 500 : 400;
+}
+
+static void on_done(void *ud, hkv_sched_req *q) {
+    engine_loop *L = ud;
+    hkv_srv *s = L->s;
+    hkv_srv_req *r = q->user ? (hkv_srv_req *)((char *)q->user - offsetof(hkv_srv_req, it)) : NULL;
+    for (hkv_srv_req **pp = &L->active; *pp; pp = &(*pp)->enext)
+        if (*pp == r) {
+            *pp = r->enext;
+            break;
+        }
+    pthread_mutex_lock(&s->mu);
+    if (!q->status) {
+        publish(r, 1);
+        s->m.prompt_tokens += q->n_prompt;
+        s->m.gen_tokens += q->n_out;
+        end_req(s, r, 200, NULL);
+    } else {
+        r->err = q->err;
+        end_req(s, r, http_status_of(q->status), q->err.msg);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void wait_engine(hkv_srv *s, int ms) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += (long)ms * 1000000L;
+    ts.tv_sec += ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait(&s->engine_cv, &s->mu, &ts);
+}
+
+/* The scheduler's gauges for /metrics (mu held). */
+static void gauges(engine_loop *L) {
+    hkv_srv *s = L->s;
+    hkv_sched_stats st;
+    hkv_sched_get_stats(L->sch, &st);
+    uint64_t kv = 0;
+    for (hkv_srv_req *r = L->active; r; r = r->enext)
+        if (r->it.req.t_admit > 0) kv += r->it.req.kv_bytes;
+    s->m.running = hkv_sched_running(L->sch);
+    s->m.queued = hkv_sched_pending(L->sch) - s->m.running;
+    s->m.steps = st.steps;
+    s->m.step_s = st.t_prefill + st.t_decode;
+    s->m.kv_reserved = kv;
+    for (int k = 0; k < HKV_TIER_COUNT; k++) s->m.tier_bytes[k] = s->e->mem.bytes[k];
+}
+
+static const char cut_msg[] = "the server shut down before the request finished";
+
+/* The engine thread: submissions, cancellations and steps until a signal
+ * and the drain are over. SIGINT/SIGTERM are blocked in every thread and
+ * taken here between steps (as hetkv batch does): no flag, no handler. */
+static int engine_run(engine_loop *L, const sigset_t *sigs, hkv_err *err) {
+    hkv_srv *s = L->s;
+    double deadline = 0;
+    int rc = HKV_OK;
+    for (;;) {
+        const struct timespec zero = {0, 0};
+        const int sig = sigtimedwait(sigs, NULL, &zero);
+        pthread_mutex_lock(&s->mu);
+        if (sig > 0) {
+            if (!s->stopping && !s->o->quiet)
+                fprintf(stderr, "hetkv serve: signal %d: no new requests; %d in flight get %.0f s "
+                        "(a second signal cuts them now)\n", sig, s->n_open, s->o->drain_s);
+            deadline = s->stopping ? 0 : hkv_now() + s->o->drain_s;
+            s->stopping = 1;
+            hkv_srv_http_quiesce(s);
+        }
+        const int cut = s->stopping && hkv_now() >= deadline;
+        for (hkv_srv_req **pp = &L->active; *pp;) {   /* clients gone, or the drain over */
+            hkv_srv_req *r = *pp;
+            if (!r->cancel && !cut) {
+                pp = &r->enext;
+                continue;
+            }
+            hkv_sched_cancel(L->sch, &r->it.req);
+            *pp = r->enext;
+            end_req(s, r, 503, cut_msg);
+        }
+        hkv_srv_req *in = s->in_head;
+        s->in_head = s->in_tail = NULL;
+        while (in) {
+            hkv_srv_req *r = in;
+            in = r->next;
+            if (r->cancel || cut) {
+                end_req(s, r, 503, cut_msg);
+                continue;
+            }
+            hkv_err serr;
+            hkv_err_clear(&serr);
+            const int src = hkv_sched_submit(L->sch, &r->it.req, &serr);
+            if (src) {
+                r->err = serr;
+                end_req(s, r, http_status_of(src), serr.msg);
+            } else {
+                r->enext = L->active;
+                L->active = r;
+            }
+        }
+        gauges(L);
+        if (!hkv_sched_pending(L->sch)) {
+            const int quit = s->stopping;
+            if (!quit) wait_engine(s, 100);
+            pthread_mutex_unlock(&s->mu);
+            if (quit) break;
+            continue;
+        }
+        pthread_mutex_unlock(&s->mu);
+        if ((rc = hkv_sched_step(L->sch, err))) break;
+        pthread_mutex_lock(&s->mu);
+        for (hkv_srv_req *r = L->active; r; r = r->enext) publish(r, 0);
+        gauges(L);
+        pthread_mutex_unlock(&s->mu);
+    }
+    /* after a failed step (the scheduler is then unusable) whatever is still
+     * open ends here; after a signal nothing is left */
+    pthread_mutex_lock(&s->mu);
+    s->stopping = 1;
+    while (L->active) {
+        hkv_srv_req *r = L->active;
+        L->active = r->enext;
+        end_req(s, r, 500, rc ? err->msg : cut_msg);
+    }
+    for (hkv_srv_req *r = s->in_head, *nx; r; r = nx) {
+        nx = r->next;
+        end_req(s, r, 503, cut_msg);
+    }
+    s->in_head = s->in_tail = NULL;
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+static const char *policy_name(const hkv_engine *e) {
+    if (!hkv_kv_is_tiered(&e->kv)) return "plain";
+    hkv_policy_args args;
+    const hkv_policy_def *def = hkv_kv_tiered_seq_policy(&e->kv, 0, &args);
+    return def ? def->name : "full";
+}
+
+int hkv_cmd_serve(int argc, char **argv) {
+    hkv_err err;
+    hkv_err_clear(&err);
+    hkv_srv_opts o;
+    int rc = parse(argc, argv, &o, &err);
+    if (rc == 1) {
+        fputs(serve_usage, stdout);
+        fputs(hkv_kv_cli_help, stdout);
+        fputs("\nDevice:\n", stdout);
+        fputs(hkv_device_cli_help, stdout);
+        return 0;
+    }
+    if (rc) {
+        hkv_err_report(&err, stderr);
+        return 2;
+    }
+    /* blocked before any thread starts (OpenMP, oneDNN, libmicrohttpd), so
+     * every thread inherits the mask and only the engine thread takes them */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    hkv_srv s = {.o = &o, .listen_fd = -1};
+    pthread_mutex_init(&s.mu, NULL);
+    pthread_cond_init(&s.engine_cv, NULL);
+    engine_loop L = {.s = &s};
+    hkv_engine_params ep;
+    hkv_engine_params_default(&ep);
+    ep.model_path = o.model;
+    ep.n_threads = (int)o.threads;
+    ep.isa = o.isa;
+    ep.max_seqs = (int)o.max_batch;
+    ep.n_ctx = o.ctx;
+    ep.max_rows = (int)o.chunk;
+    ep.device_cuda = o.dev.cuda;
+    if ((rc = hkv_kv_cli_apply(&o.kv, &ep, &err))) goto out;
+    if ((rc = hkv_device_cli_check(&o.dev, o.model, &ep, (int)o.max_batch, o.ctx, &err))) goto out;
+    if ((rc = hkv_engine_open(&s.e, &ep, &err)) || (rc = hkv_device_cli_attach(&o.dev, s.e, &err)))
+        goto out;
+    s.model_name = s.e->model.cfg.name[0] ? s.e->model.cfg.name : o.model;
+    s.policy = policy_name(s.e);
+    /* max_tokens left out: the rest of the context, as vLLM and llama.cpp do */
+    s.dflt_chat = (hkv_batch_defaults){(int)s.e->p.n_ctx, s.e->p.n_ctx, 1, 1};
+    s.dflt_cmpl = s.dflt_chat;
+    hkv_sched_params sp;
+    hkv_sched_params_default(&sp);
+    sp.max_batch = (int)o.max_batch;
+    sp.chunk = o.chunk;
+    if (o.mem) {
+        sp.mem_budget = o.mem;
+    } else {
+        size_t fr = hkv_host_mem_free();
+        sp.mem_budget = fr ? (uint64_t)(fr - fr / 10) : 0;
+    }
+    sp.on_done = on_done;
+    sp.ud = &L;
+    if ((rc = hkv_sched_create(&L.sch, s.e, &sp, &err))) goto out;
+    int port = 0;
+    if ((rc = hkv_srv_http_start(&s, &port, &err))) goto out;
+    if (!o.quiet) {
+        char mem[32];
+        hkv_fmt_bytes((double)sp.mem_budget, mem, sizeof mem);
+        fprintf(stderr, "hetkv serve: listening on http://%s%s%s:%d (model %s, policy %s, context "
+                "%lld, max-batch %lld, max-queue %lld, KV budget %s)\n",
+                strchr(o.host, ':') ? "[" : "", o.host, strchr(o.host, ':') ? "]" : "", port,
+                s.model_name, s.policy, (long long)s.e->p.n_ctx, o.max_batch, o.max_queue, mem);
+        fflush(stderr);
+    }
+    rc = engine_run(&L, &sigs, &err);
+    /* every request is done; their answers (a 503 for those cut) go out
+     * before the connections close, unless a client takes more than 5 s */
+    pthread_mutex_lock(&s.mu);
+    for (double t_end = hkv_now() + 5; s.n_live > 0 && hkv_now() < t_end;) wait_engine(&s, 100);
+    pthread_mutex_unlock(&s.mu);
+    hkv_srv_http_stop(&s);
+    if (!o.quiet && !rc) {
+        pthread_mutex_lock(&s.mu);
+        fprintf(stderr, "hetkv serve: stopped: %lld prompt and %lld generated tokens, %lld "
+                "requests cancelled by their client\n", s.m.prompt_tokens, s.m.gen_tokens,
+                s.m.cancelled);
+        pthread_mutex_unlock(&s.mu);
+    }
+out:
+    if (rc) hkv_err_report(&err, stderr);
+    hkv_srv_http_stop(&s);
+    hkv_sched_free(L.sch);
+    hkv_engine_close(s.e);
+    pthread_cond_destroy(&s.engine_cv);
+    pthread_mutex_destroy(&s.mu);
+    return rc ? 1 : 0;
+}
