@@ -82,23 +82,32 @@ out:
     return rc;
 }
 
+int64_t hkv_prep_prompt_len_of(const hkv_policy_def *def, const hkv_policy_args *args, int64_t n) {
+    if (!def || def->prep != HKV_PREP_COMPRESS_DRAFT) return n;
+    double C = hkv_policy_arg(def, args, "C");
+    return C >= 1 && C < (double)n ? (int64_t)C : n;
+}
+
 int64_t hkv_prep_prompt_len(const hkv_engine *e, int seq, int64_t n) {
     hkv_policy_args args;
     const hkv_policy_def *def = hkv_kv_tiered_seq_policy(&e->kv, seq, &args);
-    if (!def || def->prep != HKV_PREP_COMPRESS_DRAFT) return n;
-    double C = hkv_policy_arg(def, &args, "C");
-    return C >= 1 && C < (double)n ? (int64_t)C : n;
+    return hkv_prep_prompt_len_of(def, &args, n);
+}
+
+int64_t hkv_lookahead_room_of(const hkv_engine *e, const hkv_policy_def *def,
+                              const hkv_policy_args *args) {
+    if (!def || !def->lookahead_len ||
+        (def->prep != HKV_PREP_LOOKAHEAD_TARGET && def->prep != HKV_PREP_LOOKAHEAD_DRAFT))
+        return 0;
+    hkv_policy_env env = env_of(e);
+    int64_t L = def->lookahead_len(args, &env);
+    return L > 0 ? L : 0;
 }
 
 int64_t hkv_lookahead_room(const hkv_engine *e, int seq) {
     hkv_policy_args args;
     const hkv_policy_def *def = hkv_kv_tiered_seq_policy(&e->kv, seq, &args);
-    if (!def || !def->lookahead_len ||
-        (def->prep != HKV_PREP_LOOKAHEAD_TARGET && def->prep != HKV_PREP_LOOKAHEAD_DRAFT))
-        return 0;
-    hkv_policy_env env = env_of(e);
-    int64_t L = def->lookahead_len(&args, &env);
-    return L > 0 ? L : 0;
+    return hkv_lookahead_room_of(e, def, &args);
 }
 
 int hkv_lookahead(hkv_engine *e, int seq, const int32_t *prompt, int64_t n,

@@ -42,6 +42,11 @@ int64_t hkv_prep_prompt_len(const hkv_engine *e, int seq, int64_t n);
 /* Extra tokens of capacity a sequence needs for its policy's lookahead
  * (its lookahead_len; 0 for other policies): open it with that much more. */
 int64_t hkv_lookahead_room(const hkv_engine *e, int seq);
+/* The same two for a policy given by definition and arguments (NULL
+ * definition: none), not by the sequence that runs it. */
+int64_t hkv_prep_prompt_len_of(const hkv_policy_def *def, const hkv_policy_args *args, int64_t n);
+int64_t hkv_lookahead_room_of(const hkv_engine *e, const hkv_policy_def *def,
+                              const hkv_policy_args *args);
 
 /* The lookahead of a sequence whose prompt (n tokens) was just prefilled,
  * last_logits its prefill logits; nothing for a policy without one. The

@@ -25,6 +25,8 @@ typedef struct slot {
 struct hkv_sched {
     hkv_engine *e;
     hkv_sched_params p;
+    const hkv_policy_def *def0;   /* the engine's policy when the scheduler was made */
+    hkv_policy_args args0;
     slot *slots;
     hkv_sched_req *head, *tail;   /* waiting, first come first served */
     int n_queued, n_running;
@@ -48,18 +50,46 @@ static int64_t chunk_of(const hkv_sched *s) {
     return c < s->e->max_rows ? c : s->e->max_rows;
 }
 
+/* The policy request r runs and its arguments (the scheduler's default, or
+ * its own with defaults filled in). */
+static const hkv_policy_def *req_policy(const hkv_sched *s, const hkv_sched_req *r,
+                                        hkv_policy_args *a) {
+    if (!r->policy) {
+        *a = s->args0;
+        return s->def0;
+    }
+    if (r->policy_args) *a = *r->policy_args;
+    else hkv_policy_args_init(r->policy, a);
+    return r->policy;
+}
+
+static int64_t req_capacity(const hkv_sched *s, const hkv_sched_req *r) {
+    hkv_policy_args a;
+    const hkv_policy_def *def = req_policy(s, r, &a);
+    return hkv_prep_prompt_len_of(def, &a, r->n_prompt) + r->n_predict + 1 +
+           hkv_lookahead_room_of(s->e, def, &a);
+}
+
 int64_t hkv_sched_capacity(const hkv_engine *e, const hkv_sched_req *r) {
-    /* every slot runs the engine's policy: slot 0 stands for them all */
+    /* the engine's policy: slot 0 stands for it */
     return hkv_prep_prompt_len(e, 0, r->n_prompt) + r->n_predict + 1 + hkv_lookahead_room(e, 0);
 }
 
 uint64_t hkv_sched_kv_bytes(const hkv_engine *e, int64_t cap) {
+    hkv_policy_args args;
+    const hkv_policy_def *def = hkv_kv_tiered_seq_policy(&e->kv, 0, &args);
+    return hkv_sched_kv_bytes_of(e, def, &args, cap);
+}
+
+uint64_t hkv_sched_kv_bytes_of(const hkv_engine *e, const hkv_policy_def *def,
+                               const hkv_policy_args *argp, int64_t cap) {
     const hkv_model_config *c = &e->model.cfg;
     const uint64_t L = (uint64_t)c->n_layer, KH = (uint64_t)c->n_head_kv, d = (uint64_t)c->head_dim;
     const uint64_t row = L * KH * d * 2 * 2;   /* K and V, fp16, every layer and KV head */
     if (!hkv_kv_is_tiered(&e->kv)) return row * (uint64_t)cap;
     hkv_policy_args args;
-    const hkv_policy_def *def = hkv_kv_tiered_seq_policy(&e->kv, 0, &args);
+    if (argp) args = *argp;
+    else if (def) hkv_policy_args_init(def, &args);
     hkv_policy_env env = {.shape = {c->n_layer, c->n_head, c->n_head_kv, c->head_dim},
                           .n_ctx = cap, .L_init = e->p.tiered.L_init,
                           .L_local = e->p.tiered.L_local, .kern = &e->kern};
@@ -88,6 +118,8 @@ int hkv_sched_create(hkv_sched **out, hkv_engine *e, const hkv_sched_params *p, 
     if (!s) return hkv_seterr(err, HKV_E_NOMEM, "no memory for the scheduler");
     s->e = e;
     s->p = *p;
+    /* the policy requests run unless they name their own */
+    s->def0 = hkv_kv_tiered_seq_policy(&e->kv, 0, &s->args0);
     const size_t B = (size_t)p->max_batch, V = (size_t)e->model.cfg.vocab;
     s->slots = calloc(B, sizeof *s->slots);
     s->logits = malloc(B * V * sizeof(float));
@@ -150,8 +182,19 @@ int hkv_sched_submit(hkv_sched *s, hkv_sched_req *r, hkv_err *err) {
         return hkv_seterr(err, HKV_E_CAPACITY, "the request needs %lld tokens of context (prompt "
                           "%lld + max_tokens %d) but the context is %lld", (long long)need,
                           (long long)r->n_prompt, r->n_predict, (long long)e->p.n_ctx);
-    int64_t cap = hkv_sched_capacity(e, r);
-    uint64_t bytes = hkv_sched_kv_bytes(e, cap);
+    if (r->policy && r->policy != s->def0 && r->policy->prep != HKV_PREP_NONE)
+        return hkv_seterr(err, HKV_E_UNSUPPORTED, "policy %s prepares the prompt (a lookahead, a "
+                          "draft, token-selective prefill): only the engine's own policy may, "
+                          "a request may name another policy without preparation",
+                          r->policy->name);
+    if (r->policy && !hkv_kv_is_tiered(&e->kv))
+        return hkv_seterr(err, HKV_E_UNSUPPORTED, "a request's policy needs the tiered KV cache");
+    if (r->policy && r->policy_args && (rc = hkv_policy_args_check(r->policy, r->policy_args, err)))
+        return rc;
+    int64_t cap = req_capacity(s, r);
+    hkv_policy_args pa;
+    const hkv_policy_def *pdef = req_policy(s, r, &pa);
+    uint64_t bytes = hkv_sched_kv_bytes_of(e, pdef, &pa, cap);
     if (s->p.mem_budget && bytes > s->p.mem_budget) {
         char a[32], b[32];
         hkv_fmt_bytes((double)bytes, a, sizeof a);
@@ -260,7 +303,7 @@ static void admit(hkv_sched *s) {
         sl->r = r;
         sl->state = SLOT_PREFILL;
         sl->order = ++s->admitted;
-        sl->cap = hkv_sched_capacity(e, r);
+        sl->cap = req_capacity(s, r);
         r->t_admit = hkv_now();
         hkv_err err;
         hkv_err_clear(&err);
@@ -273,7 +316,13 @@ static void admit(hkv_sched *s) {
             continue;
         }
         sl->smp_ok = 1;
-        if ((rc = e->kv.ops->seq_open(e->kv.self, i, sl->cap, &err))) {
+        hkv_policy_args pa;
+        const hkv_policy_def *pdef = req_policy(s, r, &pa);
+        /* every slot is given its request's policy (the default's too: the
+         * slot may have run another request's) */
+        if ((pdef && hkv_kv_is_tiered(&e->kv) &&
+             (rc = hkv_kv_tiered_set_policy(&e->kv, i, pdef, &pa, &err))) ||
+            (rc = e->kv.ops->seq_open(e->kv.self, i, sl->cap, &err))) {
             /* closing a slot that failed to open is harmless: it is not open */
             finish(s, i, rc, &err);
             continue;

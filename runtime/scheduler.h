@@ -58,6 +58,13 @@ struct hkv_sched_req {
     int stop_at_eog;
     const char *stop[HKV_SCHED_MAX_STOP];   /* stop strings: the text ends before the first */
     int n_stop;
+    /* The KV policy of this request (NULL: the one the engine's sequences
+     * were opened with when the scheduler was created); only a policy
+     * without prompt preparation (prep HKV_PREP_NONE) may differ from the
+     * engine's. args NULL: the policy's defaults. Both stay valid until
+     * on_done. */
+    const hkv_policy_def *policy;
+    const hkv_policy_args *policy_args;
     void *user;
     /* out (valid in on_done); hkv_sched_req_clear frees out and text */
     int32_t *out;
@@ -116,6 +123,9 @@ void hkv_sched_get_stats(const hkv_sched *s, hkv_sched_stats *st);
 /* Host bytes the KV of one sequence with capacity cap tokens takes under the
  * engine's cache and policy (near, far, kept queries, policy index). */
 uint64_t hkv_sched_kv_bytes(const hkv_engine *e, int64_t cap);
+/* The same under a given policy (NULL: none, the cache alone). */
+uint64_t hkv_sched_kv_bytes_of(const hkv_engine *e, const hkv_policy_def *def,
+                               const hkv_policy_args *args, int64_t cap);
 
 /* Tokens of capacity request r opens its sequence with. */
 int64_t hkv_sched_capacity(const hkv_engine *e, const hkv_sched_req *r);

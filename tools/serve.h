@@ -34,6 +34,7 @@ typedef struct hkv_srv_opts {
  * the engine thread's until done; the fields marked (mu) are shared. */
 typedef struct hkv_srv_req {
     hkv_batch_item it;
+    hkv_policy_args pargs;        /* the request's own policy's arguments (it.req.policy) */
     int stream, include_usage;
     long long created;            /* unix time, the response's "created" */
     pthread_cond_t cv;            /* new text, or done */

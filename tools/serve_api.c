@@ -15,6 +15,40 @@ static char *dump(json_t *o) {
     return s;
 }
 
+/* The per-request policy extension: "policy": NAME and "policy_args": {KEY:
+ * number, ...} (hetkv's --policy-arg keys, over the policy's defaults; the
+ * server's own policy named alone keeps the server's arguments). The
+ * scheduler admits a policy other than the server's if it prepares no
+ * prompt (hkv_sched_req.policy). */
+static int parse_policy(const hkv_srv *s, json_t *root, hkv_srv_req *r, hkv_err *err) {
+    json_t *pv = json_object_get(root, "policy"), *av = json_object_get(root, "policy_args");
+    if ((!pv || json_is_null(pv)) && (!av || json_is_null(av))) return HKV_OK;
+    const char *name = pv && !json_is_null(pv) ? json_string_value(pv) : s->policy;
+    if (!name) return hkv_seterr(err, HKV_E_INVAL, "policy: expected a policy name (a string)");
+    if (!strcmp(name, s->policy) && (!av || json_is_null(av))) return HKV_OK;   /* the server's, as set */
+    const hkv_policy_def *def = hkv_policy_find(name);
+    if (!def) return hkv_seterr(err, HKV_E_INVAL, "policy: unknown policy \"%s\" (hetkv policies "
+                                "lists them)", name);
+    hkv_policy_args_init(def, &r->pargs);
+    if (av && !json_is_null(av)) {
+        if (!json_is_object(av))
+            return hkv_seterr(err, HKV_E_INVAL, "policy_args: expected an object of numbers");
+        const char *key;
+        json_t *val;
+        json_object_foreach(av, key, val) {
+            char kv[128];
+            if (!json_is_number(val))
+                return hkv_seterr(err, HKV_E_INVAL, "policy_args.%s: expected a number", key);
+            snprintf(kv, sizeof kv, "%s=%.17g", key, json_number_value(val));
+            int rc = hkv_policy_arg_set(def, &r->pargs, kv, err);
+            if (rc) return hkv_err_prefix(err, "policy_args");
+        }
+    }
+    r->it.req.policy = def;
+    r->it.req.policy_args = &r->pargs;
+    return HKV_OK;
+}
+
 int hkv_srv_parse(hkv_srv *s, const char *body, size_t len, int chat, hkv_srv_req *r,
                   hkv_err *err) {
     json_error_t je;
@@ -26,15 +60,6 @@ int hkv_srv_parse(hkv_srv *s, const char *body, size_t len, int chat, hkv_srv_re
     json_t *v;
     if (!json_is_object(root)) {
         rc = hkv_seterr(err, HKV_E_INVAL, "the request body must be a JSON object");
-        goto out;
-    }
-    /* the per-request policy extension: the scheduler runs one policy for
-     * every slot (its KV accounting is the engine's), so only that one */
-    const char *pol = json_string_value(json_object_get(root, "policy"));
-    if (json_object_get(root, "policy") && !json_is_null(json_object_get(root, "policy")) &&
-        (!pol || strcmp(pol, s->policy))) {
-        rc = hkv_seterr(err, HKV_E_UNSUPPORTED, "policy: this server runs \"%s\" for every request "
-                        "(per-request policies are not supported)", s->policy);
         goto out;
     }
     v = json_object_get(root, "stream");
@@ -49,6 +74,7 @@ int hkv_srv_parse(hkv_srv *s, const char *body, size_t len, int chat, hkv_srv_re
     uint64_t seed = (uint64_t)r->it.line * 0x9E3779B97F4A7C15ull ^ (uint64_t)time(NULL);
     rc = hkv_batch_parse_body(root, chat, s->e->tok, chat ? &s->dflt_chat : &s->dflt_cmpl, seed,
                               &r->it, err);
+    if (!rc) rc = parse_policy(s, root, r, err);
 out:
     json_decref(root);
     return rc;

@@ -22,6 +22,8 @@ Cases on SmolLM2 (exit 77 when it is absent; tools/get_model.sh fetches it):
               sent alone and, for raw prompts, `hetkv run`; throughput printed
   disconnect  clients dropped mid-stream and mid-request: their sequences are
               freed (metrics back to idle, KV tiers empty), the server keeps serving
+  policy      requests naming their own KV policy (full, snapkv, quest, ctkvr) in one
+              batch: each equals `hetkv run` under that policy; refusals are 400s
 """
 import http.client
 import json
@@ -228,8 +230,9 @@ def case_protocol():
                             "some_future_field": {"x": 1}, "user": "u1", "policy": "full"})
         check(st == 200 and json.loads(data)["object"] == "text_completion",
               f"unknown fields ignored, the server's own policy accepted: {st} {data}")
-        st, _, data = post({"prompt": "abc", "max_tokens": 3, "policy": "ctkvr"})
-        check(st == 400 and "policy" in error_of(data)["message"], f"another policy: {st} {data}")
+        st, _, data = post({"prompt": "abc", "max_tokens": 3, "policy": "speckv"})
+        check(st == 400 and "speckv" in error_of(data)["message"],
+              f"a policy preparing the prompt, per request: {st} {data}")
         st, _, data = s.http("GET", "/v1/nothing", headers=auth)
         check(st == 404 and error_of(data), f"unknown path: {st}")
         st, _, data = s.http("GET", "/v1/completions", headers=auth)
@@ -561,8 +564,62 @@ def case_disconnect():
     check("serve: http:" not in err, f"disconnect: libmicrohttpd messages for dropped clients: {err[-500:]}")
 
 
+def case_policy():
+    """Requests naming their own KV policy (the extension fields), side by side in one
+    batch: each answer equals hetkv run under that policy; a policy that prepares the
+    prompt, an unknown one and a bad argument are refused with 400."""
+    model = real_model()
+    near = ["--sink", "4", "--local", "16"]
+    prompt = words(90, 7)
+    cases = [(None, None, []),
+             ("snapkv", {"budget": 16}, ["--policy", "snapkv", "--policy-arg", "budget=16"]),
+             ("quest", {"budget": 16, "page": 4},
+              ["--policy", "quest", "--policy-arg", "budget=16", "--policy-arg", "page=4"]),
+             ("ctkvr", None, ["--policy", "ctkvr"])]
+    s = Server(model, "--ctx", "512", "--max-batch", "4", *near)
+    got = [None] * len(cases)
+    try:
+        def worker(i):
+            pol, args, _ = cases[i]
+            body = {"model": "m", "prompt": prompt, "max_tokens": 10, "temperature": 0}
+            if pol:
+                body["policy"] = pol
+            if args:
+                body["policy_args"] = args
+            st, _, data = s.http("POST", "/v1/completions", body, timeout=300)
+            got[i] = (st, json.loads(data)["choices"][0]["text"] if st == 200 else data)
+
+        ts = [threading.Thread(target=worker, args=(i,)) for i in range(len(cases))]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        for body, what in (({"policy": "laq"}, "a policy that prepares the prompt"),
+                           ({"policy": "nosuch"}, "an unknown policy"),
+                           ({"policy": "snapkv", "policy_args": {"budget": -3}}, "a bad argument"),
+                           ({"policy": "snapkv", "policy_args": {"nokey": 1}}, "an unknown key")):
+            st, _, data = s.http("POST", "/v1/completions", dict(body, prompt="Hi", max_tokens=2))
+            check(st == 400 and error_of(data), f"policy: {what}: {st} {data[:200]}")
+        s.wait_idle()
+    finally:
+        rc, err = s.stop()
+    check(rc == 0, f"policy: exit {rc}: {err[-500:]}")
+    texts = set()
+    for i, (pol, _, run_args) in enumerate(cases):
+        p = subprocess.run([hetkv, "run", "-m", model, "-p", prompt, "-n", "10", "--temp", "0",
+                            "--json", "-t", "2", "-c", "512", *near, *run_args],
+                           capture_output=True, text=True, timeout=300)
+        check(p.returncode == 0, f"hetkv run {run_args}: {p.stderr[-300:]}")
+        run_text = json.loads(p.stdout)["text"] if p.returncode == 0 else None
+        check(got[i] is not None and got[i][0] == 200 and got[i][1] == run_text,
+              f"policy {pol}: serve {got[i]!r} != hetkv run {run_text!r}")
+        texts.add(run_text)
+    print(f"policy: {len(cases)} policies in one batch, {len(texts)} distinct answers")
+
+
 CASES = {"protocol": case_protocol, "queue": case_queue, "shutdown": case_shutdown,
-         "stream": case_stream, "concurrent": case_concurrent, "disconnect": case_disconnect}
+         "stream": case_stream, "concurrent": case_concurrent, "disconnect": case_disconnect,
+         "policy": case_policy}
 t_start = time.time()
 CASES[case]()
 print(f"{case}: {time.time() - t_start:.1f} s, {len(failures)} failures")
