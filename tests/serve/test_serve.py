@@ -18,7 +18,7 @@ Cases on a tiny generated model (tools/gen_tiny_gguf.py; no download):
 Cases on SmolLM2 (exit 77 when it is absent; tools/get_model.sh fetches it):
   stream      completion and chat through the openai client, streamed and not:
               the streamed text equals the whole one; stop strings; seeded sampling
-  concurrent  16 concurrent clients: each greedy answer equals the same request
+  concurrent  32 concurrent clients: each greedy answer equals the same request
               sent alone and, for raw prompts, `hetkv run`; throughput printed
   disconnect  clients dropped mid-stream and mid-request: their sequences are
               freed (metrics back to idle, KV tiers empty), the server keeps serving
@@ -476,7 +476,7 @@ def case_stream():
 
 def case_concurrent():
     model = real_model()
-    n_clients, distinct = 16, 8
+    n_clients, distinct = 32, 8
     reqs = []
     for i in range(distinct):
         if i % 2:
