@@ -13,7 +13,11 @@
  * shared machine this discounts time the scheduler gave to other processes
  * (meaningful with OMP_NUM_THREADS=1; with more threads it counts spinning).
  * Figures: GB/s of weight or K/V bytes touched (1e9), GFLOP/s for
- * compute-bound kernels; each the best of several trials. */
+ * compute-bound kernels; each the best of several trials. A compute probe
+ * (hkv_compute_peak: int8, bf16, fp32 dot products on all threads) runs
+ * beside the bandwidth probe, and the products print "roof%": the measured
+ * time against the roofline at that shape, max(bytes / probe, ops / peak of
+ * the family the kernel uses), whichever binds. */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -23,6 +27,7 @@
 
 #include "kernels.h"
 #include "kernels_impl.h"
+#include "peak.h"
 #include "bench_kernels.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
@@ -144,23 +149,34 @@ typedef struct {
     const float *x;
     float *y;
     int n;
+    float *ws;   /* NULL for the exact GEMV rows; the workspace for precision fast */
 } gemv_ctx;
 
 /* one pass over every copy of the weights */
 static void gemv_step(void *p)
 {
     gemv_ctx *g = p;
-    for (int c = 0; c < g->s->copies; c++) hkv_matmul(g->t, &g->s->m[c], g->x, g->n, g->y, NULL);
+    for (int c = 0; c < g->s->copies; c++) hkv_matmul(g->t, &g->s->m[c], g->x, g->n, g->y, g->ws);
 }
 
-static void bench_gemv(const bk *b, const hkv_cpu_kernels *t, double probe)
+/* Roofline percentage of a product that took dt seconds: the larger of
+ * its bytes over the bandwidth probe and its ops over the compute peak,
+ * against dt. */
+static double roof_pct(double bytes, double ops, double probe_gbs, double peak_ops, double dt)
+{
+    double tb = probe_gbs > 0 ? bytes / (probe_gbs * 1e9) : 0, tc = peak_ops > 0 ? ops / peak_ops : 0;
+    return 100 * (tb > tc ? tb : tc) / dt;
+}
+
+static void bench_gemv(const bk *b, const hkv_cpu_kernels *t, double probe, const hkv_peak *pk)
 {
     const int64_t shapes[][2] = {{576, 1536}, {4096, 4096}, {4096, 14336}};
     const int types[] = {HKV_W_Q4, HKV_W_Q8, HKV_W_F16};
     const char *names[] = {"f32", "f16", "q8", "q4"};
     printf("\nGEMV through hkv_matmul (%d threads), %s weights\n", omp_get_max_threads(),
            b->cold_bytes > 1 ? "cold" : "hot");
-    printf("%-5s %13s %2s %10s %9s %8s\n", "type", "rows x cols", "n", "us/call", "GB/s", "probe%");
+    printf("%-5s %13s %2s %10s %9s %8s %7s\n", "type", "rows x cols", "n", "us/call", "GB/s", "probe%",
+           "roof%");
     for (unsigned si = 0; si < sizeof shapes / sizeof *shapes; si++)
         for (unsigned ti = 0; ti < 3; ti++) {
             wset s;
@@ -169,16 +185,79 @@ static void bench_gemv(const bk *b, const hkv_cpu_kernels *t, double probe)
             float *x = xalloc(8 * cols * sizeof *x), *y = xalloc(8 * rows * sizeof *y);
             for (int64_t i = 0; i < 8 * cols; i++) x[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
             for (int n = 1; n <= 8; n += 7) {
-                gemv_ctx g = {t, &s, x, y, n};
+                gemv_ctx g = {t, &s, x, y, n, NULL};
                 double sweeps = best_rate(b, gemv_step, &g);   /* passes over all copies */
                 double calls = sweeps * s.copies;
                 double gbs = hkv_wmat_bytes(&s.m[0]) * calls / 1e9;
-                printf("%-5s %6lldx%-6lld %2d %10.1f %9.2f %7.0f%%\n", names[types[ti]], (long long)rows,
-                       (long long)cols, n, 1e6 / calls, gbs, 100 * gbs / probe);
+                printf("%-5s %6lldx%-6lld %2d %10.1f %9.2f %7.0f%% %6.0f%%\n", names[types[ti]], (long long)rows,
+                       (long long)cols, n, 1e6 / calls, gbs, 100 * gbs / probe,
+                       roof_pct(hkv_wmat_bytes(&s.m[0]), 2.0 * n * rows * cols, probe, pk->fp32_flops, 1 / calls));
             }
             free(x);
             free(y);
             wset_free(&s);
+        }
+}
+
+/* ---- batched decode: precision fast (int8 activations) beside exact ------- */
+
+/* hkv_matmul on the same weights and activations in both precisions, the
+ * two timed alternately per n so machine noise hits both alike. roof% of the
+ * exact path against fp32 FMA, of fast against vpdpbusd (int8). */
+static void bench_qmm(const bk *b, const hkv_cpu_kernels *t0, double probe, const hkv_peak *pk, int quick)
+{
+    hkv_cpu_kernels te = *t0, tf = *t0;
+    hkv_cpu_kernels_set_precision(&te, HKV_PREC_EXACT);
+    if (hkv_cpu_kernels_set_precision(&tf, HKV_PREC_FAST) != HKV_PREC_FAST) {
+        printf("\nBatched matmul, precision fast: not on this table (%s; needs AVX512-VNNI)\n",
+               hkv_isa_name(t0->isa));
+        return;
+    }
+    const int64_t shapes[][2] = {{4096, 4096}, {1536, 576}, {576, 1536}};
+    const int types[] = {HKV_W_Q4, HKV_W_Q8};
+    const int ns[] = {1, 8, 32, 64};
+    printf("\nBatched matmul (hkv_matmul), exact (fp32 activations) vs fast (int8 activations, vpdpbusd),\n"
+           "%d threads, n = 1 %s weights, n >= 8 hot; GOP/s = 2 n rows cols / time; roof%% against bandwidth or the\n"
+           "family's peak (exact: fp32 %.0f GFLOP/s, fast: int8 %.0f GOP/s), whichever binds\n",
+           omp_get_max_threads(), b->cold_bytes > 1 ? "cold" : "hot", pk->fp32_flops / 1e9, pk->int8_ops / 1e9);
+    printf("%-5s %13s %2s | %10s %8s %6s | %10s %8s %6s %6s | %7s\n", "type", "rows x cols", "n", "exact us",
+           "GOP/s", "roof%", "fast us", "GOP/s", "roof%", "int8%", "speedup");
+    for (unsigned si = 0; si < sizeof shapes / sizeof *shapes; si++)
+        for (unsigned ti = 0; ti < 2; ti++) {
+            if (quick && si > 0 && ti > 0) continue;
+            /* n = 1 reads its weights (cold: from DRAM, as in a step over all
+             * layers); n >= 8 is compute-bound, one copy (a cold pass over
+             * 1 GiB at n = 64 would take seconds per trial) */
+            wset sc, sh;
+            wset_make(b->cold_bytes, &sc, types[ti], shapes[si][0], shapes[si][1]);
+            wset_make(1, &sh, types[ti], shapes[si][0], shapes[si][1]);
+            const int64_t rows = shapes[si][0], cols = shapes[si][1];
+            float *x = xalloc(64 * cols * sizeof *x), *y = xalloc(64 * rows * sizeof *y);
+            float *ws = xalloc(hkv_matmul_ws_floats(&sh.m[0]) * sizeof(float));
+            for (int64_t i = 0; i < 64 * cols; i++) x[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
+            for (unsigned ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
+                const int n = ns[ni];
+                const wset *s = n == 1 ? &sc : &sh;
+                gemv_ctx ce = {&te, s, x, y, n, ws}, cf = {&tf, s, x, y, n, ws};
+                double re = 0, rf = 0;
+                for (int rep = 0; rep < 2; rep++) {   /* alternate: exact, fast, exact, fast */
+                    double a = best_rate(b, gemv_step, &ce), c = best_rate(b, gemv_step, &cf);
+                    if (a > re) re = a;
+                    if (c > rf) rf = c;
+                }
+                const double ops = 2.0 * n * rows * cols, bytes = (double)hkv_wmat_bytes(&s->m[0]);
+                const double de = 1 / (re * s->copies), df = 1 / (rf * s->copies);
+                printf("%-5s %6lldx%-6lld %2d | %10.1f %8.1f %5.0f%% | %10.1f %8.1f %5.0f%% %5.0f%% | %6.2fx\n",
+                       types[ti] == HKV_W_Q4 ? "q4" : "q8", (long long)rows, (long long)cols, n, de * 1e6,
+                       ops / de / 1e9, roof_pct(bytes, ops, probe, pk->fp32_flops, de), df * 1e6, ops / df / 1e9,
+                       roof_pct(bytes, ops, probe, pk->int8_ops, df),
+                       pk->int8_ops > 0 ? 100 * ops / df / pk->int8_ops : 0, de / df);
+            }
+            free(x);
+            free(y);
+            free(ws);
+            wset_free(&sc);
+            wset_free(&sh);
         }
 }
 
@@ -370,14 +449,17 @@ static void bench_causal(const bk *b, const hkv_cpu_kernels *t)
 
 int hkv_bench_kernels_main(int argc, char **argv)
 {
+    setvbuf(stdout, NULL, _IOLBF, 0);   /* rows appear as they are measured (long runs) */
     bk b = {.cold_bytes = (size_t)1 << 30, .trial_seconds = 0.12, .trials = 5, .use_cpu_time = 0,
             .cache_rows = 32768};
-    int isa = HKV_ISA_AVX512, quick = 0, hot = 0;
+    int isa = HKV_ISA_AVX512, quick = 0, hot = 0, only_qmm = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) {
             quick = 1;
         } else if (!strcmp(argv[i], "--hot")) {
             hot = 1;
+        } else if (!strcmp(argv[i], "--batched")) {
+            only_qmm = 1;
         } else if (!strcmp(argv[i], "--cpu-time")) {
             b.use_cpu_time = 1;
         } else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
@@ -390,8 +472,11 @@ int hkv_bench_kernels_main(int argc, char **argv)
             int help = !strcmp(argv[i], "-h") || !strcmp(argv[i], "--help");
             fprintf(help ? stdout : stderr,
                     "usage: hetkv bench kernels [--isa scalar|avx2|avx512] [--quick] [--hot] [--cpu-time]\n"
-                    "GEMV, rerank (score_max), sparse and causal attention, prefill matmul: GB/s or\n"
-                    "GFLOP/s beside a bandwidth probe measured in the same run.\n");
+                    "                           [--batched]\n"
+                    "GEMV, batched matmul in both precisions, rerank (score_max), sparse and causal\n"
+                    "attention, prefill matmul: GB/s, GOP/s or GFLOP/s beside a bandwidth probe and\n"
+                    "compute peaks measured in the same run (roof%%: against the binding one).\n"
+                    "--batched: only the batched matmul (exact vs fast) rows.\n");
             return help ? 0 : 2;
         }
     }
@@ -416,7 +501,17 @@ int hkv_bench_kernels_main(int argc, char **argv)
         return 1;
     }
     printf("bandwidth probe: %.2f GB/s (2 GiB read-only, all threads, best of 8)\n", probe);
-    bench_gemv(&b, &t, probe);
+    hkv_peak pk;
+    hkv_compute_peak(&pk, used, 5);
+    printf("compute peaks (all threads, best of 5): int8 vpdpbusd %.0f GOP/s, bf16 vdpbf16ps %.0f GFLOP/s, "
+           "fp32 FMA %.0f GFLOP/s (0: not on this CPU)\n", pk.int8_ops / 1e9, pk.bf16_flops / 1e9,
+           pk.fp32_flops / 1e9);
+    if (only_qmm) {
+        bench_qmm(&b, &t, probe, &pk, quick);
+        return 0;
+    }
+    bench_gemv(&b, &t, probe, &pk);
+    bench_qmm(&b, &t, probe, &pk, quick);
     bench_sparse(&b, &t, probe, quick);
     bench_causal(&b, &t);
     bench_matmul(&b, &t, quick);

@@ -24,9 +24,18 @@ int hkv_cpu_kernels_init(hkv_cpu_kernels *t, int isa)
     if (isa < HKV_ISA_SCALAR) isa = HKV_ISA_SCALAR;
     t->isa = isa;
     t->batch_invariant = 0;
+    t->precision = HKV_PREC_EXACT;
+    t->quant_act = NULL;
+    t->qgemm = NULL;
     switch (isa) {
 #if defined(__x86_64__)
-    case HKV_ISA_AVX512: HKV_FILL_TABLE(t, avx512); break;
+    case HKV_ISA_AVX512:
+        HKV_FILL_TABLE(t, avx512);
+        if (info.avx512_vnni) {   /* the int8 products exist only with VNNI */
+            t->quant_act = hkv_quant_act_avx512vnni;
+            t->qgemm = hkv_qgemm_avx512vnni;
+        }
+        break;
     case HKV_ISA_AVX2: HKV_FILL_TABLE(t, avx2); break;
 #endif
     default: t->isa = HKV_ISA_SCALAR; HKV_FILL_TABLE(t, scalar); break;
@@ -45,4 +54,26 @@ size_t hkv_wmat_bytes(const hkv_wmat *w)
     case HKV_W_Q4: return n / 2 + blocks * 4;
     default: return 0;
     }
+}
+
+int hkv_cpu_kernels_set_precision(hkv_cpu_kernels *t, int precision)
+{
+    t->precision = precision == HKV_PREC_FAST && t->qgemm && t->quant_act ? HKV_PREC_FAST
+                                                                           : HKV_PREC_EXACT;
+    return t->precision;
+}
+
+static const char *const prec_names[] = {"exact", "fast"};
+
+const char *hkv_precision_name(int precision)
+{
+    return precision == HKV_PREC_FAST ? prec_names[1] : prec_names[0];
+}
+
+int hkv_precision_parse(const char *s)
+{
+    if (!s) return -1;
+    for (int i = HKV_PREC_EXACT; i <= HKV_PREC_FAST; i++)
+        if (strcmp(s, prec_names[i]) == 0) return i;
+    return -1;
 }

@@ -46,6 +46,37 @@ typedef struct hkv_wmat {
 /* Bytes one full pass over the matrix reads. */
 size_t hkv_wmat_bytes(const hkv_wmat *w);
 
+/* ---- int8 activations (precision "fast") ------------------------------- */
+
+/* Activation rows quantised per 32-block to int8 with a float scale, for
+ * the int8 dot-product products (qgemm). Block b of a row is q*d with
+ * q in [-127, 127], d = max|x| / 127 over the block (0 for an all-zero
+ * block). Blocks are padded to whole groups of 16 (nbp) with zeros. Within
+ * a group g of a row, int8 byte (g*512 + k*64 + l*4 + e) holds element
+ * 4k+e of block 16g+l (k < 8, l < 16, e < 4): the order the VNNI kernel's
+ * lanes consume (lane l = block l); hkv_qact_at reads one element. */
+typedef struct hkv_qact {
+    int64_t cols;    /* elements per row, a multiple of 32 */
+    int64_t nbp;     /* blocks per row padded to a multiple of 16 */
+    int8_t *q;       /* [n][nbp * 32], the group order above */
+    float *d;        /* [n][nbp] block scales */
+    float *sx;       /* [n][nbp] sum of the block's float activations (Q4's min term) */
+    int32_t *sa;     /* [n][nbp] 128 * sum of the block's q (Q8's offset correction) */
+} hkv_qact;
+#define HKV_QACT_GROUP 16
+
+/* Bytes hkv_qact_view needs for n rows of cols (64-byte aligned parts). */
+size_t hkv_qact_bytes(int64_t cols, int64_t n);
+/* Lay out a hkv_qact for n rows over buf (64-byte aligned, hkv_qact_bytes). */
+void hkv_qact_view(hkv_qact *a, void *buf, int64_t cols, int64_t n);
+
+/* Element c of row i, as the int8 the kernel multiplies. */
+static inline int hkv_qact_at(const hkv_qact *a, int64_t i, int64_t c)
+{
+    int64_t b = c / 32, e = c % 32, g = b / HKV_QACT_GROUP, l = b % HKV_QACT_GROUP;
+    return a->q[i * a->nbp * 32 + g * 512 + (e / 4) * 64 + l * 4 + e % 4];
+}
+
 /* ---- the dispatch table -------------------------------------------------- */
 
 typedef struct hkv_cpu_kernels {
@@ -67,6 +98,25 @@ typedef struct hkv_cpu_kernels {
      * each output row depends on its input row alone: batch-invariant decode
      * (runtime/scheduler.c sets it around decode steps). */
     int batch_invariant;
+
+    /* Precision of hkv_matmul on Q4/Q8 weights: HKV_PREC_EXACT (init's
+     * default) multiplies fp32 activations (gemv / sgemm above);
+     * HKV_PREC_FAST quantises the activations per 32-block to int8 and runs
+     * qgemm (each product within sum_b (d_b / 2) sum_j |scale q_j| of
+     * exact; on SmolLM2 the logits' mean KL from exact is 1e-2). Set it with
+     * hkv_cpu_kernels_set_precision, which keeps EXACT where qgemm is NULL. */
+    int precision;
+
+    /* Fast path (NULL where the CPU lacks AVX512-VNNI; hkv_matmul then stays
+     * exact). quant_act: rows [i0, i1) of x (cols each, a multiple of 32)
+     * into a. qgemm: y[i][r] = sum_c W[r][c] a[i][c] for i < n, r in
+     * [r0, r1), Q4/Q8 weights only. Any n (tiles of tokens inside); each
+     * row's result is formed in the same order whatever n and r0..r1 are,
+     * so a token's output does not depend on its neighbours
+     * (batch-invariant by construction). Single-threaded. */
+    void (*quant_act)(const float *x, int64_t i0, int64_t i1, const hkv_qact *a);
+    void (*qgemm)(const hkv_wmat *w, const hkv_qact *a, int n, float *y, int64_t ldy,
+                  int64_t r0, int64_t r1);
 
     /* Dequantise rows [r0, r1) of W to float dst[r1-r0][cols]. */
     void (*dequant_rows)(const hkv_wmat *w, int64_t r0, int64_t r1, float *dst);
@@ -106,6 +156,15 @@ typedef struct hkv_cpu_kernels {
 
 #define HKV_GEMV_MAX_N 8
 
+enum hkv_precision { HKV_PREC_EXACT = 0, HKV_PREC_FAST = 1 };
+
+/* Set t->precision; FAST only where the table has qgemm (AVX512-VNNI),
+ * else EXACT. Returns the precision in effect. */
+int hkv_cpu_kernels_set_precision(hkv_cpu_kernels *t, int precision);
+const char *hkv_precision_name(int precision);
+/* "exact" | "fast"; -1 if unknown. */
+int hkv_precision_parse(const char *s);
+
 /* Fill the table for isa (clamped to what this CPU supports: asking for
  * AVX-512 on an AVX2 machine gives AVX2). Returns the level used. */
 int hkv_cpu_kernels_init(hkv_cpu_kernels *t, int isa);
@@ -123,9 +182,12 @@ int64_t hkv_topk(const float *s, int64_t n, int64_t k, int32_t *idx, int32_t *sc
 
 /* Matrix product y[n][rows] = x[n][cols] W^T, parallel over rows (OpenMP).
  * Small n runs the table's gemv; large n dequantises row panels into ws and
- * calls oneDNN's sgemm. ws must hold hkv_matmul_ws_floats(w) floats (NULL
- * is fine for n <= HKV_GEMV_MAX_N or F32 weights); the size depends on
- * omp_get_max_threads(), so ask again after changing the thread count.
+ * calls oneDNN's sgemm. With t->precision FAST and Q4/Q8 weights, every n
+ * runs qgemm instead: the activations quantised into ws (64 rows at a
+ * time), the rows of W split evenly over the threads. ws must hold
+ * hkv_matmul_ws_floats(w) floats (NULL is fine for n <= HKV_GEMV_MAX_N or
+ * F32 weights in EXACT precision, never for Q4/Q8 in FAST); the size depends
+ * on omp_get_max_threads(), so ask again after changing the thread count.
  * Returns HKV_OK, or HKV_E_INVAL for bad arguments (Q8/Q4 with cols not a
  * multiple of 32, missing ws), HKV_E_INTERNAL if oneDNN fails. */
 int hkv_matmul(const hkv_cpu_kernels *t, const hkv_wmat *w, const float *x, int64_t n,

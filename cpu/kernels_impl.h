@@ -43,6 +43,21 @@ HKV_DECLARE_ISA_KERNELS(avx2)
 HKV_DECLARE_ISA_KERNELS(avx512)
 #endif
 
+/* The int8-activation kernels (precision FAST), AVX512-VNNI build
+ * (qgemm_avx512.c); in the table only where hkv_isa_detect saw VNNI. */
+void hkv_quant_act_avx512vnni(const float *x, int64_t i0, int64_t i1, const hkv_qact *a);
+void hkv_qgemm_avx512vnni(const hkv_wmat *w, const hkv_qact *a, int n, float *y, int64_t ldy,
+                          int64_t r0, int64_t r1);
+
+/* Peak loops for the compute probe (peak.c): `iters` rounds of 16
+ * independent instructions each; return a sum that keeps the work alive.
+ * The vnni and bf16 ones exist only on x86_64 and run only where the CPU
+ * has the extension. */
+double hkv_peak_loop_fma_avx2(long iters);
+double hkv_peak_loop_fma_avx512(long iters);
+double hkv_peak_loop_vnni(long iters);
+double hkv_peak_loop_bf16(long iters);
+
 /* hkv_matmul with an explicit large-n schedule (see matmul.c), for the
  * benchmark that chose the default. */
 enum { HKV_MM_SHARED_PANEL = 0, HKV_MM_THREAD_PANEL = 1 };

@@ -15,6 +15,7 @@
  * it: hkv_matmul_ws_floats = panel rows * cols * omp_get_max_threads(). */
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
+#include <stdint.h>
 
 #include "kernels_impl.h"
 #include "status.h"
@@ -47,7 +48,50 @@ static size_t ws_floats_for(const hkv_wmat *w, int mode)
     return (size_t)thread_panel_rows(w) * (size_t)w->cols * (size_t)omp_get_max_threads();
 }
 
-size_t hkv_matmul_ws_floats(const hkv_wmat *w) { return ws_floats_for(w, HKV_MM_DEFAULT); }
+/* Precision FAST quantises QMM_CHUNK activation rows at a time into ws:
+ * bounded whatever n is, and 64 rows of 14336 columns (0.9 MB) stay in L2. */
+#define QMM_CHUNK 64
+
+static size_t q8_ws_floats(const hkv_wmat *w)
+{
+    if (w->type != HKV_W_Q4 && w->type != HKV_W_Q8) return 0;
+    return (hkv_qact_bytes(w->cols, QMM_CHUNK) + 63) / sizeof(float) + 16;   /* + alignment */
+}
+
+size_t hkv_matmul_ws_floats(const hkv_wmat *w)
+{
+    size_t a = ws_floats_for(w, HKV_MM_DEFAULT), b = q8_ws_floats(w);
+    return a > b ? a : b;
+}
+
+/* Precision FAST: per chunk of tokens, quantise (threads over tokens), then
+ * qgemm with the rows split evenly over the threads in whole row pairs, each
+ * thread one contiguous stretch of weight bytes. */
+static int matmul_q8(const hkv_cpu_kernels *t, const hkv_wmat *w, const float *x, int64_t n,
+                     float *y, float *ws)
+{
+    const int64_t rows = w->rows, cols = w->cols;
+    void *buf = (void *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
+    for (int64_t i0 = 0; i0 < n; i0 += QMM_CHUNK) {
+        const int64_t ni = n - i0 < QMM_CHUNK ? n - i0 : QMM_CHUNK;
+        hkv_qact a;
+        hkv_qact_view(&a, buf, cols, ni);
+        const float *xc = x + i0 * cols;
+        float *yc = y + i0 * rows;
+        #pragma omp parallel
+        {
+            const int nt = omp_get_num_threads(), me = omp_get_thread_num();
+            /* every thread's share of the tokens (a row is ~1 us: not worth a fork of its own) */
+            t->quant_act(xc, ni * me / nt, ni * (me + 1) / nt, &a);
+            #pragma omp barrier
+            const int64_t pairs = (rows + 1) / 2;
+            int64_t r0 = 2 * (pairs * me / nt), r1 = 2 * (pairs * (me + 1) / nt);
+            if (r1 > rows) r1 = rows;
+            if (r0 < r1) t->qgemm(w, &a, (int)ni, yc, rows, r0, r1);
+        }
+    }
+    return HKV_OK;
+}
 
 static int sgemm_rows(const float *x, int64_t n, const float *wrows, int64_t nr, int64_t cols,
                       float *y, int64_t ldy)
@@ -125,6 +169,11 @@ int hkv_matmul_mode(const hkv_cpu_kernels *t, const hkv_wmat *w, const float *x,
     if ((w->type == HKV_W_Q8 || w->type == HKV_W_Q4) && w->cols % HKV_WBLOCK != 0)
         return HKV_E_INVAL;
     if (n == 0 || w->rows == 0) return HKV_OK;
+    if (t->precision == HKV_PREC_FAST && t->qgemm && (w->type == HKV_W_Q4 || w->type == HKV_W_Q8)) {
+        /* any n, batch-invariant or not: qgemm's rows never depend on n */
+        if (!ws) return HKV_E_INVAL;
+        return matmul_q8(t, w, x, n, y, ws);
+    }
     if (n <= HKV_GEMV_MAX_N || (t->batch_invariant && n <= INT32_MAX)) {
         /* batch-invariant: gemv_fixed over groups of 8 rows, weights streamed
          * once per group, each row's sum in an order independent of n */

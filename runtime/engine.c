@@ -81,6 +81,7 @@ int hkv_engine_open(hkv_engine **out, const hkv_engine_params *p, hkv_err *err) 
     if ((rc = hkv_threads_init(&e->threads, p->n_threads, err))) goto fail;
     int isa = hkv_cpu_kernels_init(&e->kern, p->isa < 0 ? HKV_ISA_AVX512 : p->isa);
     (void)isa;
+    hkv_cpu_kernels_set_precision(&e->kern, p->precision);   /* FAST only where qgemm exists */
     if (p->synthetic) {   /* random weights of a real shape, no tokenizer */
         if ((rc = hkv_synthetic_build(&e->model, p->synthetic, p->synthetic_wtype,
                                       p->synthetic_seed, err)))

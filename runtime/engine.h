@@ -24,6 +24,9 @@ typedef struct hkv_engine_params {
     uint64_t synthetic_seed;
     int n_threads;        /* 0: one per core */
     int isa;              /* enum hkv_isa, or -1 for the best this CPU has */
+    int precision;        /* enum hkv_precision: EXACT (default, the reference) or FAST
+                             (int8 activations where the CPU has VNNI; kern.precision says
+                             what is in effect) */
     int max_seqs;         /* sequences that can be open at once (batch) */
     int64_t n_ctx;        /* per-sequence context; 0: the model's training context */
     int max_rows;         /* tokens per forward call (prefill chunk); 0: 256 */

@@ -28,9 +28,12 @@ void hkv_json_str(FILE *f, const char *s, size_t len);
 /* Read a whole file (for -f PROMPT_FILE); malloc'd, NUL-terminated. */
 int hkv_read_file(const char *path, char **out, size_t *len, hkv_err *err);
 
-/* KV cache options shared by run, bench, eval and hkv-dump-logits:
+/* KV cache options shared by run, bench, eval, batch, serve and
+ * hkv-dump-logits:
  *   --kv plain|tiered  --policy NAME  --policy-arg KEY=VALUE (repeatable)
- *   --sink N  --local N  --draft MODEL */
+ *   --sink N  --local N  --draft MODEL
+ * and the products' precision, an engine option every one of them takes:
+ *   --precision exact|fast */
 #include "engine.h"
 #define HKV_CLI_MAX_PARGS 16
 typedef struct hkv_kv_cli {
@@ -39,6 +42,7 @@ typedef struct hkv_kv_cli {
     const char *pargs[HKV_CLI_MAX_PARGS];
     int n_pargs;
     long long sink, local;
+    int precision;              /* enum hkv_precision */
 } hkv_kv_cli;
 void hkv_kv_cli_init(hkv_kv_cli *k);
 /* 1 when argv[*i] was one of the options (its value consumed), 0 when not,

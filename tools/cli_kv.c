@@ -14,19 +14,25 @@ const char hkv_kv_cli_help[] =
     "                        target's tokenizer; the target itself will do)\n"
     "      --sink N          attention-sink tokens kept near (default 4)\n"
     "      --local N         local window kept near (default 256)\n"
-    "      --kv plain        the plain contiguous cache instead of the tiered one (reference)\n";
+    "      --kv plain        the plain contiguous cache instead of the tiered one (reference)\n"
+    "      --precision P     exact (default): fp32 activations in every weight product (the\n"
+    "                        reference); fast: Q4/Q8 products on int8 activations quantised\n"
+    "                        per 32, faster batches (AVX512-VNNI only, else exact; SmolLM2:\n"
+    "                        mean KL 1e-2 from exact, docs/ARCHITECTURE.md)\n";
 
 void hkv_kv_cli_init(hkv_kv_cli *k) {
     memset(k, 0, sizeof *k);
     k->sink = -1;
     k->local = -1;
+    k->precision = HKV_PREC_EXACT;
 }
 
 int hkv_kv_cli_parse(hkv_kv_cli *k, int argc, char **argv, int *i, hkv_err *err) {
     const char *a = argv[*i], *v = NULL;
     int rc;
     if (strcmp(a, "--kv") && strcmp(a, "--policy") && strcmp(a, "--policy-arg") &&
-        strcmp(a, "--sink") && strcmp(a, "--local") && strcmp(a, "--draft"))
+        strcmp(a, "--sink") && strcmp(a, "--local") && strcmp(a, "--draft") &&
+        strcmp(a, "--precision"))
         return 0;
     if ((rc = hkv_arg_value(argc, argv, i, &v, err))) return rc;
     if (!strcmp(a, "--kv")) {
@@ -37,6 +43,9 @@ int hkv_kv_cli_parse(hkv_kv_cli *k, int argc, char **argv, int *i, hkv_err *err)
         k->policy = v;
     } else if (!strcmp(a, "--draft")) {
         k->draft = v;
+    } else if (!strcmp(a, "--precision")) {
+        if ((k->precision = hkv_precision_parse(v)) < 0)
+            return hkv_seterr(err, HKV_E_INVAL, "--precision: '%s' is not exact or fast", v);
     } else if (!strcmp(a, "--policy-arg")) {
         if (k->n_pargs >= HKV_CLI_MAX_PARGS)
             return hkv_seterr(err, HKV_E_RANGE, "more than %d --policy-arg options", HKV_CLI_MAX_PARGS);
@@ -50,6 +59,7 @@ int hkv_kv_cli_parse(hkv_kv_cli *k, int argc, char **argv, int *i, hkv_err *err)
 }
 
 int hkv_kv_cli_apply(const hkv_kv_cli *k, hkv_engine_params *ep, hkv_err *err) {
+    ep->precision = k->precision;   /* the engine's kernels, whatever the cache */
     if (k->kv && !strcmp(k->kv, "plain")) {
         if (k->policy || k->n_pargs || k->sink >= 0 || k->local >= 0 || k->draft)
             return hkv_seterr(err, HKV_E_INVAL, "--kv plain takes no policy, sink, local or draft "

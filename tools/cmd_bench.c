@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "bench_kernels.h"
+#include "peak.h"
 #include "cli.h"
 #include "cuda_backend.h"
 #include "eval.h"
@@ -28,7 +29,8 @@ static const char bench_usage[] =
     "      --steps N         timed decode steps per point (default 32)\n"
     "  -t, --threads N       CPU threads (default: one per core)\n"
     "      --isa NAME        scalar, avx2, avx512 (default: best)\n"
-    "      --probe-mib N     bandwidth probe buffer (default 1024)\n"
+    "      --probe-mib N     bandwidth probe buffer (default 1024); compute peaks (int8,\n"
+    "                        bf16, fp32 dot products) are measured beside it\n"
     "      --configs SPEC    KV policies measured side by side on the same prefilled\n"
     "                        prompt, ';'-separated policy:key=val,... (as hetkv eval;\n"
     "                        default: the --policy options, else full). A policy that\n"
@@ -197,10 +199,12 @@ int hkv_cmd_bench(int argc, char **argv) {
         goto out;
     }
     if (!json)
-        fprintf(stderr, "hetkv bench: %s, %d threads (%s), %s kernels\n", c->name,
+        fprintf(stderr, "hetkv bench: %s, %d threads (%s), %s kernels, precision %s\n", c->name,
                 hkv_threads_count(e->threads), hkv_threads_pinned(e->threads) ? "pinned" : "not pinned",
-                hkv_isa_name(e->kern.isa));
+                hkv_isa_name(e->kern.isa), hkv_precision_name(e->kern.precision));
     double probe = hkv_bandwidth_probe((size_t)probe_mib << 20, 5);
+    hkv_peak peak;   /* the compute roofline beside the bandwidth one, same threads */
+    hkv_compute_peak(&peak, e->kern.isa, 5);
     const double wbytes = (double)model_weight_bytes(&e->model);
     const hkv_kv_ops *ops = e->kv.ops;
     synth_prompt(prompt, max_ctx, c->vocab);
@@ -338,8 +342,10 @@ int hkv_cmd_bench(int argc, char **argv) {
     if (json) {
         printf("{\"model\":");
         hkv_json_str(stdout, c->name, strlen(c->name));
-        printf(",\"threads\":%d,\"isa\":\"%s\",\"weight_bytes\":%.0f,\"probe_gbs\":%.3f,\"results\":[",
-               hkv_threads_count(e->threads), hkv_isa_name(e->kern.isa), wbytes, probe / 1e9);
+        printf(",\"threads\":%d,\"isa\":\"%s\",\"precision\":\"%s\",\"weight_bytes\":%.0f,\"probe_gbs\":%.3f,"
+               "\"peak_int8_gops\":%.1f,\"peak_bf16_gflops\":%.1f,\"peak_fp32_gflops\":%.1f,\"results\":[",
+               hkv_threads_count(e->threads), hkv_isa_name(e->kern.isa), hkv_precision_name(e->kern.precision),
+               wbytes, probe / 1e9, peak.int8_ops / 1e9, peak.bf16_flops / 1e9, peak.fp32_flops / 1e9);
         for (int i = 0; i < np; i++) {
             printf("%s{\"config\":\"%s\",\"ctx\":%lld,\"batch\":%lld,\"prefill_tok_s\":%.2f,\"decode_tok_s\":%.2f,"
                    "\"step_ms\":%.3f,\"bytes_per_step\":%.0f,\"gbs\":%.3f,\"frac_of_probe\":%.3f,"
@@ -357,11 +363,14 @@ int hkv_cmd_bench(int argc, char **argv) {
                 printf(",\"timeline\":{\"steps\":%lld,\"cpu_busy_s\":%.6f,\"cpu_wait_device_s\":%.6f,"
                        "\"device_near_s\":%.6f,\"device_wait_cpu_s\":%.6f,\"bytes_d2h\":%llu,"
                        "\"bytes_h2d\":%llu,\"near_resyncs\":%lld,\"device_recalls\":%lld,"
-                       "\"recall_resyncs\":%lld}",
+                       "\"recall_resyncs\":%lld,\"device_kept_rows\":%lld,\"kept_resyncs\":%lld,"
+                       "\"device_selects\":%lld,\"page_resyncs\":%lld}",
                        steps + 1, q->cpu_busy, q->cpu_wait_dev, q->dev_near, q->dev_wait_cpu,
                        (unsigned long long)q->bytes_d2h, (unsigned long long)q->bytes_h2d,
                        (long long)q->near_resyncs, (long long)q->recall_rows,
-                       (long long)q->recall_resyncs);
+                       (long long)q->recall_resyncs, (long long)q->keep_rows,
+                       (long long)q->keep_resyncs, (long long)q->device_selects,
+                       (long long)q->page_resyncs);
             }
             putchar('}');
         }
@@ -371,8 +380,10 @@ int hkv_cmd_bench(int argc, char **argv) {
         hkv_device_cli_json(stdout, e);
         printf("}\n");
     } else {
-        fprintf(stderr, "bandwidth probe: %.2f GB/s (read, %d threads, %lld MiB)\n", probe / 1e9,
-                hkv_threads_count(e->threads), probe_mib);
+        fprintf(stderr, "bandwidth probe: %.2f GB/s (read, %d threads, %lld MiB); compute peaks: int8 %.0f GOP/s, "
+                "bf16 %.0f GFLOP/s, fp32 %.0f GFLOP/s (0: not on this CPU)\n", probe / 1e9,
+                hkv_threads_count(e->threads), probe_mib, peak.int8_ops / 1e9, peak.bf16_flops / 1e9,
+                peak.fp32_flops / 1e9);
         hkv_device_cli_summary(stderr, e);
     }
 out:

@@ -11,54 +11,12 @@
 #include "ref.h"
 #include "util.h"
 
-typedef struct { hkv_wmat w; void *q; uint16_t *scale, *min; } test_wmat;
-
-static void make_wmat(test_wmat *m, int type, int64_t rows, int64_t cols, test_rng *rng)
-{
-    memset(m, 0, sizeof *m);
-    int64_t n = rows * cols, nb = n / HKV_WBLOCK;
-    size_t qbytes = type == HKV_W_F32 ? n * 4 : type == HKV_W_F16 ? n * 2 : type == HKV_W_Q8 ? n : n / 2;
-    m->q = aligned_alloc(64, (qbytes + 63) / 64 * 64);
-    if (type == HKV_W_F32)
-        for (int64_t i = 0; i < n; i++) ((float *)m->q)[i] = rng_nonzero(rng, -1, 1);
-    else if (type == HKV_W_F16)
-        for (int64_t i = 0; i < n; i++) ((uint16_t *)m->q)[i] = rng_half(rng, -1, 1);
-    else if (type == HKV_W_Q8)
-        for (int64_t i = 0; i < n; i++) ((int8_t *)m->q)[i] = (int8_t)((int)(rng_next(rng) % 255) - 127);
-    else
-        for (int64_t i = 0; i < n / 2; i++) ((uint8_t *)m->q)[i] = (uint8_t)rng_next(rng);
-    if (type == HKV_W_Q8 || type == HKV_W_Q4) {
-        m->scale = malloc(nb * 2 + 2);
-        for (int64_t b = 0; b < nb; b++) m->scale[b] = rng_half(rng, 0.001f, 0.02f);
-    }
-    if (type == HKV_W_Q4) {
-        m->min = malloc(nb * 2 + 2);
-        for (int64_t b = 0; b < nb; b++) m->min[b] = rng_half(rng, -0.16f, -0.01f);
-    }
-    m->w = (hkv_wmat){type, rows, cols, m->q, m->scale, m->min};
-}
-
-static void free_wmat(test_wmat *m) { free(m->q); free(m->scale); free(m->min); }
-
 static const char *type_name[] = {"f32", "f16", "q8", "q4"};
-
-/* worst of |y - ref| / mag over [n][rows] */
-static double worst_err(const float *y, const double *ref, const double *mag, int64_t count, int *nan)
-{
-    double w = 0;
-    *nan = 0;
-    for (int64_t i = 0; i < count; i++) {
-        if (isnan(y[i])) { (*nan)++; continue; }
-        double e = fabs(y[i] - ref[i]) / (mag[i] > 0 ? mag[i] : 1);
-        if (e > w) w = e;
-    }
-    return w;
-}
 
 static void test_gemv_shape(const hkv_cpu_kernels *t, int type, int64_t rows, int64_t cols, test_rng *rng)
 {
-    test_wmat m;
-    make_wmat(&m, type, rows, cols, rng);
+    ref_wmat m;
+    ref_make_wmat(&m, type, rows, cols, rng);
     float *x = malloc(HKV_GEMV_MAX_N * cols * sizeof *x);
     for (int64_t i = 0; i < HKV_GEMV_MAX_N * cols; i++) x[i] = rng_nonzero(rng, -1, 1);
     double *ref = malloc(HKV_GEMV_MAX_N * rows * sizeof *ref), *mag = malloc(HKV_GEMV_MAX_N * rows * sizeof *mag);
@@ -69,7 +27,7 @@ static void test_gemv_shape(const hkv_cpu_kernels *t, int type, int64_t rows, in
         poison(y, HKV_GEMV_MAX_N * rows);
         t->gemv(&m.w, x, n, y, rows, 0, rows);
         int nan;
-        double e = worst_err(y, ref, mag, n * rows, &nan);
+        double e = ref_worst_err(y, ref, mag, n * rows, &nan);
         CHECK(nan == 0 && e <= 1e-5 && isnan(y[n * rows]), "%s gemv %s %lldx%lld n=%d: err %.3g, %d NaN",
               hkv_isa_name(t->isa), type_name[type], (long long)rows, (long long)cols, n, e, nan);
     }
@@ -102,14 +60,14 @@ static void test_gemv_shape(const hkv_cpu_kernels *t, int type, int64_t rows, in
           type_name[type], bad);
     free(dq);
     free(y); free(ref); free(mag); free(x);
-    free_wmat(&m);
+    ref_free_wmat(&m);
 }
 
 static void test_matmul_shape(const hkv_cpu_kernels *t, int type, int64_t rows, int64_t cols, int64_t n,
                               test_rng *rng)
 {
-    test_wmat m;
-    make_wmat(&m, type, rows, cols, rng);
+    ref_wmat m;
+    ref_make_wmat(&m, type, rows, cols, rng);
     float *x = malloc(n * cols * sizeof *x);
     for (int64_t i = 0; i < n * cols; i++) x[i] = rng_nonzero(rng, -1, 1);
     double *ref = malloc(n * rows * sizeof *ref), *mag = malloc(n * rows * sizeof *mag);
@@ -123,7 +81,7 @@ static void test_matmul_shape(const hkv_cpu_kernels *t, int type, int64_t rows, 
                      ? hkv_matmul(t, &m.w, x, n, y, ws)
                      : hkv_matmul_mode(t, &m.w, x, n, y, ws, mode);
         int nan;
-        double e = worst_err(y, ref, mag, n * rows, &nan);
+        double e = ref_worst_err(y, ref, mag, n * rows, &nan);
         CHECK(rc == 0 && nan == 0 && e <= 2e-5 && guard_intact(y, n * rows),
               "%s matmul %s mode %d %lldx%lld n=%lld: rc %d err %.3g, %d NaN", hkv_isa_name(t->isa),
               type_name[type], mode, (long long)rows, (long long)cols, (long long)n, rc, e, nan);
@@ -131,7 +89,7 @@ static void test_matmul_shape(const hkv_cpu_kernels *t, int type, int64_t rows, 
         if (n <= HKV_GEMV_MAX_N) break;   /* schedules only differ for large n */
     }
     free(y); free(ref); free(mag); free(x);
-    free_wmat(&m);
+    ref_free_wmat(&m);
 }
 
 /* Batch invariance: with batch_invariant set, hkv_matmul's row i is
@@ -143,8 +101,8 @@ static void test_invariant(const hkv_cpu_kernels *t0, int type, int64_t rows, in
 {
     hkv_cpu_kernels t = *t0;
     t.batch_invariant = 1;
-    test_wmat m;
-    make_wmat(&m, type, rows, cols, rng);
+    ref_wmat m;
+    ref_make_wmat(&m, type, rows, cols, rng);
     enum { NMAX = 20 };
     float *x = malloc(sizeof(float) * NMAX * cols), *y = malloc(sizeof(float) * NMAX * rows);
     float *y1 = malloc(sizeof(float) * NMAX * rows);
@@ -161,14 +119,14 @@ static void test_invariant(const hkv_cpu_kernels *t0, int type, int64_t rows, in
     double *ref = malloc(sizeof(double) * NMAX * rows), *mag = malloc(sizeof(double) * NMAX * rows);
     ref_gemv(&m.w, x, NMAX, ref, mag);
     int nan;
-    double e = worst_err(y1, ref, mag, (int64_t)NMAX * rows, &nan);
+    double e = ref_worst_err(y1, ref, mag, (int64_t)NMAX * rows, &nan);
     CHECK(nan == 0 && e <= 1e-5, "%s gemv_fixed %s: err %.3g", hkv_isa_name(t.isa), type_name[type], e);
     free(ref);
     free(mag);
     free(x);
     free(y);
     free(y1);
-    free_wmat(&m);
+    ref_free_wmat(&m);
 }
 
 int main(void)
@@ -190,13 +148,13 @@ int main(void)
             test_invariant(&t, type, 9, 4096, &rng);
         }
         /* bad arguments are refused, not crashed on */
-        test_wmat m;
-        make_wmat(&m, HKV_W_Q4, 4, 64, &rng);
+        ref_wmat m;
+        ref_make_wmat(&m, HKV_W_Q4, 4, 64, &rng);
         float x[64 * 9] = {0}, y[4 * 9];
         CHECK(hkv_matmul(&t, &m.w, x, 9, y, NULL) != 0, "matmul without ws accepted");
         m.w.cols = 48;
         CHECK(hkv_matmul(&t, &m.w, x, 1, y, NULL) != 0, "Q4 with cols not a multiple of 32 accepted");
-        free_wmat(&m);
+        ref_free_wmat(&m);
     }
     return test_report("test_gemv");
 }

@@ -1,0 +1,246 @@
+/* The int8-activation products (precision fast: quant_act + qgemm, and
+ * hkv_matmul in FAST) against float64 references, on every ISA level:
+ *  - quant_act equals a plain scalar quantiser bit for bit (q, d), block
+ *    sums within float rounding, padding blocks zero;
+ *  - qgemm against the float64 product of the same quantised activations:
+ *    |y - ref| <= 8 * (groups + 16) * 2^-24 * mag (fp32 rounding of one
+ *    term per 16 blocks and lane, then a 16-lane reduction; mag = sum of
+ *    |terms|), every n in 1..64, odd row counts (tiles of 2 rows), column
+ *    counts with partial groups of 16 blocks (1..8 left: the 256-bit path,
+ *    9..15: masked 512-bit), Q4 and Q8 (incl. -128);
+ *  - against the exact fp32-activation product (ref_gemv): within the
+ *    rigorous quantisation bound sum_b (dx_b / 2) sum_j |scale q_j| (plus
+ *    the fp32 tolerance); the worst relative error is printed;
+ *  - batch invariance: a row's output is bitwise the same alone (n = 1),
+ *    inside n = 37, and inside any row range, through qgemm and through
+ *    hkv_matmul in FAST (threads, 64-token chunks);
+ *  - where the table has no qgemm (AVX2, scalar, AVX-512 without VNNI)
+ *    set_precision(FAST) says EXACT and hkv_matmul gives the exact path's
+ *    bits; FAST without ws is refused. */
+#include "kernels_impl.h"
+#include "ref.h"
+#include "status.h"
+#include "util.h"
+
+static const char *tname(int type) { return type == HKV_W_Q4 ? "q4" : "q8"; }
+
+static void *qbuf_alloc(int64_t cols, int64_t n)
+{
+    return aligned_alloc(64, (hkv_qact_bytes(cols, n) + 63) / 64 * 64);
+}
+
+static void fill_x(float *x, int64_t n, int64_t cols, test_rng *rng)
+{
+    for (int64_t i = 0; i < n * cols; i++) x[i] = rng_nonzero(rng, -1, 1);
+    /* an outlier block, a zero block, a block of denormal-small values */
+    if (cols >= 96) {
+        x[5] = 40.0f;
+        for (int j = 32; j < 64; j++) x[j] = 0.0f;
+        for (int j = 64; j < 96; j++) x[j] = 1e-38f * (float)(j - 80);
+    }
+}
+
+static void test_quant(const hkv_cpu_kernels *t, int64_t cols, int64_t n, test_rng *rng)
+{
+    float *x = malloc(sizeof(float) * n * cols);
+    fill_x(x, n, cols, rng);
+    void *buf = qbuf_alloc(cols, n);
+    hkv_qact a;
+    hkv_qact_view(&a, buf, cols, n);
+    memset(buf, 0x55, hkv_qact_bytes(cols, n));   /* padding must be written, not assumed */
+    t->quant_act(x, 0, n, &a);
+    const int64_t nb = cols / 32;
+    int8_t *q = malloc(cols);
+    float *d = malloc(sizeof(float) * nb);
+    double *sx = malloc(sizeof(double) * nb);
+    int32_t *sq = malloc(sizeof(int32_t) * nb);
+    int badq = 0, badd = 0, bads = 0, badpad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        ref_quant_row(x + i * cols, cols, q, d, sx, sq);
+        for (int64_t c = 0; c < cols; c++) badq += hkv_qact_at(&a, i, c) != q[c];
+        for (int64_t b = 0; b < nb; b++) {
+            double xabs = 0;
+            for (int j = 0; j < 32; j++) xabs += fabs(x[i * cols + b * 32 + j]);
+            badd += memcmp(&a.d[i * a.nbp + b], &d[b], sizeof(float)) != 0;
+            bads += fabs(a.sx[i * a.nbp + b] - sx[b]) > 1e-6 * xabs || a.sa[i * a.nbp + b] != 128 * sq[b];
+        }
+        for (int64_t b = nb; b < a.nbp; b++) {
+            badpad += a.d[i * a.nbp + b] != 0 || a.sx[i * a.nbp + b] != 0 || a.sa[i * a.nbp + b] != 0;
+            for (int j = 0; j < 32; j++) badpad += hkv_qact_at(&a, i, b * 32 + j) != 0;
+        }
+    }
+    CHECK(badq + badd + bads + badpad == 0, "quant_act cols %lld n %lld: %d q, %d d, %d sums, %d padding wrong",
+          (long long)cols, (long long)n, badq, badd, bads, badpad);
+    free(q); free(d); free(sx); free(sq); free(buf); free(x);
+}
+
+static void test_qgemm_shape(const hkv_cpu_kernels *t, int type, int64_t rows, int64_t cols, int nmax,
+                             test_rng *rng, double *worst_exact)
+{
+    ref_wmat m;
+    ref_make_wmat(&m, type, rows, cols, rng);
+    if (type == HKV_W_Q8)   /* -128 is legal in the format, though GGUF's quantiser never makes it */
+        for (int64_t i = 0; i < rows * cols; i += 7) ((int8_t *)m.q)[i] = -128;
+    float *x = malloc(sizeof(float) * nmax * cols);
+    fill_x(x, nmax, cols, rng);
+    void *buf = qbuf_alloc(cols, nmax);
+    hkv_qact a;
+    hkv_qact_view(&a, buf, cols, nmax);
+    t->quant_act(x, 0, nmax, &a);
+    const int64_t cnt = (int64_t)nmax * rows;
+    double *ref = malloc(sizeof(double) * cnt), *mag = malloc(sizeof(double) * cnt);
+    double *qerr = malloc(sizeof(double) * cnt), *eref = malloc(sizeof(double) * cnt);
+    double *emag = malloc(sizeof(double) * cnt);
+    ref_qgemm(&m.w, &a, nmax, ref, mag, qerr);
+    ref_gemv(&m.w, x, nmax, eref, emag);
+    const double groups = (double)((cols / 32 + 15) / 16);
+    const double tol = 8 * (groups + 16) * 0x1p-24;
+    float *y = alloc_poisoned(cnt), *yall = alloc_poisoned(cnt);
+    /* all nmax rows at once: the reference for the others bit for bit */
+    t->qgemm(&m.w, &a, nmax, yall, rows, 0, rows);
+    int nan;
+    double e = ref_worst_err(yall, ref, mag, cnt, &nan);
+    CHECK(nan == 0 && e <= tol && guard_intact(yall, cnt), "%s qgemm %s %lldx%lld n=%d: err %.3g (tol %.3g), %d NaN",
+          hkv_isa_name(t->isa), tname(type), (long long)rows, (long long)cols, nmax, e, tol, nan);
+    /* against the exact product: the quantisation bound */
+    int over = 0;
+    for (int64_t k = 0; k < cnt; k++) {
+        double err = fabs(yall[k] - eref[k]);
+        over += !(err <= qerr[k] * (1 + 1e-4) + tol * (mag[k] + emag[k]));
+        double rel = err / (emag[k] > 0 ? emag[k] : 1);
+        if (rel > *worst_exact) *worst_exact = rel;
+    }
+    CHECK(over == 0, "%s qgemm %s %lldx%lld: %d outputs beyond the quantisation bound", hkv_isa_name(t->isa),
+          tname(type), (long long)rows, (long long)cols, over);
+    /* every n: the first n rows of x give the first n rows of yall, bitwise */
+    int diff = 0;
+    for (int n = 1; n <= nmax; n++) {
+        poison(y, cnt);
+        t->qgemm(&m.w, &a, n, y, rows, 0, rows);
+        for (int64_t k = 0; k < (int64_t)n * rows; k++) diff += memcmp(&y[k], &yall[k], sizeof(float)) != 0;
+        diff += !isnan(y[(int64_t)n * rows]);
+    }
+    /* a token alone (its own activations at row 0) and a row range */
+    for (int i = 0; i < nmax; i += 5) {
+        hkv_qact one = a;
+        one.q += (int64_t)i * a.nbp * 32;
+        one.d += (int64_t)i * a.nbp;
+        one.sx += (int64_t)i * a.nbp;
+        one.sa += (int64_t)i * a.nbp;
+        poison(y, rows);
+        t->qgemm(&m.w, &one, 1, y, rows, 0, rows);
+        for (int64_t r = 0; r < rows; r++) diff += memcmp(&y[r], &yall[(int64_t)i * rows + r], sizeof(float)) != 0;
+    }
+    if (rows >= 4) {
+        poison(y, cnt);
+        t->qgemm(&m.w, &a, nmax, y, rows, 1, rows - 2);
+        for (int i = 0; i < nmax; i++)
+            for (int64_t r = 0; r < rows; r++) {
+                int64_t k = (int64_t)i * rows + r;
+                if (r < 1 || r >= rows - 2) diff += !isnan(y[k]);
+                else diff += memcmp(&y[k], &yall[k], sizeof(float)) != 0;
+            }
+    }
+    CHECK(diff == 0, "%s qgemm %s %lldx%lld: %d outputs depend on n, the token's place or the row range",
+          hkv_isa_name(t->isa), tname(type), (long long)rows, (long long)cols, diff);
+    free(y); free(yall); free(ref); free(mag); free(qerr); free(eref); free(emag); free(buf); free(x);
+    ref_free_wmat(&m);
+}
+
+/* hkv_matmul in FAST: the qgemm results (bitwise, whatever the threads and
+ * the 64-token chunks), a token alone == inside the batch. */
+static void test_matmul_fast(const hkv_cpu_kernels *t0, int type, int64_t rows, int64_t cols, int n,
+                             test_rng *rng)
+{
+    hkv_cpu_kernels t = *t0;
+    CHECK(hkv_cpu_kernels_set_precision(&t, HKV_PREC_FAST) == HKV_PREC_FAST, "FAST refused with qgemm");
+    ref_wmat m;
+    ref_make_wmat(&m, type, rows, cols, rng);
+    float *x = malloc(sizeof(float) * n * cols);
+    fill_x(x, n, cols, rng);
+    float *ws = malloc(sizeof(float) * hkv_matmul_ws_floats(&m.w));
+    float *y = alloc_poisoned((int64_t)n * rows), *y1 = alloc_poisoned(rows);
+    int rc = hkv_matmul(&t, &m.w, x, n, y, ws);
+    CHECK(rc == 0 && guard_intact(y, (int64_t)n * rows), "FAST matmul rc %d", rc);
+    CHECK(hkv_matmul(&t, &m.w, x, n, y, NULL) == HKV_E_INVAL, "FAST matmul without ws accepted");
+    int diff = 0;
+    for (int i = 0; i < n; i += 3) {
+        hkv_matmul(&t, &m.w, x + (int64_t)i * cols, 1, y1, ws);
+        for (int64_t r = 0; r < rows; r++) diff += memcmp(&y1[r], &y[(int64_t)i * rows + r], sizeof(float)) != 0;
+    }
+    t.batch_invariant = 1;   /* the scheduler's flag changes nothing in FAST */
+    float *yb = alloc_poisoned((int64_t)n * rows);
+    hkv_matmul(&t, &m.w, x, n, yb, ws);
+    for (int64_t k = 0; k < (int64_t)n * rows; k++) diff += memcmp(&yb[k], &y[k], sizeof(float)) != 0;
+    CHECK(diff == 0, "%s FAST matmul %s %lldx%lld n=%d: %d outputs depend on the batch", hkv_isa_name(t.isa),
+          tname(type), (long long)rows, (long long)cols, n, diff);
+    /* and the same as qgemm on one thread with all n at once */
+    void *buf = qbuf_alloc(cols, n);
+    hkv_qact a;
+    hkv_qact_view(&a, buf, cols, n);
+    t.quant_act(x, 0, n, &a);
+    float *yq = alloc_poisoned((int64_t)n * rows);
+    t.qgemm(&m.w, &a, n, yq, rows, 0, rows);
+    diff = 0;
+    for (int64_t k = 0; k < (int64_t)n * rows; k++) diff += memcmp(&yq[k], &y[k], sizeof(float)) != 0;
+    CHECK(diff == 0, "%s FAST matmul %s n=%d: %d outputs differ from one qgemm call", hkv_isa_name(t.isa),
+          tname(type), n, diff);
+    free(buf); free(yq); free(yb); free(y); free(y1); free(ws); free(x);
+    ref_free_wmat(&m);
+}
+
+/* No qgemm in the table: FAST is refused and hkv_matmul stays exact. */
+static void test_fallback(const hkv_cpu_kernels *t0, test_rng *rng)
+{
+    hkv_cpu_kernels t = *t0, te = *t0;
+    CHECK(t.qgemm == NULL && t.quant_act == NULL, "%s table has int8 kernels", hkv_isa_name(t.isa));
+    CHECK(hkv_cpu_kernels_set_precision(&t, HKV_PREC_FAST) == HKV_PREC_EXACT && t.precision == HKV_PREC_EXACT,
+          "%s: FAST accepted without qgemm", hkv_isa_name(t.isa));
+    for (int type = HKV_W_Q8; type <= HKV_W_Q4; type++) {
+        ref_wmat m;
+        ref_make_wmat(&m, type, 37, 576, rng);
+        float *x = malloc(sizeof(float) * 20 * 576), *ws = malloc(sizeof(float) * hkv_matmul_ws_floats(&m.w));
+        fill_x(x, 20, 576, rng);
+        float *y = malloc(sizeof(float) * 20 * 37), *ye = malloc(sizeof(float) * 20 * 37);
+        hkv_matmul(&t, &m.w, x, 20, y, ws);
+        hkv_matmul(&te, &m.w, x, 20, ye, ws);
+        CHECK(memcmp(y, ye, sizeof(float) * 20 * 37) == 0, "%s fallback differs from exact", hkv_isa_name(t.isa));
+        free(x); free(ws); free(y); free(ye);
+        ref_free_wmat(&m);
+    }
+}
+
+int main(void)
+{
+    hkv_cpu_kernels t;
+    test_rng rng = {15};
+    hkv_isa_info info;
+    hkv_isa_detect(&info);
+    int tested = 0;
+    FOR_EACH_ISA(t, isa) {
+        if (!t.qgemm) {
+            test_fallback(&t, &rng);
+            continue;
+        }
+        tested = 1;
+        CHECK(info.avx512_vnni && isa == HKV_ISA_AVX512, "qgemm in a table without VNNI");
+        for (int64_t cols = 32; cols <= 1536; cols = cols * 3 + 32) test_quant(&t, cols, 5, &rng);
+        test_quant(&t, 544, 3, &rng);
+        double worst = 0;
+        for (int type = HKV_W_Q8; type <= HKV_W_Q4; type++) {
+            test_qgemm_shape(&t, type, 37, 576, 64, &rng, &worst);    /* 18 blocks: a partial group */
+            test_qgemm_shape(&t, type, 8, 512, 64, &rng, &worst);     /* whole groups */
+            test_qgemm_shape(&t, type, 5, 96, 19, &rng, &worst);      /* one partial group */
+            test_qgemm_shape(&t, type, 1, 32, 9, &rng, &worst);       /* one block, one row */
+            test_qgemm_shape(&t, type, 3, 4096, 7, &rng, &worst);
+            test_qgemm_shape(&t, type, 7, 768, 11, &rng, &worst);     /* last group 8 blocks: 256-bit */
+            test_qgemm_shape(&t, type, 6, 800, 11, &rng, &worst);     /* last group 9 blocks: masked 512 */
+            test_qgemm_shape(&t, type, 5, 416, 9, &rng, &worst);      /* only a partial group of 13 */
+            test_matmul_fast(&t, type, 131, 576, 37, &rng);
+            test_matmul_fast(&t, type, 70, 1536, 150, &rng);         /* > 64: chunks */
+        }
+        printf("%s: worst |fast - exact| / sum|W x| = %.3g\n", hkv_isa_name(isa), worst);
+    }
+    if (!tested) printf("no AVX512-VNNI here: only the exact fallback was tested\n");
+    return test_report("test_qgemm");
+}
