@@ -141,6 +141,15 @@ static int upload_set(cuda_be *b, int s, int layer, const hkv_kept_set *ks, hkv_
     return HKV_OK;
 }
 
+/* 1 when sequence seq's policy has a kept set for layer (into *ks), 0 when
+ * not, < 0 an error. */
+static int seq_kept(cuda_be *b, int seq, int layer, hkv_kept_set *ks, hkv_err *err) {
+    hkv_policy pol;
+    int rc = hkv_kv_tiered_seq_instance(&b->e->kv, seq, NULL, &pol, err);
+    if (rc) return rc;
+    return pol.ops->kept_set && pol.ops->kept_set(pol.self, layer, ks) == HKV_OK;
+}
+
 int cb_keep_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64_t n, hkv_err *err) {
     cb_keep *k = &b->kp;
     hkv_kv *kv = &b->e->kv;
@@ -153,10 +162,11 @@ int cb_keep_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64_t
     for (int i = 0; i < n_segs; i++) {
         const hkv_seg *sg = &segs[i];
         if ((sg->flags & (HKV_SEG_PROMPT | HKV_SEG_PROMPT_END)) || sg->n > 1) continue;
-        hkv_policy pol;
         hkv_kept_set ks;
-        if ((rc = hkv_kv_tiered_seq_instance(kv, sg->seq, NULL, &pol, err))) return rc;
-        if (!pol.ops->kept_set || pol.ops->kept_set(pol.self, layer, &ks) != HKV_OK) continue;
+        if ((rc = seq_kept(b, sg->seq, layer, &ks, err)) <= 0) {
+            if (rc) return rc;
+            continue;
+        }
         for (int h = 0; h < KH; h++)
             if (ks.n[h] > need) need = ks.n[h];
     }
@@ -168,10 +178,9 @@ int cb_keep_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64_t
         if ((sg->flags & (HKV_SEG_PROMPT | HKV_SEG_PROMPT_END)) || sg->n > 1) continue;
         int32_t *nr = k->h_nrows + (size_t)j * KH;
         for (int h = 0; h < KH; h++) nr[h] = 0;
-        hkv_policy pol;
         hkv_kept_set ks;
-        if ((rc = hkv_kv_tiered_seq_instance(kv, sg->seq, NULL, &pol, err))) return rc;
-        if (need && pol.ops->kept_set && pol.ops->kept_set(pol.self, layer, &ks) == HKV_OK) {
+        if (need && (rc = seq_kept(b, sg->seq, layer, &ks, err)) < 0) return rc;
+        if (need && rc == 1) {
             const size_t m = (size_t)sg->seq * NL + layer;
             const uint64_t ep = hkv_kv_tiered_seq_epoch(kv, sg->seq);
             if (k->ver[m] != ks.version || k->epoch[m] != ep) {

@@ -87,6 +87,17 @@ static int ensure_arena(cuda_be *b, int64_t np_cap, int64_t sel_ld, hkv_err *err
     return HKV_OK;
 }
 
+/* 1 when segment sg is a decode row whose policy has pages for layer (into
+ * *t), 0 when not, < 0 an error. */
+static int decode_pages(cuda_be *b, const hkv_seg *sg, int layer, hkv_page_table *t,
+                        hkv_err *err) {
+    if ((sg->flags & (HKV_SEG_PROMPT | HKV_SEG_PROMPT_END)) || sg->n > 1) return 0;
+    hkv_policy pol;
+    int rc = hkv_kv_tiered_seq_instance(&b->e->kv, sg->seq, NULL, &pol, err);
+    if (rc) return rc;
+    return pol.ops->page_table && pol.ops->page_table(pol.self, layer, t) == HKV_OK;
+}
+
 int cb_pages_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64_t n, hkv_err *err) {
     cb_pages *g = &b->pg;
     hkv_kv *kv = &b->e->kv;
@@ -97,12 +108,11 @@ int cb_pages_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64_
     /* The arena first, sized for every row of the step that selects here. */
     int64_t np_need = 0, sel_need = 0;
     for (int i = 0; i < n_segs; i++) {
-        const hkv_seg *sg = &segs[i];
-        if ((sg->flags & (HKV_SEG_PROMPT | HKV_SEG_PROMPT_END)) || sg->n > 1) continue;
-        hkv_policy pol;
         hkv_page_table t;
-        if ((rc = hkv_kv_tiered_seq_instance(kv, sg->seq, NULL, &pol, err))) return rc;
-        if (!pol.ops->page_table || pol.ops->page_table(pol.self, layer, &t) != HKV_OK) continue;
+        if ((rc = decode_pages(b, &segs[i], layer, &t, err)) <= 0) {
+            if (rc) return rc;
+            continue;
+        }
         if (t.np_cap > np_need) np_need = t.np_cap;
         if (t.K * t.P > sel_need) sel_need = t.K * t.P;
     }
@@ -112,11 +122,11 @@ int cb_pages_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64_
     const size_t tab = (size_t)KH * g->np_cap * 2 * d;   /* elements of one (sequence, layer) */
     for (int i = 0; i < n_segs; i++) {
         const hkv_seg *sg = &segs[i];
-        if ((sg->flags & (HKV_SEG_PROMPT | HKV_SEG_PROMPT_END)) || sg->n > 1) continue;
-        hkv_policy pol;
         hkv_page_table t;
-        if ((rc = hkv_kv_tiered_seq_instance(kv, sg->seq, NULL, &pol, err))) return rc;
-        if (!pol.ops->page_table || pol.ops->page_table(pol.self, layer, &t) != HKV_OK) continue;
+        if ((rc = decode_pages(b, sg, layer, &t, err)) <= 0) {
+            if (rc) return rc;
+            continue;
+        }
         const size_t m = (size_t)sg->seq * NL + layer;
         const uint64_t ep = hkv_kv_tiered_seq_epoch(kv, sg->seq);
         const int64_t p = sg->pos;
