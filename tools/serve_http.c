@@ -325,8 +325,12 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
     (void)cls;
     char msg[512];
     vsnprintf(msg, sizeof msg, fmt, ap);
+    /* ours (a stream we end on purpose) or a client that went away, which the
+     * metrics count as a cancel: not errors of the server */
     if (strstr(msg, "Application reported internal error") ||
-        strstr(msg, "application error generating response"))
+        strstr(msg, "application error generating response") ||
+        strstr(msg, "no longer available") || strstr(msg, "Connection reset") ||
+        strstr(msg, "Broken pipe"))
         return;
     fprintf(stderr, "hetkv serve: http: %s%s", msg, strchr(msg, '\n') ? "" : "\n");
 }
