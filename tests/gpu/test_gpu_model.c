@@ -226,40 +226,13 @@ static void test_swiglu_add(hkv_gpu_ctx *ctx, test_rng *rng)
     free(gu), free(o);
 }
 
-typedef struct { hkv_wmat w; void *q; uint16_t *scale, *min; } test_wmat;
-
-static void make_wmat(test_wmat *m, int type, int64_t rows, int64_t cols, test_rng *rng)
-{
-    memset(m, 0, sizeof *m);
-    int64_t n = rows * cols, nb = n / HKV_WBLOCK;
-    size_t qb = type == HKV_W_F32 ? n * 4 : type == HKV_W_F16 ? n * 2 : type == HKV_W_Q8 ? n : n / 2;
-    m->q = aligned_alloc(64, (qb + 63) / 64 * 64);
-    if (type == HKV_W_F32)
-        for (int64_t i = 0; i < n; i++) ((float *)m->q)[i] = rng_nonzero(rng, -1, 1);
-    else if (type == HKV_W_F16)
-        for (int64_t i = 0; i < n; i++) ((uint16_t *)m->q)[i] = rng_half(rng, -1, 1);
-    else if (type == HKV_W_Q8)
-        for (int64_t i = 0; i < n; i++) ((int8_t *)m->q)[i] = (int8_t)((int)(rng_next(rng) % 255) - 127);
-    else
-        for (int64_t i = 0; i < n / 2; i++) ((uint8_t *)m->q)[i] = (uint8_t)rng_next(rng);
-    if (type >= HKV_W_Q8) {
-        m->scale = malloc(nb * 2 + 2);
-        for (int64_t b = 0; b < nb; b++) m->scale[b] = rng_half(rng, 0.001f, 0.02f);
-    }
-    if (type == HKV_W_Q4) {
-        m->min = malloc(nb * 2 + 2);
-        for (int64_t b = 0; b < nb; b++) m->min[b] = rng_half(rng, -0.16f, -0.01f);
-    }
-    m->w = (hkv_wmat){type, rows, cols, m->q, m->scale, m->min};
-}
-
 static void test_gemm_shape(hkv_gpu_ctx *ctx, const hkv_cpu_kernels *kern, int type, int64_t rows,
                             int64_t cols, int64_t n, test_rng *rng)
 {
     static const char *tn[] = {"f32", "f16", "q8", "q4"};
     void *st = hkv_gpu_ctx_stream(ctx);
-    test_wmat m;
-    make_wmat(&m, type, rows, cols, rng);
+    ref_wmat m;
+    ref_make_wmat(&m, type, rows, cols, rng);
     hkv_mem_account hm = {0};
     hkv_gpu_wmat gw;
     GPU_OK(hkv_gpu_wmat_upload(ctx, kern, &m.w, &hm, &gw, err));
@@ -320,7 +293,7 @@ static void test_gemm_shape(hkv_gpu_ctx *ctx, const hkv_cpu_kernels *kern, int t
     }
     hkv_gpu_wmat_free(ctx, &gw);
     free(x), free(xh), free(y), free(ref), free(mag);
-    free(m.q), free(m.scale), free(m.min);
+    ref_free_wmat(&m);
 }
 
 int main(void)
