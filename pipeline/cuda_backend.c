@@ -28,19 +28,23 @@ void *cb_alloc(cuda_be *b, int tier, size_t bytes, hkv_err *err) {
 int cb_stage(cuda_be *b, int id, void *dev, const void *src, size_t bytes, hkv_err *err) {
     if (!bytes) return HKV_OK;
     if (id >= 0 && b->up_len[id] == bytes && !memcmp(b->up_cache[id], src, bytes)) return HKV_OK;
-    if (bytes > b->slot_bytes)
-        return hkv_seterr(err, HKV_E_INTERNAL, "staged upload of %zu bytes exceeds a %zu-byte slot",
-                          bytes, b->slot_bytes);
-    int s = b->slot_next;
-    b->slot_next = (s + 1) % STAGE_SLOTS;
-    int rc;
-    /* The slot's previous copy must have read it before it is overwritten. */
-    if ((rc = hkv_gpu_event_sync(b->slot_ev[s], err))) return rc;
-    char *slot = (char *)b->h_stage.p + (size_t)s * b->slot_bytes;
-    memcpy(slot, src, bytes);
-    if ((rc = hkv_gpu_upload(dev, slot, bytes, b->st, err)) ||
-        (rc = hkv_gpu_event_record(b->slot_ev[s], b->st, err)))
-        return rc;
+    /* Through the page-locked slots, slot-sized pieces in turn: an upload
+     * larger than one slot (a kept set of thousands of rows per KV head)
+     * takes several. The cache stays invalid until all of it is sent. */
+    if (id >= 0) b->up_len[id] = 0;
+    for (size_t off = 0; off < bytes; off += b->slot_bytes) {
+        const size_t piece = bytes - off < b->slot_bytes ? bytes - off : b->slot_bytes;
+        int s = b->slot_next;
+        b->slot_next = (s + 1) % STAGE_SLOTS;
+        int rc;
+        /* The slot's previous copy must have read it before it is overwritten. */
+        if ((rc = hkv_gpu_event_sync(b->slot_ev[s], err))) return rc;
+        char *slot = (char *)b->h_stage.p + (size_t)s * b->slot_bytes;
+        memcpy(slot, (const char *)src + off, piece);
+        if ((rc = hkv_gpu_upload((char *)dev + off, slot, piece, b->st, err)) ||
+            (rc = hkv_gpu_event_record(b->slot_ev[s], b->st, err)))
+            return rc;
+    }
     b->stats.bytes_h2d += bytes;
     if (id >= 0) {
         if (b->up_cap[id] < bytes) {

@@ -44,6 +44,13 @@ static const hkv_device_spec specs[] = {
      "NVIDIA H100 Tensor Core GPU Architecture whitepaper; fp64 34 TFLOPS: the datasheet; L2 "
      "50 MB: the whitepaper; SFU: " SFU_SRC,
      34.0, 4.18, 50.0},
+    {"h200", "NVIDIA H200 SXM 141 GB (HBM3e)", 143771ULL << 20, 4800.0, 63.0, "PCIe 5.0 x16",
+     989.5, 67.0, 132,
+     "NVIDIA H200 Tensor Core GPU datasheet, H200 SXM (141 GB, 4.8 TB/s, 1979 TFLOPS fp16 tensor "
+     "with sparsity = 989.5 dense, 67 TFLOPS fp32, PCIe Gen5 128 GB/s both ways): "
+     "https://www.nvidia.com/en-us/data-center/h200/; memory: the 143771 MiB nvidia-smi reports; "
+     "132 SMs, fp64 34 TFLOPS and L2 50 MB: the H100 SXM's (the same GH100 chip); SFU: " SFU_SRC,
+     34.0, 4.18, 50.0},
     {"h100-pcie", "NVIDIA H100 PCIe 80 GB (HBM2e)", 81559ULL << 20, 2000.0, 63.0, "PCIe 5.0 x16",
      756.5, 51.0, 114,
      "NVIDIA H100 Tensor Core GPU datasheet, H100 PCIe (2 TB/s, 1513 TFLOPS fp16 tensor with "

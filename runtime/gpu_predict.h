@@ -44,7 +44,7 @@
 /* One device from its vendor's data sheet. Rates are peaks; the
  * efficiencies in hkv_predict_params turn them into achievable figures. */
 typedef struct hkv_device_spec {
-    const char *name;          /* "rtx4090", "h100", "h100-pcie", "a100" */
+    const char *name;          /* "rtx4090", "h100", "h200", "h100-pcie", "a100" */
     const char *label;         /* "NVIDIA GeForce RTX 4090 24 GB" */
     uint64_t mem_bytes;        /* device memory a process can use (nvidia-smi total) */
     double mem_gbs;            /* DRAM bandwidth, GB/s (1e9 B/s) */

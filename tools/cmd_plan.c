@@ -48,7 +48,7 @@ static const char plan_usage[] =
     "      --json            one JSON object on stdout\n"
     "\n"
     "PREDICTION of decode speed on a GPU from its data sheet (no GPU used or needed):\n"
-    "      --predict DEV     rtx4090, h100, h100-pcie or a100: per policy (full, ctkvr), context\n"
+    "      --predict DEV     rtx4090, h100, h200, h100-pcie or a100: per policy (full, ctkvr), context\n"
     "                        and batch, the bytes each side moves per decode step, the step time,\n"
     "                        tokens/s and the wait fractions of the pipeline as built and of its\n"
     "                        target design; whether it fits (the plan above). Every figure is a\n"

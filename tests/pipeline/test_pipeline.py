@@ -138,6 +138,8 @@ def main(argv=None) -> int:
                     "(flash-decoding)")
     ap.add_argument("--device-args", default="",
                     help="extra options for the --device cuda side only (e.g. '--gpu-gemm split')")
+    ap.add_argument("--budget", type=int, default=0,
+                    help="the budget of every policy that takes one, instead of its case's")
     ap.add_argument("--timeout", type=float, default=900)
     a = ap.parse_args(argv)
     global NEAR
@@ -176,6 +178,10 @@ def main(argv=None) -> int:
         ids = [int(x) for x in rng.integers(3, vocab, n)]
         pre, t2 = n // 2, (n // 2 + 6, n // 2 + 14)   # prompt, decode 6, second turn, decode
         cases = policies(model)
+        if a.budget:
+            cases = {k.replace(k.split(" budget=")[-1], str(a.budget)) if " budget=" in k else k:
+                     [f"budget={a.budget}" if x.startswith("budget=") else x for x in v]
+                     for k, v in cases.items()}
         if a.synthetic:
             cases = {k: v for k, v in cases.items() if "--draft" not in v}
         only = set(a.only.split(",")) if a.only else None

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# The checks to run on a machine with a real NVIDIA GPU, in one go:
+#
+#     bench/gpu_check.sh [BUILD_DIR] [OUT_DIR] [SECONDS]
+#
+# BUILD_DIR is a CUDA build (meson setup BUILD -Dgpu_arch=sm_90 or sm_89;
+# default build). It runs, in order of value, each step under its own time
+# limit so that one slow or hung step costs only its share: the tests/gpu
+# kernel tests, bench --device cuda on Llama-3-8B's shape (synthetic Q4
+# weights, speed does not depend on the values) at 8K, the CPU-vs-device
+# pipeline test on tiny generated models for every policy, the same bench at
+# 32K, SmolLM2's shape on the CPU and on the device side by side,
+# `hetkv plan --predict` for the card (the predictions the measurements are
+# checked against, with this host's probe), and compute-sanitizer's memcheck
+# on two kernel tests where the tool is there.
+#
+# Writes OUT_DIR/all.log (every step's output), OUT_DIR/summary.txt (one
+# line per step: name, exit status, seconds) and the benches' JSON. SECONDS
+# (default 480) bounds the whole run: a step that would start past it is
+# skipped and says so; so is each step named in GPU_CHECK_SKIP (space-separated).
+set -u
+BUILD=${1:-build}
+OUT=${2:-gpu-check-out}
+BUDGET=${3:-480}
+mkdir -p "$OUT"
+LOG=$OUT/all.log
+SUM=$OUT/summary.txt
+: >"$LOG"
+: >"$SUM"
+T0=$(date +%s)
+HKV=$BUILD/tools/hetkv
+
+# step NAME SECONDS CMD...: CMD's output to all.log, one summary line
+step() {
+    local name=$1 limit=$2
+    shift 2
+    local now left
+    case " ${GPU_CHECK_SKIP:-} " in *" $name "*)
+        echo "$name skipped: GPU_CHECK_SKIP" | tee -a "$SUM"
+        return ;;
+    esac
+    now=$(date +%s)
+    left=$((BUDGET - (now - T0)))
+    if [ "$left" -lt 10 ]; then
+        echo "$name skipped: the run's $BUDGET s are spent" | tee -a "$SUM"
+        return
+    fi
+    [ "$limit" -gt "$left" ] && limit=$left
+    echo "=== $name (limit ${limit}s): $*" >>"$LOG"
+    local s e rc
+    s=$(date +%s.%N)
+    timeout -k 5 "$limit" "$@" >>"$LOG" 2>&1
+    rc=$?
+    e=$(date +%s.%N)
+    printf "%-28s rc=%-3s %6.1fs\n" "$name" "$rc" "$(awk "BEGIN{print $e - $s}")" | tee -a "$SUM"
+}
+
+{
+    echo "date: $(date -u +%FT%TZ)"
+    echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv
+    nproc
+    grep -m1 "model name" /proc/cpuinfo
+} >>"$LOG" 2>&1
+nvidia-smi -L | tee -a "$SUM"
+
+for t in "$BUILD"/tests/gpu/test_gpu_*; do
+    [ -x "$t" ] && [ -f "$t" ] && step "$(basename "$t")" 90 "$t"
+done
+
+LLAMA_CONFIGS="full;ctkvr;quest:budget=1024;snapkv:budget=1024;rocketkv:budget=1024"
+bench_json() { # NAME LIMIT ARGS...: the JSON to OUT/NAME.json
+    local name=$1 limit=$2
+    shift 2
+    step "$name" "$limit" sh -c "\"$HKV\" bench $* --json >\"$OUT/$name.json\""
+}
+bench_json bench_llama3_8b_8k 150 --synthetic llama3-8b --device cuda --ctx 8192 --batch 1,4 \
+    --steps 16 --configs "'$LLAMA_CONFIGS'"
+step pipeline_tiny 150 python3 tests/pipeline/test_pipeline.py --bin-dir "$BUILD/tools"
+# a long prompt on 8 of the 32 layers: the prefill's speed at 16K
+bench_json bench_llama3_8b_l8_16k 90 --synthetic llama3-8b@8 --device cuda --ctx 16384 --batch 1 \
+    --steps 8 --configs "'full;ctkvr'"
+bench_json bench_smollm2_cuda 60 --synthetic smollm2-135m --device cuda --ctx 8192 --batch 1,16 \
+    --steps 16 --configs "'full;ctkvr'"
+bench_json bench_smollm2_cpu 60 --synthetic smollm2-135m --device cpu --ctx 8192 --batch 1,16 \
+    --steps 16 --configs "'full;ctkvr'"
+step plan_predict 30 sh -c "\"$HKV\" plan --predict h200 --synthetic llama3-8b --policy full,ctkvr \
+    --ctx 8192,32768 --batch 1,4 >\"$OUT/plan_predict.txt\" 2>&1"
+if command -v compute-sanitizer >/dev/null; then
+    step memcheck_attn 60 compute-sanitizer --tool memcheck --error-exitcode 9 \
+        "$BUILD/tests/gpu/test_gpu_attn"
+    step memcheck_ctkvr 60 compute-sanitizer --tool memcheck --error-exitcode 9 \
+        "$BUILD/tests/gpu/test_gpu_ctkvr"
+fi
+echo "total $(($(date +%s) - T0)) s" | tee -a "$SUM"
