@@ -13,8 +13,34 @@
 #include "kv_tiered_impl.h"
 
 #define QTILE 32
+/* A decode row's far attention is computed in pieces of this many selected
+ * rows, merged in order into the near partial. Fixed, so the arithmetic is
+ * the same whether one thread runs the pieces in turn or several run them
+ * side by side (a batch of one on many threads): a row's result never depends
+ * on the batch or the thread count. */
+#define FAR_PIECE 2048
 
 typedef struct item { int seg, kvh, q0, nq; } item;
+
+/* A decode item's far work, kept from selection to the merge when the step
+ * is split across threads by pieces. */
+typedef struct far_work {
+    const uint16_t *k, *v;   /* this KV head's far rows */
+    int64_t ld, p0, n_sel;   /* sel == NULL: rows p0 .. p0 + n_sel - 1 */
+    const int32_t *sel;
+} far_work;
+
+/* Attention over pieces [a, b) of a decode item's far selection. */
+static void far_piece(const hkv_cpu_kernels *kn, const float *qv, int g, int d, const far_work *f,
+                      int64_t a, int64_t b, float scale, float *o, float *l) {
+    if (f->sel)
+        kn->attn_sparse(qv, g, d, f->k, f->v, f->ld, f->sel + a, b - a, scale, o, l);
+    else
+        kn->attn_dense(qv, g, d, f->k + (f->p0 + a) * f->ld, f->v + (f->p0 + a) * f->ld, f->ld, b - a,
+                       scale, o, l);
+}
+
+static int64_t n_pieces(int64_t n_sel) { return (n_sel + FAR_PIECE - 1) / FAR_PIECE; }
 
 typedef struct need {
     int64_t max_sel, pol_f, pol_i, far;   /* over the batch's decode rows */
@@ -174,6 +200,41 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
         free(items);
         return rc;
     }
+    /* Few decode rows x KV heads for the threads (a batch of one: 8 KV heads
+     * on 16 threads, or 3 on 2, which leaves one thread idle half the time):
+     * the selections are made side by side as usual, then the far pieces of
+     * all of them are spread over the threads and merged in order. */
+    int n_dec = 0;
+    for (int w = 0; w < n_items; w++) n_dec += !is_prompt(&segs[items[w].seg]);
+    /* a selection is at most max_sel rows, or the whole far range */
+    const int64_t max_pieces = n_pieces(nd.max_sel > nd.far ? nd.max_sel : nd.far);
+    const int split = n_dec > 0 && n_dec < 4 * nth && max_pieces > 1 && !t->p.audit;
+    int *dec_of = NULL;      /* item -> its decode slot (split) */
+    far_work *fw = NULL;
+    float *sq = NULL, *so = NULL, *sl = NULL, *po = NULL, *pl = NULL;
+    int32_t *ssel = NULL;
+    if (split) {
+        const size_t gd = (size_t)g * d, np = (size_t)n_dec * max_pieces;
+        const size_t fl = (size_t)n_dec * (2 * gd + g) + np * (gd + g) + (size_t)n_dec * nd.max_sel;
+        if (t->split_bytes < fl * sizeof(float)) {
+            hkv_host_free(t->mem, HKV_TIER_WORKSPACE, t->split, t->split_bytes);
+            t->split_bytes = 0;
+            if (!(t->split = hkv_host_alloc(t->mem, HKV_TIER_WORKSPACE, fl * sizeof(float), err))) {
+                free(items);
+                return HKV_E_NOMEM;
+            }
+            t->split_bytes = fl * sizeof(float);
+        }
+        dec_of = malloc((size_t)n_items * sizeof *dec_of);
+        fw = calloc((size_t)n_dec, sizeof *fw);
+        if (!dec_of || !fw) {
+            free(dec_of), free(fw), free(items);
+            return hkv_seterr(err, HKV_E_NOMEM, "no memory for %d split attention items", n_dec);
+        }
+        for (int w = 0, k = 0; w < n_items; w++) dec_of[w] = is_prompt(&segs[items[w].seg]) ? -1 : k++;
+        sq = t->split, so = sq + n_dec * gd, sl = so + n_dec * gd, po = sl + (size_t)n_dec * g;
+        pl = po + np * gd, ssel = (int32_t *)(pl + np * g);
+    }
     int fail = 0;
 #pragma omp parallel for schedule(dynamic, 1)
     for (int w = 0; w < n_items; w++) {
@@ -261,16 +322,29 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
                  * means the whole range, read contiguously rather than gathered;
                  * so is the range past a kept set the caller attends. */
                 const int64_t p0 = n_sel == fv.hi - fv.lo ? fv.lo : range_from;
-                if (!n_sel) {
-                    /* nothing: the partial stays what it is */
-                } else if (n_sel == fv.hi - fv.lo || range_from >= 0) {
-                    kn->attn_dense(qb, g, d, fv.k[I->kvh] + p0 * fv.ld, fv.v[I->kvh] + p0 * fv.ld,
-                                   fv.ld, n_sel, scale, o2, l2);
-                    hkv_attn_merge(ob, lb, o2, l2, g, d);
+                const int contiguous = n_sel == fv.hi - fv.lo || range_from >= 0;
+                far_work f = {fv.k[I->kvh], fv.v[I->kvh], fv.ld, p0, n_sel, contiguous ? NULL : sel};
+                if (split) {   /* the pieces run after every selection is made */
+                    const int k = dec_of[w];
+                    if (f.sel) {
+                        memcpy(ssel + (size_t)k * nd.max_sel, sel, (size_t)n_sel * sizeof *sel);
+                        f.sel = ssel + (size_t)k * nd.max_sel;
+                    }
+                    fw[k] = f;
                 } else {
-                    kn->attn_sparse(qb, g, d, fv.k[I->kvh], fv.v[I->kvh], fv.ld, sel, n_sel, scale, o2, l2);
-                    hkv_attn_merge(ob, lb, o2, l2, g, d);
+                    for (int64_t a = 0; a < n_sel; a += FAR_PIECE) {
+                        far_piece(kn, qb, g, d, &f, a, a + FAR_PIECE < n_sel ? a + FAR_PIECE : n_sel,
+                                  scale, o2, l2);
+                        hkv_attn_merge(ob, lb, o2, l2, g, d);
+                    }
                 }
+            }
+            if (split) {   /* the query and the near partial, for the pieces and the merge */
+                const int k = dec_of[w];
+                memcpy(sq + (size_t)k * g * d, qb, (size_t)g * d * sizeof(float));
+                memcpy(so + (size_t)k * g * d, ob, (size_t)g * d * sizeof(float));
+                memcpy(sl + (size_t)k * g, lb, (size_t)g * sizeof(float));
+                continue;
             }
             if (t->p.audit) {
                 int64_t nf = nd.far;
@@ -287,6 +361,35 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
                 memcpy(lse_out + (sg->row + I->q0 + r) * t->s.n_head + (size_t)I->kvh * g,
                        lb + (size_t)r * g, (size_t)g * sizeof(float));
     }
+    if (split && !fail) {
+        const size_t gd = (size_t)g * d;
+        const int64_t np = (int64_t)n_dec * max_pieces;
+#pragma omp parallel for schedule(dynamic, 1)
+        for (int64_t u = 0; u < np; u++) {
+            const int k = (int)(u / max_pieces);
+            const int64_t a = (u % max_pieces) * FAR_PIECE, n = fw[k].n_sel;
+            if (a < n)
+                far_piece(kn, sq + k * gd, g, d, &fw[k], a, a + FAR_PIECE < n ? a + FAR_PIECE : n, scale,
+                          po + u * gd, pl + u * g);
+        }
+#pragma omp parallel for schedule(static)
+        for (int w = 0; w < n_items; w++) {
+            const int k = dec_of[w];
+            if (k < 0) continue;
+            const hkv_seg *sg = &segs[items[w].seg];
+            float *ob = so + (size_t)k * gd, *lb = sl + (size_t)k * g;
+            for (int64_t j = 0; j < n_pieces(fw[k].n_sel); j++) {
+                const int64_t u = (int64_t)k * max_pieces + j;
+                hkv_attn_merge(ob, lb, po + u * gd, pl + u * g, g, d);
+            }
+            const int kvh = items[w].kvh;
+            memcpy(out + sg->row * ld_out + (size_t)kvh * gd, ob, gd * sizeof(float));
+            if (lse_out)
+                memcpy(lse_out + sg->row * t->s.n_head + (size_t)kvh * g, lb, (size_t)g * sizeof(float));
+        }
+    }
+    free(dec_of);
+    free(fw);
     free(items);
     if (fail) return hkv_seterr(err, fail, "layer %d: the policy's selection failed (%s)", layer,
                                 hkv_status_text(fail));

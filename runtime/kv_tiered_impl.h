@@ -52,6 +52,10 @@ typedef struct tiered {
     /* Per-thread scratch of layer_step, grown on demand (WORKSPACE tier). */
     float *scratch;
     size_t scratch_bytes;
+    /* The split decode step's per-item state (kv_tiered_attn.c), grown on
+     * demand (WORKSPACE tier). */
+    float *split;
+    size_t split_bytes;
 } tiered;
 
 static inline uint16_t *near_rows(const tiered *t, const tseq *q, uint16_t *base, int layer,
