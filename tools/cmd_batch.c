@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "batch.h"
+#include "batch_mpi.h"
 #include "cli.h"
 
 static const char batch_usage[] =
@@ -38,16 +39,24 @@ static const char batch_usage[] =
     "      --no-invariant    decode with the unrolled GEMV whose rounding depends on how many\n"
     "                        sequences are in the step (faster at small batches; greedy\n"
     "                        outputs may then differ with --max-batch)\n"
+    "      --no-mpi          under mpirun or srun, do not join the other ranks (each rank is\n"
+    "                        then a job of its own: give each its --shard and -o)\n"
     "  -q, --quiet           no progress on stderr\n"
     "      --json            a JSON summary on stdout at the end\n"
     "  -h, --help            this help\n"
+    "\n"
+    "Under MPI (mpirun -n K hetkv batch ..., or srun; built with Open MPI) the job\n"
+    "spreads over K processes: rank 0 reads the input, hands requests to the ranks\n"
+    "as they ask for them, decodes its own share and writes every result; -i and -o\n"
+    "need only exist where rank 0 runs, the model on every machine; -t and --max-batch\n"
+    "apply to each rank.\n"
     "\nKV cache:\n";
 
 typedef struct batch_opts {
     const char *model, *in, *out;
     long long max_batch, max_tokens, chunk, ctx, threads, shard_i, shard_n;
     uint64_t mem;
-    int quiet, json, ignore_eos, isa, no_invariant;
+    int quiet, json, ignore_eos, isa, no_invariant, no_mpi;
     hkv_kv_cli kv;
     hkv_device_cli dev;
 } batch_opts;
@@ -110,6 +119,7 @@ static int parse(int argc, char **argv, batch_opts *o, hkv_err *err) {
         else if (!strcmp(a, "--json")) o->json = 1;
         else if (!strcmp(a, "--ignore-eos")) o->ignore_eos = 1;
         else if (!strcmp(a, "--no-invariant")) o->no_invariant = 1;
+        else if (!strcmp(a, "--no-mpi")) o->no_mpi = 1;
         else return hkv_seterr(err, HKV_E_INVAL, "batch: unknown option '%s' (see hetkv batch --help)", a);
         if (rc) return rc;
 #undef VAL
@@ -136,13 +146,30 @@ typedef struct job {
     double t0, last_progress;
     int tty;
     char policy[256];
+    /* MPI: the worker ranks' wants (rank 0), or this worker's */
+    hkv_mpi *mpi;
+    int64_t *demand;              /* [size]: requests each worker asked for and has not had */
+    int64_t *by_rank;             /* [size]: requests each rank answered this run */
+    int workers_left;             /* workers that have not said goodbye */
+    int64_t w_steps, w_rows;      /* the workers' decode steps and rows */
+    int64_t line, line_err, line_ptoks, line_gtoks;   /* a worker's line being sent */
 } job;
+
+static int worker(const job *j) { return j->mpi && j->mpi->active && j->mpi->rank > 0; }
 
 /* One result line, whole, then synced: a kill at any point leaves complete
  * lines and at most one torn last line, which the next run cuts off. */
 static void write_line(job *j, char *s) {
     if (!s) {
         if (!j->io_rc) j->io_rc = hkv_seterr(&j->io_err, HKV_E_NOMEM, "no memory for a result line");
+        return;
+    }
+    if (worker(j)) {   /* a worker's lines go to rank 0, which writes them */
+        if (!j->io_rc) {
+            int64_t h[4] = {j->line, j->line_err, j->line_ptoks, j->line_gtoks};
+            j->io_rc = hkv_mpi_send(j->mpi, 0, HKV_MPI_RESULT, h, s, strlen(s), &j->io_err);
+        }
+        free(s);
         return;
     }
     size_t n = strlen(s);
@@ -163,6 +190,7 @@ static void write_line(job *j, char *s) {
 static void error_line(job *j, int64_t line, const char *cid, int code, const char *msg) {
     int status = code == HKV_E_NOMEM || code == HKV_E_INTERNAL || code == HKV_E_IO ||
                  code == HKV_E_DEVICE ? 500 : 400;
+    j->line = line, j->line_err = 1, j->line_ptoks = j->line_gtoks = 0;
     write_line(j, hkv_batch_error_line(line, cid, status, msg, &j->meta));
     j->done++;
     j->errors++;
@@ -193,6 +221,7 @@ static void on_done(void *ud, hkv_sched_req *r) {
     if (r->status) {
         error_line(j, it->line, it->custom_id, r->status, r->err.msg);
     } else {
+        j->line = it->line, j->line_err = 0, j->line_ptoks = r->n_prompt, j->line_gtoks = r->n_out;
         write_line(j, hkv_batch_result_line(it, &j->meta));
         j->done++;
         j->prompt_toks += r->n_prompt;
@@ -275,13 +304,113 @@ static int blank(const char *s, ssize_t n) {
 
 /* Read input lines into the scheduler until it holds enough work for the
  * next steps (the whole file is never in memory). */
+/* Rank 0: the worker that asked for the most requests, -1 when none waits. */
+static int wanting(const job *j) {
+    int best = -1;
+    if (!j->demand) return -1;
+    for (int w = 1; w < j->mpi->size; w++)
+        if (j->demand[w] > 0 && (best < 0 || j->demand[w] > j->demand[best])) best = w;
+    return best;
+}
+
+/* Rank 0: the workers' messages that are waiting. */
+static int service(job *j, hkv_err *err) {
+    for (;;) {
+        hkv_mpi_msg m;
+        int r = hkv_mpi_poll(j->mpi, 0, &m, err);
+        if (r <= 0) return r;
+        switch (m.tag) {
+        case HKV_MPI_WANT: j->demand[m.src] += m.hdr[0] > 0 ? m.hdr[0] : 0; break;
+        case HKV_MPI_RESULT:
+            j->in_flight--;
+            j->errors += m.hdr[1] != 0;
+            if (!m.hdr[1]) j->prompt_toks += m.hdr[2], j->gen_toks += m.hdr[3];
+            j->done++;
+            j->by_rank[m.src]++;
+            if (m.text) write_line(j, m.text);   /* takes the text */
+            m.text = NULL;
+            break;
+        case HKV_MPI_BYE:
+            j->workers_left--;
+            j->w_steps += m.hdr[0], j->w_rows += m.hdr[1];
+            break;
+        default:
+            hkv_mpi_msg_free(&m);
+            return hkv_seterr(err, HKV_E_INTERNAL, "MPI message %d from rank %d: unknown to rank 0",
+                              m.tag, m.src);
+        }
+        hkv_mpi_msg_free(&m);
+    }
+}
+
+static void nap(void) { nanosleep(&(struct timespec){0, 1000000}, NULL); }
+
+/* A worker rank: ask rank 0 for requests while there is room, decode, send
+ * the result lines back (write_line), say goodbye when rank 0 has no more. */
+static int work(job *j, hkv_sched *s, const sigset_t *stop_set, int *stop_sig, hkv_err *err) {
+    int64_t wanted = 0;
+    int nomore = 0, rc = HKV_OK;
+    while (!j->io_rc) {
+        if ((*stop_sig = stop_requested(stop_set))) return HKV_OK;
+        const int64_t room = 2 * j->o->max_batch - hkv_sched_pending(s) - wanted;
+        if (!nomore && !wanted && room > 0) {
+            int64_t h[4] = {room, 0, 0, 0};
+            if ((rc = hkv_mpi_send(j->mpi, 0, HKV_MPI_WANT, h, NULL, 0, err))) return rc;
+            wanted = room;
+        }
+        hkv_mpi_msg m;
+        int r;
+        while ((r = hkv_mpi_poll(j->mpi, 0, &m, err)) > 0) {
+            if (m.tag == HKV_MPI_NOMORE) {
+                nomore = 1;
+            } else if (m.tag == HKV_MPI_WORK && m.text) {
+                wanted--;
+                hkv_batch_item *it = calloc(1, sizeof *it);
+                if (!it) {
+                    hkv_mpi_msg_free(&m);
+                    return hkv_seterr(err, HKV_E_NOMEM, "no memory for a request");
+                }
+                it->line = m.hdr[0];
+                hkv_err perr;
+                hkv_err_clear(&perr);
+                int prc = hkv_batch_parse(m.text, m.len, j->e->tok, &j->dflt, it, &perr);
+                if (!prc) prc = hkv_sched_submit(s, &it->req, &perr);
+                if (prc) {
+                    error_line(j, it->line, it->custom_id, prc, perr.msg);
+                    hkv_batch_item_free(it);
+                    free(it);
+                } else {
+                    j->in_flight++;
+                }
+            } else {
+                hkv_mpi_msg_free(&m);
+                return hkv_seterr(err, HKV_E_INTERNAL, "MPI message %d from rank %d: unknown to a "
+                                  "worker", m.tag, m.src);
+            }
+            hkv_mpi_msg_free(&m);
+        }
+        if (r < 0) return r;
+        if (hkv_sched_pending(s)) {
+            if ((rc = hkv_sched_step(s, err))) return rc;
+        } else if (nomore) {
+            hkv_sched_stats st = {0};
+            hkv_sched_get_stats(s, &st);
+            int64_t h[4] = {st.steps, st.decode_rows, 0, 0};
+            return hkv_mpi_send(j->mpi, 0, HKV_MPI_BYE, h, NULL, 0, err);
+        } else {
+            nap();
+        }
+    }
+    return j->io_rc;
+}
+
 static int feed(job *j, hkv_sched *s, FILE *in, int64_t *lineno, char *done, char **ids,
                 idset *seen, int *eof, hkv_err *err) {
     char *buf = NULL;
     size_t cap = 0;
     ssize_t n;
     int rc = HKV_OK;
-    while (!*eof && hkv_sched_pending(s) < 2 * j->o->max_batch && !j->io_rc) {
+    while (!*eof && (hkv_sched_pending(s) < 2 * j->o->max_batch || wanting(j) > 0) && !j->io_rc) {
         if ((n = getline(&buf, &cap, in)) < 0) {
             *eof = 1;
             break;
@@ -318,6 +447,17 @@ static int feed(job *j, hkv_sched *s, FILE *in, int64_t *lineno, char *done, cha
             else if (was) prc = hkv_seterr(&perr, HKV_E_INVAL, "custom_id '%s' repeats line %lld's",
                                            it->custom_id, (long long)was);
         }
+        const int w = prc ? -1 : wanting(j);
+        if (w > 0) {   /* a worker asked: the line goes there, its result comes back */
+            int64_t h[4] = {ln, 0, 0, 0};
+            rc = hkv_mpi_send(j->mpi, w, HKV_MPI_WORK, h, buf, (size_t)n, err);
+            hkv_batch_item_free(it);
+            free(it);
+            if (rc) break;
+            j->demand[w]--;
+            j->in_flight++;
+            continue;
+        }
         if (!prc) prc = hkv_sched_submit(s, &it->req, &perr);
         if (prc) {
             error_line(j, ln, it->custom_id, prc, perr.msg);
@@ -334,6 +474,7 @@ static int feed(job *j, hkv_sched *s, FILE *in, int64_t *lineno, char *done, cha
 static void summary(job *j, hkv_sched *s, const char *how) {
     hkv_sched_stats st = {0};
     if (s) hkv_sched_get_stats(s, &st);
+    st.steps += j->w_steps, st.decode_rows += j->w_rows;   /* every rank's */
     double el = hkv_now() - j->t0;
     if (!j->o->quiet) {
         fprintf(stderr, "hetkv batch: %s: %lld requests answered this run (%lld errors), %lld "
@@ -348,7 +489,7 @@ static void summary(job *j, hkv_sched *s, const char *how) {
     }
     if (j->o->json) {   /* through jansson: the policy text comes from the command line */
         json_t *o = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:I, s:I, s:f, s:f, s:I, "
-                              "s:f, s:f, s:f, s:I, s:s}",
+                              "s:f, s:f, s:f, s:I, s:s, s:i}",
                               "status", how, "requests", (json_int_t)j->total,
                               "answered", (json_int_t)j->done, "errors", (json_int_t)j->errors,
                               "earlier", (json_int_t)j->skipped,
@@ -361,7 +502,16 @@ static void summary(job *j, hkv_sched *s, const char *how) {
                               "decode_steps", (json_int_t)st.steps,
                               "mean_decode_batch", st.steps ? (double)st.decode_rows / st.steps : 0.0,
                               "prefill_s", st.t_prefill, "decode_s", st.t_decode,
-                              "max_batch", (json_int_t)j->o->max_batch, "policy", j->policy);
+                              "max_batch", (json_int_t)j->o->max_batch, "policy", j->policy,
+                              "ranks", j->mpi ? j->mpi->size : 1);
+        if (o && j->by_rank) {   /* the answers of each rank: rank 0's own are the rest */
+            json_t *a = json_array();
+            int64_t others = 0;
+            for (int r = 1; r < j->mpi->size; r++) others += j->by_rank[r];
+            json_array_append_new(a, json_integer(j->done - others));
+            for (int r = 1; r < j->mpi->size; r++) json_array_append_new(a, json_integer(j->by_rank[r]));
+            json_object_set_new(o, "answered_by_rank", a);
+        }
         char *txt = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
         if (txt) puts(txt);
         free(txt);
@@ -394,7 +544,14 @@ int hkv_cmd_batch(int argc, char **argv) {
         hkv_err_report(&err, stderr);
         return 2;
     }
-    job j = {.o = &o, .fd = -1};
+    hkv_mpi mpi;
+    if ((rc = hkv_mpi_start(&mpi, !o.no_mpi, &err))) {
+        hkv_err_report(&err, stderr);
+        return 1;
+    }
+    job j = {.o = &o, .fd = -1, .mpi = &mpi};
+    const int is_worker = worker(&j);
+    if (is_worker) o.quiet = 1, o.json = 0;   /* rank 0 speaks for the job */
     hkv_sched *s = NULL;
     FILE *in = NULL;
     char *done = NULL, **ids = NULL;
@@ -406,6 +563,15 @@ int hkv_cmd_batch(int argc, char **argv) {
     sigaddset(&stop_set, SIGINT);
     sigaddset(&stop_set, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &stop_set, NULL);
+    if (is_worker) goto engine;   /* the files are rank 0's */
+    if (mpi.active) {
+        if (!(j.demand = calloc((size_t)mpi.size, sizeof *j.demand)) ||
+            !(j.by_rank = calloc((size_t)mpi.size, sizeof *j.by_rank))) {
+            rc = hkv_seterr(&err, HKV_E_NOMEM, "no memory for %d ranks", mpi.size);
+            goto out;
+        }
+        j.workers_left = mpi.size - 1;
+    }
     if ((rc = count_lines(&o, o.in, &n_lines, &n_req, &err))) goto out;
     done = calloc((size_t)n_lines + 1, 1);
     ids = calloc((size_t)n_lines + 1, sizeof *ids);
@@ -425,6 +591,7 @@ int hkv_cmd_batch(int argc, char **argv) {
         goto out;
     }
 
+engine:;
     hkv_engine_params ep;
     hkv_engine_params_default(&ep);
     ep.model_path = o.model;
@@ -461,16 +628,26 @@ int hkv_cmd_batch(int argc, char **argv) {
     j.total = n_req;
     j.tty = isatty(2);
     j.t0 = j.last_progress = hkv_now();
-    int eof = 0;
-    for (;;) {
+    int eof = 0, nomore_sent = 0;
+    if (is_worker) {
+        rc = work(&j, s, &stop_set, &stop_sig, &err);
+        interrupted = stop_sig != 0;
+    }
+    for (; !is_worker;) {
+        if (mpi.active && (rc = service(&j, &err))) break;
         if ((rc = feed(&j, s, in, &lineno, done, ids, &seen, &eof, &err))) break;
+        for (int w = 1; mpi.active && eof && !nomore_sent && !rc && w < mpi.size; w++)
+            rc = hkv_mpi_send(&mpi, w, HKV_MPI_NOMORE, NULL, NULL, 0, &err);
+        if (rc) break;
+        nomore_sent |= eof;
         if (j.io_rc) break;
         if ((stop_sig = stop_requested(&stop_set))) {
             interrupted = 1;
             break;
         }
         if (!hkv_sched_pending(s)) {
-            if (eof) break;
+            if (eof && !j.workers_left) break;
+            if (eof) nap();   /* the workers' last results */
             continue;
         }
         if ((rc = hkv_sched_step(s, &err))) break;
@@ -481,11 +658,13 @@ int hkv_cmd_batch(int argc, char **argv) {
         rc = j.io_rc;
         err = j.io_err;
     }
-    summary(&j, s, interrupted ? "interrupted" : rc ? "stopped by an error" : "finished");
+    if (!is_worker)
+        summary(&j, s, interrupted ? "interrupted" : rc ? "stopped by an error" : "finished");
     if (interrupted && !o.quiet)
         fprintf(stderr, "hetkv batch: stopped by signal %d; run the same command again to finish\n",
                 stop_sig);
 out:
+    if (rc && mpi.active) hkv_err_prefix(&err, "rank %d of %d", mpi.rank, mpi.size);
     if (rc) hkv_err_report(&err, stderr);
     hkv_sched_free(s);   /* requests still in flight are dropped: the rerun answers them */
     if (j.fd >= 0) close(j.fd);
@@ -494,7 +673,12 @@ out:
     idset_free(&seen, n_lines);
     free(ids);
     free(done);
+    free(j.demand);
+    free(j.by_rank);
     hkv_engine_close(j.e);
-    if (rc) return 1;
-    return interrupted ? 128 + stop_sig : 0;
+    /* A failed or interrupted rank ends every rank (what is written stays;
+     * the rerun finishes the job); a finished one waits for the others. */
+    const int code = rc ? 1 : interrupted ? 128 + stop_sig : 0;
+    hkv_mpi_stop(&mpi, code);
+    return code;
 }

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Install what hetkv needs to build and test: Debian packages (compiler,
 # meson, hwloc, oneDNN, libnuma, Boost.Context for the CUDA emulator, jansson for JSON,
-# libmicrohttpd for hetkv serve) and the Python packages of the test suite.
+# libmicrohttpd for hetkv serve, Open MPI for hetkv batch across processes) and the
+# Python packages of the test suite.
 # Idempotent; skips apt when everything is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=(gcc g++ make meson ninja-build pkg-config libhwloc-dev libdnnl-dev libnuma-dev
-      libboost-context-dev libjansson-dev libmicrohttpd-dev
+      libboost-context-dev libjansson-dev libmicrohttpd-dev libopenmpi-dev openmpi-bin
       python3 python3-pip valgrind)
 missing=()
 for p in "${pkgs[@]}"; do

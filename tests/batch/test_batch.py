@@ -12,7 +12,9 @@ once and the same tokens), sigterm (a clean stop with a non-zero exit),
 invariance (greedy outputs identical with --max-batch 1 and 8, also under
 ctkvr and snapkv with a small near tier), shard (--shard I/N splits the
 lines), policies (laq and fastkv, whose prep
-takes the whole prompt, run in a batch).
+takes the whole prompt, run in a batch), mpi (mpirun -n 2: the same tokens as
+one process, every custom_id once, both ranks decoding; a worker rank killed
+mid-job fails the job and the rerun finishes it; skipped, 77, without mpirun).
 """
 import json
 import os
@@ -362,7 +364,67 @@ def case_shard():
     check(p.returncode == 2 and "out of range" in p.stderr, f"shard: 3/3 accepted: {p.stderr}")
 
 
-{"format": case_format, "shard": case_shard, "bad_lines": case_bad_lines, "resume": case_resume, "sigterm": case_sigterm,
+def mpirun_cmd(n):
+    # as root in CI containers Open MPI wants both flags; --oversubscribe: 2 ranks on 2 cores
+    return ["mpirun", "--oversubscribe", "--allow-run-as-root", "-n", str(n),
+            "-x", "OMP_NUM_THREADS=1"]
+
+
+def case_mpi():
+    import shutil
+    if not shutil.which("mpirun"):
+        print("skip: no mpirun (install openmpi-bin)")
+        sys.exit(77)
+    info = subprocess.run([hetkv, "batch", "--help"], capture_output=True, text=True)
+    if "Under MPI" not in info.stdout:
+        print("skip: this hetkv has no MPI")
+        sys.exit(77)
+    reqs = mixed(16, seed=3, longest=300)
+    inp = os.path.join(tmp, "m.jsonl")
+    write_jsonl(inp, reqs)
+    one = os.path.join(tmp, "m1.jsonl")
+    p = run(["-q", "--max-batch", "4", "--chunk", "64", "-t", "1"], inp, one)
+    check(p.returncode == 0, f"mpi: one process: {p.stderr[-300:]}")
+    two = os.path.join(tmp, "m2.jsonl")
+    cmd = mpirun_cmd(2) + [hetkv, "batch", "-m", model, "-i", inp, "-o", two, "-t", "1",
+                           "--max-batch", "4", "--chunk", "64", "--json", "-q"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    check(p.returncode == 0, f"mpi: 2 ranks: exit {p.returncode}: {p.stderr[-500:]}")
+    res = results(two)
+    ids = [o["custom_id"] for o in res]
+    check(sorted(ids) == sorted(r["custom_id"] for r in reqs), f"mpi: ids {sorted(ids)}")
+    check(toks(res) == toks(results(one)), "mpi: 2 ranks' tokens differ from one process's")
+    try:
+        summ = json.loads(p.stdout.strip().splitlines()[-1])
+        check(summ["ranks"] == 2 and summ["answered"] == len(reqs)
+              and len(summ["answered_by_rank"]) == 2 and min(summ["answered_by_rank"]) > 0
+              and sum(summ["answered_by_rank"]) == len(reqs), f"mpi: summary {summ}")
+        print(f"mpi: 2 ranks answered {summ['answered_by_rank']}")
+    except (ValueError, IndexError, KeyError) as e:
+        check(False, f"mpi: summary: {e}: {p.stdout[-300:]}")
+    # A worker killed mid-job (once rank 0 has written 3 results): the job fails, what rank 0
+    # wrote stays, and the rerun (one process: resuming does not depend on the ranks) finishes it.
+    three = os.path.join(tmp, "m3.jsonl")
+    cmd = mpirun_cmd(2) + ["sh", "-c", f'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then '
+                           f'(until [ -s "{three}" ] && [ $(wc -l < "{three}") -ge 3 ]; do sleep 0.1; done; '
+                           f'kill -9 $$) & fi; exec "{hetkv}" batch -m "{model}" '
+                           f'-i "{inp}" -o "{three}" -t 1 --max-batch 4 --chunk 64 -q']
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    check(p.returncode != 0, f"mpi: a killed worker did not fail the job (exit {p.returncode})")
+    part = results(three) if os.path.exists(three) else []
+    print(f"mpi: worker killed: exit {p.returncode}, {len(part)} of {len(reqs)} answered; "
+          f"{p.stderr.strip().splitlines()[-1:] if p.stderr.strip() else ''}")
+    check(0 < len(part) < len(reqs), f"mpi: the kill came at {len(part)} of {len(reqs)} answered")
+    p = run(["-q", "--max-batch", "4", "--chunk", "64", "-t", "1"], inp, three)
+    check(p.returncode == 0, f"mpi: rerun after the kill: {p.stderr[-300:]}")
+    res = results(three)
+    ids = [o["custom_id"] for o in res]
+    check(sorted(ids) == sorted(r["custom_id"] for r in reqs),
+          f"mpi: after the kill ({len(part)} answered) and the rerun: ids {sorted(ids)}")
+    check(toks(res) == toks(results(one)), "mpi: after the rerun the tokens differ")
+
+
+{"mpi": case_mpi, "format": case_format, "shard": case_shard, "bad_lines": case_bad_lines, "resume": case_resume, "sigterm": case_sigterm,
  "invariance": case_invariance, "policies": case_policies}[case]()
 print(f"batch {case}: {len(failures)} failures")
 sys.exit(1 if failures else 0)
