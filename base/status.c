@@ -58,3 +58,12 @@ void hkv_err_report(const hkv_err *err, FILE *f) {
     fprintf(f, "hetkv: error: %s\n",
             err->msg[0] ? err->msg : hkv_status_text(err->code));
 }
+
+void hkv_warn(FILE *f, const char *fmt, ...) {
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(f, "hetkv: warning: %s\n", msg);
+}

@@ -55,5 +55,8 @@ int hkv_err_prefix(hkv_err *err, const char *fmt, ...)
 
 /* Print "hetkv: error: <msg>" (or the code's text) to f. */
 void hkv_err_report(const hkv_err *err, FILE *f);
+/* Print "hetkv: warning: <msg>" to f: something the run goes on with but the
+ * user should know (a context past the model's trained one). */
+void hkv_warn(FILE *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif

@@ -60,6 +60,14 @@ static int alloc_workspace(hkv_engine *e, hkv_err *err) {
     return HKV_OK;
 }
 
+void hkv_engine_ctx_warn(const hkv_engine *e) {
+    const hkv_model_config *c = &e->model.cfg;
+    if (c->ctx_train > 0 && e->p.n_ctx > c->ctx_train)
+        hkv_warn(stderr, "context %lld is past %s's trained context of %d tokens: positions beyond "
+                 "it were never trained and its output there may be poor (hetkv eval refuses it)",
+                 (long long)e->p.n_ctx, c->name, c->ctx_train);
+}
+
 int hkv_engine_open(hkv_engine **out, const hkv_engine_params *p, hkv_err *err) {
     *out = NULL;
     if (!p->model_path == !p->synthetic)
@@ -99,6 +107,7 @@ int hkv_engine_open(hkv_engine **out, const hkv_engine_params *p, hkv_err *err) 
     g = NULL;
     const hkv_model_config *c = &e->model.cfg;
     if (!e->p.n_ctx) e->p.n_ctx = c->ctx_train;
+    hkv_engine_ctx_warn(e);
     e->qkv_rows = (int64_t)(c->n_head + 2 * c->n_head_kv) * c->head_dim;
     e->max_rows = p->max_rows ? p->max_rows : 256;
     if (e->max_rows < p->max_seqs) e->max_rows = p->max_seqs;

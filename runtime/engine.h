@@ -73,6 +73,9 @@ typedef struct hkv_engine {
 
 /* Load the model and tokenizer, fill the kernel table, pin threads, create
  * the plain KV backend, allocate the workspace. */
+/* "hetkv: warning: ..." on stderr when e->p.n_ctx is past the model's trained
+ * context (hkv_engine_open calls it; so does a command that sets n_ctx after). */
+void hkv_engine_ctx_warn(const hkv_engine *e);
 int hkv_engine_open(hkv_engine **out, const hkv_engine_params *p, hkv_err *err);
 void hkv_engine_close(hkv_engine *e);
 

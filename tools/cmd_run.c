@@ -274,6 +274,7 @@ int hkv_cmd_run(int argc, char **argv) {
     }
     int64_t need = n_prompt + o.n_predict + 1;
     e->p.n_ctx = o.ctx ? o.ctx : need;
+    if (o.ctx) hkv_engine_ctx_warn(e);
 
     reqs = calloc((size_t)o.batch, sizeof *reqs);
     sc.e = e;

@@ -67,6 +67,10 @@ cases = [
     ("laq w2 range", [hetkv, "run", *M, "-p", "x", "--policy", "laq", "--policy-arg", "w2=5000"], 1,
      "w2=5000 is out of range"),
     ("bad kv kind", [hetkv, "run", *M, "-p", "x", "--kv", "paged"], 2, "not plain or tiered"),
+    # past the trained context: a warning naming both, and the run goes on
+    ("context past trained", [hetkv, "run", *M, "-p", "x", "-n", "1", "-c", "9000"], 0,
+     "is past Smollm2 135M 8k Lc100K Mix1 Ep2's trained context of 8192 tokens"),
+    ("context absurd", [hetkv, "run", *M, "-p", "x", "-c", "99999999999"], 2, "out of range"),
     ("context too small", [hetkv, "run", *M, "-p", "hello there", "-n", "10", "-c", "4"], 1,
      "needs"),
     ("bench bad list", [hetkv, "bench", *M, "--ctx", "1024,,2"], 2, "bad list"),
