@@ -364,8 +364,9 @@ static int fastkv_create(hkv_policy *out, const hkv_policy_args *a, const hkv_po
         if (!f->lay) f->lay_b = 0;
         if (!f->kept) f->kept_b = 0;
         if (!f->n_kept) f->n_kept_b = 0;
+        const long long budget = f->budget;   /* f is gone after the destroy */
         fastkv_destroy(f);
-        return hkv_err_prefix(err, "fastkv kept sets (budget %lld)", (long long)f->budget);
+        return hkv_err_prefix(err, "fastkv kept sets (budget %lld)", budget);
     }
     for (int l = 0; l < f->L; l++) {
         f->lay[l].kept = f->kept + (size_t)l * f->KH * f->budget;

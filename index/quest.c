@@ -255,9 +255,9 @@ static int quest_create(hkv_policy *out, const hkv_policy_args *a, const hkv_pol
         !(s->built_hi = hkv_host_calloc(s->mem, HKV_TIER_INDEX, s->meta_b, err))) {
         if (!s->bounds) s->bounds_b = 0;
         if (!s->built_hi) s->meta_b = 0;
+        const long long np = s->np_cap, P = s->P;   /* s is gone after the destroy */
         quest_destroy(s);
-        return hkv_err_prefix(err, "quest page bounds (%lld pages of %lld)", (long long)s->np_cap,
-                              (long long)s->P);
+        return hkv_err_prefix(err, "quest page bounds (%lld pages of %lld)", np, P);
     }
     s->lo = s->built_hi + s->L;
     s->steps = s->lo + s->L;

@@ -268,8 +268,9 @@ static int snapkv_create(hkv_policy *out, const hkv_policy_args *a, const hkv_po
         if (!s->lay) s->lay_b = 0;
         if (!s->kept) s->kept_b = 0;
         if (!s->n_kept) s->n_kept_b = 0;
+        const long long budget = s->budget;   /* s is gone after the destroy */
         snapkv_destroy(s);
-        return hkv_err_prefix(err, "snapkv kept sets (budget %lld)", (long long)s->budget);
+        return hkv_err_prefix(err, "snapkv kept sets (budget %lld)", budget);
     }
     for (int l = 0; l < s->L; l++) {
         s->lay[l].kept = s->kept + (size_t)l * s->KH * s->budget;

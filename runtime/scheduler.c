@@ -143,6 +143,12 @@ void hkv_sched_free(hkv_sched *s) {
         if (sl->state == SLOT_FREE) continue;
         s->e->kv.ops->seq_close(s->e->kv.self, i);
         if (sl->smp_ok) hkv_sampler_free(&sl->smp);
+        if (s->p.on_drop && sl->r) s->p.on_drop(s->p.ud, sl->r);
+    }
+    for (hkv_sched_req *r = s->head, *next; r; r = next) {   /* on_drop may free r */
+        next = r->next_;
+        r->next_ = NULL;
+        if (s->p.on_drop) s->p.on_drop(s->p.ud, r);
     }
     free(s->slots);
     free(s->logits);

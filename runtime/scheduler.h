@@ -43,6 +43,9 @@ typedef struct hkv_sched_params {
     uint64_t mem_budget;    /* host bytes for the KV of the sequences in flight; 0: no cap */
     int batch_invariant;    /* decode steps with the batch-invariant GEMV (default 1) */
     hkv_sched_done_cb on_done;
+    hkv_sched_done_cb on_drop;   /* may be NULL: called by hkv_sched_free for each request
+                                    still queued or running, unfinished (no on_done), so the
+                                    caller can free what it attached to it */
     hkv_sched_token_cb on_token;
     void *ud;
 } hkv_sched_params;
@@ -92,6 +95,8 @@ typedef struct hkv_sched_stats {
 typedef struct hkv_sched hkv_sched;
 
 int hkv_sched_create(hkv_sched **out, hkv_engine *e, const hkv_sched_params *p, hkv_err *err);
+/* Frees the scheduler; requests still queued or running are dropped
+ * unfinished (on_drop, when set, is called for each). */
 void hkv_sched_free(hkv_sched *s);
 
 /* Queue r. Refuses (returns the error, r untouched by the scheduler) a

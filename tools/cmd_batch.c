@@ -231,6 +231,15 @@ static void on_done(void *ud, hkv_sched_req *r) {
     free(it);
 }
 
+/* A request the scheduler dropped unfinished (the job stopped): its item is
+ * freed; the rerun answers it. */
+static void on_drop(void *ud, hkv_sched_req *r) {
+    (void)ud;
+    hkv_batch_item *it = r->user;
+    hkv_batch_item_free(it);
+    free(it);
+}
+
 static int blank(const char *s, ssize_t n);
 
 /* The custom_ids met so far, by input line: a hash set (open addressing
@@ -621,6 +630,7 @@ engine:;
         sp.mem_budget = fr ? (uint64_t)(fr - fr / 10) : 0;
     }
     sp.on_done = on_done;
+    sp.on_drop = on_drop;
     sp.ud = &j;
     if ((rc = hkv_sched_create(&s, j.e, &sp, &err))) goto out;
 

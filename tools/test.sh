@@ -72,6 +72,14 @@ if [ "${HKV_TEST_QUICK:-0}" != 1 ]; then
         logs+=("$d/meson-logs/testlog.json" "$d/meson-logs/pipeline.json")
     done
 fi
+if [ "${HKV_TEST_QUICK:-0}" != 1 ]; then
+    # The allocation-failure walk (tests/fault): every allocation of a few whole
+    # jobs failed in turn, under ASan + UBSan + LeakSanitizer.
+    HKV_BUILD_TARGETS=build.ninja tools/build.sh fault >/dev/null
+    HKV_BUILD_TARGETS=tools/hetkv tools/build.sh fault >/dev/null
+    meson test -C build-fault --no-rebuild --print-errorlogs --num-processes 1 fault_walk || status=$?
+    logs+=(build-fault/meson-logs/testlog.json)
+fi
 python3 - "${logs[@]}" <<'PY'
 import json, sys
 p = f = s = 0

@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""The allocation-failure walk (a -Dfault_inject=true build, base/fault.h):
+a whole job (load, prefill, decode, close) is run once to count its
+allocations, then once per allocation N with HKV_FAULT_AT=N, so that each
+one fails in turn. Every run must end in one of:
+
+  error      exit 1 with a 'hetkv: error:' message;
+  unaffected exit 0 with the unfailed run's output (an optional cache that
+             is simply not kept, e.g. a staging copy);
+  answered   (hetkv batch) exit 0, every request answered by a result or an
+             error line (a request's own allocation failed: its line says so);
+
+and never a crash, a sanitizer report (ASan, UBSan, LeakSanitizer: build
+with -Db_sanitize=address,undefined) or a hang.
+
+    python3 tests/fault/test_fault_walk.py --bin-dir build-fault/tools [--jobs run,quest,fastkv,laq,batch]
+
+Jobs: run (ctkvr), quest, fastkv, laq (hetkv run on a tiny generated model,
+each policy's own allocations) and batch (two requests under snapkv through
+the scheduler).
+Exit 0: every allocation walked, 1: a failure, 77: not a fault-injection build.
+Last line: 'fault walk: N allocations walked, N failures'.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "tools"))
+
+SAN = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:", "Segmentation fault")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin-dir", required=True)
+    ap.add_argument("--jobs", default="run,quest,fastkv,laq,batch")
+    ap.add_argument("--timeout", type=float, default=120)
+    a = ap.parse_args()
+    hetkv = os.path.join(a.bin_dir, "hetkv")
+    import gen_tiny_gguf as gen
+    with tempfile.TemporaryDirectory() as tmp:
+        model = os.path.join(tmp, "tiny.gguf")
+        gen.write_model(gen.PRESETS["llama_gqa3_q41"], model, verbose=False)
+        inp = os.path.join(tmp, "in.jsonl")
+        with open(inp, "w") as f:
+            for i, p in enumerate(("Hello world, this is a test.", "The quick brown fox jumps.")):
+                f.write(json.dumps({"custom_id": f"r{i}", "method": "POST", "url": "/v1/completions",
+                                    "body": {"prompt": p, "max_tokens": 4, "temperature": 0}}) + "\n")
+        out = os.path.join(tmp, "out.jsonl")
+        jobs = {
+            "run": [hetkv, "run", "-m", model, "-p", "Hello world, this is a test.", "-n", "6", "-c", "128",
+                    "--sink", "2", "--local", "8", "--policy", "ctkvr", "-t", "2", "--temp", "0"],
+            "quest": [hetkv, "run", "-m", model, "-p", "Hello world, this is a test.", "-n", "6", "-c", "128",
+                      "--sink", "2", "--local", "8", "--policy", "quest", "--policy-arg", "budget=8",
+                      "-t", "2", "--temp", "0"],
+            "fastkv": [hetkv, "run", "-m", model, "-p", "Hello world, this is a test.", "-n", "6", "-c",
+                       "128", "--sink", "2", "--local", "8", "--policy", "fastkv", "--policy-arg",
+                       "budget=8", "-t", "2", "--temp", "0"],
+            "laq": [hetkv, "run", "-m", model, "-p", "Hello world, this is a test.", "-n", "6", "-c", "128",
+                    "--sink", "2", "--local", "8", "--policy", "laq", "--policy-arg", "budget=8",
+                    "-t", "2", "--temp", "0"],
+            "batch": [hetkv, "batch", "-m", model, "-i", inp, "-o", out, "--max-batch", "2", "-c", "128",
+                      "--sink", "2", "--local", "8", "--policy", "snapkv", "--policy-arg", "budget=4",
+                      "-t", "2", "-q", "--no-mpi"],
+        }
+        env0 = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0",
+                    UBSAN_OPTIONS="print_stacktrace=1")
+        walked = failures = 0
+        for name in a.jobs.split(","):
+            cmd = jobs[name]
+            rep = os.path.join(tmp, "count.txt")
+            if os.path.exists(out):
+                os.remove(out)
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout,
+                               env=dict(env0, HKV_FAULT_REPORT=rep))
+            if not os.path.exists(rep):
+                print("fault walk: skipped: not a -Dfault_inject=true build (no allocation count)")
+                return 77
+            if p.returncode != 0:
+                print(f"FAIL {name}: the unfailed run exits {p.returncode}: {p.stderr[-400:]}")
+                return 1
+            base_out = p.stdout
+            with open(rep) as f:
+                total = int(f.read().strip())
+            kinds = {"error": 0, "unaffected": 0, "answered": 0}
+            for n in range(1, total + 1):
+                if os.path.exists(out):
+                    os.remove(out)
+                try:
+                    p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout,
+                                       env=dict(env0, HKV_FAULT_AT=str(n)))
+                except subprocess.TimeoutExpired:
+                    print(f"FAIL {name} allocation {n}: hung past {a.timeout} s")
+                    failures += 1
+                    continue
+                walked += 1
+                err = p.stderr
+                bad = next((s for s in SAN if s in err), None)
+                kind = None
+                if bad or p.returncode < 0:
+                    kind = None
+                elif p.returncode == 1 and "hetkv: error:" in err:
+                    kind = "error"
+                elif p.returncode == 0 and name != "batch" and p.stdout == base_out:
+                    kind = "unaffected"
+                elif p.returncode == 0 and name == "batch" and os.path.exists(out):
+                    with open(out) as f:
+                        lines = [json.loads(l) for l in f]
+                    # a request whose own allocation failed gets an error line (without its
+                    # custom_id when that copy was the one to fail)
+                    ids = sorted(str(o.get("custom_id")) for o in lines)
+                    kind = "answered" if len(lines) == 2 and (ids == ["r0", "r1"] or any(
+                        o.get("error") or o.get("response", {}).get("status_code") != 200
+                        for o in lines)) else None
+                if kind:
+                    kinds[kind] += 1
+                else:
+                    failures += 1
+                    where = err.strip().splitlines()
+                    print(f"FAIL {name} allocation {n}/{total}: exit {p.returncode}"
+                          f"{', ' + bad if bad else ''}: {' | '.join(where[:12])[:1500]}")
+            print(f"{name}: {total} allocations: {kinds['error']} ended with an error message, "
+                  f"{kinds['unaffected']} unaffected, {kinds['answered']} answered (a request's own "
+                  f"error line)")
+        print(f"fault walk: {walked} allocations walked, {failures} failures")
+        return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
