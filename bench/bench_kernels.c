@@ -2,7 +2,8 @@
  * probe measured in the same run (DESIGN.md, performance model).
  *
  *   hetkv bench kernels [--isa scalar|avx2|avx512] [--quick] [--hot] [--cpu-time]
- *   (also built as the standalone hkv-bench-kernels)
+ *   (also built as the standalone hkv-bench-kernels; --device cuda: the gpu/
+ *   kernels instead, bench_gpu.c)
  *
  * Memory-bound kernels are measured cold: each call works on the next of
  * several copies of its data (weights, or per-layer KV caches) totalling
@@ -29,6 +30,7 @@
 #include "kernels_impl.h"
 #include "peak.h"
 #include "bench_kernels.h"
+#include "bench_gpu.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
@@ -449,6 +451,10 @@ static void bench_causal(const bk *b, const hkv_cpu_kernels *t)
 
 int hkv_bench_kernels_main(int argc, char **argv)
 {
+    /* --device cuda: the gpu/ kernels instead (bench_gpu.c) */
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--device") && !strcmp(argv[i + 1], "cuda"))
+            return hkv_bench_gpu_main(argc, argv);
     setvbuf(stdout, NULL, _IOLBF, 0);   /* rows appear as they are measured (long runs) */
     bk b = {.cold_bytes = (size_t)1 << 30, .trial_seconds = 0.12, .trials = 5, .use_cpu_time = 0,
             .cache_rows = 32768};
@@ -462,6 +468,8 @@ int hkv_bench_kernels_main(int argc, char **argv)
             only_qmm = 1;
         } else if (!strcmp(argv[i], "--cpu-time")) {
             b.use_cpu_time = 1;
+        } else if (!strcmp(argv[i], "--device") && i + 1 < argc && !strcmp(argv[i + 1], "cpu")) {
+            i++;   /* the host kernels: the default */
         } else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
             isa = hkv_isa_parse(argv[++i]);
             if (isa < 0) {
@@ -472,7 +480,9 @@ int hkv_bench_kernels_main(int argc, char **argv)
             int help = !strcmp(argv[i], "-h") || !strcmp(argv[i], "--help");
             fprintf(help ? stdout : stderr,
                     "usage: hetkv bench kernels [--isa scalar|avx2|avx512] [--quick] [--hot] [--cpu-time]\n"
-                    "                           [--batched]\n"
+                    "                           [--batched] [--device cpu]\n"
+                    "       hetkv bench kernels --device cuda [--quick] [--json] [--reps N]   (the gpu/ kernels;\n"
+                    "                           hetkv bench kernels --device cuda --help)\n"
                     "GEMV, batched matmul in both precisions, rerank (score_max), sparse and causal\n"
                     "attention, prefill matmul: GB/s, GOP/s or GFLOP/s beside a bandwidth probe and\n"
                     "compute peaks measured in the same run (roof%%: against the binding one).\n"

@@ -6,7 +6,11 @@
 # BUILD_DIR is a CUDA build (meson setup BUILD -Dgpu_arch=sm_90 or sm_89;
 # default build). It runs, in order of value, each step under its own time
 # limit so that one slow or hung step costs only its share: the tests/gpu
-# kernel tests, bench --device cuda on Llama-3-8B's shape (synthetic Q4
+# kernel tests, each gpu/ kernel of a decode step timed alone on the device
+# (`hetkv bench kernels --device cuda`: the weight products, decode and
+# prefill attention, copies, beside a device-to-device probe; its JSON in
+# bench_gpu_kernels.json, its rows also in all.log as they are measured),
+# bench --device cuda on Llama-3-8B's shape (synthetic Q4
 # weights, speed does not depend on the values) at 8K, the CPU-vs-device
 # pipeline test on tiny generated models for every policy, the same bench at
 # 32K, SmolLM2's shape on the CPU and on the device side by side,
@@ -67,6 +71,9 @@ nvidia-smi -L | tee -a "$SUM"
 for t in "$BUILD"/tests/gpu/test_gpu_*; do
     [ -x "$t" ] && [ -f "$t" ] && step "$(basename "$t")" 90 "$t"
 done
+
+# each kernel alone, timed with events on the device (bench/bench_gpu.c)
+step bench_gpu_kernels 60 sh -c "\"$HKV\" bench kernels --device cuda --json >\"$OUT/bench_gpu_kernels.json\""
 
 LLAMA_CONFIGS="full;ctkvr;quest:budget=1024;snapkv:budget=1024;rocketkv:budget=1024"
 bench_json() { # NAME LIMIT ARGS...: the JSON to OUT/NAME.json

@@ -263,6 +263,13 @@ extern "C" int hkv_gpu_copy_2d(void *dst, size_t dpitch, const void *src, size_t
     return HKV_OK;
 }
 
+extern "C" int hkv_gpu_copy(void *dst, const void *src, size_t bytes, void *stream, hkv_err *err)
+{
+    if (!bytes) return HKV_OK;
+    HKV_CUDA_TRY(err, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, hkv_stream(stream)));
+    return HKV_OK;
+}
+
 extern "C" int hkv_gpu_memset(void *dst, int byte, size_t bytes, void *stream, hkv_err *err)
 {
     if (!bytes) return HKV_OK;

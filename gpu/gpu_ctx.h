@@ -77,6 +77,8 @@ int hkv_gpu_memset(void *dst, int byte, size_t bytes, void *stream, hkv_err *err
  * to dst + i*dpitch. */
 int hkv_gpu_copy_2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                     size_t height, void *stream, hkv_err *err);
+/* Device to device, bytes from src to dst (no overlap). */
+int hkv_gpu_copy(void *dst, const void *src, size_t bytes, void *stream, hkv_err *err);
 int hkv_gpu_sync(void *stream, hkv_err *err);
 
 /* Streams and events, for pipelines that overlap the device with host work
@@ -95,6 +97,10 @@ int hkv_gpu_stream_wait(void *stream, void *event, hkv_err *err);
 int hkv_gpu_event_elapsed(void *start, void *end, float *ms, hkv_err *err);
 /* 1 when the work before the event's last record has completed (without waiting). */
 int hkv_gpu_event_done(void *event);
+/* Keep `stream` busy for `us` microseconds (one thread reading the device's
+ * clock). A benchmark queues the kernels it times behind it, so that their
+ * launches' host cost stays out of the device time its events measure. */
+int hkv_gpu_spin(double us, void *stream, hkv_err *err);
 
 #ifdef __cplusplus
 }

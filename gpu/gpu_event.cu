@@ -1,5 +1,8 @@
 /* Streams and events behind gpu_ctx.h's C API (the pipeline's overlap of
- * device work with host work is built from these). */
+ * device work with host work is built from these), and the spin that keeps a
+ * stream busy while a benchmark queues work behind it. */
+#include <time.h>
+
 #include "gpu_internal.cuh"
 
 extern "C" int hkv_gpu_stream_create(void **stream, hkv_err *err)
@@ -65,4 +68,35 @@ extern "C" int hkv_gpu_event_done(void *event)
     cudaError_t e = cudaEventQuery((cudaEvent_t)event);
     if (e != cudaSuccess) cudaGetLastError();
     return e == cudaSuccess;
+}
+
+/* Nanoseconds of the device's global timer (the emulator's device is the
+ * host, whose monotonic clock stands in for it). */
+__device__ __forceinline__ unsigned long long ev_timer_ns(void)
+{
+#ifdef HKV_CUDA_EMU
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+#else
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+#endif
+}
+
+static __global__ void k_spin(unsigned long long ns)
+{
+    const unsigned long long t0 = ev_timer_ns();
+    while (ev_timer_ns() - t0 < ns) {
+    }
+}
+
+extern "C" int hkv_gpu_spin(double us, void *stream, hkv_err *err)
+{
+    if (!(us >= 0) || us > 1e7)
+        return hkv_seterr(err, HKV_E_INVAL, "gpu spin: %g us (0 to 10 s)", us);
+    HKV_LAUNCH(k_spin, 1, 1, 0, hkv_stream(stream))((unsigned long long)(us * 1e3));
+    HKV_LAUNCH_CHECK(err);
+    return HKV_OK;
 }

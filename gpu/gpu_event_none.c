@@ -41,3 +41,8 @@ int hkv_gpu_event_done(void *event)
     (void)event;
     return 1;
 }
+int hkv_gpu_spin(double us, void *stream, hkv_err *err)
+{
+    (void)us, (void)stream;
+    return NO_CUDA(err, "GPU spin");
+}

@@ -59,6 +59,12 @@ typedef struct hkv_gpu_qmat {
 int hkv_gpu_qmat_upload(hkv_gpu_ctx *ctx, const hkv_wmat *src, hkv_gpu_qmat *dst, void *stream,
                         hkv_err *err);
 void hkv_gpu_qmat_free(hkv_gpu_ctx *ctx, hkv_gpu_qmat *w);
+/* dst = a second device copy of src (device-to-device on `stream`, the same
+ * type, gemm mode and wscale; WEIGHTS tier). The kernel benchmark rotates
+ * through such copies so that no call finds its weights in L2. On error
+ * nothing stays allocated and *dst is zeroed. */
+int hkv_gpu_qmat_clone(hkv_gpu_ctx *ctx, const hkv_gpu_qmat *src, hkv_gpu_qmat *dst, void *stream,
+                       hkv_err *err);
 
 /* dst[i][0..cols) = row ids[i] of W dequantised to fp32 (i < n, row stride
  * ld_dst >= cols; ids device int32, an id outside [0, rows) gives a NaN

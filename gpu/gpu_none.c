@@ -61,6 +61,11 @@ int hkv_gpu_copy_2d(void *dst, size_t dpitch, const void *src, size_t spitch, si
     (void)dst, (void)dpitch, (void)src, (void)spitch, (void)width, (void)height, (void)stream;
     return NO_CUDA(err, "GPU copy");
 }
+int hkv_gpu_copy(void *dst, const void *src, size_t bytes, void *stream, hkv_err *err)
+{
+    (void)dst, (void)src, (void)bytes, (void)stream;
+    return NO_CUDA(err, "GPU copy");
+}
 int hkv_gpu_memset(void *dst, int byte, size_t bytes, void *stream, hkv_err *err)
 {
     (void)dst, (void)byte, (void)bytes, (void)stream;
@@ -313,6 +318,13 @@ void hkv_gpu_qmat_free(hkv_gpu_ctx *ctx, hkv_gpu_qmat *w)
 {
     (void)ctx;
     if (w) memset(w, 0, sizeof *w);
+}
+int hkv_gpu_qmat_clone(hkv_gpu_ctx *ctx, const hkv_gpu_qmat *src, hkv_gpu_qmat *dst, void *stream,
+                       hkv_err *err)
+{
+    (void)ctx, (void)src, (void)stream;
+    if (dst) memset(dst, 0, sizeof *dst);
+    return NO_CUDA(err, "gpu qmat clone");
 }
 int hkv_gpu_qmat_rows(const hkv_gpu_qmat *w, const int32_t *ids, int64_t n, float *dst,
                       int64_t ld_dst, void *stream, hkv_err *err)

@@ -516,6 +516,38 @@ static int qm_valid(const hkv_gpu_qmat *w)
            w->gemm <= HKV_QMAT_GEMM_FP32 && w->wscale > 0;
 }
 
+extern "C" int hkv_gpu_qmat_clone(hkv_gpu_ctx *ctx, const hkv_gpu_qmat *src, hkv_gpu_qmat *dst,
+                                  void *stream, hkv_err *err)
+{
+    if (!dst) return hkv_seterr(err, HKV_E_INVAL, "gpu qmat clone: no destination");
+    memset(dst, 0, sizeof *dst);
+    if (!ctx || !qm_valid(src))
+        return hkv_seterr(err, HKV_E_INVAL, "gpu qmat clone: no context or no valid matrix");
+    size_t qb, sb, mb;
+    qm_sizes(src->type, src->rows, src->cols, &qb, &sb, &mb);
+    hkv_err local;   /* the allocation's code is needed even when the caller passes no err */
+    if (!err) hkv_err_clear(&local), err = &local;
+    hkv_gpu_qmat c = *src;
+    c.q = hkv_gpu_alloc(ctx, HKV_TIER_WEIGHTS, qb, err);
+    c.scale = c.q && sb ? (uint16_t *)hkv_gpu_alloc(ctx, HKV_TIER_WEIGHTS, sb, err) : NULL;
+    c.min = c.q && (!sb || c.scale) && mb ? (uint16_t *)hkv_gpu_alloc(ctx, HKV_TIER_WEIGHTS, mb, err)
+                                          : NULL;
+    int rc = HKV_OK;
+    if (!c.q || (sb && !c.scale) || (mb && !c.min)) rc = err->code;
+    if (!rc) rc = hkv_gpu_copy(c.q, src->q, qb, stream, err);
+    if (!rc && sb) rc = hkv_gpu_copy(c.scale, src->scale, sb, stream, err);
+    if (!rc && mb) rc = hkv_gpu_copy(c.min, src->min, mb, stream, err);
+    if (rc) {
+        hkv_gpu_free(ctx, HKV_TIER_WEIGHTS, c.min, mb);
+        hkv_gpu_free(ctx, HKV_TIER_WEIGHTS, c.scale, sb);
+        hkv_gpu_free(ctx, HKV_TIER_WEIGHTS, c.q, qb);
+        return hkv_err_prefix(err, "gpu qmat clone of %lld x %lld", (long long)src->rows,
+                              (long long)src->cols);
+    }
+    *dst = c;
+    return HKV_OK;
+}
+
 static unsigned qm_grid(int64_t items_per_block_units)
 {
     int64_t b = items_per_block_units;

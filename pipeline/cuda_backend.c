@@ -140,13 +140,114 @@ static int parts_of(cuda_be *b, int layer, int role, const hkv_gpu_qmat **p) {
     }
 }
 
+/* ---- device time of the products and of the calls (cb_timer) ------------------- */
+
+static int tm_create(cuda_be *b, hkv_err *err) {
+    cb_timer *t = &b->tm;
+    t->call_cur = -1;
+    /* two calls' products: the older call is done by the time the newer one's
+     * first attention step has waited for its QKV */
+    t->cap = 2 * (4 * b->NL + 2) + 8;
+    if (!(t->ev = calloc((size_t)2 * t->cap, sizeof *t->ev)))
+        return hkv_seterr(err, HKV_E_NOMEM, "no host memory for the timing events");
+    int rc;
+    for (int i = 0; i < 2 * t->cap; i++)
+        if ((rc = hkv_gpu_event_create(&t->ev[i], err))) return rc;
+    for (int i = 0; i < 4; i++)
+        if ((rc = hkv_gpu_event_create(&t->call_ev[i / 2][i % 2], err))) return rc;
+    return HKV_OK;
+}
+
+static void tm_destroy(cuda_be *b) {
+    cb_timer *t = &b->tm;
+    for (int i = 0; t->ev && i < 2 * t->cap; i++) hkv_gpu_event_destroy(t->ev[i]);
+    for (int i = 0; i < 4; i++) hkv_gpu_event_destroy(t->call_ev[i / 2][i % 2]);
+    free(t->ev);
+    t->ev = NULL;
+}
+
+/* Pairs whose end has completed, oldest first (one stream: they complete in order). */
+static void tm_harvest(cuda_be *b) {
+    cb_timer *t = &b->tm;
+    float ms = 0;
+    while (t->n > 0) {
+        void **e = t->ev + 2 * t->tail;
+        if (!hkv_gpu_event_done(e[1])) break;
+        if (!hkv_gpu_event_elapsed(e[0], e[1], &ms, NULL)) b->stats.dev_products += ms * 1e-3;
+        t->tail = (t->tail + 1) % t->cap;
+        t->n--;
+    }
+    for (int i = 0; i < 2; i++)
+        if (t->call_state[i] == 2 && hkv_gpu_event_done(t->call_ev[i][1])) {
+            if (!hkv_gpu_event_elapsed(t->call_ev[i][0], t->call_ev[i][1], &ms, NULL))
+                b->stats.dev_total += ms * 1e-3;
+            t->call_state[i] = 0;
+        }
+}
+
+/* The open call has ended: its pair waits to be harvested (dropped when it
+ * has no end: a call that failed before its layers ended). */
+static void tm_call_close(cuda_be *b) {
+    cb_timer *t = &b->tm;
+    if (t->call_cur < 0) return;
+    t->call_state[t->call_cur] = t->call_has_end ? 2 : 0;
+    t->call_cur = -1;
+}
+
+static int tm_call_start(cuda_be *b, hkv_err *err) {
+    cb_timer *t = &b->tm;
+    const int prev = t->call_cur;
+    int rc;
+    tm_call_close(b);
+    tm_harvest(b);
+    int s = prev == 0 ? 1 : 0;   /* the pairs in turn, or the free one */
+    if (t->call_state[s] && !t->call_state[1 - s]) s = 1 - s;
+    if (t->call_state[s] == 2) {   /* two calls back: done by now, normally */
+        if ((rc = hkv_gpu_event_sync(t->call_ev[s][1], err))) return rc;
+        tm_harvest(b);
+    }
+    if ((rc = hkv_gpu_event_record(t->call_ev[s][0], b->st, err))) return rc;
+    t->call_cur = s;
+    t->call_state[s] = 1;
+    t->call_has_end = 0;
+    return HKV_OK;
+}
+
+static int tm_call_end(cuda_be *b, hkv_err *err) {
+    cb_timer *t = &b->tm;
+    if (t->call_cur < 0) return HKV_OK;
+    int rc = hkv_gpu_event_record(t->call_ev[t->call_cur][1], b->st, err);
+    if (!rc) t->call_has_end = 1;
+    return rc;
+}
+
+/* A product's pair: the next slot of the ring (a full ring waits for its oldest). */
+static int tm_prod_begin(cuda_be *b, int *slot, hkv_err *err) {
+    cb_timer *t = &b->tm;
+    int rc;
+    if (t->n == t->cap) tm_harvest(b);
+    if (t->n == t->cap) {
+        if ((rc = hkv_gpu_event_sync(t->ev[2 * t->tail + 1], err))) return rc;
+        tm_harvest(b);
+    }
+    *slot = (t->tail + t->n) % t->cap;
+    return hkv_gpu_event_record(t->ev[2 * *slot], b->st, err);
+}
+
+static int tm_prod_end(cuda_be *b, int slot, hkv_err *err) {
+    int rc = hkv_gpu_event_record(b->tm.ev[2 * slot + 1], b->st, err);
+    if (!rc) b->tm.n++;
+    return rc;
+}
+
 /* ---- ops ----------------------------------------------------------------------- */
 
 static int act_ok(int act) { return act >= 0 && act < HKV_ACT_COUNT; }
 
 static int g_embed(void *self, const int32_t *tokens, int64_t n, hkv_err *err) {
     cuda_be *b = self;
-    int rc = cb_stage(b, UP_TOK, b->d_tok, tokens, (size_t)n * sizeof *tokens, err);
+    int rc = tm_call_start(b, err);   /* the embedding starts a forward call */
+    if (!rc) rc = cb_stage(b, UP_TOK, b->d_tok, tokens, (size_t)n * sizeof *tokens, err);
     return rc ? rc : hkv_gpu_qmat_rows(&b->tok, b->d_tok, n, b->act[HKV_ACT_X], b->act_w[HKV_ACT_X],
                                        b->st, err);
 }
@@ -197,17 +298,22 @@ static int g_matmul(void *self, int dst, int src, int64_t n, int layer, int role
      * per-row sums do not depend on how many rows share a call, the panel
      * GEMM's do, so such a step goes through the GEMV 8 rows at a time. */
     const int64_t per = b->e->kern.batch_invariant ? 8 : n;
+    int slot, rc;
+    if ((rc = tm_prod_begin(b, &slot, err))) return rc;
     for (int i = 0; i < np; i++) {
         for (int64_t r = 0; r < n; r += per) {
             const int64_t m = n - r < per ? n - r : per;
-            int rc = hkv_gpu_qmat_matmul(b->ctx, &parts[i], b->act[src] + r * b->act_w[src],
-                                         b->act_w[src], m, b->act[dst] + r * ldy + off, ldy, b->ws,
-                                         b->ws_bytes, b->st, err);
+            rc = hkv_gpu_qmat_matmul(b->ctx, &parts[i], b->act[src] + r * b->act_w[src],
+                                     b->act_w[src], m, b->act[dst] + r * ldy + off, ldy, b->ws,
+                                     b->ws_bytes, b->st, err);
             if (rc) return rc;
         }
         off += parts[i].rows;
     }
-    return HKV_OK;
+    if ((rc = tm_prod_end(b, slot, err))) return rc;
+    /* a call ends with the last layer's residual, or with the head */
+    b->tm.last_down = role == HKV_WR_DOWN && layer == b->NL - 1;
+    return role == HKV_WR_OUTPUT ? tm_call_end(b, err) : HKV_OK;
 }
 
 static int g_bias_rope(void *self, int layer, const int64_t *pos, int64_t n, hkv_err *err) {
@@ -242,7 +348,12 @@ static int g_add(void *self, int dst, int src, int64_t n, hkv_err *err) {
     cuda_be *b = self;
     if (!act_ok(dst) || !act_ok(src)) return hkv_seterr(err, HKV_E_INVAL, "add: bad buffer");
     /* Both are dim-wide and dense (X, and TMP after a dim-row product). */
-    return hkv_gpu_add(b->act[dst], b->act[src], n * b->e->model.cfg.dim, b->st, err);
+    int rc = hkv_gpu_add(b->act[dst], b->act[src], n * b->e->model.cfg.dim, b->st, err);
+    if (!rc && b->tm.last_down) {   /* the last layer's residual: the call's end so far */
+        b->tm.last_down = 0;
+        rc = tm_call_end(b, err);
+    }
+    return rc;
 }
 
 static int g_copy(cuda_be *b, int act, int64_t r0, int64_t n, int64_t cols, float *host, int down,
@@ -291,6 +402,7 @@ static void g_destroy(void *self) {
     free(b->allocs);
     for (int i = 0; i < STAGE_SLOTS; i++) hkv_gpu_event_destroy(b->slot_ev[i]);
     for (int i = 0; b->ev && i < 4 * b->NL; i++) hkv_gpu_event_destroy(b->ev[i]);
+    tm_destroy(b);
     free(b->ev);
     free(b->ev_pending);
     for (int i = 0; i < UP_COUNT; i++) free(b->up_cache[i]);
@@ -411,7 +523,7 @@ static int alloc_buffers(cuda_be *b, hkv_err *err) {
     for (size_t i = 0; i < S * b->NL; i++) b->m_len[i] = -1;
     for (int i = 0; i < 4 * b->NL; i++)
         if ((rc = hkv_gpu_event_create(&b->ev[i], err))) return rc;
-    return HKV_OK;
+    return tm_create(b, err);
 }
 
 int hkv_cuda_backend_create(hkv_backend *be, struct hkv_engine *e, const hkv_cuda_params *p,
@@ -465,6 +577,7 @@ void cb_harvest(cuda_be *b) {
             b->stats.dev_wait_cpu += wait_ms * 1e-3;
         b->ev_pending[l] = 0;
     }
+    tm_harvest(b);
 }
 
 int hkv_cuda_backend_stats(const hkv_backend *be, hkv_pipeline_stats *out, hkv_err *err) {
@@ -472,6 +585,7 @@ int hkv_cuda_backend_stats(const hkv_backend *be, hkv_pipeline_stats *out, hkv_e
     cuda_be *b = be->self;
     int rc = hkv_gpu_sync(b->st, err);
     if (rc) return rc;
+    tm_call_close(b);   /* read between calls: the last call has ended */
     cb_harvest(b);
     b->stats.dev_in_use = hkv_gpu_in_use(b->ctx, -1);
     b->stats.dev_peak = hkv_gpu_peak(b->ctx, -1);
@@ -484,6 +598,7 @@ void hkv_cuda_backend_stats_reset(hkv_backend *be) {
     if (!hkv_backend_is_cuda(be)) return;
     cuda_be *b = be->self;
     hkv_gpu_sync(b->st, NULL);
+    tm_call_close(b);
     cb_harvest(b);
     memset(&b->stats, 0, sizeof b->stats);
 }

@@ -49,6 +49,10 @@ typedef struct hkv_pipeline_stats {
     double cpu_wait_dev;        /* s: host blocked until the device's QKV arrived */
     double dev_near;            /* s: device near-tier append + attention */
     double dev_wait_cpu;        /* s: device idle from its near partial to the far partial */
+    double dev_products;        /* s: device time in the weight products (the layers' QKV, O,
+                                   gate/up and down, and the head), events around each */
+    double dev_total;           /* s: device time of the forward calls, from the call's first op
+                                   to its last (its waits for the host included) */
     uint64_t bytes_d2h, bytes_h2d;   /* per-step copies (QKV down; far partials, mirror, indices up) */
     int64_t near_resyncs;       /* (sequence, layer) near tiers uploaded whole from the host */
     int64_t recall_rows;        /* (decode row, layer) recalls run on the device */

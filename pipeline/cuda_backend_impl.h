@@ -89,6 +89,23 @@ typedef struct cb_prompt {
     int64_t step_end;             /* tokens the copy holds after it (-1: not appended) */
 } cb_prompt;
 
+/* Device time of the products and of whole forward calls, from events on
+ * the compute stream, harvested in order as they complete (no host sync;
+ * cuda_backend.c). Products: a FIFO ring of (start, end) pairs, one per
+ * matmul op. Calls: two (start, end) pairs used in turn; a call's start is
+ * recorded at its embedding, its end re-recorded after the last layer's
+ * residual and after the head's product, and the pair is closed (to be
+ * harvested) when the next call starts or the stats are read. */
+typedef struct cb_timer {
+    void **ev;                    /* [cap][2] */
+    int cap, tail, n;             /* pairs recorded, oldest first */
+    void *call_ev[2][2];
+    int call_state[2];            /* 0 free, 1 open, 2 closed (to harvest) */
+    int call_cur;                 /* the open pair, -1: none */
+    int call_has_end;             /* the open pair's end has been recorded */
+    int last_down;                /* the last product was the last layer's down projection */
+} cb_timer;
+
 typedef struct cuda_be {
     hkv_engine *e;
     hkv_gpu_ctx *ctx;
@@ -145,6 +162,7 @@ typedef struct cuda_be {
     int pp_ok;                    /* the head size suits the device attention */
     int64_t *h_pdst, *d_pdst;     /* [max_rows]: append offsets into a copy */
     hkv_pipeline_stats stats;
+    cb_timer tm;
     /* device allocations, freed in reverse at destroy */
     struct dalloc { void *p; size_t bytes; int tier; } *allocs;
     int n_allocs, cap_allocs;

@@ -182,7 +182,8 @@ void hkv_device_cli_json(FILE *f, hkv_engine *e) {
     }
     fprintf(f, ",\"device\":{\"backend\":\"%s\",\"timeline\":{\"layer_steps\":%lld,"
             "\"decode_rows\":%lld,\"prompt_rows\":%lld,\"cpu_busy_s\":%.6f,\"cpu_wait_device_s\":%.6f,"
-            "\"device_near_s\":%.6f,\"device_wait_cpu_s\":%.6f,\"bytes_d2h\":%llu,\"bytes_h2d\":%llu,"
+            "\"device_near_s\":%.6f,\"device_wait_cpu_s\":%.6f,\"device_products_s\":%.6f,"
+            "\"device_total_s\":%.6f,\"bytes_d2h\":%llu,\"bytes_h2d\":%llu,"
             "\"near_resyncs\":%lld,\"device_recalls\":%lld,\"recall_resyncs\":%lld,"
             "\"prompt_rows_device\":%lld,\"prompt_rows_host\":%lld,"
             "\"index_builds_device\":%lld,\"index_builds_host\":%lld,"
@@ -190,8 +191,9 @@ void hkv_device_cli_json(FILE *f, hkv_engine *e) {
             "\"page_resyncs\":%lld}",
             hkv_gpu_backend(), (long long)ps.layer_steps,
             (long long)ps.decode_rows, (long long)ps.prompt_rows, ps.cpu_busy, ps.cpu_wait_dev,
-            ps.dev_near, ps.dev_wait_cpu, (unsigned long long)ps.bytes_d2h,
-            (unsigned long long)ps.bytes_h2d, (long long)ps.near_resyncs,
+            ps.dev_near, ps.dev_wait_cpu, ps.dev_products, ps.dev_total,
+            (unsigned long long)ps.bytes_d2h, (unsigned long long)ps.bytes_h2d,
+            (long long)ps.near_resyncs,
             (long long)ps.recall_rows, (long long)ps.recall_resyncs,
             (long long)ps.prompt_rows_dev, (long long)ps.prompt_rows_host,
             (long long)ps.index_builds_dev, (long long)ps.index_builds_host,
@@ -217,13 +219,15 @@ void hkv_device_cli_summary(FILE *f, hkv_engine *e) {
     hkv_fmt_bytes((double)ps.dev_peak, pk, sizeof pk);
     fprintf(f, "hetkv: %s pipeline: %lld layer steps (%lld decode rows, %lld prompt rows); CPU far "
             "attention %.3f s, CPU waiting for the device %.3f s; device near attention %.3f s, "
-            "device waiting for the CPU %.3f s; copied %s down, %s up; %lld near-tier resyncs; "
+            "device waiting for the CPU %.3f s, device products %.3f s, device forward calls "
+            "%.3f s; copied %s down, %s up; %lld near-tier resyncs; "
             "%lld recalls on the device; prompt attention %lld rows on the device, %lld on the "
             "host; index builds %lld on the device, %lld on the host; kept rows attended on the device "
             "%lld times (%lld copies up); far selections on the device %lld; device peak %s%s\n",
             hkv_gpu_backend(), (long long)ps.layer_steps,
             (long long)ps.decode_rows, (long long)ps.prompt_rows, ps.cpu_busy, ps.cpu_wait_dev,
-            ps.dev_near, ps.dev_wait_cpu, down, up, (long long)ps.near_resyncs,
+            ps.dev_near, ps.dev_wait_cpu, ps.dev_products, ps.dev_total, down, up,
+            (long long)ps.near_resyncs,
             (long long)ps.recall_rows, (long long)ps.prompt_rows_dev,
             (long long)ps.prompt_rows_host, (long long)ps.index_builds_dev,
             (long long)ps.index_builds_host, (long long)ps.keep_rows, (long long)ps.keep_resyncs,

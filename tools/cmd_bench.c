@@ -17,6 +17,7 @@
 static const char bench_usage[] =
     "usage: hetkv bench (-m MODEL | --synthetic NAME) [options]\n"
     "       hetkv bench kernels [--quick] [--hot] [--isa NAME]   (hetkv bench kernels --help)\n"
+    "       hetkv bench kernels --device cuda [--quick] [--json]   (the gpu/ kernels on the device)\n"
     "\n"
     "Prefill a synthetic prompt of each context length once, fork it into B\n"
     "sequences and time batched decode steps. Reports tokens/s, the bytes a\n"
@@ -361,11 +362,13 @@ int hkv_cmd_bench(int argc, char **argv) {
             if (pts[i].has_pl) {   /* the pipeline over this point's decode steps */
                 const hkv_pipeline_stats *q = &pts[i].pl;
                 printf(",\"timeline\":{\"steps\":%lld,\"cpu_busy_s\":%.6f,\"cpu_wait_device_s\":%.6f,"
-                       "\"device_near_s\":%.6f,\"device_wait_cpu_s\":%.6f,\"bytes_d2h\":%llu,"
+                       "\"device_near_s\":%.6f,\"device_wait_cpu_s\":%.6f,\"device_products_s\":%.6f,"
+                       "\"device_total_s\":%.6f,\"bytes_d2h\":%llu,"
                        "\"bytes_h2d\":%llu,\"near_resyncs\":%lld,\"device_recalls\":%lld,"
                        "\"recall_resyncs\":%lld,\"device_kept_rows\":%lld,\"kept_resyncs\":%lld,"
                        "\"device_selects\":%lld,\"page_resyncs\":%lld}",
                        steps + 1, q->cpu_busy, q->cpu_wait_dev, q->dev_near, q->dev_wait_cpu,
+                       q->dev_products, q->dev_total,
                        (unsigned long long)q->bytes_d2h, (unsigned long long)q->bytes_h2d,
                        (long long)q->near_resyncs, (long long)q->recall_rows,
                        (long long)q->recall_resyncs, (long long)q->keep_rows,

@@ -269,8 +269,12 @@ def main(argv=None) -> int:
                             and 0 < tl.get("page_resyncs", 0) < tl.get("layer_steps", 0)
                     else:
                         recalls_ok = recalls_ok and tl.get("device_selects", 1) == 0
+                    # the device's time in the weight products and in whole forward
+                    # calls (events on its stream), the products within the calls
+                    prod, total = tl.get("device_products_s", 0), tl.get("device_total_s", 0)
+                    timed = 0 < prod <= total
                     res.report(d.get("backend") in ("cuda", "cuda-emu") and tl.get("decode_rows", 0) > 0
-                               and tl.get("bytes_d2h", 0) > 0 and recalls_ok,
+                               and tl.get("bytes_d2h", 0) > 0 and recalls_ok and timed,
                                f"run {name}: JSON names the device and its timeline",
                                json.dumps(d)[:300])
             res.report(toks["cpu"] == toks["cuda"], f"run {name}: greedy tokens equal",
@@ -285,7 +289,7 @@ def main(argv=None) -> int:
             tl = pt["timeline"]
             ok = (p.returncode == 0 and dev["backend"] in ("cuda", "cuda-emu") and tl["bytes_d2h"] > 0
                   and tl["bytes_h2d"] > 0 and tl["cpu_busy_s"] > 0 and pt["decode_tok_s"] > 0
-                  and tl["device_recalls"] > 0)
+                  and tl["device_recalls"] > 0 and 0 < tl["device_products_s"] <= tl["device_total_s"])
             res.report(ok, "bench --device cuda --json: a timeline per point", json.dumps(tl))
         except (ValueError, KeyError, IndexError) as e:
             res.report(False, "bench --device cuda --json", f"exit {p.returncode}: {e}: "
