@@ -361,7 +361,10 @@ static int work(job *j, hkv_sched *s, const sigset_t *stop_set, int *stop_sig, h
     int nomore = 0, rc = HKV_OK;
     while (!j->io_rc) {
         if ((*stop_sig = stop_requested(stop_set))) return HKV_OK;
-        const int64_t room = 2 * j->o->max_batch - hkv_sched_pending(s) - wanted;
+        /* its free slots and one more (a refill waits for rank 0's next step,
+         * which can be a prefill chunk); no deeper queue: requests not yet
+         * started belong with whichever rank frees a slot first */
+        const int64_t room = j->o->max_batch + 1 - hkv_sched_pending(s) - wanted;
         if (!nomore && !wanted && room > 0) {
             int64_t h[4] = {room, 0, 0, 0};
             if ((rc = hkv_mpi_send(j->mpi, 0, HKV_MPI_WANT, h, NULL, 0, err))) return rc;
@@ -419,7 +422,11 @@ static int feed(job *j, hkv_sched *s, FILE *in, int64_t *lineno, char *done, cha
     size_t cap = 0;
     ssize_t n;
     int rc = HKV_OK;
-    while (!*eof && (hkv_sched_pending(s) < 2 * j->o->max_batch || wanting(j) > 0) && !j->io_rc) {
+    /* One process keeps a queue of one batch behind the running one. Under
+     * MPI rank 0 takes no more than its slots, so the rest is there for the
+     * workers when they ask (the first ask comes after their model load). */
+    const int64_t local = j->demand ? j->o->max_batch : 2 * j->o->max_batch;
+    while (!*eof && (hkv_sched_pending(s) < local || wanting(j) > 0) && !j->io_rc) {
         if ((n = getline(&buf, &cap, in)) < 0) {
             *eof = 1;
             break;
