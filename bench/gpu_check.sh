@@ -83,6 +83,10 @@ bench_json() { # NAME LIMIT ARGS...: the JSON to OUT/NAME.json
 }
 bench_json bench_llama3_8b_8k 150 --synthetic llama3-8b --device cuda --ctx 8192 --batch 1,4 \
     --steps 16 --configs "'$LLAMA_CONFIGS'"
+# the dense baseline: a near tier that holds the whole context, so full (and
+# any policy) runs entirely on the device, no far tier, no per-layer host work
+bench_json bench_llama3_8b_8k_all_near 90 --synthetic llama3-8b --device cuda --ctx 8192 \
+    --batch 1,4 --steps 16 --local 8300 --configs "'full'"
 step pipeline_tiny 150 python3 tests/pipeline/test_pipeline.py --bin-dir "$BUILD/tools"
 # a long prompt on 8 of the 32 layers: the prefill's speed at 16K
 bench_json bench_llama3_8b_l8_16k 90 --synthetic llama3-8b@8 --device cuda --ctx 16384 --batch 1 \

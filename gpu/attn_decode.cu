@@ -40,9 +40,11 @@ k_attn_decode(const float *q, int H, int KH, int g, int d, const uint16_t *k, co
         lse += blockIdx.z * part;
     }
     const int64_t qh = s * H + (int64_t)h * g + (active ? j : 0);
-    hkv_att_block_range<VEC>(k + s * ss + h * hs, v + s * ss + h * hs, ld,
-                             idx ? idx + u * idx_ld : NULL, k0, k1, d, scale, q + qh * d, k1,
-                             out + qh * d, lse + qh, active);
+    /* idx_ld == 0: idx[u] is where this pair's run of rows starts */
+    const int64_t r0 = idx && !idx_ld ? (int64_t)idx[u] * ld : 0;
+    hkv_att_block_range<VEC>(k + s * ss + h * hs + r0, v + s * ss + h * hs + r0, ld,
+                             idx && idx_ld ? idx + u * idx_ld : NULL, k0, k1, d, scale, q + qh * d,
+                             k1, out + qh * d, lse + qh, active);
 }
 
 /* The n_split partials of each of n rows into (out, lse): one warp per row,
@@ -106,7 +108,7 @@ extern "C" int hkv_gpu_attn_decode_split(const float *q, int n_seq, int n_head, 
                                          size_t ws_bytes, void *stream, hkv_err *err)
 {
     if (!q || !k || !v || !n_rows || !out || !lse || n_seq < 0 || n_head_kv < 1 ||
-        n_head < n_head_kv || n_head % n_head_kv || (idx && idx_ld < 1))
+        n_head < n_head_kv || n_head % n_head_kv || (idx && idx_ld < 0))
         return hkv_seterr(err, HKV_E_INVAL, "gpu decode attention: bad arguments (%d sequences, "
                           "%d heads, %d KV heads, idx stride %lld)", n_seq, n_head, n_head_kv,
                           (long long)idx_ld);

@@ -102,8 +102,10 @@ int hkv_gpu_attn_prefill(const float *q, int64_t ldq, int64_t nq, int n_head, in
 /* Decode attention, one query token per sequence: q fp32 [n_seq][n_head][d];
  * (sequence s, KV head h) attends n_rows[s*n_head_kv + h] rows (int32,
  * device) of k + s*ss + h*hs: rows 0.. in order, or, with idx, rows
- * idx[(s*n_head_kv + h)*idx_ld + i] (the near tier's sinks + ring, or a
- * far selection). out [n_seq][n_head][d], lse [n_seq][n_head]. */
+ * idx[(s*n_head_kv + h)*idx_ld + i] (a gathered selection), or, with idx
+ * and idx_ld = 0, rows idx[s*n_head_kv + h] + i in order (a run that starts
+ * anywhere: the near tier of the sequence a query row belongs to, one int
+ * per pair instead of a list). out [n_seq][n_head][d], lse [n_seq][n_head]. */
 int hkv_gpu_attn_decode(const float *q, int n_seq, int n_head, int n_head_kv, int d,
                         const uint16_t *k, const uint16_t *v, int64_t ld, int64_t hs, int64_t ss,
                         const int32_t *n_rows, const int32_t *idx, int64_t idx_ld, float scale,

@@ -35,7 +35,7 @@ static int near_attend(cuda_be *b, int layer, int n_dec, hkv_err *err) {
                                 b->qd, b->st, err)) ||
         (rc = hkv_gpu_attn_decode_split(b->d_q, n_dec, b->H, b->KH, b->d, b->near_k + lofs,
                                         b->near_v + lofs, b->d, (int64_t)b->NR * b->d, 0,
-                                        b->d_nrows, b->d_idx, b->NR, 1.0f / sqrtf((float)b->d),
+                                        b->d_nrows, b->d_idx, 0, 1.0f / sqrtf((float)b->d),
                                         b->d_no, b->d_nl, split, b->d_split_ws, b->split_ws_bytes,
                                         b->st, err)) ||
         (rc = cb_keep_attend(b, layer, n_dec, err)) ||
@@ -85,10 +85,9 @@ int cb_attention(void *self, int layer, const hkv_seg *segs, int n_segs, int64_t
         b->h_dst[sg->row] = ((int64_t)s * seq_rows + slot) * d;
         b->h_rows[n_dec] = (int32_t)sg->row;
         const int32_t nn = (int32_t)(p + 1 < NR ? p + 1 : NR);
-        for (int h = 0; h < KH; h++) {
+        for (int h = 0; h < KH; h++) {   /* the sequence's ring, rows 0 .. nn - 1 in any order */
             b->h_nrows[n_dec * KH + h] = nn;
-            int32_t *ix = b->h_idx + ((size_t)n_dec * KH + h) * NR;
-            for (int j = 0; j < nn; j++) ix[j] = (int32_t)(s * seq_rows + j);
+            b->h_idx[n_dec * KH + h] = (int32_t)(s * seq_rows);
         }
         n_dec++;
     }
@@ -118,7 +117,7 @@ int cb_attention(void *self, int layer, const hkv_seg *segs, int n_segs, int64_t
         if ((rc = cb_stage(b, UP_DST, b->d_dst, b->h_dst, (size_t)n * 8, err)) ||
             (rc = cb_stage(b, UP_ROWS, b->d_rows, b->h_rows, (size_t)n_dec * 4, err)) ||
             (rc = cb_stage(b, UP_NROWS, b->d_nrows, b->h_nrows, (size_t)n_dec * KH * 4, err)) ||
-            (rc = cb_stage(b, UP_IDX, b->d_idx, b->h_idx, (size_t)n_dec * KH * NR * 4, err)) ||
+            (rc = cb_stage(b, UP_IDX, b->d_idx, b->h_idx, (size_t)n_dec * KH * 4, err)) ||
             (rc = hkv_gpu_kv_append(b->act[HKV_ACT_QKV], b->qkv_w, n, (int64_t)b->H * d,
                                     (int64_t)(b->H + KH) * d, KH, d, b->d_dst, (int64_t)NR * d,
                                     b->near_k + lofs, b->near_v + lofs, b->st, err)))

@@ -475,7 +475,7 @@ static int alloc_buffers(cuda_be *b, hkv_err *err) {
         {(void **)&b->d_dst, R * 8, HKV_TIER_WORKSPACE},
         {(void **)&b->d_rows, S * 4, HKV_TIER_WORKSPACE},
         {(void **)&b->d_nrows, S * b->KH * 4, HKV_TIER_WORKSPACE},
-        {(void **)&b->d_idx, S * b->KH * (size_t)b->NR * 4, HKV_TIER_WORKSPACE},
+        {(void **)&b->d_idx, S * b->KH * 4, HKV_TIER_WORKSPACE},
         {(void **)&b->d_lse, R * b->H * 4, HKV_TIER_WORKSPACE},
         {(void **)&b->d_fo, R * (size_t)b->qd * 4, HKV_TIER_WORKSPACE},
         {(void **)&b->d_fl, R * b->H * 4, HKV_TIER_WORKSPACE},
@@ -496,8 +496,9 @@ static int alloc_buffers(cuda_be *b, hkv_err *err) {
         !(b->d_split_ws = cb_alloc(b, HKV_TIER_WORKSPACE, b->split_ws_bytes, err)))
         return hkv_err_prefix(err, "device flash-decoding workspace");
     /* Page-locked host buffers: the copies each step makes must be DMA. */
-    b->slot_bytes = S * b->KH * (size_t)b->NR * 4;
-    if (b->slot_bytes < R * 8) b->slot_bytes = R * 8;
+    /* a step's row targets fit one slot; larger uploads (kept sets) go in
+     * slot-sized pieces (cb_stage) */
+    b->slot_bytes = R * 8 > 1024 ? R * 8 : 1024;
     b->slot_bytes = (b->slot_bytes + 63) & ~(size_t)63;
     int rc;
     if ((rc = hkv_pinned_alloc(&b->h_qkv, &b->e->mem, NULL, HKV_TIER_WORKSPACE, R * b->qkv_w * 4, -1,
@@ -517,7 +518,7 @@ static int alloc_buffers(cuda_be *b, hkv_err *err) {
         !(b->m_len = malloc(S * b->NL * sizeof *b->m_len)) ||
         !(b->h_rows = malloc(S * sizeof *b->h_rows)) ||
         !(b->h_nrows = malloc(S * b->KH * sizeof *b->h_nrows)) ||
-        !(b->h_idx = malloc(S * b->KH * (size_t)b->NR * sizeof *b->h_idx)) ||
+        !(b->h_idx = malloc(S * b->KH * sizeof *b->h_idx)) ||
         !(b->h_dst = malloc(R * sizeof *b->h_dst)) || !(b->h_slow = malloc(S * sizeof *b->h_slow)))
         return hkv_seterr(err, HKV_E_NOMEM, "no host memory for the pipeline's tables");
     for (size_t i = 0; i < S * b->NL; i++) b->m_len[i] = -1;

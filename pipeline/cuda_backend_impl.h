@@ -149,7 +149,8 @@ typedef struct cuda_be {
     void **ev;                      /* [NL][4] */
     int *ev_pending;                /* [NL]: events recorded, not yet harvested */
     /* host scratch of one attention step */
-    int32_t *h_rows, *h_nrows, *h_idx;   /* [max_seqs], [max_seqs][KH], [max_seqs][KH][NR] */
+    int32_t *h_rows, *h_nrows, *h_idx;   /* [max_seqs], [max_seqs][KH], [max_seqs][KH]: each
+                                            (row, KV head)'s near run starts at h_idx */
     int64_t *h_dst;                       /* [max_rows] */
     int32_t *h_slow;                      /* [max_seqs] */
     cb_recall rc;

@@ -46,11 +46,19 @@ static void run_case(hkv_gpu_ctx *ctx, const dcase *c, test_rng *rng)
     float *dout = gpu_poisoned(ctx, rows * d), *dlse = gpu_poisoned(ctx, rows);
     float *d1 = gpu_poisoned(ctx, rows * d), *dl1 = gpu_poisoned(ctx, rows);
     const float scale = 1.0f / sqrtf((float)d);
-    const int32_t *ix = c->use_idx ? didx : NULL;
-    GPU_OK(hkv_gpu_attn_decode_split(dq, c->n_seq, H, KH, d, dk, dv, ld, hs, ss, dnr, ix, cap,
+    /* use_idx 2: runs, each pair's rows from a start of its own (idx_ld 0), here
+     * the pair's own data addressed from the buffer's start (ss 0) */
+    int32_t *starts = malloc(npair * 4);
+    for (int64_t u = 0; u < npair; u++) starts[u] = (int32_t)((u / KH) * (ss / ld));
+    int32_t *dst = gpu_put(ctx, starts, npair * 4);
+    const int32_t *ix = c->use_idx == 1 ? didx : c->use_idx == 2 ? dst : NULL;
+    const int64_t ix_ld = c->use_idx == 2 ? 0 : cap, call_ss = c->use_idx == 2 ? 0 : ss;
+    GPU_OK(hkv_gpu_attn_decode_split(dq, c->n_seq, H, KH, d, dk, dv, ld, hs, call_ss, dnr, ix, ix_ld,
                                      scale, dout, dlse, S, ws, wsb, st, err));
-    GPU_OK(hkv_gpu_attn_decode(dq, c->n_seq, H, KH, d, dk, dv, ld, hs, ss, dnr, ix, cap, scale, d1,
-                               dl1, st, err));
+    GPU_OK(hkv_gpu_attn_decode(dq, c->n_seq, H, KH, d, dk, dv, ld, hs, call_ss, dnr, ix, ix_ld, scale,
+                               d1, dl1, st, err));
+    gpu_drop(ctx, dst, npair * 4);
+    free(starts);
     float *out = malloc((rows * d + HKV_TEST_GUARD) * 4), *lse = malloc((rows + HKV_TEST_GUARD) * 4);
     float *o1 = malloc(rows * d * 4), *l1 = malloc(rows * 4);
     gpu_get(ctx, out, dout, (rows * d + HKV_TEST_GUARD) * 4);
@@ -63,7 +71,7 @@ static void run_case(hkv_gpu_ctx *ctx, const dcase *c, test_rng *rng)
         for (int h = 0; h < KH; h++) {
             const int64_t u = (int64_t)s * KH + h;
             ref_attn(q + ((int64_t)s * H + h * g) * d, g, d, k + s * ss + h * hs, v + s * ss + h * hs,
-                     ld, c->use_idx ? idx + u * cap : NULL, nr[u], scale, ro, rl);
+                     ld, c->use_idx == 1 ? idx + u * cap : NULL, nr[u], scale, ro, rl);
             for (int j = 0; j < g; j++) {
                 const int64_t qh = (int64_t)s * H + h * g + j;
                 bad += !gpu_head_ok(out + qh * d, lse[qh], ro + j * d, rl[j], d, &worst);
@@ -76,7 +84,7 @@ static void run_case(hkv_gpu_ctx *ctx, const dcase *c, test_rng *rng)
     CHECK(bad == 0 && vs_unsplit == 0 && guard_intact(out, rows * d) && guard_intact(lse, rows),
           "split decode H=%d KH=%d d=%d seqs %d ld %lld (%s loads) %s, %d splits: %d heads off the "
           "reference (worst %.3g), %d values off the unsplit kernel", H, KH, d, c->n_seq,
-          (long long)ld, ld % 8 ? "32-bit" : "128-bit", c->use_idx ? "gathered" : "contiguous", S,
+          (long long)ld, ld % 8 ? "32-bit" : "128-bit", c->use_idx == 1 ? "gathered" : c->use_idx == 2 ? "runs from a start" : "contiguous", S,
           bad, worst, vs_unsplit);
     gpu_drop(ctx, dk, c->n_seq * ss * 2), gpu_drop(ctx, dv, c->n_seq * ss * 2);
     gpu_drop(ctx, dq, rows * d * 4), gpu_drop(ctx, dnr, npair * 4), gpu_drop(ctx, didx, npair * cap * 4);
@@ -152,6 +160,8 @@ int main(void)
         {4, 4, 256, 2, 0, 3, 0, 200},
         {2, 1, 32, 4, 0, 32, 0, 97},      /* more splits than tiles: empty splits */
         {16, 2, 64, 2, 0, 2, 1, 1000},    /* g = 8: a full block of warps */
+        {32, 8, 128, 3, 0, 4, 2, 700},    /* the near tier's form: a start per pair (idx_ld 0) */
+        {9, 3, 64, 2, 8, 1, 2, 300},
         {24, 2, 64, 1, 0, 6, 0, 500},     /* g = 12: two warp groups (grid y) */
         {8, 2, 128, 2, 0, 1, 0, 300},     /* one split: the unsplit path through the same door */
     };
