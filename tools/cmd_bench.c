@@ -9,8 +9,10 @@
 #include "peak.h"
 #include "cli.h"
 #include "cuda_backend.h"
+#include "device.h"
 #include "eval.h"
 #include "policy.h"
+#include "bench_rows.h"
 #include "generate.h"
 #include "lookahead.h"
 
@@ -37,13 +39,18 @@ static const char bench_usage[] =
     "                        default: the --policy options, else full). A policy that\n"
     "                        prefills on its own (fastkv) gets its own fresh prefill,\n"
     "                        reported as time to first token beside full's\n"
-    "      --json            one JSON object on stdout\n";
+    "      --json            one JSON object on stdout\n"
+    "  -o, --output-format F md, csv, json or jsonl: one self-describing row per measured\n"
+    "                        point on stdout (model, policy and parameters, budget, context,\n"
+    "                        batch, threads, ISA, device, commit, probe, date; docs/BENCH_ROWS.md)\n";
 
 #define MAXL 16
 
 typedef struct point {
     long long ctx, batch;
     char config[EVAL_SPEC_LEN];
+    const char *policy;    /* the policy's name */
+    int64_t budget;        /* its resolved budget, tokens; 0: none */
     int dense_full;        /* measured under the full policy: the speedup reference */
     double prefill_tok_s, step_s, decode_tok_s, bytes_per_step, gbs, matmul_frac, attn_frac, vs_full;
     double ttft_s;         /* time to first token (prefill + first token); < 0: not measured */
@@ -76,7 +83,7 @@ int hkv_cmd_bench(int argc, char **argv) {
     hkv_err_clear(&err);
     const char *model = NULL;
     long long ctxs[MAXL] = {1024, 8192}, batches[MAXL] = {1, 8};
-    int n_ctx = 2, n_batch = 2, json = 0, isa = -1;
+    int n_ctx = 2, n_batch = 2, json = 0, isa = -1, rows_fmt = HKV_ROWS_NONE;
     long long steps = 32, threads = 0, probe_mib = 1024;
     const char *configs = NULL;
     eval_config cfg[EVAL_MAX_CONFIGS];
@@ -110,6 +117,8 @@ int hkv_cmd_bench(int argc, char **argv) {
             break;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             model = v;
+        } else if (!strcmp(a, "-o") || !strcmp(a, "--output-format")) {
+            rc = hkv_rows_format(v, &rows_fmt, &err);
         } else if (!strcmp(a, "--ctx")) {
             n_ctx = MAXL;
             rc = hkv_arg_int_list(a, v, 1, 1 << 24, ctxs, &n_ctx, &err);
@@ -293,6 +302,8 @@ int hkv_cmd_bench(int argc, char **argv) {
                 p->ctx = L;
                 p->batch = B;
                 snprintf(p->config, sizeof p->config, "%s", label);
+                p->policy = ep.kv_plain ? "plain" : configs ? cfg[ci2].def->name : ep.tiered.policy->name;
+                p->budget = configs ? budget : 0;
                 p->prefill_tok_s = L / t_own;
                 p->ttft_s = ttft;
                 p->step_s = ts / steps;
@@ -339,6 +350,63 @@ int hkv_cmd_bench(int argc, char **argv) {
             }
         }
         ops->seq_close(e->kv.self, 0);
+    }
+    if (rows_fmt == HKV_ROWS_JSON) json = 1;   /* the one JSON object, as --json */
+    if (rows_fmt && rows_fmt != HKV_ROWS_JSON) {
+        char date[32];
+        hkv_rows_date(date, sizeof date);
+        const char *dev = hkv_backend_is_cuda(&e->be) ? hkv_gpu_backend() : "cpu";
+        json_t *rows = json_array();
+        for (int i = 0; rows && i < np; i++) {
+            const point *q = &pts[i];
+            const int dense = q->bytes_per_step > 0;
+            json_t *r = json_object();
+            if (!r) break;
+            json_object_set_new(r, "model", json_string(c->name));
+            json_object_set_new(r, "model_file", json_string(model ? model : "synthetic"));
+            json_object_set_new(r, "config", json_string(q->config));
+            json_object_set_new(r, "policy", json_string(q->policy));
+            json_object_set_new(r, "budget", q->budget > 0 ? json_integer(q->budget) : json_null());
+            json_object_set_new(r, "ctx", json_integer(q->ctx));
+            json_object_set_new(r, "batch", json_integer(q->batch));
+            json_object_set_new(r, "steps", json_integer(steps));
+            json_object_set_new(r, "threads", json_integer(hkv_threads_count(e->threads)));
+            json_object_set_new(r, "isa", json_string(hkv_isa_name(e->kern.isa)));
+            json_object_set_new(r, "precision", json_string(hkv_precision_name(e->kern.precision)));
+            json_object_set_new(r, "device", json_string(dev));
+            json_object_set_new(r, "commit", json_string(hkv_build_commit()));
+            json_object_set_new(r, "date", json_string(date));
+            json_object_set_new(r, "probe_gbs", json_real(probe / 1e9));
+            json_object_set_new(r, "prefill_tok_s", json_real(q->prefill_tok_s));
+            json_object_set_new(r, "decode_tok_s", json_real(q->decode_tok_s));
+            json_object_set_new(r, "step_ms", json_real(q->step_s * 1e3));
+            /* a selection policy's bytes are not counted yet: null, not 0 */
+            json_object_set_new(r, "bytes_per_step", dense ? json_real(q->bytes_per_step) : json_null());
+            json_object_set_new(r, "gbs", dense ? json_real(q->gbs) : json_null());
+            json_object_set_new(r, "frac_of_probe",
+                                dense && probe > 0 ? json_real(q->gbs * 1e9 / probe) : json_null());
+            json_object_set_new(r, "matmul_frac", json_real(q->matmul_frac));
+            json_object_set_new(r, "attn_frac", json_real(q->attn_frac));
+            json_object_set_new(r, "vs_full", q->vs_full > 0 ? json_real(q->vs_full) : json_null());
+            json_object_set_new(r, "ttft_s", q->ttft_s >= 0 ? json_real(q->ttft_s) : json_null());
+            const hkv_pipeline_stats *pl = q->has_pl ? &q->pl : NULL;
+            /* the device's timeline per decode step (null on the CPU path) */
+            const double ns = (double)(steps + 1);
+#define PL(name, expr) json_object_set_new(r, name, pl ? json_real((expr) / ns) : json_null())
+            PL("dev_cpu_busy_ms", pl->cpu_busy * 1e3);
+            PL("dev_cpu_wait_ms", pl->cpu_wait_dev * 1e3);
+            PL("dev_wait_cpu_ms", pl->dev_wait_cpu * 1e3);
+            PL("dev_near_ms", pl->dev_near * 1e3);
+            PL("dev_products_ms", pl->dev_products * 1e3);
+            PL("dev_total_ms", pl->dev_total * 1e3);
+            PL("dev_h2d_mb", pl->bytes_h2d / 1e6);
+            PL("dev_d2h_mb", pl->bytes_d2h / 1e6);
+#undef PL
+            json_array_append_new(rows, r);
+        }
+        if (!rows) rc = hkv_seterr(&err, HKV_E_NOMEM, "no memory for the rows");
+        else rc = hkv_rows_write(stdout, rows_fmt, rows, &err);
+        json_decref(rows);
     }
     if (json) {
         printf("{\"model\":");

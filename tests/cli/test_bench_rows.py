@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""hetkv bench -o md|csv|json|jsonl: one self-describing row per measured
+point, the same rows in every format (docs/BENCH_ROWS.md).
+
+    python3 tests/cli/test_bench_rows.py BUILD_DIR
+"""
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+
+hetkv = os.path.join(sys.argv[1], "tools", "hetkv")
+ARGS = ["bench", "--synthetic", "smollm2-135m@2", "--ctx", "512,1024", "--batch", "1,2", "--steps", "2",
+        "--probe-mib", "64", "--local", "32", "--configs", "full;quest:budget=64", "-t", "2"]
+KEYS = ["model", "model_file", "config", "policy", "budget", "ctx", "batch", "steps", "threads", "isa",
+        "precision", "device", "commit", "date", "probe_gbs", "prefill_tok_s", "decode_tok_s", "step_ms",
+        "bytes_per_step", "gbs", "frac_of_probe", "matmul_frac", "attn_frac", "vs_full", "ttft_s"]
+fails = []
+
+
+def out(fmt):
+    p = subprocess.run([hetkv, *ARGS, "-o", fmt], capture_output=True, text=True, timeout=600)
+    if p.returncode:
+        fails.append(f"-o {fmt}: exit {p.returncode}: {p.stderr[-300:]}")
+    return p.stdout
+
+
+rows = [json.loads(l) for l in out("jsonl").splitlines()]
+if len(rows) != 8:   # 2 contexts x 2 batches x 2 configs
+    fails.append(f"jsonl: {len(rows)} rows, not 8")
+for r in rows:
+    missing = [k for k in KEYS if k not in r]
+    if missing:
+        fails.append(f"jsonl: row without {missing}")
+        break
+    if r["policy"] == "quest" and r["budget"] != 64:
+        fails.append(f"jsonl: quest's budget {r['budget']}")
+    if r["policy"] == "full" and not (r["bytes_per_step"] > 0 and r["budget"] is None):
+        fails.append(f"jsonl: full's bytes {r['bytes_per_step']}, budget {r['budget']}")
+    if r["policy"] == "quest" and not (r["vs_full"] and r["vs_full"] > 0):
+        fails.append(f"jsonl: quest without vs_full: {r['vs_full']}")
+    if not (r["decode_tok_s"] > 0 and r["device"] == "cpu" and r["commit"]):
+        fails.append(f"jsonl: row {r}")
+        break
+got = {(r["config"], r["ctx"], r["batch"]) for r in rows}
+c = list(csv.DictReader(io.StringIO(out("csv"))))
+if {(x["config"], int(x["ctx"]), int(x["batch"])) for x in c} != got or list(c[0].keys())[:len(KEYS)] != KEYS:
+    fails.append(f"csv: rows or header differ: {list(c[0].keys()) if c else c}")
+md = out("md").splitlines()
+if len(md) != 2 + len(rows) or not md[0].startswith("| model | model_file |") or not md[1].startswith("|---|"):
+    fails.append(f"md: {md[:2]}")
+js = json.loads(out("json"))
+if len(js.get("results", [])) != len(rows):
+    fails.append("json: not the --json object")
+p = subprocess.run([hetkv, *ARGS, "-o", "xml"], capture_output=True, text=True)
+if p.returncode != 2 or "unknown format 'xml'" not in p.stderr:
+    fails.append(f"-o xml: exit {p.returncode}: {p.stderr}")
+for f in fails:
+    print("FAIL", f)
+print(f"test_bench_rows: {len(fails)} failures")
+sys.exit(1 if fails else 0)
