@@ -39,6 +39,9 @@ static const char bench_usage[] =
     "                        default: the --policy options, else full). A policy that\n"
     "                        prefills on its own (fastkv) gets its own fresh prefill,\n"
     "                        reported as time to first token beside full's\n"
+    "      --budgets LIST    budgets as a sweep axis, e.g. 1%,3%,10%,1024: every config whose\n"
+    "                        policy takes a budget and sets none is run at each (default\n"
+    "                        configs then: full;ctkvr;quest;snapkv)\n"
     "      --json            one JSON object on stdout\n"
     "  -o, --output-format F md, csv, json or jsonl: one self-describing row per measured\n"
     "                        point on stdout (model, policy and parameters, budget, context,\n"
@@ -85,7 +88,7 @@ int hkv_cmd_bench(int argc, char **argv) {
     long long ctxs[MAXL] = {1024, 8192}, batches[MAXL] = {1, 8};
     int n_ctx = 2, n_batch = 2, json = 0, isa = -1, rows_fmt = HKV_ROWS_NONE;
     long long steps = 32, threads = 0, probe_mib = 1024;
-    const char *configs = NULL;
+    const char *configs = NULL, *budgets = NULL;
     eval_config cfg[EVAL_MAX_CONFIGS];
     int n_cfg = 0;
     int rc = HKV_OK;
@@ -131,6 +134,8 @@ int hkv_cmd_bench(int argc, char **argv) {
             rc = hkv_arg_int(a, v, 1, 4096, &threads, &err);
         } else if (!strcmp(a, "--configs")) {
             configs = v;
+        } else if (!strcmp(a, "--budgets")) {
+            budgets = v;
         } else if (!strcmp(a, "--probe-mib")) {
             rc = hkv_arg_int(a, v, 16, 1 << 20, &probe_mib, &err);
         } else if (!strcmp(a, "--isa")) {
@@ -161,7 +166,9 @@ int hkv_cmd_bench(int argc, char **argv) {
     if (!rc) rc = hkv_kv_cli_apply(&kc, &ep, &err);
     if (!rc && configs && (kc.policy || kc.n_pargs || kc.kv))
         rc = hkv_seterr(&err, HKV_E_INVAL, "bench: give --configs or --policy/--kv, not both");
+    if (!rc && budgets && !configs) configs = "full;ctkvr;quest;snapkv";
     if (!rc && configs) rc = eval_configs_parse(configs, cfg, &n_cfg, EVAL_MAX_CONFIGS, &err);
+    if (!rc && budgets) rc = eval_configs_cross_budgets(cfg, &n_cfg, EVAL_MAX_CONFIGS, budgets, &err);
     if (!rc && configs) {
         /* Keep as many prompt queries as the hungriest policy builds from. */
         hkv_policy_env env = {.n_ctx = max_ctx + steps + 1};

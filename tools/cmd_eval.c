@@ -23,6 +23,8 @@ static const char eval_usage[] =
     "      --ctx LIST        fidelity contexts (default 2048,4096,8192)\n"
     "      --cont N          teacher-forced tokens per fidelity run (default 256)\n"
     "      --no-fidelity     skip the fidelity runs\n"
+    "      --budgets LIST    e.g. 1%,3%,10%,1024: each config whose policy takes a budget and\n"
+    "                        sets none is run at each (a sweep axis; as hetkv bench)\n"
     "      --configs SPEC    ';'-separated policy:key=val,... (default below); the budget\n"
     "                        (oracle k, ctkvr rho_p, quest/snapkv/rocketkv/fastkv budget)\n"
     "                        may be a share of the context, '3%'; fastkv prefills the\n"
@@ -41,7 +43,7 @@ static const char eval_usage[] =
     "      --local N         local window kept near (default 256)\n";
 
 typedef struct eval_opts {
-    const char *model, *configs, *corpus, *out;
+    const char *model, *configs, *corpus, *out, *budgets;
     long long ctx[EVAL_MAX_CTX], task_ctx[EVAL_MAX_CTX];
     int n_ctx, n_task_ctx;
     long long cont, trials, answer_tokens, seed, threads;
@@ -140,6 +142,8 @@ static int parse_opts(int argc, char **argv, eval_opts *o, hkv_kv_cli *kc, hkv_e
             rc = hkv_arg_int(a, v, 1, 8192, &o->cont, err);
         } else if (!strcmp(a, "--configs")) {
             o->configs = v;
+        } else if (!strcmp(a, "--budgets")) {
+            o->budgets = v;
         } else if (!strcmp(a, "--tasks")) {
             rc = parse_tasks(v, &o->tasks, err);
         } else if (!strcmp(a, "--trials")) {
@@ -262,6 +266,8 @@ int hkv_cmd_eval(int argc, char **argv) {
     int rc = parse_opts(argc, argv, &o, &kc, &err);
     if (rc == 1) return 0;
     if (!rc) rc = eval_configs_parse(o.configs, cfg + 1, &r.n_cfg, EVAL_MAX_CONFIGS - 1, &err);
+    if (!rc && o.budgets)
+        rc = eval_configs_cross_budgets(cfg + 1, &r.n_cfg, EVAL_MAX_CONFIGS - 1, o.budgets, &err);
     if (rc) {
         hkv_err_report(&err, stderr);
         return 2;

@@ -43,6 +43,9 @@ typedef struct eval_config {
 /* Parse "full;oracle:k=64;ctkvr:rho_p=3%,dcu=0". Checks policy names, keys
  * and values (ranges from the policy's table); nothing is resolved yet. */
 int eval_configs_parse(const char *spec, eval_config *out, int *n, int cap, hkv_err *err);
+/* --budgets "1%,3%,10%,1024": each configuration whose policy takes a budget
+ * and does not set it is repeated once per value; the others stay as they are. */
+int eval_configs_cross_budgets(eval_config *cfg, int *n, int cap, const char *budgets, hkv_err *err);
 /* full; oracle and ctkvr at 1%, 3%, 10% of the context; ctkvr 3% with dcu=0. */
 extern const char eval_default_configs[];
 /* The configuration at one context: its arguments with the budget set, the

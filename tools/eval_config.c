@@ -165,3 +165,39 @@ int eval_config_resolve(const eval_config *c, int64_t ctx, int64_t far_tokens,
         snprintf(label, cap, "%s%s%s%s", c->def->name, bpart, c->extra[0] ? " " : "", c->extra);
     return HKV_OK;
 }
+
+int eval_configs_cross_budgets(eval_config *cfg, int *n, int cap, const char *budgets, hkv_err *err) {
+    if (!budgets || !*budgets) return HKV_OK;
+    eval_config *out = malloc((size_t)cap * sizeof *out);
+    if (!out) return hkv_seterr(err, HKV_E_NOMEM, "no memory for %d configurations", cap);
+    int m = 0, rc = HKV_OK;
+    for (int i = 0; i < *n && !rc; i++) {
+        const eval_config *c = &cfg[i];
+        char given[64];
+        snprintf(given, sizeof given, "%s=", c->budget_key ? c->budget_key : "");
+        if (!c->budget_key || strstr(c->spec, given)) {   /* no budget, or its own: as it is */
+            if (m == cap) rc = hkv_seterr(err, HKV_E_RANGE, "--budgets: more than %d configurations", cap);
+            else out[m++] = *c;
+            continue;
+        }
+        for (const char *b = budgets; *b && !rc;) {
+            const size_t len = strcspn(b, ",");
+            char spec[EVAL_SPEC_LEN];
+            int one = 0, w = snprintf(spec, sizeof spec, "%s:%s=%.*s%s%s", c->def->name, c->budget_key,
+                                      (int)len, b, c->extra[0] ? "," : "", c->extra);
+            if (!len || w < 0 || (size_t)w >= sizeof spec)
+                rc = hkv_seterr(err, HKV_E_INVAL, "--budgets: bad value in '%s'", budgets);
+            else if (m == cap)
+                rc = hkv_seterr(err, HKV_E_RANGE, "--budgets: more than %d configurations", cap);
+            else if (!(rc = eval_configs_parse(spec, &out[m], &one, 1, err)))
+                m += one;
+            b += len + (b[len] == ',');
+        }
+    }
+    if (!rc) {
+        memcpy(cfg, out, (size_t)m * sizeof *out);
+        *n = m;
+    }
+    free(out);
+    return rc;
+}

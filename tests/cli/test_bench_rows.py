@@ -54,6 +54,15 @@ if len(md) != 2 + len(rows) or not md[0].startswith("| model | model_file |") or
 js = json.loads(out("json"))
 if len(js.get("results", [])) != len(rows):
     fails.append("json: not the --json object")
+# --budgets: a sweep axis crossed with the configs that take a budget and set none
+b = subprocess.run([hetkv, "bench", "--synthetic", "smollm2-135m@2", "--ctx", "512", "--batch", "1",
+                    "--steps", "2", "--probe-mib", "64", "--local", "32", "-t", "2", "--configs",
+                    "full;quest;snapkv:budget=40", "--budgets", "2%,64", "-o", "jsonl"],
+                   capture_output=True, text=True, timeout=600)
+brows = [json.loads(l) for l in b.stdout.splitlines()]
+want = [("full", None), ("quest", 10), ("quest", 64), ("snapkv", 40)]
+if [(r["policy"], r["budget"]) for r in brows] != want:
+    fails.append(f"--budgets: {[(r['policy'], r['budget']) for r in brows]}, not {want}: {b.stderr[-300:]}")
 p = subprocess.run([hetkv, *ARGS, "-o", "xml"], capture_output=True, text=True)
 if p.returncode != 2 or "unknown format 'xml'" not in p.stderr:
     fails.append(f"-o xml: exit {p.returncode}: {p.stderr}")
