@@ -53,6 +53,7 @@ typedef struct point {
     long long ctx, batch;
     char config[EVAL_SPEC_LEN];
     const char *policy;    /* the policy's name */
+    const char *spec;      /* the configuration as written ("ctkvr:rho_p=3%") */
     int64_t budget;        /* its resolved budget, tokens; 0: none */
     int dense_full;        /* measured under the full policy: the speedup reference */
     double prefill_tok_s, step_s, decode_tok_s, bytes_per_step, gbs, matmul_frac, attn_frac, vs_full;
@@ -311,6 +312,7 @@ int hkv_cmd_bench(int argc, char **argv) {
                 snprintf(p->config, sizeof p->config, "%s", label);
                 p->policy = ep.kv_plain ? "plain" : configs ? cfg[ci2].def->name : ep.tiered.policy->name;
                 p->budget = configs ? budget : 0;
+                p->spec = configs ? cfg[ci2].spec : p->policy;
                 p->prefill_tok_s = L / t_own;
                 p->ttft_s = ttft;
                 p->step_s = ts / steps;
@@ -372,6 +374,7 @@ int hkv_cmd_bench(int argc, char **argv) {
             json_object_set_new(r, "model", json_string(c->name));
             json_object_set_new(r, "model_file", json_string(model ? model : "synthetic"));
             json_object_set_new(r, "config", json_string(q->config));
+            json_object_set_new(r, "spec", json_string(q->spec));
             json_object_set_new(r, "policy", json_string(q->policy));
             json_object_set_new(r, "budget", q->budget > 0 ? json_integer(q->budget) : json_null());
             json_object_set_new(r, "ctx", json_integer(q->ctx));

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 
 pkgs=(gcc g++ make meson ninja-build pkg-config libhwloc-dev libdnnl-dev libnuma-dev
       libboost-context-dev libjansson-dev libmicrohttpd-dev libopenmpi-dev openmpi-bin
-      python3 python3-pip valgrind)
+      python3 python3-pip python3-matplotlib valgrind)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -14,7 +14,7 @@ import sys
 hetkv = os.path.join(sys.argv[1], "tools", "hetkv")
 ARGS = ["bench", "--synthetic", "smollm2-135m@2", "--ctx", "512,1024", "--batch", "1,2", "--steps", "2",
         "--probe-mib", "64", "--local", "32", "--configs", "full;quest:budget=64", "-t", "2"]
-KEYS = ["model", "model_file", "config", "policy", "budget", "ctx", "batch", "steps", "threads", "isa",
+KEYS = ["model", "model_file", "config", "spec", "policy", "budget", "ctx", "batch", "steps", "threads", "isa",
         "precision", "device", "commit", "date", "probe_gbs", "prefill_tok_s", "decode_tok_s", "step_ms",
         "bytes_per_step", "gbs", "frac_of_probe", "matmul_frac", "attn_frac", "vs_full", "ttft_s"]
 fails = []

@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""Pictures of `hetkv bench -o jsonl|csv` rows (docs/BENCH_ROWS.md):
+
+  decode.png    decode tokens/s against context, one line per configuration,
+                one panel per batch size (log-scale context axis);
+  speedup.png   decode tokens/s over full's at the same context and batch,
+                against the budget (tokens), one line per policy and context;
+  timeline.png  (rows measured with --device cuda) the pipeline's time per
+                decode step: host far-tier work, host waiting for the device,
+                device waiting for the host, the device's products and near
+                attention, per configuration and batch.
+
+    python3 tools/plot_rows.py ROWS.jsonl [MORE.jsonl|.csv ...] -o OUTDIR [--title TEXT]
+
+Each picture names in its title the model, device, threads, commit and date
+of the rows it shows. matplotlib comes from Debian (python3-matplotlib,
+tools/setup_deps.sh) or pip.
+"""
+import argparse
+import csv
+import json
+import os
+import sys
+from collections import defaultdict
+
+NUM = ("budget", "ctx", "batch", "steps", "threads", "probe_gbs", "prefill_tok_s", "decode_tok_s",
+       "step_ms", "bytes_per_step", "gbs", "frac_of_probe", "matmul_frac", "attn_frac", "vs_full",
+       "ttft_s", "dev_cpu_busy_ms", "dev_cpu_wait_ms", "dev_wait_cpu_ms", "dev_near_ms",
+       "dev_products_ms", "dev_total_ms", "dev_h2d_mb", "dev_d2h_mb")
+
+
+def load(paths):
+    rows = []
+    for p in paths:
+        with open(p, encoding="utf-8") as f:
+            if p.endswith(".csv"):
+                for r in csv.DictReader(f):
+                    for k in NUM:
+                        if k in r:
+                            r[k] = float(r[k]) if r[k] != "" else None
+                    rows.append(r)
+            else:
+                rows += [json.loads(l) for l in f if l.strip()]
+    if not rows:
+        raise SystemExit(f"plot_rows: no rows in {paths}")
+    return rows
+
+
+def about(rows, title):
+    r = rows[0]
+    what = f"{r['model']}, {r['device']}, {int(r['threads'])} threads, {r['commit']}, {r['date'][:10]}"
+    return f"{title}\n{what}" if title else what
+
+
+def plot_decode(rows, plt, out, title):
+    batches = sorted({int(r["batch"]) for r in rows})
+    fig, axes = plt.subplots(1, len(batches), figsize=(5.5 * len(batches) + 2.5, 4.2), squeeze=False)
+    for ax, b in zip(axes[0], batches):
+        by = defaultdict(list)
+        for r in rows:
+            if int(r["batch"]) == b:
+                by[r.get("spec") or r["config"]].append((r["ctx"], r["decode_tok_s"]))
+        for cfg, pts in sorted(by.items()):
+            pts.sort()
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=cfg)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("context (tokens)")
+        ax.set_ylabel("decode throughput (tokens/s, whole batch)")
+        ax.set_title(f"batch {b}")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    fig.suptitle(about(rows, title), fontsize=9)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "decode.png"), dpi=120)
+    plt.close(fig)
+
+
+def plot_speedup(rows, plt, out, title):
+    sel = [r for r in rows if r.get("budget") not in (None, "") and r.get("vs_full") not in (None, "")]
+    if not sel:
+        return False
+    batches = sorted({int(r["batch"]) for r in sel})
+    fig, axes = plt.subplots(1, len(batches), figsize=(5.5 * len(batches), 4.2), squeeze=False)
+    for ax, b in zip(axes[0], batches):
+        by = defaultdict(list)
+        for r in sel:
+            if int(r["batch"]) == b:
+                by[(r["policy"], int(r["ctx"]))].append((r["budget"], r["vs_full"]))
+        for (pol, ctx), pts in sorted(by.items()):
+            pts.sort()
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"{pol}, ctx {ctx}")
+        ax.axhline(1.0, color="gray", lw=0.8, ls="--")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("budget (tokens kept or selected per KV head)")
+        ax.set_ylabel("decode tokens/s / full's (same context, batch)")
+        ax.set_title(f"batch {b}")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(about(sel, title), fontsize=9)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "speedup.png"), dpi=120)
+    plt.close(fig)
+    return True
+
+
+def plot_timeline(rows, plt, out, title):
+    sel = [r for r in rows if r.get("dev_total_ms") not in (None, "")]
+    if not sel:
+        return False
+    parts = [("dev_cpu_busy_ms", "host: far-tier work"), ("dev_cpu_wait_ms", "host waits for device"),
+             ("dev_wait_cpu_ms", "device waits for host"), ("dev_near_ms", "device: near attention"),
+             ("dev_products_ms", "device: weight products")]
+    labels = [f"{r['config']}\nctx {int(r['ctx'])} b {int(r['batch'])}" for r in sel]
+    fig, axes = plt.subplots(1, 2, figsize=(max(8, 1.1 * len(sel)) * 2, 4.8))
+    x = range(len(sel))
+    for ax, group, name in ((axes[0], parts[:3], "host view"), (axes[1], parts[3:], "device view")):
+        bottom = [0.0] * len(sel)
+        for key, lab in group:
+            vals = [r[key] or 0.0 for r in sel]
+            ax.bar(x, vals, bottom=bottom, label=lab)
+            bottom = [b + v for b, v in zip(bottom, vals)]
+        ax.plot(x, [r["step_ms"] for r in sel], "k_", ms=20, label="whole step")
+        ax.set_xticks(list(x))
+        ax.set_xticklabels(labels, fontsize=6, rotation=45, ha="right")
+        ax.set_ylabel("ms per decode step")
+        ax.set_title(name)
+        ax.legend(fontsize=7)
+    fig.suptitle(about(sel, title) + "\n(cuda-emu: the emulator's times are not a GPU's)"
+                 if sel[0]["device"] == "cuda-emu" else about(sel, title), fontsize=9)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "timeline.png"), dpi=120)
+    plt.close(fig)
+    return True
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("rows", nargs="+")
+    ap.add_argument("-o", "--out", required=True)
+    ap.add_argument("--title", default="")
+    a = ap.parse_args()
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise SystemExit("plot_rows: matplotlib is missing (apt-get install python3-matplotlib)")
+    rows = load(a.rows)
+    os.makedirs(a.out, exist_ok=True)
+    plot_decode(rows, plt, a.out, a.title)
+    made = ["decode.png"]
+    if plot_speedup(rows, plt, a.out, a.title):
+        made.append("speedup.png")
+    if plot_timeline(rows, plt, a.out, a.title):
+        made.append("timeline.png")
+    print(f"plot_rows: {len(rows)} rows -> {', '.join(os.path.join(a.out, m) for m in made)}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
