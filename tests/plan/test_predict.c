@@ -380,7 +380,7 @@ static void cli(const char *hetkv) {
           strstr(out, "\"fits\":true"), "json output:\n%s", out);
     snprintf(cmd, sizeof cmd, "'%s' plan --predict a6000 --synthetic llama3-8b 2>&1", hetkv);
     CHECK(run(cmd, out, sizeof out) != 0 && strstr(out, "a6000") && strstr(out, "rtx4090, h100, "
-          "h100-pcie"), "bad device: %s", out);
+          "h200, h100-pcie"), "bad device: %s", out);
     snprintf(cmd, sizeof cmd, "'%s' plan --synthetic llama3-8b --gpu-mem 24G --host-gbs 3 2>&1", hetkv);
     CHECK(run(cmd, out, sizeof out) != 0 && strstr(out, "--predict"), "--host-gbs alone: %s", out);
     snprintf(cmd, sizeof cmd, "'%s' plan --predict h100 --synthetic llama3-8b --policy quest 2>&1",
