@@ -40,11 +40,16 @@ k_attn_decode(const float *q, int H, int KH, int g, int d, const uint16_t *k, co
         lse += blockIdx.z * part;
     }
     const int64_t qh = s * H + (int64_t)h * g + (active ? j : 0);
-    /* idx_ld == 0: idx[u] is where this pair's run of rows starts */
-    const int64_t r0 = idx && !idx_ld ? (int64_t)idx[u] * ld : 0;
-    hkv_att_block_range<VEC>(k + s * ss + h * hs + r0, v + s * ss + h * hs + r0, ld,
-                             idx && idx_ld ? idx + u * idx_ld : NULL, k0, k1, d, scale, q + qh * d,
-                             k1, out + qh * d, lse + qh, active);
+    /* idx_ld == 0: idx[u] is where this pair's run of rows starts (one
+     * offset, folded into the base, so no list pointer stays live) */
+    int64_t off = s * ss + h * hs;
+    const int32_t *ix = NULL;
+    if (idx) {
+        if (idx_ld) ix = idx + u * idx_ld;
+        else off += (int64_t)idx[u] * ld;
+    }
+    hkv_att_block_range<VEC>(k + off, v + off, ld, ix, k0, k1, d, scale, q + qh * d, k1,
+                             out + qh * d, lse + qh, active);
 }
 
 /* The n_split partials of each of n rows into (out, lse): one warp per row,
