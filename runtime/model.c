@@ -137,6 +137,14 @@ int hkv_model_load(hkv_model *m, const hkv_gguf *g, hkv_err *err) {
     int rc = hkv_model_config_read(g, &m->cfg, err);
     if (rc) return rc;
     const hkv_model_config *c = &m->cfg;
+    /* block_count comes from the file: before allocating per layer, check
+     * that the file can hold that many layers (9 tensors each, plus the
+     * embeddings and the output norm), so a hostile count cannot ask for
+     * gigabytes of layer structs. */
+    if ((uint64_t)c->n_layer * 9 + 2 > g->n_tensors)
+        return hkv_seterr(err, HKV_E_FORMAT, "loading model: block_count %d needs at least %llu "
+                          "tensors (9 per layer), the file has %llu", c->n_layer,
+                          (unsigned long long)c->n_layer * 9 + 2, (unsigned long long)g->n_tensors);
     m->layers = calloc((size_t)c->n_layer, sizeof *m->layers);
     if (!m->layers) return hkv_seterr(err, HKV_E_NOMEM, "no memory for %d layers", c->n_layer);
     if ((rc = load_mat(m, g, "token_embd.weight", c->dim, c->vocab, &m->tok_embd, err)) ||

@@ -61,8 +61,10 @@ static int build_specials(hkv_tokenizer *t, hkv_err *err) {
     }
     for (int32_t id = 0; id < t->n_vocab; id++) {
         int ty = t->types[id];
-        if ((ty == HKV_TT_CONTROL || ty == HKV_TT_USER || ty == HKV_TT_UNKNOWN) && t->text_len[id] > 0)
+        if ((ty == HKV_TT_CONTROL || ty == HKV_TT_USER || ty == HKV_TT_UNKNOWN) && t->text_len[id] > 0) {
             keys[n++] = (special_key){(uint8_t)t->text[t->text_off[id]], t->text_len[id], id};
+            t->n_user += ty == HKV_TT_USER;
+        }
     }
     qsort(keys, (size_t)n, sizeof *keys, special_cmp);
     int32_t k = 0;

@@ -30,7 +30,10 @@ int hkv_tokenizer_add_bos(const hkv_tokenizer *t);     /* tokenizer.ggml.add_bos
  * <|endoftext|>, <|end_of_text|>, <end_of_turn>. */
 int hkv_tokenizer_is_eog(const hkv_tokenizer *t, int32_t tok);
 
-/* Encode len bytes of UTF-8 text (invalid UTF-8 is kept byte for byte).
+/* Encode len bytes of UTF-8 text (invalid UTF-8 is kept byte for byte; a
+ * byte the vocabulary has no token for (SmolLM2 has none for 0xC0, 0xC1,
+ * 0xF1, 0xF2, 0xF5..0xFF and six control bytes) becomes the unknown token, or
+ * nothing without one).
  * add_bos: prepend BOS (if the model has one). parse_special: control tokens
  * in the text, like "<|im_start|>", become their ids (longest match first)
  * instead of being split; user-defined tokens (type 4) are matched always, as

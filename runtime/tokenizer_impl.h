@@ -72,6 +72,7 @@ struct hkv_tokenizer {
     /* Special tokens matched in text, longest first, bucketed by first byte. */
     int32_t *special;
     int32_t special_start[257];
+    int32_t n_user;             /* user-defined tokens (type 4) among them */
     int32_t bos, eos, eot, eom, unk, pad;
     int add_bos, add_space_prefix;
     char *chat_template;        /* NUL-terminated copy or NULL */

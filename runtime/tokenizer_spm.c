@@ -100,7 +100,12 @@ int hkv_spm_encode(const hkv_tokenizer *t, const char *text, size_t len, int add
     if (len == 0) return HKV_OK;
     if (len > (size_t)INT32_MAX / 8)
         return hkv_seterr(err, HKV_E_RANGE, "tokenize: a text fragment of %zu bytes is too long", len);
-    size_t blen = 3 * len + 3, nsym = len + 1;   /* ▁ is one symbol, like the space it replaces */
+    /* Symbols: one per character of the escaped text, ▁ one like the space
+     * it replaces, so len + 1 of them. A user-defined piece is one symbol,
+     * but one from a hostile vocabulary can end inside a character (a piece
+     * "\xE2\x96" leaves the last byte of each ▁ a symbol of its own), so
+     * with user pieces the bytes of the escaped text bound the symbols. */
+    size_t blen = 3 * len + 3, nsym = t->n_user ? blen : len + 1;
     /* the escaped text, its symbols, and at most 3 heap entries per symbol */
     size_t need = blen + 16 + nsym * sizeof(ssym) + 3 * nsym * sizeof(spair);
     int rc = hkv_tok_scratch_reserve(sc, need, err);
@@ -116,7 +121,7 @@ int hkv_spm_encode(const hkv_tokenizer *t, const char *text, size_t len, int add
         else buf[n++] = text[i];
     }
     int32_t ns = 0;
-    int has_user = t->special_start[256] > 0;
+    int has_user = t->n_user > 0;
     for (size_t i = 0, l; i < n; i += l, ns++) {
         /* A user-defined piece is one symbol that never merges (sentencepiece
          * matches them in the escaped text before BPE). */

@@ -62,7 +62,7 @@ char *hkv_batch_result_line(const hkv_batch_item *it, const hkv_batch_meta *m);
 json_t *hkv_batch_completion_body(const hkv_batch_item *it, const char *model);
 json_t *hkv_batch_error_body(int status, const char *msg, const char *code);
 /* A JSON string of n bytes; bytes that are not UTF-8 (a token boundary can
- * cut a character) become U+FFFD, one per byte. */
+ * cut a character) and NUL become U+FFFD, one per byte. */
 json_t *hkv_json_utf8(const char *s, size_t n);
 char *hkv_batch_error_line(int64_t line, const char *custom_id, int status, const char *msg,
                            const hkv_batch_meta *m);

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -193,7 +194,9 @@ static int sampling(json_t *body, const hkv_batch_defaults *d, uint64_t seed, hk
     if ((v = json_object_get(body, "top_k")) && !json_is_null(v)) {   /* vLLM's extension */
         if (!json_is_integer(v) || json_integer_value(v) < -1)
             return hkv_seterr(err, HKV_E_INVAL, "body.top_k: expected an integer >= 0 (-1: off)");
-        top_k = json_integer_value(v) < 0 ? 0 : json_integer_value(v);
+        /* past any vocabulary k keeps every token, as off does; cut to int,
+         * 2^32 + 1 would have become 1 (greedy) and 2^63 - 1 became -1 */
+        top_k = json_integer_value(v) < 0 || json_integer_value(v) > INT_MAX ? 0 : json_integer_value(v);
     }
     if ((v = json_object_get(body, "seed")) && !json_is_null(v)) {
         if (!json_is_integer(v))
@@ -316,9 +319,11 @@ static char *envelope(int64_t line, const char *custom_id, int status, json_t *b
 }
 
 /* JSON strings must be UTF-8: a token boundary can cut a character and the
- * model can emit invalid bytes; replace any such byte with U+FFFD. */
+ * model can emit invalid bytes; replace any such byte with U+FFFD. NUL too
+ * (a byte token can give it): as \u0000 it makes the line unreadable to
+ * jansson without JSON_ALLOW_NUL, hkv_batch_scan_output's resume included. */
 json_t *hkv_json_utf8(const char *s, size_t n) {
-    json_t *j = json_stringn(s, n);
+    json_t *j = n && memchr(s, 0, n) ? NULL : json_stringn(s, n);
     if (j) return j;
     char *b = malloc(3 * n + 1);
     size_t o = 0;
@@ -326,8 +331,8 @@ json_t *hkv_json_utf8(const char *s, size_t n) {
     for (size_t i = 0; i < n;) {
         unsigned char c = (unsigned char)s[i];
         int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        json_t *t = len && i + (size_t)len <= n ? json_stringn(s + i, (size_t)len) : NULL;
-        if (t && c != 0) {
+        json_t *t = c && len && i + (size_t)len <= n ? json_stringn(s + i, (size_t)len) : NULL;
+        if (t) {
             memcpy(b + o, s + i, (size_t)len);
             o += (size_t)len;
             i += (size_t)len;

@@ -39,7 +39,12 @@ static int parse_policy(const hkv_srv *s, json_t *root, hkv_srv_req *r, hkv_err 
             char kv[128];
             if (!json_is_number(val))
                 return hkv_seterr(err, HKV_E_INVAL, "policy_args.%s: expected a number", key);
-            snprintf(kv, sizeof kv, "%s=%.17g", key, json_number_value(val));
+            /* the key goes into --policy-arg's KEY=VALUE: one with '=' or one
+             * the buffer would cut could read as another key and value */
+            if (strchr(key, '=') ||
+                snprintf(kv, sizeof kv, "%s=%.17g", key, json_number_value(val)) >= (int)sizeof kv)
+                return hkv_seterr(err, HKV_E_INVAL, "policy_args: \"%.64s\" is not a parameter of "
+                                  "policy '%s'", key, def->name);
             int rc = hkv_policy_arg_set(def, &r->pargs, kv, err);
             if (rc) return hkv_err_prefix(err, "policy_args");
         }

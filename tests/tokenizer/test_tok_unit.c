@@ -240,6 +240,40 @@ static void test_spm(void) {
     hkv_tokenizer_free(t);
 }
 
+/* A user-defined piece that ends inside the 3 bytes of "▁" (a hostile
+ * vocabulary: "\xE2") leaves the other bytes of each ▁ symbols of their own:
+ * more symbols than the text has characters. They overflowed the symbol
+ * array into the merge heap, whose entries then overwrote them, and the
+ * symbol list could loop forever (found by fuzz_tokenizer). */
+static void test_spm_user_splits_space_mark(void) {
+    static const char *pieces[] = {"<unk>", "<s>", "\xE2", "\x96\x81", "a", "<0x96>", "<0x81>"};
+    static const float scores[] = {0, 0, 0, -1, -2, 0, 0};
+    static const int32_t types[] = {2, 3, 4, 1, 1, 6, 6};
+    enum { N = sizeof pieces / sizeof pieces[0] };
+    hkv_str toks[N];
+    for (int i = 0; i < N; i++) toks[i] = (hkv_str){pieces[i], strlen(pieces[i])};
+    hkv_tok_spec sp = {.model = HKV_TOK_SPM, .n_vocab = N, .tokens = toks, .scores = scores,
+                       .types = types, .bos = 1, .eos = -1, .eot = -1, .eom = -1, .unk = 0, .pad = -1,
+                       .add_space_prefix = 1};
+    hkv_err err;
+    hkv_err_clear(&err);
+    hkv_tokenizer *t = NULL;
+    CHECK(hkv_tok_build(&t, &sp, &err) == HKV_OK, "build: %s", err.msg);
+    if (!t) return;
+    char text[200];
+    memset(text, ' ', 199);
+    text[199] = 'a';
+    static int32_t ids[512];
+    int64_t n = 0;
+    int rc = hkv_tokenize(t, text, 200, 0, 0, ids, 512, &n, &err);
+    /* 200 ▁ (the prefix and 199 spaces): each the user piece, then its last
+     * two bytes merged; then a */
+    int ok = rc == HKV_OK && n == 401 && ids[400] == 4;
+    for (int64_t i = 0; ok && i < 400; i++) ok = ids[i] == (i % 2 ? 3 : 2);
+    CHECK(ok, "rc %d, %lld ids (want 401: 200 x [2 3], 4)", rc, (long long)n);
+    hkv_tokenizer_free(t);
+}
+
 static void test_chat(void) {
     hkv_err err;
     hkv_err_clear(&err);
@@ -315,6 +349,7 @@ int main(void) {
     test_pretokenize();
     test_bpe();
     test_spm();
+    test_spm_user_splits_space_mark();
     test_chat();
     test_build_errors();
     if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
