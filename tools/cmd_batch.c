@@ -413,6 +413,7 @@ static int work(job *j, hkv_sched *s, const sigset_t *stop_set, int *stop_sig, h
             nap();
         }
     }
+    *err = j->io_err;   /* a result line that could not be sent: its message */
     return j->io_rc;
 }
 
