@@ -216,7 +216,7 @@ static const hkv_device_spec *spec_of(const char *name)
 }
 
 static const char usage[] =
-    "usage: hetkv bench kernels --device cuda [--quick] [--json] [--reps N]\n"
+    "usage: hetkv bench kernels --device cuda [--quick] [--json] [--reps N] [--only LIST]\n"
     "The gpu/ kernels of a decode step, each timed on the device with CUDA events (median\n"
     "of N reps, default 10; --quick: 5 and smaller cold sets): a device-to-device copy (the\n"
     "probe), pinned PCIe copies, the weight products through hkv_gpu_qmat_matmul (Q4, Q8,\n"
@@ -225,14 +225,16 @@ static const char usage[] =
     "a call must move once and GB/s, TFLOP/s, shares of the probe (probe%), of the card's\n"
     "data sheet (sheet%, '-' for a card not in the table) and of its peak for the unit\n"
     "(flop%), and the host's enqueue time per call. Under the CUDA emulator: a small\n"
-    "subset, every row labelled 'emulated: not a speed'.\n";
+    "subset, every row labelled 'emulated: not a speed'. --only q4,q8,f16,attention: those\n"
+    "rows (a comma list; the copies always run, they are the probe).\n";
 
 int hkv_bench_gpu_main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     hkv_err err;
     hkv_err_clear(&err);
-    bg b = {.reps = 10, .min_reps = 3, .warm = 1, .row_s = 0.25, .cold_bytes = (size_t)512 << 20};
+    bg b = {.reps = 10, .min_reps = 3, .warm = 1, .row_s = 0.25, .cold_bytes = (size_t)512 << 20,
+            .only = BG_ONLY_ALL};
     int reps_set = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -245,6 +247,22 @@ int hkv_bench_gpu_main(int argc, char **argv)
             b.quick = 1;
         } else if (!strcmp(a, "--json")) {
             b.json = 1;
+        } else if (!strcmp(a, "--only") && i + 1 < argc) {
+            static const char *const names[] = {"q4", "q8", "f16", "attention"};
+            b.only = 0;
+            for (char *list = argv[++i], *tok = list; tok && *tok;) {
+                char *comma = strchr(tok, ',');
+                const size_t len = comma ? (size_t)(comma - tok) : strlen(tok);
+                int k = 0;
+                while (k < 4 && !(strlen(names[k]) == len && !strncmp(names[k], tok, len))) k++;
+                if (k == 4) {
+                    fprintf(stderr, "hetkv: error: bench kernels: --only %s: '%.*s' is not one of "
+                            "q4, q8, f16, attention\n", list, (int)len, tok);
+                    return 2;
+                }
+                b.only |= 1u << k;
+                tok = comma ? comma + 1 : NULL;
+            }
         } else if (!strcmp(a, "--reps") && i + 1 < argc) {
             char *end;
             long v = strtol(argv[++i], &end, 10);

@@ -151,10 +151,13 @@ static int prefill_row(bg *b, int64_t nq, int64_t p0, hkv_err *err)
 
 int bg_run_attention(bg *b, hkv_err *err)
 {
-    static const int64_t rows_all[] = {4096, 32768};
+    /* 260: a near tier of 4 sinks and 256 local rows, what a decode step's
+     * device attention reads per layer with the default window */
+    static const int64_t rows_all[] = {4096, 260, 32768};
     static const int seqs_all[] = {1, 4};
-    const int n_rows = b->emulated ? 1 : 2, n_seqs = b->emulated ? 1 : 2;
+    const int n_rows = b->emulated ? 1 : 3, n_seqs = b->emulated ? 1 : 2;
     int rc = HKV_OK;
+    if (!(b->only & BG_ONLY_ATTENTION)) return HKV_OK;
     for (int i = 0; i < n_rows && !rc; i++)
         for (int j = 0; j < n_seqs && !rc; j++) rc = decode_rows(b, rows_all[i], seqs_all[j], err);
     const int64_t nq = b->emulated ? 64 : 2048, late = b->emulated ? 448 : 30720;

@@ -28,6 +28,9 @@ typedef struct bg_row {
     int unit, link, reps;
 } bg_row;
 
+/* --only: the rows to run (the copies always run: they are the probe) */
+enum { BG_ONLY_Q4 = 1, BG_ONLY_Q8 = 2, BG_ONLY_F16 = 4, BG_ONLY_ATTENTION = 8, BG_ONLY_ALL = 15 };
+
 typedef struct bg {
     hkv_gpu_ctx *ctx;
     void *st, *ev0, *ev1;
@@ -36,6 +39,7 @@ typedef struct bg {
     double row_s;              /* device seconds one row's reps should take at most */
     size_t cold_bytes;         /* what memory-bound rows rotate through (>> L2) */
     int quick, emulated, sm_count, json;
+    unsigned only;             /* BG_ONLY_* bits: what to run besides the copies */
     const hkv_device_spec *spec;   /* NULL: the device is not in hkv_device_specs() */
     double d2d_gbs;            /* the device-to-device probe of this run */
     bg_row *rows;

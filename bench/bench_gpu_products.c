@@ -119,18 +119,25 @@ static int one_matrix(bg *b, int type, const pr_shape *s, const pr_host *h, cons
         goto out;
     }
     if ((rc = hkv_gpu_sync(b->st, err))) goto out;
-    /* n <= 8: the GEMV, a pass over every copy per rep; then the GEMM modes */
-    for (int i = 0; i < n_gemv + 3 * n_gemm && !rc; i++) {
-        const int gemm = i >= n_gemv, mode = gemm ? (i - n_gemv) / n_gemm : -1;
-        const int64_t n = gemm ? gemm_n[(i - n_gemv) % n_gemm] : gemv_n[i];
-        for (int c = 0; c < copies && gemm; c++) w[c].gemm = mode;
+    /* n <= 8: the GEMV (Q4: auto, then one and two rows per warp), a pass
+     * over every copy per rep; then the GEMM modes */
+    static const char *const gv_name[] = {"gemv", "gemv r1", "gemv r2"};
+    const int n_gv = n_gemv * (type == HKV_W_Q4 ? 3 : 1);
+    for (int i = 0; i < n_gv + 3 * n_gemm && !rc; i++) {
+        const int gemm = i >= n_gv;
+        const int mode = gemm ? (i - n_gv) / n_gemm : i / n_gemv;
+        const int64_t n = gemm ? gemm_n[(i - n_gv) % n_gemm] : gemv_n[i % n_gemv];
+        for (int c = 0; c < copies; c++) {
+            w[c].gemm = gemm ? mode : w[c].gemm;
+            w[c].gemv = gemm ? HKV_QMAT_GEMV_AUTO : mode;
+        }
         bg_row r = {.group = "product", .link = BG_DRAM};
         r.bytes = (double)w[0].bytes + 4.0 * n * (s->rows + s->cols);
         r.flops = 2.0 * n * s->rows * s->cols;
         r.unit = !gemm || mode == HKV_QMAT_GEMM_FP32 ? BG_FP32
                  : mode == HKV_QMAT_GEMM_FP16       ? BG_TENSOR
                                                     : BG_TENSOR_SPLIT;
-        snprintf(r.kernel, sizeof r.kernel, "%s %s%s", type_name(type), gemm ? "gemm " : "gemv",
+        snprintf(r.kernel, sizeof r.kernel, "%s %s%s", type_name(type), gemm ? "gemm " : gv_name[mode],
                  gemm ? mode_name(mode) : "");
         snprintf(r.shape, sizeof r.shape, "%s %lldx%lld n=%lld", s->role, (long long)s->rows,
                  (long long)s->cols, (long long)n);
@@ -138,7 +145,7 @@ static int one_matrix(bg *b, int type, const pr_shape *s, const pr_host *h, cons
                  "\"type\":\"%s\",\"role\":\"%s\",\"rows\":%lld,\"cols\":%lld,\"n\":%lld,\"path\":\"%s\","
                  "\"copies\":%d",
                  type_name(type), s->role, (long long)s->rows, (long long)s->cols, (long long)n,
-                 gemm ? mode_name(mode) : "gemv", copies);
+                 gemm ? mode_name(mode) : gv_name[mode], copies);
         pr_call c = {b, w, x, y, n, ws, ws_bytes};
         if (!(rc = bg_time(b, pr_fn, &c, copies, gemm ? 1 : copies, &r, err))) rc = bg_add(b, &r, err);
     }
@@ -161,6 +168,7 @@ int bg_run_products(bg *b, hkv_err *err)
     const int64_t *gemv_n = b->emulated ? gemv_emu : gemv_all, *gemm_n = b->emulated ? gemm_emu : gemm_all;
     const int n_gemv = b->emulated ? 1 + 1 : 4, n_gemm = b->emulated ? 1 : 2;
     const int64_t nmax = gemm_n[n_gemm - 1];
+    if (!(b->only & (BG_ONLY_Q4 | BG_ONLY_Q8 | BG_ONLY_F16))) return HKV_OK;
     int64_t max_elems = 0, max_rows = 0, max_cols = 0;
     for (int i = 0; i < n_shapes; i++) {
         const int64_t e = shapes[i].rows * shapes[i].cols;
@@ -172,7 +180,9 @@ int bg_run_products(bg *b, hkv_err *err)
     float *x = bg_alloc_random(b, xb, BG_F32, 5, err), *y = NULL;
     int rc = x ? HKV_OK : err->code;
     if (!rc && !(y = hkv_gpu_alloc(b->ctx, HKV_TIER_WORKSPACE, yb, err))) rc = err->code;
+    static const unsigned type_bit[] = {BG_ONLY_Q4, BG_ONLY_Q8, BG_ONLY_F16};
     for (int t = 0; t < 3 && !rc; t++) {
+        if (!(b->only & type_bit[t])) continue;
         pr_host h;
         if (!(rc = host_make(&h, types[t], max_elems, err)))
             for (int i = 0; i < n_shapes && !rc; i++)

@@ -26,47 +26,8 @@ set -u
 BUILD=${1:-build}
 OUT=${2:-gpu-check-out}
 BUDGET=${3:-480}
-mkdir -p "$OUT"
-LOG=$OUT/all.log
-SUM=$OUT/summary.txt
-: >"$LOG"
-: >"$SUM"
-T0=$(date +%s)
+. "$(dirname "$0")/gpu_lib.sh"
 HKV=$BUILD/tools/hetkv
-
-# step NAME SECONDS CMD...: CMD's output to all.log, one summary line
-step() {
-    local name=$1 limit=$2
-    shift 2
-    local now left
-    case " ${GPU_CHECK_SKIP:-} " in *" $name "*)
-        echo "$name skipped: GPU_CHECK_SKIP" | tee -a "$SUM"
-        return ;;
-    esac
-    now=$(date +%s)
-    left=$((BUDGET - (now - T0)))
-    if [ "$left" -lt 10 ]; then
-        echo "$name skipped: the run's $BUDGET s are spent" | tee -a "$SUM"
-        return
-    fi
-    [ "$limit" -gt "$left" ] && limit=$left
-    echo "=== $name (limit ${limit}s): $*" >>"$LOG"
-    local s e rc
-    s=$(date +%s.%N)
-    timeout -k 5 "$limit" "$@" >>"$LOG" 2>&1
-    rc=$?
-    e=$(date +%s.%N)
-    printf "%-28s rc=%-3s %6.1fs\n" "$name" "$rc" "$(awk "BEGIN{print $e - $s}")" | tee -a "$SUM"
-}
-
-{
-    echo "date: $(date -u +%FT%TZ)"
-    echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-    nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv
-    nproc
-    grep -m1 "model name" /proc/cpuinfo
-} >>"$LOG" 2>&1
-nvidia-smi -L | tee -a "$SUM"
 
 for t in "$BUILD"/tests/gpu/test_gpu_*; do
     [ -x "$t" ] && [ -f "$t" ] && step "$(basename "$t")" 90 "$t"

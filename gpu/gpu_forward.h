@@ -35,6 +35,11 @@ extern "C" {
  * under 3x the fp32 one, e.g. RTX 4090). */
 enum hkv_qmat_gemm { HKV_QMAT_GEMM_SPLIT = 0, HKV_QMAT_GEMM_FP16 = 1, HKV_QMAT_GEMM_FP32 = 2 };
 
+/* Output rows per warp of the Q4 GEMV (n <= 8): AUTO (upload's choice) takes
+ * two for matrices of 4096 rows or more, else one; ROW1 and ROW2 force it
+ * (the kernel benchmark measures each). Other types ignore it. */
+enum hkv_qmat_gemv { HKV_QMAT_GEMV_AUTO = 0, HKV_QMAT_GEMV_ROW1 = 1, HKV_QMAT_GEMV_ROW2 = 2 };
+
 /* A weight matrix on the device in the layout of hkv_wmat (cpu/kernels.h):
  * q, scale, min are device copies of the host arrays (scale/min only for
  * Q8/Q4). */
@@ -46,6 +51,7 @@ typedef struct hkv_gpu_qmat {
     size_t bytes;        /* device bytes held (WEIGHTS tier) */
     int gemm;            /* enum hkv_qmat_gemm; upload sets FP32, callers may change it
                           * (then size workspaces after the change) */
+    int gemv;            /* enum hkv_qmat_gemv; upload sets AUTO */
     float wscale;        /* set by upload: the power of two taking max |W| to [2^14, 2^15)
                           * for the fp16 parts (1 for F16 weights) */
 } hkv_gpu_qmat;

@@ -7,12 +7,15 @@
  * Q8's s*q has no rounding at all, Q4's s*q + min exactly one, whether the
  * host or the device fuses the multiply-add or not. The device uses one FMA.
  *
- * n <= 8 (decode): one warp per output row reads each weight once for all n
- * activation rows, fp32 partial sums per lane, a shuffle reduction. Q4: a
- * lane per 32-weight block, its 16 code bytes one 128-bit load, so a warp
- * reads 512 contiguous bytes per step; Q8: two lanes per block, 128-bit loads
- * likewise; x in 128-bit loads where its rows are 16-byte aligned. F16 and
- * F32: lane l takes columns l, l+32, ... (W and x coalesced as they are).
+ * n <= 8 (decode): a warp per output row (Q4: per one or two rows) reads
+ * each weight once for all n activation rows, fp32 partial sums per lane, a
+ * shuffle reduction. Q4: half a 32-weight block per lane (8 code bytes, a
+ * 64-bit load; a warp reads 256 contiguous bytes of a row per step), the
+ * weights dequantised once into registers for every activation row, codes to
+ * floats by exponent bits instead of conversions (k_qm_gemv_q4); Q8: two
+ * lanes per block, 128-bit loads; x in 128-bit loads where its rows are
+ * 16-byte aligned. F16 and F32: lane l takes columns l, l+32, ... (W and x
+ * coalesced as they are).
  *
  * n > 8 (prefill chunks, large decode batches): cuBLAS GEMMs on tensor cores,
  * fp16 operands with fp32 accumulation (CUDA_R_16F inputs, CUDA_R_32F output,
@@ -85,8 +88,11 @@ extern "C" {
 #define QM_WARPS 8                   /* GEMV: warps (output rows) per block */
 #define QM_THREADS (QM_WARPS * 32)
 #define QM_MAXN 8                    /* GEMV: activation rows per call */
-#define QM_MIN_BLOCKS 4              /* Q4/Q8 GEMV: blocks per SM ptxas must allow (<= 64
+#define QM_MIN_BLOCKS 4              /* Q8 GEMV: blocks per SM ptxas must allow (<= 64
                                       * registers; unbounded, Q8 took 80) */
+#define QM_RWARPS 4                  /* Q4 GEMV: warps per block */
+#define QM_RTHREADS (QM_RWARPS * 32)
+#define QM_R2_MIN_ROWS 4096          /* Q4 GEMV, auto: two rows per warp from this many rows */
 #define QM_DQ_THREADS 256            /* dequantisation: threads per block (one row) */
 #define QM_PANEL_BYTES ((size_t)4 << 20)   /* GEMM path: panel target size */
 #define QM_PANEL_MIN_ROWS 128        /* ... but at least this many rows (GEMM efficiency) */
@@ -251,48 +257,105 @@ __device__ __forceinline__ float4 qm_x4(const float *p, bool vec)
     return make_float4(__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3));
 }
 
-/* Q4: lane l takes whole 32-weight blocks l, l+32, ..., each one 128-bit
- * load of its 16 code bytes (a warp reads 512 contiguous bytes per step);
- * byte j of a block holds elements j (low nibble) and j + 16 (high). Word t
- * of the load is decoded to its 8 weights, then every activation row takes
- * them with two float4 reads of x. */
-static __global__ void __launch_bounds__(QM_THREADS, QM_MIN_BLOCKS)
-k_qm_gemv_q4(const unsigned char *q, const uint16_t *scale, const uint16_t *mins, int64_t rows,
-             int64_t cols, const float *x, int64_t ldx, bool vec, int n, float *y, int64_t ldy)
+/* Nibble k (byte k of v, 0..15) as a float without an int-to-float
+ * conversion (a quarter-rate instruction): the bits 0x4B0000qq are the float
+ * 2^23 + q exactly, and subtracting 2^23 is exact. */
+__device__ __forceinline__ float qm_nib(unsigned v, int k)
 {
-    const int lane = threadIdx.x & 31;
-    const int64_t nb = cols / HKV_WBLOCK;
-    QM_ROW_LOOP(row) {
-        float acc[QM_MAXN];
+    return __int_as_float((int)__byte_perm(v, 0x4B000000u, 0x7440u | (unsigned)k)) - 8388608.0f;
+}
+
+/* Q4 GEMV: NT = CFG % 16 activation rows, R = CFG / 16 output rows per warp
+ * (both compile-time, so the loops unroll and the sums stay in registers).
+ * Lane l takes half h = l % 2 of blocks l/2, l/2 + 16, ... of each of its R
+ * rows: 8 code bytes in one 64-bit load (a warp reads 256 contiguous bytes of
+ * a row per step); byte k of the half holds elements 8h + k (low nibble) and
+ * 16 + 8h + k (high). Each weight is dequantised once (qm_nib, one FMA: the
+ * host's value) and kept in registers for all NT activation rows; each
+ * activation chunk (16 floats, four 128-bit loads when rows are aligned) is
+ * read once for the R rows, so the activations' cache traffic is 1/R of the
+ * one-row kernel's and the dequantisation is not repeated per activation row.
+ * The next step's codes, scales and mins are loaded before this step's
+ * arithmetic: two steps in flight per lane. */
+template <int CFG>
+static __global__ void __launch_bounds__(QM_RTHREADS)
+k_qm_gemv_q4(const uint2 *q, const uint16_t *scale, const uint16_t *mins, int64_t rows, int64_t nb,
+             const float *x, int64_t ldx, bool vec, float *y, int64_t ldy)
+{
+    constexpr int NT = CFG % 16, R = CFG / 16;
+    const int lane = threadIdx.x & 31, h = lane & 1;
+    const int64_t stride = (int64_t)gridDim.x * QM_RWARPS * R;
+    for (int64_t r0 = ((int64_t)blockIdx.x * QM_RWARPS + (threadIdx.x >> 5)) * R; r0 < rows;
+         r0 += stride) {
+        int64_t base[R];   /* block 0 of each row; a row past the end reads the last (not stored) */
 #pragma unroll
-        for (int i = 0; i < QM_MAXN; i++) acc[i] = 0.0f;
-        const uint4 *qr = (const uint4 *)(q + row * nb * (HKV_WBLOCK / 2));
-        const uint16_t *sr = scale + row * nb, *mr = mins + row * nb;
-        for (int64_t b = lane; b < nb; b += 32) {
-            const uint4 bits4 = __ldg(qr + b);
-            const float s = hkv_h2f(__ldg(sr + b)), mn = hkv_h2f(__ldg(mr + b));
-            const unsigned words[4] = {bits4.x, bits4.y, bits4.z, bits4.w};
+        for (int j = 0; j < R; j++) base[j] = (r0 + j < rows ? r0 + j : rows - 1) * nb;
+        float acc[R][NT];
 #pragma unroll
-            for (int t = 0; t < 4; t++) {
-                float w[8];
+        for (int j = 0; j < R; j++)
 #pragma unroll
-                for (int k = 0; k < 4; k++) {
-                    w[k] = qm_q4(s, mn, (words[t] >> (8 * k)) & 15u);
-                    w[4 + k] = qm_q4(s, mn, (words[t] >> (8 * k + 4)) & 15u);
-                }
-                const float *xb = x + b * HKV_WBLOCK + 4 * t;
+            for (int i = 0; i < NT; i++) acc[j][i] = 0.0f;
+        int64_t b = lane >> 1;
+        uint2 c[R];
+        float s[R], m[R];
 #pragma unroll
-                for (int i = 0; i < QM_MAXN; i++)
-                    if (i < n) {
-                        const float4 lo = qm_x4(xb + i * ldx, vec), hi = qm_x4(xb + i * ldx + 16, vec);
-                        float a = acc[i];
-                        a += w[0] * lo.x, a += w[1] * lo.y, a += w[2] * lo.z, a += w[3] * lo.w;
-                        a += w[4] * hi.x, a += w[5] * hi.y, a += w[6] * hi.z, a += w[7] * hi.w;
-                        acc[i] = a;
-                    }
-            }
+        for (int j = 0; j < R; j++) {
+            const bool in = b < nb;
+            c[j] = in ? __ldg(q + (base[j] + b) * 2 + h) : make_uint2(0, 0);
+            s[j] = in ? hkv_h2f(__ldg(scale + base[j] + b)) : 0.0f;
+            m[j] = in ? hkv_h2f(__ldg(mins + base[j] + b)) : 0.0f;
         }
-        qm_store(acc, n, y, ldy, row, lane);
+        while (b < nb) {
+            const int64_t bn = b + 16;
+            uint2 cn[R];
+            float sn[R], mn[R];
+#pragma unroll
+            for (int j = 0; j < R; j++) {
+                const bool in = bn < nb;
+                cn[j] = in ? __ldg(q + (base[j] + bn) * 2 + h) : make_uint2(0, 0);
+                sn[j] = in ? hkv_h2f(__ldg(scale + base[j] + bn)) : 0.0f;
+                mn[j] = in ? hkv_h2f(__ldg(mins + base[j] + bn)) : 0.0f;
+            }
+            float w[R][16];
+#pragma unroll
+            for (int j = 0; j < R; j++)
+#pragma unroll
+                for (int t = 0; t < 2; t++) {
+                    const unsigned word = t ? c[j].y : c[j].x;
+                    const unsigned lo = word & 0x0F0F0F0Fu, hi = (word >> 4) & 0x0F0F0F0Fu;
+#pragma unroll
+                    for (int k = 0; k < 4; k++) {
+                        w[j][4 * t + k] = __fmaf_rn(s[j], qm_nib(lo, k), m[j]);
+                        w[j][8 + 4 * t + k] = __fmaf_rn(s[j], qm_nib(hi, k), m[j]);
+                    }
+                }
+#pragma unroll
+            for (int i = 0; i < NT; i++) {
+                const float *xb = x + i * ldx + b * HKV_WBLOCK + 8 * h;
+                const float4 x0 = qm_x4(xb, vec), x1 = qm_x4(xb + 4, vec),
+                             x2 = qm_x4(xb + 16, vec), x3 = qm_x4(xb + 20, vec);
+#pragma unroll
+                for (int j = 0; j < R; j++) {
+                    const float *wj = w[j];
+                    float a = acc[j][i];
+                    a += wj[0] * x0.x, a += wj[1] * x0.y, a += wj[2] * x0.z, a += wj[3] * x0.w;
+                    a += wj[4] * x1.x, a += wj[5] * x1.y, a += wj[6] * x1.z, a += wj[7] * x1.w;
+                    a += wj[8] * x2.x, a += wj[9] * x2.y, a += wj[10] * x2.z, a += wj[11] * x2.w;
+                    a += wj[12] * x3.x, a += wj[13] * x3.y, a += wj[14] * x3.z, a += wj[15] * x3.w;
+                    acc[j][i] = a;
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < R; j++) c[j] = cn[j], s[j] = sn[j], m[j] = mn[j];
+            b = bn;
+        }
+#pragma unroll
+        for (int j = 0; j < R; j++)
+#pragma unroll
+            for (int i = 0; i < NT; i++) {
+                const float v = hkv_warp_sum(acc[j][i]);
+                if (lane == 0 && r0 + j < rows) y[i * ldy + r0 + j] = v;
+            }
     }
 }
 
@@ -376,6 +439,34 @@ k_qm_gemv_f32(const float *q, int64_t rows, int64_t cols, const float *x, int64_
 }
 
 /* ---- host side --------------------------------------------------------------- */
+
+/* The Q4 GEMV for n activation rows and r rows per warp, as a table of
+ * launchers (the template arguments are compile-time). */
+template <int CFG>
+static void qm_q4_launch(unsigned grid, cudaStream_t st, const hkv_gpu_qmat *w, const float *x,
+                         int64_t ldx, bool vec, float *y, int64_t ldy)
+{
+    HKV_LAUNCH(k_qm_gemv_q4<CFG>, grid, QM_RTHREADS, 0, st)(
+        (const uint2 *)w->q, (const uint16_t *)w->scale, (const uint16_t *)w->min, w->rows,
+        w->cols / HKV_WBLOCK, x, ldx, vec, y, ldy);
+}
+typedef void (*qm_q4_fn)(unsigned, cudaStream_t, const hkv_gpu_qmat *, const float *, int64_t,
+                         bool, float *, int64_t);
+static const qm_q4_fn qm_q4_fns[2][QM_MAXN] = {
+    {qm_q4_launch<17>, qm_q4_launch<18>, qm_q4_launch<19>, qm_q4_launch<20>, qm_q4_launch<21>,
+     qm_q4_launch<22>, qm_q4_launch<23>, qm_q4_launch<24>},
+    {qm_q4_launch<33>, qm_q4_launch<34>, qm_q4_launch<35>, qm_q4_launch<36>, qm_q4_launch<37>,
+     qm_q4_launch<38>, qm_q4_launch<39>, qm_q4_launch<40>},
+};
+
+/* Output rows per warp of the Q4 GEMV: two halve the activations' reads per
+ * weight, one doubles the warps a small matrix spreads over. */
+static int qm_q4_rows_per_warp(const hkv_gpu_qmat *w)
+{
+    if (w->gemv == HKV_QMAT_GEMV_ROW1 || w->gemv == HKV_QMAT_GEMV_ROW2) return w->gemv;
+    return w->rows >= QM_R2_MIN_ROWS ? 2 : 1;
+}
+
 
 /* Bytes of the three device arrays of a valid matrix. */
 static void qm_sizes(int type, int64_t rows, int64_t cols, size_t *qb, size_t *sb, size_t *mb)
@@ -513,7 +604,8 @@ static int qm_valid(const hkv_gpu_qmat *w)
     return w && w->q && qm_type_ok(w->type) && w->rows > 0 && w->cols > 0 &&
            (w->type < HKV_W_Q8 || (w->cols % HKV_WBLOCK == 0 && w->scale)) &&
            (w->type != HKV_W_Q4 || w->min) && w->gemm >= HKV_QMAT_GEMM_SPLIT &&
-           w->gemm <= HKV_QMAT_GEMM_FP32 && w->wscale > 0;
+           w->gemm <= HKV_QMAT_GEMM_FP32 && w->gemv >= HKV_QMAT_GEMV_AUTO &&
+           w->gemv <= HKV_QMAT_GEMV_ROW2 && w->wscale > 0;
 }
 
 extern "C" int hkv_gpu_qmat_clone(hkv_gpu_ctx *ctx, const hkv_gpu_qmat *src, hkv_gpu_qmat *dst,
@@ -616,11 +708,13 @@ extern "C" int hkv_gpu_qmat_matmul(hkv_gpu_ctx *ctx, const hkv_gpu_qmat *w, cons
         const unsigned grid = qm_grid((rows + QM_WARPS - 1) / QM_WARPS);
         const bool vec = (uintptr_t)x % 16 == 0 && ldx % 4 == 0;   /* 128-bit x loads */
         switch (w->type) {
-        case HKV_W_Q4:
-            HKV_LAUNCH(k_qm_gemv_q4, grid, QM_THREADS, 0, st)(
-                (const unsigned char *)w->q, (const uint16_t *)w->scale, (const uint16_t *)w->min,
-                rows, cols, x, ldx, vec, (int)n, y, ldy);
+        case HKV_W_Q4: {
+            const int r = qm_q4_rows_per_warp(w);
+            const int64_t warps = (rows + r - 1) / r;
+            qm_q4_fns[r - 1][n - 1](qm_grid((warps + QM_RWARPS - 1) / QM_RWARPS), st, w, x, ldx, vec,
+                                    y, ldy);
             break;
+        }
         case HKV_W_Q8:
             HKV_LAUNCH(k_qm_gemv_q8, grid, QM_THREADS, 0, st)(
                 (const signed char *)w->q, (const uint16_t *)w->scale, rows, cols, x, ldx, vec,

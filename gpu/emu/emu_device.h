@@ -322,6 +322,14 @@ static inline unsigned __brev(unsigned x)
     x = ((x >> 4) & 0x0f0f0f0fu) | ((x & 0x0f0f0f0fu) << 4);
     return __builtin_bswap32(x);
 }
+/* result byte n = byte (s >> 4n) & 7 of the 8 bytes y:x (x the low four) */
+static inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s)
+{
+    const uint64_t v = (uint64_t)y << 32 | x;
+    unsigned r = 0;
+    for (int n = 0; n < 4; n++) r |= (unsigned)(v >> (8 * ((s >> (4 * n)) & 7)) & 0xff) << (8 * n);
+    return r;
+}
 static inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((uint64_t)a * b) >> 32); }
 static inline unsigned long long __umul64hi(unsigned long long a, unsigned long long b)
 {

@@ -59,7 +59,7 @@ static double gamma_k(double k) { return k * U32 / (1 - k * U32); }
 /* Terms one lane of the GEMV sums in sequence (see the comment at the top). */
 static int64_t gemv_lane_terms(int type, int64_t cols)
 {
-    if (type == HKV_W_Q4) return 8 * ((cols + 255) / 256);
+    if (type == HKV_W_Q4) return 16 * ((cols + 511) / 512);
     if (type == HKV_W_Q8) return 4 * ((cols + 127) / 128);
     return (cols + 31) / 32;
 }
@@ -291,6 +291,7 @@ static double gemm_bound(int mode, int64_t cols, double magf, double sw, double 
 }
 
 static const char *mname[] = {"split", "fp16", "fp32"};
+static const char *vname[] = {" auto", " 1 row/warp", " 2 rows/warp"};
 
 /* x row i scaled by 10^(3 (i % 5) - 6): 1e-6 .. 1e6, fp16 would overflow
  * (and go subnormal) without the rows' range scales */
@@ -374,9 +375,11 @@ static void test_matmul_x(hkv_gpu_ctx *ctx, const hkv_cpu_kernels *scalar,
         }
         double *ref = malloc(n * rows * 8), *mag = malloc(n * rows * 8);
         ref_gemv(&m.w, x, (int)n, ref, mag);   /* exact weights */
-        for (int mode = HKV_QMAT_GEMM_SPLIT; mode <= (gemm ? HKV_QMAT_GEMM_FP32 : HKV_QMAT_GEMM_SPLIT);
-             mode++) {
-            g.gemm = mode;
+        /* GEMM: each hkv_qmat_gemm mode; GEMV: each hkv_qmat_gemv mode (Q4's rows per warp) */
+        const int last = gemm ? HKV_QMAT_GEMM_FP32 : type == HKV_W_Q4 ? HKV_QMAT_GEMV_ROW2 : 0;
+        for (int mode = 0; mode <= last; mode++) {
+            g.gemm = gemm ? mode : HKV_QMAT_GEMM_SPLIT;
+            g.gemv = gemm ? HKV_QMAT_GEMV_AUTO : mode;
             const size_t need = hkv_gpu_qmat_matmul_ws_bytes(&g, n);
             const int path = gemm ? 1 + mode : 0;
             hkv_err err;
@@ -435,7 +438,7 @@ static void test_matmul_x(hkv_gpu_ctx *ctx, const hkv_cpu_kernels *scalar,
                   "matmul %s %lldx%lld n=%lld (%s%s%s): %d over the bounds (err/mag %.3g fp32 W, "
                   "%.3g exact W, %.3g host; max err / bound %.3g), %d NaN, %d stray", tname[type],
                   (long long)rows, (long long)cols, (long long)n, gemm ? "GEMM " : "GEMV",
-                  gemm ? mname[mode] : "", flags & MM_WIDE_X ? ", x rows 1e-6..1e6" : "", over,
+                  gemm ? mname[mode] : vname[mode], flags & MM_WIDE_X ? ", x rows 1e-6..1e6" : "", over,
                   worst_f, worst_e, worst_h, worst_ratio, nan, stray);
             meas_f[type][path] = fmax(meas_f[type][path], worst_f);
             meas_e[type][path] = fmax(meas_e[type][path], worst_e);
@@ -443,6 +446,7 @@ static void test_matmul_x(hkv_gpu_ctx *ctx, const hkv_cpu_kernels *scalar,
             meas_ratio[type][path] = fmax(meas_ratio[type][path], worst_ratio);
         }
         g.gemm = HKV_QMAT_GEMM_SPLIT;
+        g.gemv = HKV_QMAT_GEMV_AUTO;
         gpu_drop(ctx, dx, n * ldx * 4);
         gpu_drop(ctx, dy, (n * ldy + HKV_TEST_GUARD) * 4);
         free(x), free(xs), free(y), free(yh[0]), free(yh[1]), free(ref), free(mag);
@@ -668,6 +672,7 @@ int main(void)
         test_matmul(ctx, &scalar, &best, type, 1, 32, NULL, 0, &rng);
         test_matmul(ctx, &scalar, &best, type, 37, 96, NULL, 0, &rng);
         test_matmul(ctx, &scalar, &best, type, 300, 512, NULL, 0, &rng);
+        test_matmul(ctx, &scalar, &best, type, 9, 800, NULL, 0, &rng);   /* 25 blocks: a partial step */
         /* long rows (lanes loop over many blocks), and two GEMM panels of 256 + 44 rows */
         test_matmul(ctx, &scalar, &best, type, 300, 4096, big_ns, 2, &rng);
         /* fp16's range: x rows 1e-6 .. 1e6 (and F32 weights times 1e6 and
