@@ -52,6 +52,198 @@ k_attn_decode(const float *q, int H, int KH, int g, int d, const uint16_t *k, co
                              out + qh * d, lse + qh, active);
 }
 
+/* The decode kernel for 16-byte aligned rows and d in {32, 64, 128, 256}
+ * (every model hetkv loads): D / 8 lanes read one key row, 16 bytes (8
+ * halves) each, straight from global memory, so a warp reads 32 / (D / 8)
+ * rows at once and no tile is staged or synchronised on. Each lane group
+ * takes batches of KB keys (all loads of a batch issued before any
+ * arithmetic: 2 KB 16-byte loads in flight per lane), scores them for all G
+ * query heads of the block (q's 8 dims per head kept in registers, the dot
+ * reduced over the group by shuffles), and folds them into its own online
+ * softmax state per head. The groups' states merge exactly at the end: by
+ * shuffles within a warp, then through shared memory across the warps.
+ * Batches are dealt to the warps in turn, so the rows a block reads at a
+ * time are contiguous. The old kernel (k_attn_decode: a warp per query head,
+ * 32-key tiles staged in shared memory, a lane per key with a sequential
+ * d-long dot product) read a layer's 8K-row near tier at ~300 GB/s on an
+ * H200 (docs/GPU_MEASURED.md); it stays for other head sizes and rows at a
+ * 4-byte stride. */
+#define DEC_WARPS 8
+
+/* Merges online-softmax state (mo, lo, ao) into (m, l, a) exactly. */
+__device__ __forceinline__ void dec_fold(float &m, float &l, float *a, float mo, float lo,
+                                         const float *ao)
+{
+    const float mn = fmaxf(m, mo);
+    if (mn == -INFINITY) return;   /* both empty */
+    const float x = expf(m - mn), y = expf(mo - mn);   /* -inf gives 0 */
+    l = l * x + lo * y;
+#pragma unroll
+    for (int c = 0; c < 8; c++) a[c] = a[c] * x + ao[c] * y;
+    m = mn;
+}
+
+template <int D, int G>
+static __global__ void __launch_bounds__(DEC_WARPS * 32)
+k_attn_decode_rows(const float *q, int H, int KH, int g, const uint16_t *k, const uint16_t *v,
+                   int64_t ld, int64_t hs, int64_t ss, const int32_t *n_rows, const int32_t *idx,
+                   int64_t idx_ld, float scale, float *out, float *lse, int n_split, int64_t part)
+{
+    constexpr int LG = D / 8, NG = 32 / LG;   /* lanes per row, row groups per warp */
+    constexpr int KB = G <= 4 ? 4 : 2;        /* keys per group per batch (registers) */
+    __shared__ float sm_m[DEC_WARPS][G], sm_l[DEC_WARPS][G], sm_a[DEC_WARPS][G][D];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int sub = lane / LG, li = lane % LG;
+    const int64_t u = blockIdx.x, s = u / KH;
+    const int h = (int)(u % KH), j0 = blockIdx.y * G;
+    const int nh = g - j0 < G ? g - j0 : G;
+    const int64_t n = n_rows[u] > 0 ? n_rows[u] : 0;
+    int64_t k0 = 0, k1 = n;
+    if (n_split > 1) {   /* the same chunks as k_attn_decode */
+        const int64_t per = (n + n_split - 1) / n_split;
+        const int64_t chunk = (per + ATT_TILE - 1) / ATT_TILE * ATT_TILE;
+        k0 = (int64_t)blockIdx.z * chunk;
+        if (k0 > n) k0 = n;
+        k1 = k0 + chunk < n ? k0 + chunk : n;
+        out += blockIdx.z * part * D;
+        lse += blockIdx.z * part;
+    }
+    int64_t off = s * ss + h * hs + li * 8;
+    const int32_t *ix = NULL;
+    if (idx) {
+        if (idx_ld) ix = idx + u * idx_ld;
+        else off += (int64_t)idx[u] * ld;
+    }
+    const int64_t qh0 = s * H + (int64_t)h * g + j0;
+    float qr[G][8], m[G], l[G], acc[G][8];
+#pragma unroll
+    for (int j = 0; j < G; j++) {
+        const float *qp = q + (qh0 + (j < nh ? j : 0)) * D + li * 8;
+        const float4 a = *(const float4 *)qp, b = *(const float4 *)(qp + 4);
+        qr[j][0] = a.x, qr[j][1] = a.y, qr[j][2] = a.z, qr[j][3] = a.w;
+        qr[j][4] = b.x, qr[j][5] = b.y, qr[j][6] = b.z, qr[j][7] = b.w;
+        m[j] = -INFINITY, l[j] = 0.0f;
+#pragma unroll
+        for (int c = 0; c < 8; c++) acc[j][c] = 0.0f;
+    }
+    /* warp-uniform trip count: a group past the end masks its keys */
+    for (int64_t b0 = k0 + (int64_t)warp * NG * KB; b0 < k1; b0 += (int64_t)DEC_WARPS * NG * KB) {
+        uint4 kx[KB], vx[KB];
+#pragma unroll
+        for (int t = 0; t < KB; t++) {
+            const int64_t i = b0 + sub * KB + t;
+            kx[t] = vx[t] = make_uint4(0, 0, 0, 0);
+            if (i < k1) {
+                const int64_t r = ix ? (int64_t)ix[i] : i;
+                kx[t] = __ldg((const uint4 *)(k + off + r * ld));
+                vx[t] = __ldg((const uint4 *)(v + off + r * ld));
+            }
+        }
+        float sc[KB][G];
+#pragma unroll
+        for (int t = 0; t < KB; t++) {
+            const __half2 *kh = reinterpret_cast<const __half2 *>(&kx[t]);
+            float kf[8];
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const float2 f = __half22float2(kh[c]);
+                kf[2 * c] = f.x, kf[2 * c + 1] = f.y;
+            }
+#pragma unroll
+            for (int j = 0; j < G; j++) {
+                float a = 0.0f;
+#pragma unroll
+                for (int c = 0; c < 8; c++) a = fmaf(qr[j][c], kf[c], a);
+#pragma unroll
+                for (int o = LG / 2; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+                sc[t][j] = b0 + sub * KB + t < k1 ? a * scale : -INFINITY;
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < G; j++) {
+            float mx = sc[0][j];
+#pragma unroll
+            for (int t = 1; t < KB; t++) mx = fmaxf(mx, sc[t][j]);
+            const float mn = fmaxf(m[j], mx);
+            if (mn == -INFINITY) continue;   /* nothing finite yet: no -inf - -inf */
+            const float alpha = expf(m[j] - mn);
+            l[j] *= alpha;
+#pragma unroll
+            for (int c = 0; c < 8; c++) acc[j][c] *= alpha;
+#pragma unroll
+            for (int t = 0; t < KB; t++) {
+                const float p = expf(sc[t][j] - mn);   /* masked keys give 0 */
+                const __half2 *vh = reinterpret_cast<const __half2 *>(&vx[t]);
+                l[j] += p;
+#pragma unroll
+                for (int c = 0; c < 4; c++) {
+                    const float2 f = __half22float2(vh[c]);
+                    acc[j][2 * c] = fmaf(p, f.x, acc[j][2 * c]);
+                    acc[j][2 * c + 1] = fmaf(p, f.y, acc[j][2 * c + 1]);
+                }
+            }
+            m[j] = mn;
+        }
+    }
+    /* the warp's groups into one state (lanes li of every group then agree) */
+#pragma unroll
+    for (int o = LG; o < 32; o <<= 1)
+#pragma unroll
+        for (int j = 0; j < G; j++) {
+            float ao[8];
+#pragma unroll
+            for (int c = 0; c < 8; c++) ao[c] = __shfl_xor_sync(0xffffffffu, acc[j][c], o);
+            const float mo = __shfl_xor_sync(0xffffffffu, m[j], o);
+            const float lo = __shfl_xor_sync(0xffffffffu, l[j], o);
+            dec_fold(m[j], l[j], acc[j], mo, lo, ao);
+        }
+    if (sub == 0)
+#pragma unroll
+        for (int j = 0; j < G; j++) {
+#pragma unroll
+            for (int c = 0; c < 8; c++) sm_a[warp][j][li * 8 + c] = acc[j][c];
+            if (li == 0) sm_m[warp][j] = m[j], sm_l[warp][j] = l[j];
+        }
+    __syncthreads();
+    /* the warps' states into the block's partial: a thread per (head, dim) */
+    for (int e = threadIdx.x; e < nh * D; e += DEC_WARPS * 32) {
+        const int j = e / D, c = e % D;
+        float mm = -INFINITY;
+        for (int w = 0; w < DEC_WARPS; w++) mm = fmaxf(mm, sm_m[w][j]);
+        float ll = 0.0f, a = 0.0f;
+        if (mm != -INFINITY)
+            for (int w = 0; w < DEC_WARPS; w++) {
+                const float x = expf(sm_m[w][j] - mm);   /* an empty warp's -inf gives 0 */
+                ll += sm_l[w][j] * x;
+                a += sm_a[w][j][c] * x;
+            }
+        out[(qh0 + j) * D + c] = ll > 0.0f ? a / ll : 0.0f;
+        if (c == 0) lse[qh0 + j] = ll > 0.0f ? mm + logf(ll) : -INFINITY;
+    }
+}
+
+/* Launches k_attn_decode_rows<D, G> (the template arguments are compile-time). */
+template <int D, int G>
+static void dec_rows_launch(dim3 grid, cudaStream_t st, const float *q, int H, int KH, int g,
+                            const uint16_t *k, const uint16_t *v, int64_t ld, int64_t hs, int64_t ss,
+                            const int32_t *n_rows, const int32_t *idx, int64_t idx_ld, float scale,
+                            float *out, float *lse, int n_split, int64_t part)
+{
+    HKV_LAUNCH(k_attn_decode_rows<D HKV_COMMA G>, grid, DEC_WARPS * 32, 0, st)(
+        q, H, KH, g, k, v, ld, hs, ss, n_rows, idx, idx_ld, scale, out, lse, n_split, part);
+}
+typedef void (*dec_rows_fn)(dim3, cudaStream_t, const float *, int, int, int, const uint16_t *,
+                            const uint16_t *, int64_t, int64_t, int64_t, const int32_t *,
+                            const int32_t *, int64_t, float, float *, float *, int, int64_t);
+/* [d = 32, 64, 128, 256][G = 1, 2, 4, 8]; d = 256 stops at G = 4 (shared memory) */
+static const dec_rows_fn dec_rows_fns[4][4] = {
+    {dec_rows_launch<32, 1>, dec_rows_launch<32, 2>, dec_rows_launch<32, 4>, dec_rows_launch<32, 8>},
+    {dec_rows_launch<64, 1>, dec_rows_launch<64, 2>, dec_rows_launch<64, 4>, dec_rows_launch<64, 8>},
+    {dec_rows_launch<128, 1>, dec_rows_launch<128, 2>, dec_rows_launch<128, 4>,
+     dec_rows_launch<128, 8>},
+    {dec_rows_launch<256, 1>, dec_rows_launch<256, 2>, dec_rows_launch<256, 4>, NULL},
+};
+
 /* The n_split partials of each of n rows into (out, lse): one warp per row,
  * the pairwise merge's formula over all of them at once. */
 static __global__ void k_attn_combine(const float *ws_out, const float *ws_lse, int n_split,
@@ -136,6 +328,14 @@ extern "C" int hkv_gpu_attn_decode_split(const float *q, int n_seq, int n_head, 
     const int64_t rows = (int64_t)n_seq * n_head;
     float *po = n_split > 1 ? (float *)ws : out;
     float *pl = n_split > 1 ? po + (size_t)n_split * rows * d : lse;
+    const int di = d == 32 ? 0 : d == 64 ? 1 : d == 128 ? 2 : d == 256 ? 3 : -1;
+    const int gi = g <= 1 ? 0 : g <= 2 ? 1 : g <= 4 || di == 3 ? 2 : 3;
+    if (di >= 0 && hkv_att_vec_ok(k, v, ld, hs, ss) && ((uintptr_t)q & 15) == 0) {
+        const int G = 1 << gi;
+        dim3 rg((unsigned)((int64_t)n_seq * n_head_kv), (unsigned)((g + G - 1) / G), (unsigned)n_split);
+        dec_rows_fns[di][gi](rg, hkv_stream(stream), q, n_head, n_head_kv, g, k, v, ld, hs, ss,
+                             n_rows, idx, idx_ld, scale, po, pl, n_split, rows);
+    } else {
     dim3 grid((unsigned)((int64_t)n_seq * n_head_kv), (unsigned)((g + ATT_WARPS - 1) / ATT_WARPS),
               (unsigned)n_split);
     if (hkv_att_vec_ok(k, v, ld, hs, ss))
@@ -147,6 +347,7 @@ extern "C" int hkv_gpu_attn_decode_split(const float *q, int n_seq, int n_head, 
                    hkv_stream(stream))(
             q, n_head, n_head_kv, g, d, k, v, ld, hs, ss, n_rows, idx, idx_ld, scale, po, pl,
             n_split, rows);
+    }
     HKV_LAUNCH_CHECK(err);
     if (n_split > 1) {
         const int rows_per_block = 8;

@@ -48,6 +48,10 @@ int hkv_gpu_fail(hkv_err *err, cublasStatus_t s, const char *what);
 /* After a launch: a bad configuration shows up here, not at the next sync. */
 #define HKV_LAUNCH_CHECK(err) HKV_CUDA_TRY(err, cudaGetLastError())
 
+/* A comma inside a HKV_LAUNCH kernel argument (a template with two
+ * arguments): the macro splits its arguments before expanding this. */
+#define HKV_COMMA ,
+
 /* The cuBLAS handle bound to `stream`, one of the context's (gpu_ctx.cu);
  * NULL for any other stream. */
 cublasHandle_t hkv_gpu_ctx_blas(hkv_gpu_ctx *ctx, void *stream);

@@ -164,6 +164,7 @@ int main(void)
         {9, 3, 64, 2, 8, 1, 2, 300},
         {24, 2, 64, 1, 0, 6, 0, 500},     /* g = 12: two warp groups (grid y) */
         {8, 2, 128, 2, 0, 1, 0, 300},     /* one split: the unsplit path through the same door */
+        {16, 2, 256, 1, 0, 3, 1, 200},    /* d = 256, g = 8: two blocks of 4 heads (grid y) */
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) run_case(ctx, &cases[i], &rng);
     test_splits_rule();
