@@ -81,6 +81,14 @@ int hkv_device_cli_cap(const hkv_device_cli *d, uint64_t *cap, char *desc, size_
  * error either way (the refusal, or: no GPU execution path yet). */
 int hkv_device_cli_check(const hkv_device_cli *d, const char *model_path,
                          const hkv_engine_params *ep, int batch, int64_t n_ctx, hkv_err *err);
+/* hkv_device_cli_check, after one thing: with --device cuda, the policy
+ * full and no --local (local_given 0), the near tier grows to hold the whole
+ * context when the plan admits that too, so full attends on the device (the
+ * dense baseline, no far tier and no host work per layer); else it stays as
+ * it is. Says which on stderr when it grows. */
+int hkv_device_cli_check_near(const hkv_device_cli *d, const char *model_path,
+                              hkv_engine_params *ep, int local_given, int batch, int64_t n_ctx,
+                              hkv_err *err);
 /* After hkv_engine_open: with --device cuda, the CUDA backend (weights to
  * the device under the cap) becomes the engine's. */
 int hkv_device_cli_attach(const hkv_device_cli *d, hkv_engine *e, hkv_err *err);

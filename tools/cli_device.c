@@ -2,6 +2,7 @@
  * --device cpu|cuda, --gpu-mem SIZE, --synthetic NAME, --synthetic-weights T.
  * With --device cuda the device is queried and the request is planned and
  * admitted (runtime/gpu_plan.h) before anything is loaded. */
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -157,6 +158,32 @@ int hkv_device_cli_check(const hkv_device_cli *d, const char *model_path, const 
     }
     if ((rc = hkv_plan_admit(&pp, &plan, cap, err))) return hkv_err_prefix(err, "--device cuda (%s)", desc);
     return HKV_OK;
+}
+
+int hkv_device_cli_check_near(const hkv_device_cli *d, const char *model_path,
+                              hkv_engine_params *ep, int local_given, int batch, int64_t n_ctx,
+                              hkv_err *err) {
+    if (d->cuda && !local_given && !ep->kv_plain && ep->tiered.policy &&
+        !strcmp(ep->tiered.policy->name, "full")) {
+        hkv_model_config cfg;
+        int rc = hkv_cli_model_config(model_path, d->synthetic, &cfg, err);
+        if (rc) return rc;
+        const int64_t ctx = n_ctx > 0 ? n_ctx : cfg.ctx_train;
+        const int local = ep->tiered.L_local;
+        if (ctx - ep->tiered.L_init > local && ctx - ep->tiered.L_init <= INT_MAX) {
+            ep->tiered.L_local = (int)(ctx - ep->tiered.L_init);
+            hkv_err tried;
+            hkv_err_clear(&tried);
+            if (!hkv_device_cli_check(d, model_path, ep, batch, ctx, &tried)) {
+                fprintf(stderr, "hetkv: --device cuda, policy full: the near tier holds the whole "
+                        "context (%lld rows per sequence and KV head), so attention runs on the "
+                        "device alone (--local N keeps the split)\n", (long long)ctx);
+                return HKV_OK;
+            }
+            ep->tiered.L_local = local;   /* does not fit: the split as asked */
+        }
+    }
+    return hkv_device_cli_check(d, model_path, ep, batch, n_ctx, err);
 }
 
 int hkv_device_cli_attach(const hkv_device_cli *d, hkv_engine *e, hkv_err *err) {

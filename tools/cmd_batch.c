@@ -619,7 +619,9 @@ engine:;
     ep.max_rows = (int)o.chunk;
     ep.device_cuda = o.dev.cuda;
     if ((rc = hkv_kv_cli_apply(&o.kv, &ep, &err))) goto out;
-    if ((rc = hkv_device_cli_check(&o.dev, o.model, &ep, (int)o.max_batch, o.ctx, &err))) goto out;
+    if ((rc = hkv_device_cli_check_near(&o.dev, o.model, &ep, o.kv.local >= 0, (int)o.max_batch,
+                                        o.ctx, &err)))
+        goto out;
     if ((rc = hkv_engine_open(&j.e, &ep, &err)) || (rc = hkv_device_cli_attach(&o.dev, j.e, &err)))
         goto out;
     policy_text(&o, j.policy, sizeof j.policy);

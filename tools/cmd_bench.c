@@ -183,9 +183,16 @@ int hkv_cmd_bench(int argc, char **argv) {
         hkv_err_report(&err, stderr);
         return 2;
     }
+    /* --device cuda and only full measured: the whole context near when it
+     * fits (hkv_device_cli_check_near), as run, batch and serve do */
+    int all_full = !ep.kv_plain && !strcmp(ep.tiered.policy->name, "full");
+    for (int i = 0; configs && i < n_cfg; i++) all_full &= !strcmp(cfg[i].def->name, "full");
+    if (all_full)
+        rc = hkv_device_cli_check_near(&dc, model, &ep, kc.local >= 0, (int)max_batch,
+                                       max_ctx + steps + 1, &err);
     /* --device cuda: the device and the plan's admission of every
      * configuration, before anything is loaded (a refusal wins); cpu: OK. */
-    for (int i = 0; i < (configs ? n_cfg : 1); i++) {
+    for (int i = 0; !rc && i < (configs ? n_cfg : 1); i++) {
         hkv_engine_params cp = ep;
         if (configs) cp.tiered.policy = cfg[i].def, cp.tiered.args = cfg[i].args;
         rc = hkv_device_cli_check(&dc, model, &cp, (int)max_batch, max_ctx + steps + 1, &err);

@@ -241,7 +241,9 @@ int hkv_cmd_run(int argc, char **argv) {
     ep.device_cuda = o.dev.cuda;
     if ((rc = hkv_kv_cli_apply(&o.kv, &ep, &err))) goto out;
     /* --device cuda: device and admission (context: -c, else the model's) before loading. */
-    if ((rc = hkv_device_cli_check(&o.dev, o.model, &ep, (int)o.batch, o.ctx, &err))) goto out;
+    if ((rc = hkv_device_cli_check_near(&o.dev, o.model, &ep, o.kv.local >= 0, (int)o.batch, o.ctx,
+                                        &err)))
+        goto out;
     double t0 = hkv_now();
     if ((rc = hkv_engine_open(&e, &ep, &err)) || (rc = hkv_device_cli_attach(&o.dev, e, &err)))
         goto out;

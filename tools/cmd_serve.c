@@ -356,7 +356,9 @@ int hkv_cmd_serve(int argc, char **argv) {
     ep.max_rows = (int)o.chunk;
     ep.device_cuda = o.dev.cuda;
     if ((rc = hkv_kv_cli_apply(&o.kv, &ep, &err))) goto out;
-    if ((rc = hkv_device_cli_check(&o.dev, o.model, &ep, (int)o.max_batch, o.ctx, &err))) goto out;
+    if ((rc = hkv_device_cli_check_near(&o.dev, o.model, &ep, o.kv.local >= 0, (int)o.max_batch,
+                                        o.ctx, &err)))
+        goto out;
     if ((rc = hkv_engine_open(&s.e, &ep, &err)) || (rc = hkv_device_cli_attach(&o.dev, s.e, &err)))
         goto out;
     s.model_name = s.e->model.cfg.name[0] ? s.e->model.cfg.name : o.model;

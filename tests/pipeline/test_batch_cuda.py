@@ -3,7 +3,9 @@
 CPU-GPU pipeline, ctkvr with a tiny near tier) on a tiny generated model:
 every request answered, and greedy outputs identical with --max-batch 1 and
 --max-batch 10 (batch invariance on the device: the decode products go
-through the GEMV, whose per-row sums do not depend on the batch).
+through the GEMV, whose per-row sums do not depend on the batch); then
+policy full without --local, which puts the whole context in the device's
+near tier: the outputs of the CPU path.
 
     python3 tests/pipeline/test_batch_cuda.py --bin-dir build-emu/tools
 
@@ -64,6 +66,30 @@ def main() -> int:
             print(f"FAIL outputs differ between --max-batch 1 and 10 for {diff}")
             return 1
         print("ok   10 requests through the pipeline, --max-batch 1 and 10 identical")
+        # policy full without --local: the whole context near, attention on the
+        # device alone; the same greedy outputs as the CPU path
+        full = {}
+        for dev in ("cuda", "cpu"):
+            out = os.path.join(tmp, f"full_{dev}.jsonl")
+            p = subprocess.run([hetkv, "batch", "-m", model, "-i", inp, "-o", out, "--max-batch", "10",
+                                "--device", dev, "-q", "--policy", "full", "-c", "600"],
+                               capture_output=True, text=True, timeout=900)
+            if p.returncode != 0:
+                print(f"FAIL full --device {dev}: exit {p.returncode}: {p.stderr.strip()[-400:]}")
+                return 1
+            near_all = "near tier holds the whole context" in p.stderr
+            if near_all != (dev == "cuda"):
+                print(f"FAIL full --device {dev}: whole-context near tier {near_all}: {p.stderr[-300:]}")
+                return 1
+            rows = [json.loads(line) for line in open(out)]
+            full[dev] = {r["custom_id"]: r["response"]["body"]["choices"][0]["text"] for r in rows
+                         if r.get("response") and r["response"].get("status_code") == 200}
+        diff = [k for k in full["cpu"] if full["cpu"][k] != full["cuda"].get(k)]
+        if len(full["cpu"]) != 10 or diff:
+            print(f"FAIL full, whole context near: {len(full['cpu'])} answered, differ from the CPU "
+                  f"path for {diff}")
+            return 1
+        print("ok   full with the whole context near: the CPU path's outputs")
     return 0
 
 
