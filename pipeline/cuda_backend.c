@@ -140,15 +140,25 @@ static int parts_of(cuda_be *b, int layer, int role, const hkv_gpu_qmat **p) {
     }
 }
 
-/* ---- device time of the products and of the calls (cb_timer) ------------------- */
+/* ---- device time of the ops and of the calls (cb_timer) ------------------------ */
+
+const char *hkv_dev_op_name(int op) {
+    static const char *const names[HKV_DEV_OP_COUNT] = {
+        "embed", "rmsnorm", "qkv", "wo", "ffn_in", "down", "head", "rope", "attention", "swiglu",
+        "add", "copy"};
+    return op >= 0 && op < HKV_DEV_OP_COUNT ? names[op] : NULL;
+}
+
+static int is_product(int op) { return op >= HKV_DEV_OP_QKV && op <= HKV_DEV_OP_HEAD; }
 
 static int tm_create(cuda_be *b, hkv_err *err) {
     cb_timer *t = &b->tm;
     t->call_cur = -1;
-    /* two calls' products: the older call is done by the time the newer one's
-     * first attention step has waited for its QKV */
-    t->cap = 2 * (4 * b->NL + 2) + 8;
-    if (!(t->ev = calloc((size_t)2 * t->cap, sizeof *t->ev)))
+    /* two calls' timed ops (the products: 4 a layer and the head; profiled:
+     * 11 a layer and 4 more): the older call is done by the time the newer
+     * one's first attention step has waited for its QKV */
+    t->cap = 2 * ((b->profile ? 11 : 4) * b->NL + 4) + 8;
+    if (!(t->ev = calloc((size_t)2 * t->cap, sizeof *t->ev)) || !(t->kind = calloc((size_t)t->cap, 1)))
         return hkv_seterr(err, HKV_E_NOMEM, "no host memory for the timing events");
     int rc;
     for (int i = 0; i < 2 * t->cap; i++)
@@ -163,7 +173,9 @@ static void tm_destroy(cuda_be *b) {
     for (int i = 0; t->ev && i < 2 * t->cap; i++) hkv_gpu_event_destroy(t->ev[i]);
     for (int i = 0; i < 4; i++) hkv_gpu_event_destroy(t->call_ev[i / 2][i % 2]);
     free(t->ev);
+    free(t->kind);
     t->ev = NULL;
+    t->kind = NULL;
 }
 
 /* Pairs whose end has completed, oldest first (one stream: they complete in order). */
@@ -173,7 +185,10 @@ static void tm_harvest(cuda_be *b) {
     while (t->n > 0) {
         void **e = t->ev + 2 * t->tail;
         if (!hkv_gpu_event_done(e[1])) break;
-        if (!hkv_gpu_event_elapsed(e[0], e[1], &ms, NULL)) b->stats.dev_products += ms * 1e-3;
+        if (!hkv_gpu_event_elapsed(e[0], e[1], &ms, NULL)) {
+            b->stats.dev_op[t->kind[t->tail]] += ms * 1e-3;
+            if (is_product(t->kind[t->tail])) b->stats.dev_products += ms * 1e-3;
+        }
         t->tail = (t->tail + 1) % t->cap;
         t->n--;
     }
@@ -221,8 +236,8 @@ static int tm_call_end(cuda_be *b, hkv_err *err) {
     return rc;
 }
 
-/* A product's pair: the next slot of the ring (a full ring waits for its oldest). */
-static int tm_prod_begin(cuda_be *b, int *slot, hkv_err *err) {
+/* An op's pair: the next slot of the ring (a full ring waits for its oldest). */
+static int tm_op_begin(cuda_be *b, int op, int *slot, hkv_err *err) {
     cb_timer *t = &b->tm;
     int rc;
     if (t->n == t->cap) tm_harvest(b);
@@ -231,10 +246,11 @@ static int tm_prod_begin(cuda_be *b, int *slot, hkv_err *err) {
         tm_harvest(b);
     }
     *slot = (t->tail + t->n) % t->cap;
+    t->kind[*slot] = (unsigned char)op;
     return hkv_gpu_event_record(t->ev[2 * *slot], b->st, err);
 }
 
-static int tm_prod_end(cuda_be *b, int slot, hkv_err *err) {
+static int tm_op_end(cuda_be *b, int slot, hkv_err *err) {
     int rc = hkv_gpu_event_record(b->tm.ev[2 * slot + 1], b->st, err);
     if (!rc) b->tm.n++;
     return rc;
@@ -298,8 +314,11 @@ static int g_matmul(void *self, int dst, int src, int64_t n, int layer, int role
      * per-row sums do not depend on how many rows share a call, the panel
      * GEMM's do, so such a step goes through the GEMV 8 rows at a time. */
     const int64_t per = b->e->kern.batch_invariant ? 8 : n;
+    static const int op_of[] = {[HKV_WR_QKV] = HKV_DEV_OP_QKV, [HKV_WR_WO] = HKV_DEV_OP_WO,
+                                [HKV_WR_FFN_IN] = HKV_DEV_OP_FFN_IN, [HKV_WR_DOWN] = HKV_DEV_OP_DOWN,
+                                [HKV_WR_OUTPUT] = HKV_DEV_OP_HEAD};
     int slot, rc;
-    if ((rc = tm_prod_begin(b, &slot, err))) return rc;
+    if ((rc = tm_op_begin(b, op_of[role], &slot, err))) return rc;
     for (int i = 0; i < np; i++) {
         for (int64_t r = 0; r < n; r += per) {
             const int64_t m = n - r < per ? n - r : per;
@@ -310,7 +329,7 @@ static int g_matmul(void *self, int dst, int src, int64_t n, int layer, int role
         }
         off += parts[i].rows;
     }
-    if ((rc = tm_prod_end(b, slot, err))) return rc;
+    if ((rc = tm_op_end(b, slot, err))) return rc;
     /* a call ends with the last layer's residual, or with the head */
     b->tm.last_down = role == HKV_WR_DOWN && layer == b->NL - 1;
     return role == HKV_WR_OUTPUT ? tm_call_end(b, err) : HKV_OK;
@@ -421,17 +440,72 @@ static void g_destroy(void *self) {
     free(b);
 }
 
+/* The profile (hkv_cuda_params.profile): a pair of events around each op
+ * other than the products (timed always, in g_matmul); nothing without it. */
+static int pf_begin(cuda_be *b, int op, int *slot, hkv_err *err) {
+    *slot = -1;
+    return b->profile ? tm_op_begin(b, op, slot, err) : HKV_OK;
+}
+
+static int pf_end(cuda_be *b, int slot, int rc, hkv_err *err) {
+    return !rc && slot >= 0 ? tm_op_end(b, slot, err) : rc;
+}
+
+static int p_embed(void *self, const int32_t *tokens, int64_t n, hkv_err *err) {
+    int slot, rc = pf_begin(self, HKV_DEV_OP_EMBED, &slot, err);
+    return pf_end(self, slot, rc ? rc : g_embed(self, tokens, n, err), err);
+}
+
+static int p_rmsnorm(void *self, int dst, int src, const int64_t *rows, int64_t n, int layer,
+                     int role, hkv_err *err) {
+    int slot, rc = pf_begin(self, HKV_DEV_OP_RMSNORM, &slot, err);
+    return pf_end(self, slot, rc ? rc : g_rmsnorm(self, dst, src, rows, n, layer, role, err), err);
+}
+
+static int p_bias_rope(void *self, int layer, const int64_t *pos, int64_t n, hkv_err *err) {
+    int slot, rc = pf_begin(self, HKV_DEV_OP_ROPE, &slot, err);
+    return pf_end(self, slot, rc ? rc : g_bias_rope(self, layer, pos, n, err), err);
+}
+
+static int p_swiglu(void *self, int64_t n, hkv_err *err) {
+    int slot, rc = pf_begin(self, HKV_DEV_OP_SWIGLU, &slot, err);
+    return pf_end(self, slot, rc ? rc : g_swiglu(self, n, err), err);
+}
+
+static int p_add(void *self, int dst, int src, int64_t n, hkv_err *err) {
+    int slot, rc = pf_begin(self, HKV_DEV_OP_ADD, &slot, err);
+    return pf_end(self, slot, rc ? rc : g_add(self, dst, src, n, err), err);
+}
+
+static int p_attention(void *self, int layer, const hkv_seg *segs, int n_segs, int64_t n,
+                       hkv_err *err) {
+    int slot, rc = pf_begin(self, HKV_DEV_OP_ATTENTION, &slot, err);
+    return pf_end(self, slot, rc ? rc : cb_attention(self, layer, segs, n_segs, n, err), err);
+}
+
+static int p_read(void *self, int act, int64_t r0, int64_t n, int64_t cols, float *dst,
+                  hkv_err *err) {
+    int slot, rc = pf_begin(self, HKV_DEV_OP_COPY, &slot, err);
+    return pf_end(self, slot, rc ? rc : g_read(self, act, r0, n, cols, dst, err), err);
+}
+
+static int p_write(void *self, int act, int64_t r0, int64_t n, int64_t cols, const float *src,
+                   hkv_err *err) {
+    int slot, rc = pf_begin(self, HKV_DEV_OP_COPY, &slot, err);
+    return pf_end(self, slot, rc ? rc : g_write(self, act, r0, n, cols, src, err), err);
+}
+
 static const hkv_backend_ops cuda_ops = {
     .name = "cuda",
-    .embed = g_embed,
-    .rmsnorm = g_rmsnorm,
+    .embed = p_embed,
+    .rmsnorm = p_rmsnorm,
     .matmul = g_matmul,
-    .bias_rope = g_bias_rope,
-    .swiglu = g_swiglu,
-    .add = g_add,
-    .attention = cb_attention,
-    .read = g_read,
-    .write = g_write,
+    .bias_rope = p_bias_rope,
+    .swiglu = p_swiglu,
+    .add = p_add,
+    .attention = p_attention,
+    .read = p_read,
+    .write = p_write,
     .destroy = g_destroy,
 };
 
@@ -539,6 +613,7 @@ int hkv_cuda_backend_create(hkv_backend *be, struct hkv_engine *e, const hkv_cud
     if (!b) return hkv_seterr(err, HKV_E_NOMEM, "no host memory for the CUDA backend");
     b->e = e;
     b->gemm = p->gemm;
+    b->profile = p->profile;
     b->NL = c->n_layer, b->H = c->n_head, b->KH = c->n_head_kv, b->d = c->head_dim;
     b->NR = hkv_kv_tiered_near_rows(&e->kv);
     b->max_rows = e->max_rows, b->max_seqs = e->p.max_seqs;

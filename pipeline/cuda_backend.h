@@ -34,7 +34,20 @@ typedef struct hkv_cuda_params {
     size_t gpu_mem;        /* cap on device bytes (0: the device's free memory) */
     int gemm;              /* the weight GEMMs' path (> 8 rows), enum hkv_qmat_gemm;
                               -1: the device's (hkv_gpu_tensor_split_pays) */
+    int profile;           /* time every backend op on the device (a pair of events
+                              around each, a few us of host time per op) into
+                              hkv_pipeline_stats.dev_op; 0: the products only */
 } hkv_cuda_params;
+
+/* The backend ops the profile times, each its own row of dev_op (the
+ * products by weight role). */
+enum hkv_dev_op {
+    HKV_DEV_OP_EMBED, HKV_DEV_OP_RMSNORM, HKV_DEV_OP_QKV, HKV_DEV_OP_WO, HKV_DEV_OP_FFN_IN,
+    HKV_DEV_OP_DOWN, HKV_DEV_OP_HEAD, HKV_DEV_OP_ROPE, HKV_DEV_OP_ATTENTION, HKV_DEV_OP_SWIGLU,
+    HKV_DEV_OP_ADD, HKV_DEV_OP_COPY, HKV_DEV_OP_COUNT
+};
+/* "embed", "rmsnorm", "qkv", ... (NULL past the end). */
+const char *hkv_dev_op_name(int op);
 
 /* The step timeline, summed over forward calls. Host figures are wall
  * clock; device figures come from CUDA events (under the emulator they time
@@ -53,6 +66,10 @@ typedef struct hkv_pipeline_stats {
                                    gate/up and down, and the head), events around each */
     double dev_total;           /* s: device time of the forward calls, from the call's first op
                                    to its last (its waits for the host included) */
+    double dev_op[HKV_DEV_OP_COUNT];   /* s: device time per op (events around it: the
+                                   kernels, the gaps between them, and for attention the
+                                   wait for the host's far partial); the products always,
+                                   the rest with hkv_cuda_params.profile */
     uint64_t bytes_d2h, bytes_h2d;   /* per-step copies (QKV down; far partials, mirror, indices up) */
     int64_t near_resyncs;       /* (sequence, layer) near tiers uploaded whole from the host */
     int64_t recall_rows;        /* (decode row, layer) recalls run on the device */

@@ -98,6 +98,7 @@ typedef struct cb_prompt {
  * harvested) when the next call starts or the stats are read. */
 typedef struct cb_timer {
     void **ev;                    /* [cap][2] */
+    unsigned char *kind;          /* [cap]: enum hkv_dev_op of each pair */
     int cap, tail, n;             /* pairs recorded, oldest first */
     void *call_ev[2][2];
     int call_state[2];            /* 0 free, 1 open, 2 closed (to harvest) */
@@ -112,6 +113,7 @@ typedef struct cuda_be {
     void *st;                       /* the compute stream */
     int NL, H, KH, d, NR, max_rows, max_seqs;
     int gemm;                       /* hkv_cuda_params.gemm */
+    int profile;                    /* hkv_cuda_params.profile */
     int64_t qd, qkv_w;
     /* weights */
     hkv_gpu_qmat tok, out;

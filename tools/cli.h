@@ -54,13 +54,14 @@ extern const char hkv_kv_cli_help[];
 
 /* Device and model-source options shared by run, bench, info and plan
  * (cli_device.c): --device cpu|cuda  --gpu-mem SIZE  --synthetic NAME
- * --synthetic-weights q4|q8|f16|f32. */
+ * --synthetic-weights q4|q8|f16|f32  --gpu-gemm MODE  --gpu-profile. */
 typedef struct hkv_device_cli {
     int cuda;                 /* --device cuda */
     uint64_t gpu_mem;         /* --gpu-mem; 0: not given */
     const char *synthetic;    /* --synthetic NAME (checked against the table) */
     int synthetic_wtype;      /* enum hkv_wtype */
     int gemm;                 /* --gpu-gemm: enum hkv_qmat_gemm, -1 auto */
+    int profile;              /* --gpu-profile: every backend op timed on the device */
 } hkv_device_cli;
 void hkv_device_cli_init(hkv_device_cli *d);
 /* 1 when argv[*i] was one of the options (value consumed), 0 if not, < 0 on error. */
@@ -95,6 +96,10 @@ int hkv_device_cli_attach(const hkv_device_cli *d, hkv_engine *e, hkv_err *err);
 /* The pipeline's timeline and device memory: a ,"device":{...} member of a
  * JSON object, and a summary line (nothing on the CPU backend). */
 void hkv_device_cli_json(FILE *f, hkv_engine *e);
+/* ,"ops":{"embed":s,...}: the device time per backend op (--gpu-profile;
+ * nothing when no op other than the products was timed). */
+struct hkv_pipeline_stats;
+void hkv_device_cli_ops_json(FILE *f, const struct hkv_pipeline_stats *ps);
 void hkv_device_cli_summary(FILE *f, hkv_engine *e);
 extern const char hkv_device_cli_help[];
 

@@ -25,6 +25,10 @@ const char hkv_device_cli_help[] =
     "                        tensor work), fp16 (one tensor-core pass, ~2^-11 relative),\n"
     "                        fp32 (CUDA cores); auto: split on A100/H100, fp32 on GeForce\n"
     "                        parts, where the split would be slower (data-sheet prediction)\n"
+    "      --gpu-profile     time every op of the device's forward pass with CUDA events (a\n"
+    "                        few us of host time per op): the JSON timeline gains \"ops\",\n"
+    "                        seconds per op (rmsnorm, qkv, wo, ffn_in, down, head, rope,\n"
+    "                        attention with its wait for the host, swiglu, add, embed, copy)\n"
     "      --synthetic NAME  random weights of a real shape instead of -m: llama3-8b,\n"
     "                        llama3.1-8b, yi-9b, qwen2.5-7b, smollm2-135m (no tokenizer);\n"
     "                        NAME@L keeps the first L layers (e.g. llama3-8b@2)\n"
@@ -39,6 +43,10 @@ void hkv_device_cli_init(hkv_device_cli *d) {
 int hkv_device_cli_parse(hkv_device_cli *d, int argc, char **argv, int *i, hkv_err *err) {
     const char *a = argv[*i], *v = NULL;
     int rc;
+    if (!strcmp(a, "--gpu-profile")) {
+        d->profile = 1;
+        return 1;
+    }
     if (strcmp(a, "--device") && strcmp(a, "--gpu-mem") && strcmp(a, "--synthetic") &&
         strcmp(a, "--synthetic-weights") && strcmp(a, "--gpu-gemm"))
         return 0;
@@ -100,6 +108,8 @@ int hkv_device_cli_cap(const hkv_device_cli *d, uint64_t *cap, char *desc, size_
             return hkv_seterr(err, HKV_E_INVAL, "--gpu-mem caps the GPU side: it needs --device cuda");
         if (d->gemm >= 0)
             return hkv_seterr(err, HKV_E_INVAL, "--gpu-gemm picks the GPU's products: it needs --device cuda");
+        if (d->profile)
+            return hkv_seterr(err, HKV_E_INVAL, "--gpu-profile times the GPU's ops: it needs --device cuda");
         return HKV_OK;
     }
     hkv_gpu_device dev[1];
@@ -192,12 +202,24 @@ int hkv_device_cli_attach(const hkv_device_cli *d, hkv_engine *e, hkv_err *err) 
     char desc[256];
     int rc = hkv_device_cli_cap(d, &cap, desc, sizeof desc, err);
     if (rc) return rc;
-    hkv_cuda_params cp = {.device = 0, .gpu_mem = (size_t)cap, .gemm = d->gemm};
+    hkv_cuda_params cp = {.device = 0, .gpu_mem = (size_t)cap, .gemm = d->gemm,
+                          .profile = d->profile};
     hkv_backend be;
     if ((rc = hkv_cuda_backend_create(&be, e, &cp, err)))
         return hkv_err_prefix(err, "--device cuda (%s)", desc);
     hkv_engine_set_backend(e, be);
     return HKV_OK;
+}
+
+void hkv_device_cli_ops_json(FILE *f, const hkv_pipeline_stats *ps) {
+    int any = 0;
+    for (int k = 0; k < HKV_DEV_OP_COUNT; k++)
+        any |= ps->dev_op[k] > 0 && !(k >= HKV_DEV_OP_QKV && k <= HKV_DEV_OP_HEAD);
+    if (!any) return;
+    fputs(",\"ops\":{", f);
+    for (int k = 0; k < HKV_DEV_OP_COUNT; k++)
+        fprintf(f, "%s\"%s\":%.6f", k ? "," : "", hkv_dev_op_name(k), ps->dev_op[k]);
+    fputc('}', f);
 }
 
 void hkv_device_cli_json(FILE *f, hkv_engine *e) {
@@ -215,7 +237,7 @@ void hkv_device_cli_json(FILE *f, hkv_engine *e) {
             "\"prompt_rows_device\":%lld,\"prompt_rows_host\":%lld,"
             "\"index_builds_device\":%lld,\"index_builds_host\":%lld,"
             "\"device_kept_rows\":%lld,\"kept_resyncs\":%lld,\"device_selects\":%lld,"
-            "\"page_resyncs\":%lld}",
+            "\"page_resyncs\":%lld",
             hkv_gpu_backend(), (long long)ps.layer_steps,
             (long long)ps.decode_rows, (long long)ps.prompt_rows, ps.cpu_busy, ps.cpu_wait_dev,
             ps.dev_near, ps.dev_wait_cpu, ps.dev_products, ps.dev_total,
@@ -226,6 +248,8 @@ void hkv_device_cli_json(FILE *f, hkv_engine *e) {
             (long long)ps.index_builds_dev, (long long)ps.index_builds_host,
             (long long)ps.keep_rows, (long long)ps.keep_resyncs, (long long)ps.device_selects,
             (long long)ps.page_resyncs);
+    hkv_device_cli_ops_json(f, &ps);
+    fputc('}', f);
     fputs(",\"gpu_memory\":{", f);
     for (int t = 0; t < HKV_TIER_COUNT && t < 5; t++)
         fprintf(f, "%s\"%s\":%zu", t ? "," : "", hkv_tier_name(t), ps.dev_tier[t]);

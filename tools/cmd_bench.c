@@ -451,7 +451,7 @@ int hkv_cmd_bench(int argc, char **argv) {
                        "\"device_total_s\":%.6f,\"bytes_d2h\":%llu,"
                        "\"bytes_h2d\":%llu,\"near_resyncs\":%lld,\"device_recalls\":%lld,"
                        "\"recall_resyncs\":%lld,\"device_kept_rows\":%lld,\"kept_resyncs\":%lld,"
-                       "\"device_selects\":%lld,\"page_resyncs\":%lld}",
+                       "\"device_selects\":%lld,\"page_resyncs\":%lld",
                        steps + 1, q->cpu_busy, q->cpu_wait_dev, q->dev_near, q->dev_wait_cpu,
                        q->dev_products, q->dev_total,
                        (unsigned long long)q->bytes_d2h, (unsigned long long)q->bytes_h2d,
@@ -459,6 +459,8 @@ int hkv_cmd_bench(int argc, char **argv) {
                        (long long)q->recall_resyncs, (long long)q->keep_rows,
                        (long long)q->keep_resyncs, (long long)q->device_selects,
                        (long long)q->page_resyncs);
+                hkv_device_cli_ops_json(stdout, q);
+                putchar('}');
             }
             putchar('}');
         }

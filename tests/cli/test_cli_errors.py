@@ -86,6 +86,7 @@ cases = [
     ("gpu-gemm garbage", [hetkv, "bench", *M, "--device", "cuda", "--gpu-gemm", "int4"], 2,
      "is not auto, split, fp16 or fp32"),
     ("gpu-gemm without cuda", [hetkv, "bench", *M, "--gpu-gemm", "split"], 1, "needs --device cuda"),
+    ("gpu-profile without cuda", [hetkv, "bench", *M, "--gpu-profile"], 1, "needs --device cuda"),
     ("info gpu-mem without cuda", [hetkv, "info", "--gpu-mem", "8G"], 1, "needs --device cuda"),
     ("bad device", [hetkv, "run", *M, "-p", "x", "--device", "tpu"], 2, "not cpu or cuda"),
     # without a GPU: names why; with one (or the emulator's 4 GiB): the plan's verdict

@@ -90,6 +90,23 @@ def main() -> int:
                   f"path for {diff}")
             return 1
         print("ok   full with the whole context near: the CPU path's outputs")
+        # --gpu-profile: every op timed; together they are the calls' device time
+        p = subprocess.run([hetkv, "bench", "-m", model, "--device", "cuda", "--ctx", "64",
+                            "--batch", "2", "--steps", "2", "--local", "16", "--gpu-profile",
+                            "--json"], capture_output=True, text=True, timeout=900)
+        try:
+            tl = json.loads(p.stdout)["results"][0]["timeline"]
+            ops, total = tl["ops"], tl["device_total_s"]
+        except (ValueError, KeyError, IndexError) as e:
+            print(f"FAIL bench --gpu-profile: no ops in the timeline ({e}): {p.stderr[-300:]}")
+            return 1
+        want = {"embed", "rmsnorm", "qkv", "wo", "ffn_in", "down", "head", "rope", "attention",
+                "swiglu", "add", "copy"}
+        if set(ops) != want or not all(ops[k] > 0 for k in want - {"copy"}) or \
+                abs(sum(ops.values()) - total) > 0.05 * total:
+            print(f"FAIL bench --gpu-profile: ops {ops} against a device total of {total}")
+            return 1
+        print(f"ok   --gpu-profile: {len(ops)} ops, {sum(ops.values()):.3f} s of {total:.3f} s")
     return 0
 
 
