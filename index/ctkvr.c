@@ -207,12 +207,14 @@ static int64_t select_impl(ctkvr *s, int layer, int kvh, const float *q, const h
         }
         k = hkv_topk(cs, n, s->c.Cp, sel, tsc);
         for (int64_t t = 0; t < k; t++) ct[t] = cs[sel[t]], sel[t] = slots[sel[t]];
+        ws->bytes += (uint64_t)g * n * d * 2;   /* the centroids, fp16, once per head */
     }
     for (int64_t t = 0; t < k; t++) {   /* the union of their lists */
         int64_t sl = rs[t];
         if (rv[t] > bcos) bcos = rv[t], best = (int32_t)sl;
         const int32_t *list = ly->ivf + ((int64_t)kvh * C + sl) * rho;
         const int32_t len = ly->len[(int64_t)kvh * C + sl];
+        ws->bytes += 4 + (uint64_t)len * 4;   /* the list and its length */
         for (int32_t e = 0; e < len; e++) {
             int64_t p = list[e];
             if (p < lo || p >= hi) continue;   /* a position no longer in the far tier */
@@ -247,6 +249,7 @@ static int64_t select_impl(ctkvr *s, int layer, int kvh, const float *q, const h
     }
     /* rerank: q.k, max over the group's heads */
     s->kern->score_max(q, g, d, far->k[kvh], far->ld, cand, n, sc);
+    ws->bytes += (uint64_t)n * d * 2;   /* the candidates' keys */
     if (!s->c.dcu) {
         int64_t m = hkv_topk(sc, n, rho_p, ia, tsc);
         for (int64_t i = 0; i < m; i++) out[i] = cand[ia[i]];

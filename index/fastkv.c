@@ -226,7 +226,7 @@ static int64_t fastkv_select(void *self, int layer, int kvh, const float *q, con
                              int32_t *out, hkv_policy_scratch *ws)
 {
     fastkv *f = self;
-    (void)q, (void)ws;
+    (void)q;
     if (layer < 0 || layer >= f->L || kvh < 0 || kvh >= f->KH || !far || !out) return HKV_E_INVAL;
     const fk_layer *ly = &f->lay[layer];
     int64_t c = 0, from = far->lo;
@@ -234,6 +234,7 @@ static int64_t fastkv_select(void *self, int layer, int kvh, const float *q, con
         const int32_t *kp = ly->kept + (int64_t)kvh * f->budget;
         for (int64_t i = 0; i < ly->n_kept[kvh]; i++)
             if (kp[i] >= far->lo && kp[i] < far->hi) out[c++] = kp[i];
+        if (ws) ws->bytes += (uint64_t)ly->n_kept[kvh] * 4;   /* the kept positions */
         from = ly->evict_hi > far->lo ? ly->evict_hi : far->lo;
     } else if (far->rows) {
         return HKV_E_INVAL;   /* a propagated layer is always selected at its prompt end */

@@ -109,6 +109,9 @@ typedef struct hkv_policy_scratch {
     float *f;           /* floats */
     int32_t *i;         /* int32s */
     int64_t nf, ni;     /* capacities, as asked by scratch_need */
+    uint64_t bytes;     /* select adds the bytes it read besides the rows it returns (its
+                         * index, the keys it scored); the caller zeroes it and counts the
+                         * returned rows itself (hkv_kv_tiered_bytes_read) */
 } hkv_policy_scratch;
 
 /* A selection policy's device part (the CPU-GPU pipeline, pipeline/): the

@@ -321,10 +321,12 @@ static int64_t rocketkv_select(void *self, int layer, int kvh, const float *q,
     const int64_t n = ly->n[kvh], k = ly->sp.k, page = ly->sp.page, P = ly->pcap;
     s->steps[layer * s->KH + kvh]++;
     s->cands[layer * s->KH + kvh] += n;
+    ws->bytes += (uint64_t)(n < k ? n : k) * 4;   /* the candidate list */
     if (n <= k) {
         memcpy(out, cand, (size_t)n * 4);
         return n;
     }
+    ws->bytes += (uint64_t)(n - k) * 4;
     int64_t need_f, need_i;
     rocketkv_scratch_need(s, nfar, &need_f, &need_i);
     if (ws->nf < need_f || ws->ni < need_i || !ws->f || !ws->i || n > nfar) return HKV_E_INVAL;
@@ -347,6 +349,7 @@ static int64_t rocketkv_select(void *self, int layer, int kvh, const float *q,
         for (int j = 0; j < g; j++) sg += q[j * d + c];
         const int row = sg > 0 ? c : d + c;   /* q > 0 meets the max, else the min (the code's rule) */
         s->kern->f16_to_f32(ly->bnd + ((int64_t)kvh * 2 * d + row) * P, e, np);
+        ws->bytes += (uint64_t)np * 2;   /* one dimension's page bounds, fp16 */
         for (int j = 0; j < g; j++) {
             const float qc = q[j * d + c];
             float *zj = z + (int64_t)j * np;
@@ -376,6 +379,7 @@ static int64_t rocketkv_select(void *self, int layer, int kvh, const float *q,
     }
     for (int64_t i = 0; i < m; i++) rows[i] = cand[idx[i]];   /* exact rerank of the top kk */
     s->kern->score_max(q, g, d, far->k[kvh], far->ld, rows, m, sc);
+    ws->bytes += (uint64_t)m * d * 2;   /* the reranked keys */
     int64_t mk = hkv_topk(sc, m, k, idx, scr);
     for (int64_t i = 0; i < mk; i++) out[i] = rows[idx[i]];
     return mk;

@@ -171,7 +171,7 @@ static int64_t snapkv_select(void *self, int layer, int kvh, const float *q, con
                              int32_t *out, hkv_policy_scratch *ws)
 {
     snapkv *s = self;
-    (void)q, (void)ws;
+    (void)q;
     if (layer < 0 || layer >= s->L || kvh < 0 || kvh >= s->KH || !far || !out) return HKV_E_INVAL;
     const sk_layer *ly = &s->lay[layer];
     int64_t c = 0, from = far->lo;
@@ -179,6 +179,7 @@ static int64_t snapkv_select(void *self, int layer, int kvh, const float *q, con
         const int32_t *kp = ly->kept + (int64_t)kvh * s->budget;
         for (int64_t i = 0; i < ly->n_kept[kvh]; i++)
             if (kp[i] >= far->lo && kp[i] < far->hi) out[c++] = kp[i];
+        if (ws) ws->bytes += (uint64_t)ly->n_kept[kvh] * 4;   /* the kept positions */
         from = ly->evict_hi > far->lo ? ly->evict_hi : far->lo;
     }
     for (int64_t p = from; p < far->hi; p++) out[c++] = (int32_t)p;

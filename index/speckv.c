@@ -111,9 +111,11 @@ static void speckv_on_far_append(void *self, int layer, const hkv_far_view *far)
 static int64_t speckv_select(void *self, int layer, int kvh, const float *q,
                              const hkv_far_view *far, int32_t *out, hkv_policy_scratch *ws) {
     speckv *s = self;
-    (void)q, (void)ws;
+    (void)q;
     if (layer < 0 || layer >= s->ks.L || kvh < 0 || kvh >= s->ks.KH || !far || !out) return HKV_E_INVAL;
-    return hkv_keepset_pick(&s->ks, layer, kvh, far, out);
+    const int64_t c = hkv_keepset_pick(&s->ks, layer, kvh, far, out);
+    if (c > 0 && ws) ws->bytes += (uint64_t)c * 4;   /* the kept positions */
+    return c;
 }
 
 static int64_t speckv_max_select(void *self, int64_t n_far) {

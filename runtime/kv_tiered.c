@@ -533,6 +533,14 @@ int hkv_kv_tiered_far(hkv_kv *kv, int seq, int layer, hkv_far_view *far, hkv_err
     return HKV_OK;
 }
 
+uint64_t hkv_kv_tiered_bytes_read(const hkv_kv *kv) {
+    if (!hkv_kv_is_tiered(kv)) return 0;
+    const tiered *t = kv->self;
+    uint64_t v;
+    __atomic_load(&t->bytes_read, &v, __ATOMIC_RELAXED);
+    return v;
+}
+
 uint64_t hkv_kv_tiered_seq_epoch(const hkv_kv *kv, int seq) {
     if (!hkv_kv_is_tiered(kv)) return 0;
     const tiered *t = kv->self;

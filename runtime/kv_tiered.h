@@ -70,6 +70,12 @@ int hkv_kv_tiered_prompt_view(hkv_kv *kv, int seq, int layer, hkv_far_view *far,
  * device or without pin_far). */
 void hkv_kv_tiered_pinned(hkv_kv *kv, hkv_pinned_account *out);
 
+/* Bytes the decode steps have read so far on the host: the near rows the
+ * host attended, the far rows it attended, and what the policies' selections
+ * read (centroids, page bounds, lists, the keys they reranked); the bench's
+ * bytes per step. 0 for another cache. */
+uint64_t hkv_kv_tiered_bytes_read(const hkv_kv *kv);
+
 /* The policy definition and instance serving an open sequence (the
  * token-selective prefill asks the instance which rows propagate). */
 int hkv_kv_tiered_seq_instance(hkv_kv *kv, int seq, const hkv_policy_def **def, hkv_policy *pol,

@@ -278,6 +278,7 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
             } else {
                 kn->attn_dense(qb, g, d, near_rows(t, q, q->near_k, layer, I->kvh),
                                near_rows(t, q, q->near_v, layer, I->kvh), d, n_near, scale, ob, lb);
+                __atomic_fetch_add(&t->bytes_read, (uint64_t)n_near * d * 4, __ATOMIC_RELAXED);
             }
             hkv_far_view fv;
             tiered_far_view(t, q, layer, &fv);
@@ -308,9 +309,11 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
                 } else if (rec && rec->n && rec->n[at] >= 0 && q->pol.ops->select_recalled) {
                     const hkv_recalled r = {rec->slot + at * rec->ld, rec->score + at * rec->ld,
                                             rec->n[at]};
+                    ps.bytes = 0;
                     n_sel = q->pol.ops->select_recalled(q->pol.self, layer, I->kvh, qb, &fv, &r,
                                                         sel, &ps);
                 } else {
+                    ps.bytes = 0;
                     n_sel = q->pol.ops->select(q->pol.self, layer, I->kvh, qb, &fv, sel, &ps);
                 }
                 if (n_sel < 0) {
@@ -318,6 +321,10 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
                     fail = (int)n_sel;
                     continue;
                 }
+                /* K and V of each row attended (2 d fp16 each), and the selection's reads */
+                __atomic_fetch_add(&t->bytes_read, (uint64_t)n_sel * d * 4 + ps.bytes,
+                                   __ATOMIC_RELAXED);
+                ps.bytes = 0;
                 /* select returns unique positions in [lo, hi): as many as the range
                  * means the whole range, read contiguously rather than gathered;
                  * so is the range past a kept set the caller attends. */

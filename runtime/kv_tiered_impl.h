@@ -56,6 +56,9 @@ typedef struct tiered {
      * demand (WORKSPACE tier). */
     float *split;
     size_t split_bytes;
+    /* Bytes the decode steps read from the cache and the policies' indices
+     * (hkv_kv_tiered_bytes_read), added with atomics by the step's threads. */
+    uint64_t bytes_read;
 } tiered;
 
 static inline uint16_t *near_rows(const tiered *t, const tseq *q, uint16_t *base, int layer,

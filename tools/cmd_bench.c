@@ -14,6 +14,7 @@
 #include "policy.h"
 #include "bench_rows.h"
 #include "generate.h"
+#include "kv_tiered.h"
 #include "lookahead.h"
 
 static const char bench_usage[] =
@@ -57,6 +58,7 @@ typedef struct point {
     int64_t budget;        /* its resolved budget, tokens; 0: none */
     int dense_full;        /* measured under the full policy: the speedup reference */
     double prefill_tok_s, step_s, decode_tok_s, bytes_per_step, gbs, matmul_frac, attn_frac, vs_full;
+    int measured;   /* bytes_per_step counted by the cache (the host path), not a formula */
     double ttft_s;         /* time to first token (prefill + first token); < 0: not measured */
     int has_pl;            /* --device cuda: the pipeline's timeline over the decode steps */
     hkv_pipeline_stats pl;
@@ -298,6 +300,7 @@ int hkv_cmd_bench(int argc, char **argv) {
                 hkv_fwd_stats before = e->stats;
                 hkv_cuda_backend_stats_reset(&e->be);   /* the timeline of these decode steps */
                 double ts = 0;
+                const uint64_t kv_read0 = hkv_kv_tiered_bytes_read(&e->kv);
                 for (long long st = 0; st < steps + 1; st++) {
                     for (int s = 0; s < B; s++) {
                         toks[s] = prompt[(L + st * 7 + s) % L];
@@ -324,13 +327,20 @@ int hkv_cmd_bench(int argc, char **argv) {
                 p->ttft_s = ttft;
                 p->step_s = ts / steps;
                 p->decode_tok_s = B / p->step_s;
-                /* Bytes a dense step must read; only meaningful for dense attention
-                 * (a selection policy reads what it selects and reranks). */
+                /* Bytes a step reads: the weights, plus on the host path what the
+                 * tiered cache counted (the rows attended, near and far, and what
+                 * the policy's selection read: hkv_kv_tiered_bytes_read); the plain
+                 * cache and the device path (whose near tier and weights are the
+                 * GPU's) by the dense formula, for full only. */
                 const hkv_policy_def *pdef = configs ? cfg[ci2].def : ep.tiered.policy;
                 int dense = ep.kv_plain || pdef == &hkv_policy_full;
+                const int cuda = hkv_backend_is_cuda(&e->be);
                 double kv = (double)B * c->n_layer * c->n_head_kv * (L + steps / 2.0) * c->head_dim * 2 * 2;
-                p->bytes_per_step = dense ? wbytes + kv : 0;
-                p->gbs = dense ? p->bytes_per_step / p->step_s / 1e9 : 0;
+                if (!ep.kv_plain && !cuda)
+                    kv = (double)(hkv_kv_tiered_bytes_read(&e->kv) - kv_read0) / (double)(steps + 1);
+                p->measured = !ep.kv_plain && !cuda;
+                p->bytes_per_step = dense || p->measured ? wbytes + kv : 0;
+                p->gbs = p->bytes_per_step / p->step_s / 1e9;
                 p->vs_full = 0;
                 p->dense_full = dense && !ep.kv_plain;
                 for (int j = 0; j < np - 1; j++)
@@ -341,12 +351,13 @@ int hkv_cmd_bench(int argc, char **argv) {
                 p->matmul_frac = dt > 0 ? dm / dt : 0;
                 p->attn_frac = dt > 0 ? da / dt : 0;
                 if (!json) {
-                    char rd[96] = "";
-                    if (dense)
+                    char rd[128] = "";
+                    if (p->bytes_per_step > 0)
                         snprintf(rd, sizeof rd, "reads %7.1f MB/step = %6.2f GB/s (%3.0f%% of probe)",
                                  p->bytes_per_step / 1e6, p->gbs, probe > 0 ? 100 * p->gbs * 1e9 / probe : 0);
-                    else if (p->vs_full > 0)
-                        snprintf(rd, sizeof rd, "%.2fx the decode tokens/s of full", p->vs_full);
+                    if (!dense && p->vs_full > 0)
+                        snprintf(rd + strlen(rd), sizeof rd - strlen(rd), "%s%.2fx full's tokens/s",
+                                 rd[0] ? ", " : "", p->vs_full);
                     fprintf(stderr, "%-22s ctx %6lld batch %3lld: prefill %7.1f tok/s | decode %7.1f tok/s, "
                             "step %7.2f ms, %s; matmul %2.0f%%, attention %2.0f%%\n",
                             label, L, B, p->prefill_tok_s, p->decode_tok_s, p->step_s * 1e3, rd,
@@ -397,8 +408,9 @@ int hkv_cmd_bench(int argc, char **argv) {
             json_object_set_new(r, "prefill_tok_s", json_real(q->prefill_tok_s));
             json_object_set_new(r, "decode_tok_s", json_real(q->decode_tok_s));
             json_object_set_new(r, "step_ms", json_real(q->step_s * 1e3));
-            /* a selection policy's bytes are not counted yet: null, not 0 */
+            /* the device path's selection policies: not counted (null, not 0) */
             json_object_set_new(r, "bytes_per_step", dense ? json_real(q->bytes_per_step) : json_null());
+            json_object_set_new(r, "bytes_counted", json_boolean(q->measured));
             json_object_set_new(r, "gbs", dense ? json_real(q->gbs) : json_null());
             json_object_set_new(r, "frac_of_probe",
                                 dense && probe > 0 ? json_real(q->gbs * 1e9 / probe) : json_null());

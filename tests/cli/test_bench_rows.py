@@ -16,7 +16,7 @@ ARGS = ["bench", "--synthetic", "smollm2-135m@2", "--ctx", "512,1024", "--batch"
         "--probe-mib", "64", "--local", "32", "--configs", "full;quest:budget=64", "-t", "2"]
 KEYS = ["model", "model_file", "config", "spec", "policy", "budget", "ctx", "batch", "steps", "threads", "isa",
         "precision", "device", "commit", "date", "probe_gbs", "prefill_tok_s", "decode_tok_s", "step_ms",
-        "bytes_per_step", "gbs", "frac_of_probe", "matmul_frac", "attn_frac", "vs_full", "ttft_s"]
+        "bytes_per_step", "bytes_counted", "gbs", "frac_of_probe", "matmul_frac", "attn_frac", "vs_full", "ttft_s"]
 fails = []
 
 
@@ -44,6 +44,21 @@ for r in rows:
     if not (r["decode_tok_s"] > 0 and r["device"] == "cpu" and r["commit"]):
         fails.append(f"jsonl: row {r}")
         break
+# bytes counted by the cache on the host path: every policy's, and full's grow
+# by exactly the rows one more context token adds (2 layers x 3 KV heads x K and
+# V of 64 fp16 = 1536 bytes a token per batch row); quest reads less than full
+byt = {(r["policy"], r["ctx"], r["batch"]): r["bytes_per_step"] for r in rows}
+for b in (1, 2):
+    grow = byt.get(("full", 1024, b), 0) - byt.get(("full", 512, b), 0)
+    if abs(grow - b * 512 * 1536) > 0.01 * b * 512 * 1536:
+        fails.append(f"bytes: full's grow by {grow} from context 512 to 1024 at batch {b}, "
+                     f"not {b * 512 * 1536}")
+    for ctx in (512, 1024):
+        q, f = byt.get(("quest", ctx, b)), byt.get(("full", ctx, b))
+        if not (q and f and q < f):
+            fails.append(f"bytes: quest {q} against full {f} at context {ctx}, batch {b}")
+if not all(r["bytes_counted"] for r in rows):
+    fails.append("bytes: a host-path row not counted by the cache")
 got = {(r["config"], r["ctx"], r["batch"]) for r in rows}
 c = list(csv.DictReader(io.StringIO(out("csv"))))
 if {(x["config"], int(x["ctx"]), int(x["batch"])) for x in c} != got or list(c[0].keys())[:len(KEYS)] != KEYS:
