@@ -11,8 +11,10 @@
 # and for A (--quick, all rows: a baseline binary may predate --only), then
 # `hetkv bench GPU_AB_BENCH --json` with A and B (default: Llama-3-8B's shape
 # at 8K, batch 1 and 4, snapkv with 1024 kept rows: the device-bound case),
-# then B alone with GPU_AB_B_ONLY (default: the whole context near, full on
-# the device). Output as bench/gpu_check.sh's: OUT_DIR/all.log,
+# then B alone with each bench of GPU_AB_B_ONLY ('|'-separated; default: full,
+# whose whole context is near: attention on the device alone), then, with
+# GPU_AB_PIPELINE set (its value: test_pipeline.py's options, e.g. "--only
+# full,ctkvr"), the device pipeline against the CPU path. Output as bench/gpu_check.sh's: OUT_DIR/all.log,
 # OUT_DIR/summary.txt and one JSON per step; SECONDS (default 400) bounds it.
 set -u
 A=$1
@@ -30,6 +32,19 @@ step kernels_a 60 sh -c "\"$A\" bench kernels --device cuda --quick --json >\"$O
 ARGS=${GPU_AB_BENCH:-"--synthetic llama3-8b --device cuda --ctx 8192 --batch 1,4 --steps 16 --configs snapkv:budget=1024"}
 step decode_b 120 sh -c "\"$B\" bench $ARGS --json >\"$OUT/decode_b.json\""
 step decode_a 120 sh -c "\"$A\" bench $ARGS --json >\"$OUT/decode_a.json\""
-B_ONLY=${GPU_AB_B_ONLY:-"--synthetic llama3-8b --device cuda --ctx 8192 --batch 1,4 --steps 16 --local 8300 --configs full"}
-step decode_b_only 120 sh -c "\"$B\" bench $B_ONLY --json >\"$OUT/decode_b_only.json\""
+# B alone: benches separated by '|', each its own step (decode_b_only, _2, ...)
+B_ONLY=${GPU_AB_B_ONLY:-"--synthetic llama3-8b --device cuda --ctx 8192 --batch 1,4 --steps 16 --configs full --gpu-profile|--synthetic llama3-8b --device cuda --ctx 8192 --batch 1 --steps 16 --configs snapkv:budget=1024 --gpu-profile"}
+i=1
+IFS='|' read -ra BENCHES <<<"$B_ONLY"
+for args in "${BENCHES[@]}"; do
+    name=decode_b_only
+    [ "$i" -gt 1 ] && name=decode_b_only_$i
+    step "$name" 150 sh -c "\"$B\" bench $args --json >\"$OUT/$name.json\""
+    i=$((i + 1))
+done
+# the device pipeline against the CPU path on tiny generated models, when asked
+if [ -n "${GPU_AB_PIPELINE:-}" ]; then
+    step pipeline_tiny 150 python3 "$(dirname "$0")/../tests/pipeline/test_pipeline.py" \
+        --bin-dir "$BUILD/tools" $GPU_AB_PIPELINE
+fi
 echo "total $(($(date +%s) - T0)) s" | tee -a "$SUM"
