@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_rows.h"
 #include "eval.h"
 #include "lookahead.h"
 
@@ -37,6 +38,9 @@ static const char eval_usage[] =
     "      --corpus LIST     text files or directories, comma-separated\n"
     "  -t, --threads N       CPU threads (default: one per core)\n"
     "      --json            one JSON object on stdout (tables go to stderr)\n"
+    "  -o, --output-format F md, csv, json or jsonl: one self-describing row per (fidelity\n"
+    "                        context or task and context, configuration) on stdout, tables\n"
+    "                        to stderr (docs/BENCH_ROWS.md)\n"
     "      --out FILE        also write the JSON object to FILE\n"
     "  -q, --quiet           no progress lines\n"
     "      --sink N          attention-sink tokens kept near (default 4)\n"
@@ -49,6 +53,7 @@ typedef struct eval_opts {
     long long cont, trials, answer_tokens, seed, threads;
     int tasks;      /* bit per task */
     int json, quiet, no_fidelity;
+    int rows_fmt;                /* -o: enum HKV_ROWS_*, 0 none */
 } eval_opts;
 
 int32_t eval_argmax(const float *x, int n) {
@@ -156,12 +161,18 @@ static int parse_opts(int argc, char **argv, eval_opts *o, hkv_kv_cli *kc, hkv_e
             o->corpus = v;
         } else if (!strcmp(a, "--out")) {
             o->out = v;
+        } else if (!strcmp(a, "-o") || !strcmp(a, "--output-format")) {
+            rc = hkv_rows_format(v, &o->rows_fmt, err);
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             rc = hkv_arg_int(a, v, 1, 4096, &o->threads, err);
         } else {
             rc = hkv_seterr(err, HKV_E_INVAL, "eval: unknown option '%s' (hetkv eval --help)", a);
         }
     }
+    if (!rc && o->rows_fmt == HKV_ROWS_JSON) o->json = 1, o->rows_fmt = 0;   /* as bench's -o json */
+    if (!rc && o->json && o->rows_fmt)
+        rc = hkv_seterr(err, HKV_E_INVAL, "eval: --json and -o %s both write stdout: give one",
+                        o->rows_fmt == HKV_ROWS_CSV ? "csv" : o->rows_fmt == HKV_ROWS_MD ? "md" : "jsonl");
     if (rc) return rc;
     if (!o->model) return hkv_seterr(err, HKV_E_INVAL, "eval: no model (-m MODEL)");
     if (kc->kv || kc->policy || kc->n_pargs)
@@ -330,7 +341,7 @@ int hkv_cmd_eval(int argc, char **argv) {
         rc = hkv_seterr(&err, HKV_E_NOMEM, "no memory for the results");
         goto out;
     }
-    FILE *tab = o.json ? stderr : stdout;
+    FILE *tab = o.json || o.rows_fmt ? stderr : stdout;
     if (r.verbose)
         fprintf(stderr, "eval: %s, %d threads, corpus %s (%lld tokens), sink %d + local %d, %d "
                 "configurations, keeping %lld prompt queries\n", r.e->model.cfg.name,
@@ -354,6 +365,13 @@ int hkv_cmd_eval(int argc, char **argv) {
     double t_total = hkv_now() - t_start;
     fprintf(tab, "\ntotal %.1f s\n", t_total);
     if (o.json) eval_json(stdout, &r, o.model, fid, n_fid, tasks, n_tasks, t_total);
+    if (o.rows_fmt) {
+        json_t *rows = eval_rows(&r, o.model, fid, n_fid, tasks, n_tasks);
+        rc = rows ? hkv_rows_write(stdout, o.rows_fmt, rows, &err)
+                  : hkv_seterr(&err, HKV_E_NOMEM, "no memory for the rows");
+        json_decref(rows);
+        if (rc) goto out;
+    }
     if (o.out) {
         FILE *f = fopen(o.out, "w");
         if (!f) {

@@ -11,6 +11,7 @@
 #define HKV_EVAL_H
 
 #include <stdint.h>
+#include <jansson.h>
 #include <stdio.h>
 
 #include "cli.h"
@@ -180,6 +181,9 @@ void eval_task_result_free(eval_task_result *t);
 /* ---- output (eval_report.c) ------------------------------------------------- */
 
 void eval_print_fidelity(FILE *f, const eval_fid *x);
+/* The run's points as flat rows for hetkv eval -o (eval_rows.c; NULL: out of memory). */
+json_t *eval_rows(const eval_run *r, const char *model, const eval_fid *fid, int n_fid,
+                  const eval_task_result *tasks, int n_tasks);
 /* One table: configurations down, (task, context) across. */
 void eval_print_tasks(FILE *f, const eval_task_result *t, int n);
 void eval_print_memory(FILE *f, const hkv_mem_account *m);

@@ -14,6 +14,8 @@ The corpus is /usr/share/common-licenses, present on every Debian system.
 
     python3 tests/eval/test_eval.py BUILD_DIR
 """
+import csv
+import io
 import json
 import os
 import subprocess
@@ -100,6 +102,31 @@ if r.returncode == 0:
     t = d["tasks"][0]
     check(len(t["configs"]) == 3 and all(c["questions"] == 3 for c in t["configs"]),
           "fastkv multi-turn questions asked", t["configs"])
+
+# -o csv / jsonl: one row per (fidelity context or task and context, configuration), the
+# same figures as the JSON object's, every row with the same keys
+rows_args = base + ["--ctx", "1024", "--cont", "16", "--task-ctx", "1024", "--trials", "1",
+                    "--tasks", "passkey", "--configs", "oracle:k=10%"]
+r = subprocess.run(rows_args + ["-o", "jsonl"], capture_output=True, text=True, timeout=600)
+rc = subprocess.run(rows_args + ["-o", "csv"], capture_output=True, text=True, timeout=600)
+try:
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    crows = list(csv.DictReader(io.StringIO(rc.stdout)))
+except ValueError as e:
+    rows, crows = [], []
+    check(False, "-o jsonl rows parse", str(e))
+kinds = [(x["kind"], x["policy"]) for x in rows]
+check(kinds == [("fidelity", "full"), ("fidelity", "oracle"), ("passkey", "full"), ("passkey", "oracle")],
+      "-o jsonl: a row per (kind, configuration)", kinds)
+if len(rows) == 4:
+    check(all(list(x.keys()) == list(rows[0].keys()) for x in rows) and rows[1]["budget"] == 102
+          and rows[1]["recall"] == 1 and rows[0]["kl"] == 0 and rows[2]["recall"] is None
+          and rows[2]["total"] == 1 and rows[2]["accuracy"] in (0, 1) and rows[0]["commit"],
+          "-o jsonl: the fields", rows)
+check(len(crows) == 4 and list(crows[0].keys()) == list(rows[0].keys() if rows else []),
+      "-o csv: the same rows and header", rc.stdout[:300])
+r = subprocess.run(rows_args + ["-o", "csv", "--json"], capture_output=True, text=True, timeout=120)
+check(r.returncode == 2 and "give one" in r.stderr, "-o csv with --json refused", r.stderr[-200:])
 
 small = os.path.join(tmp, "small.txt")
 with open(small, "w") as f:
