@@ -46,6 +46,10 @@ typedef struct hkv_fwd_stats {
     int64_t calls;
 } hkv_fwd_stats;
 
+/* Called by hkv_prefill after each chunk: done of n prompt tokens, seconds
+ * since the prompt started (a CLI's progress line; NULL: nothing). */
+typedef void (*hkv_progress_fn)(void *ud, int64_t done, int64_t n, double elapsed_s);
+
 typedef struct hkv_engine {
     hkv_engine_params p;
     hkv_model model;
@@ -69,6 +73,8 @@ typedef struct hkv_engine {
     /* The draft engine (runtime/draft.c) when draft_path is set: plain
      * forward, one sequence, its own memory account. */
     struct hkv_engine *draft;
+    hkv_progress_fn prefill_progress;   /* see hkv_progress_fn; set by the caller */
+    void *prefill_progress_ud;
 } hkv_engine;
 
 /* Load the model and tokenizer, fill the kernel table, pin threads, create

@@ -25,11 +25,13 @@ int hkv_prefill(hkv_engine *e, int seq, const int32_t *prompt, int64_t n, int64_
      * turns of the conversation prefill normally. */
     if (pos0 == 0 && hkv_tsp_wanted(e, seq, n))
         return hkv_tsp_prefill(e, seq, prompt, n, last_logits, err);
+    const double t0 = e->prefill_progress ? hkv_now() : 0;
     for (int64_t done = 0; done < n;) {
         int64_t chunk = n - done < e->max_rows ? n - done : e->max_rows;
         int rc = hkv_prefill_chunk(e, seq, prompt, n, pos0, done, chunk, last_logits, err);
         if (rc) return rc;
         done += chunk;
+        if (e->prefill_progress) e->prefill_progress(e->prefill_progress_ud, done, n, hkv_now() - t0);
     }
     return HKV_OK;
 }

@@ -111,4 +111,19 @@ int hkv_cmd_bench(int argc, char **argv);
 int hkv_cmd_policies(int argc, char **argv);
 int hkv_cmd_plan(int argc, char **argv);
 
+/* ---- progress lines (cli_progress.c) ---- */
+
+/* A long piece of work's progress on stderr: done of total units, the rate
+ * and the time left at it; a line rewritten in place on a terminal (at most
+ * twice a second), a line every 10 s in a log, nothing in the first 2 s. */
+typedef struct hkv_progress {
+    const char *what, *unit;   /* "prefill", "tokens" (NULL: the share done only) */
+    double last;               /* elapsed seconds at the last line */
+    int tty, shown;
+} hkv_progress;
+void hkv_progress_init(hkv_progress *p, const char *what, const char *unit);
+void hkv_progress_update(hkv_progress *p, double done, double total, double elapsed_s);
+/* An hkv_progress_fn (runtime/engine.h) over an hkv_progress *: a prefill's. */
+void hkv_progress_prefill(void *ud, int64_t done, int64_t n, double elapsed_s);
+
 #endif

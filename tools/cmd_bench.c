@@ -240,7 +240,12 @@ int hkv_cmd_bench(int argc, char **argv) {
         long long L = ctxs[ci];
         if ((rc = ops->seq_open(e->kv.self, 0, L + steps + 1, &err))) goto out;
         double t0 = hkv_now();
+        hkv_progress pg;   /* a long prompt's progress on stderr */
+        hkv_progress_init(&pg, "prefill", "tokens");
+        e->prefill_progress = hkv_progress_prefill;
+        e->prefill_progress_ud = &pg;
         rc = hkv_prefill(e, 0, prompt, L, 0, logits, &err);
+        e->prefill_progress = NULL;
         double t_pre = hkv_now() - t0;
         if (rc) goto out;
         memcpy(first, logits, (size_t)c->vocab * sizeof *first);   /* for the forks' prep */

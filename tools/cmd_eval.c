@@ -347,11 +347,22 @@ int hkv_cmd_eval(int argc, char **argv) {
                 "configurations, keeping %lld prompt queries\n", r.e->model.cfg.name,
                 hkv_threads_count(r.e->threads), corpus.sources, (long long)corpus.n_tok,
                 ep.tiered.L_init, ep.tiered.L_local, r.n_cfg, (long long)r.e->p.tiered.keep_queries);
+    /* progress: each prefill's, and the sweep's (its parts weighted by context) */
+    hkv_progress pg, sweep;
+    hkv_progress_init(&pg, "prefill", "tokens");
+    hkv_progress_init(&sweep, "eval sweep", NULL);   /* parts weighted by their context */
+    if (r.verbose) r.e->prefill_progress = hkv_progress_prefill, r.e->prefill_progress_ud = &pg;
+    double work = 0, done = 0;
+    for (int i = 0; i < o.n_ctx; i++) work += (double)o.ctx[i];
+    for (int i = 0; i < o.n_task_ctx; i++)
+        for (int k = 0; k < EVAL_N_TASKS; k++) work += (o.tasks & (1 << k)) ? (double)o.task_ctx[i] : 0;
     for (int i = 0; i < o.n_ctx; i++) {
         if ((rc = eval_fidelity(&r, o.ctx[i], &fid[i], &err))) goto out;
         n_fid++;
         eval_print_fidelity(tab, &fid[i]);
         fflush(tab);
+        done += (double)o.ctx[i];
+        if (r.verbose) hkv_progress_update(&sweep, done, work, hkv_now() - t_start);
     }
     for (int i = 0; i < o.n_task_ctx; i++)
         for (int k = 0; k < EVAL_N_TASKS; k++) {
@@ -359,7 +370,10 @@ int hkv_cmd_eval(int argc, char **argv) {
             rc = eval_task(&r, k, o.task_ctx[i], &tasks[n_tasks], &err);
             n_tasks++;
             if (rc) goto out;
+            done += (double)o.task_ctx[i];
+            if (r.verbose) hkv_progress_update(&sweep, done, work, hkv_now() - t_start);
         }
+    r.e->prefill_progress = NULL;
     eval_print_tasks(tab, tasks, n_tasks);
     eval_print_memory(tab, &r.e->mem);
     double t_total = hkv_now() - t_start;
