@@ -41,7 +41,10 @@ static const char eval_usage[] =
     "  -o, --output-format F md, csv, json or jsonl: one self-describing row per (fidelity\n"
     "                        context or task and context, configuration) on stdout, tables\n"
     "                        to stderr (docs/BENCH_ROWS.md)\n"
-    "      --out FILE        also write the JSON object to FILE\n"
+    "      --out FILE        also write the JSON object to FILE; FILE.jsonl: the rows instead,\n"
+    "                        each part of the sweep (fidelity at a context, a task at a\n"
+    "                        context) appended as it ends, and a run that finds rows of the\n"
+    "                        same sweep there skips their parts (resumes it)\n"
     "  -q, --quiet           no progress lines\n"
     "      --sink N          attention-sink tokens kept near (default 4)\n"
     "      --local N         local window kept near (default 256)\n";
@@ -261,6 +264,17 @@ static int setup_kv(eval_run *r, const eval_opts *o, hkv_err *err) {
     return HKV_OK;
 }
 
+/* A part's rows to the --out FILE.jsonl (nothing without one). */
+static int append_part(eval_resume *rs, const eval_run *r, const char *model, const char *sweep,
+                       const eval_fid *fid, int n_fid, const eval_task_result *t, int n_t,
+                       hkv_err *err) {
+    if (!rs->f) return HKV_OK;
+    json_t *rows = eval_rows(r, model, sweep, fid, n_fid, t, n_t);
+    int rc = rows ? eval_resume_append(rs, rows, err) : hkv_seterr(err, HKV_E_NOMEM, "no memory for the rows");
+    json_decref(rows);
+    return rc;
+}
+
 int hkv_cmd_eval(int argc, char **argv) {
     hkv_err err;
     hkv_err_clear(&err);
@@ -273,6 +287,8 @@ int hkv_cmd_eval(int argc, char **argv) {
     eval_fid *fid = NULL;
     eval_task_result *tasks = NULL;
     int n_fid = 0, n_tasks = 0;
+    eval_resume rs = {0};   /* --out FILE.jsonl */
+    char sweep[17] = "";
     double t_start = hkv_now();
     int rc = parse_opts(argc, argv, &o, &kc, &err);
     if (rc == 1) return 0;
@@ -342,36 +358,64 @@ int hkv_cmd_eval(int argc, char **argv) {
         goto out;
     }
     FILE *tab = o.json || o.rows_fmt ? stderr : stdout;
+    /* the sweep's fingerprint: what decides its results (not threads or time) */
+    char num[8][32];
+    snprintf(num[0], 32, "%lld", o.cont), snprintf(num[1], 32, "%lld", o.trials);
+    snprintf(num[2], 32, "%lld", o.answer_tokens), snprintf(num[3], 32, "%lld", o.seed);
+    snprintf(num[4], 32, "%d", ep.tiered.L_init), snprintf(num[5], 32, "%d", ep.tiered.L_local);
+    snprintf(num[6], 32, "%s", o.budgets ? o.budgets : "");
+    snprintf(num[7], 32, "%d", ep.precision);
+    const char *parts[] = {o.model, o.configs, corpus.sources, num[0], num[1], num[2], num[3],
+                           num[4], num[5], num[6], num[7]};
+    eval_sweep_id(sweep, parts, (int)(sizeof parts / sizeof *parts));
+    const size_t ol = o.out ? strlen(o.out) : 0;
+    if (ol > 6 && !strcmp(o.out + ol - 6, ".jsonl")) {
+        if ((rc = eval_resume_open(&rs, o.out, sweep, &err))) goto out;
+        if (r.verbose && json_array_size(rs.old))
+            fprintf(stderr, "eval: %zu rows of this sweep in %s: their parts are skipped\n",
+                    json_array_size(rs.old), o.out);
+    }
     if (r.verbose)
         fprintf(stderr, "eval: %s, %d threads, corpus %s (%lld tokens), sink %d + local %d, %d "
                 "configurations, keeping %lld prompt queries\n", r.e->model.cfg.name,
                 hkv_threads_count(r.e->threads), corpus.sources, (long long)corpus.n_tok,
                 ep.tiered.L_init, ep.tiered.L_local, r.n_cfg, (long long)r.e->p.tiered.keep_queries);
     /* progress: each prefill's, and the sweep's (its parts weighted by context) */
-    hkv_progress pg, sweep;
+    hkv_progress pg, sweep_pg;
     hkv_progress_init(&pg, "prefill", "tokens");
-    hkv_progress_init(&sweep, "eval sweep", NULL);   /* parts weighted by their context */
+    hkv_progress_init(&sweep_pg, "eval sweep", NULL);   /* parts weighted by their context */
     if (r.verbose) r.e->prefill_progress = hkv_progress_prefill, r.e->prefill_progress_ud = &pg;
     double work = 0, done = 0;
     for (int i = 0; i < o.n_ctx; i++) work += (double)o.ctx[i];
     for (int i = 0; i < o.n_task_ctx; i++)
         for (int k = 0; k < EVAL_N_TASKS; k++) work += (o.tasks & (1 << k)) ? (double)o.task_ctx[i] : 0;
     for (int i = 0; i < o.n_ctx; i++) {
-        if ((rc = eval_fidelity(&r, o.ctx[i], &fid[i], &err))) goto out;
-        n_fid++;
-        eval_print_fidelity(tab, &fid[i]);
-        fflush(tab);
+        if (eval_resume_done(&rs, "fidelity", o.ctx[i])) {   /* in the rows file: not this run's work */
+            work -= (double)o.ctx[i];
+            continue;
+        }
         done += (double)o.ctx[i];
-        if (r.verbose) hkv_progress_update(&sweep, done, work, hkv_now() - t_start);
+        if ((rc = eval_fidelity(&r, o.ctx[i], &fid[n_fid], &err))) goto out;
+        eval_print_fidelity(tab, &fid[n_fid]);
+        fflush(tab);
+        if ((rc = append_part(&rs, &r, o.model, sweep, &fid[n_fid], 1, NULL, 0, &err))) goto out;
+        n_fid++;
+        if (r.verbose) hkv_progress_update(&sweep_pg, done, work, hkv_now() - t_start);
     }
     for (int i = 0; i < o.n_task_ctx; i++)
         for (int k = 0; k < EVAL_N_TASKS; k++) {
             if (!(o.tasks & (1 << k))) continue;
+            if (eval_resume_done(&rs, eval_task_names[k], o.task_ctx[i])) {
+                work -= (double)o.task_ctx[i];
+                continue;
+            }
+            done += (double)o.task_ctx[i];
             rc = eval_task(&r, k, o.task_ctx[i], &tasks[n_tasks], &err);
             n_tasks++;
             if (rc) goto out;
-            done += (double)o.task_ctx[i];
-            if (r.verbose) hkv_progress_update(&sweep, done, work, hkv_now() - t_start);
+            if ((rc = append_part(&rs, &r, o.model, sweep, NULL, 0, &tasks[n_tasks - 1], 1, &err)))
+                goto out;
+            if (r.verbose) hkv_progress_update(&sweep_pg, done, work, hkv_now() - t_start);
         }
     r.e->prefill_progress = NULL;
     eval_print_tasks(tab, tasks, n_tasks);
@@ -379,14 +423,17 @@ int hkv_cmd_eval(int argc, char **argv) {
     double t_total = hkv_now() - t_start;
     fprintf(tab, "\ntotal %.1f s\n", t_total);
     if (o.json) eval_json(stdout, &r, o.model, fid, n_fid, tasks, n_tasks, t_total);
-    if (o.rows_fmt) {
-        json_t *rows = eval_rows(&r, o.model, fid, n_fid, tasks, n_tasks);
-        rc = rows ? hkv_rows_write(stdout, o.rows_fmt, rows, &err)
-                  : hkv_seterr(&err, HKV_E_NOMEM, "no memory for the rows");
+    if (o.rows_fmt) {   /* a resumed sweep's: the file's rows, then this run's */
+        json_t *rows = eval_rows(&r, o.model, sweep, fid, n_fid, tasks, n_tasks);
+        json_t *all = rs.old ? json_deep_copy(rs.old) : json_array();
+        rc = rows && all && !json_array_extend(all, rows)
+                 ? hkv_rows_write(stdout, o.rows_fmt, all, &err)
+                 : hkv_seterr(&err, HKV_E_NOMEM, "no memory for the rows");
         json_decref(rows);
+        json_decref(all);
         if (rc) goto out;
     }
-    if (o.out) {
+    if (o.out && !rs.f) {
         FILE *f = fopen(o.out, "w");
         if (!f) {
             rc = hkv_seterr(&err, HKV_E_IO, "cannot write '%s'", o.out);
@@ -397,6 +444,7 @@ int hkv_cmd_eval(int argc, char **argv) {
     }
 out:
     if (rc) hkv_err_report(&err, stderr);
+    eval_resume_close(&rs);
     for (int i = 0; i < n_tasks; i++) eval_task_result_free(&tasks[i]);
     free(tasks);
     free(fid);

@@ -181,9 +181,32 @@ void eval_task_result_free(eval_task_result *t);
 /* ---- output (eval_report.c) ------------------------------------------------- */
 
 void eval_print_fidelity(FILE *f, const eval_fid *x);
-/* The run's points as flat rows for hetkv eval -o (eval_rows.c; NULL: out of memory). */
-json_t *eval_rows(const eval_run *r, const char *model, const eval_fid *fid, int n_fid,
-                  const eval_task_result *tasks, int n_tasks);
+/* The run's points as flat rows for hetkv eval -o (eval_rows.c; NULL: out of
+ * memory); sweep: the sweep's fingerprint (eval_sweep_id), in every row. */
+json_t *eval_rows(const eval_run *r, const char *model, const char *sweep, const eval_fid *fid,
+                  int n_fid, const eval_task_result *tasks, int n_tasks);
+
+/* ---- resuming a sweep (eval_resume.c) ---------------------------------------- */
+
+/* --out FILE.jsonl: each part of the sweep (fidelity at a context, a task at a
+ * context) appends its rows when it ends; a run that finds rows of the same
+ * sweep in FILE skips their parts. */
+typedef struct eval_resume {
+    char sweep[17];      /* this sweep's fingerprint, 16 hex digits */
+    json_t *old;         /* the rows read back (this sweep's) */
+    FILE *f;             /* FILE, appended to; NULL: no resuming */
+} eval_resume;
+/* The fingerprint of what decides a sweep's results: FNV-1a over the parts. */
+void eval_sweep_id(char out[17], const char *const *parts, int n);
+/* Read back path's rows (a missing file is an empty one; a torn last line,
+ * from a run stopped while writing, is dropped) and open it for appending.
+ * Rows of another sweep: an error naming the file. */
+int eval_resume_open(eval_resume *rs, const char *path, const char *sweep, hkv_err *err);
+/* 1 when FILE holds rows of the part (kind, ctx). */
+int eval_resume_done(const eval_resume *rs, const char *kind, int64_t ctx);
+/* Append rows, one JSON object a line, and flush. */
+int eval_resume_append(eval_resume *rs, json_t *rows, hkv_err *err);
+void eval_resume_close(eval_resume *rs);
 /* One table: configurations down, (task, context) across. */
 void eval_print_tasks(FILE *f, const eval_task_result *t, int n);
 void eval_print_memory(FILE *f, const hkv_mem_account *m);

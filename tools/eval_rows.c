@@ -20,8 +20,8 @@ static json_t *policy_of(const char *label)
 static json_t *num(double v, int present) { return present ? json_real(v) : json_null(); }
 
 /* The keys every row starts with. */
-static json_t *row_head(const eval_run *r, const char *model, const char *kind, const char *label,
-                        int64_t budget, int64_t ctx, const char *date)
+static json_t *row_head(const eval_run *r, const char *model, const char *sweep, const char *kind,
+                        const char *label, int64_t budget, int64_t ctx, const char *date)
 {
     json_t *o = json_object();
     if (!o) return NULL;
@@ -37,6 +37,7 @@ static json_t *row_head(const eval_run *r, const char *model, const char *kind, 
     json_object_set_new(o, "device", json_string("cpu"));
     json_object_set_new(o, "commit", json_string(hkv_build_commit()));
     json_object_set_new(o, "date", json_string(date));
+    json_object_set_new(o, "sweep", json_string(sweep));
     return o;
 }
 
@@ -60,8 +61,8 @@ static void row_tail(json_t *o, const eval_fid_row *f, const eval_task_row *t)
                         num(t && t->total ? (double)t->correct / t->total : 0, t && t->total > 0));
 }
 
-json_t *eval_rows(const eval_run *r, const char *model, const eval_fid *fid, int n_fid,
-                  const eval_task_result *tasks, int n_tasks)
+json_t *eval_rows(const eval_run *r, const char *model, const char *sweep, const eval_fid *fid,
+                  int n_fid, const eval_task_result *tasks, int n_tasks)
 {
     char date[32];
     hkv_rows_date(date, sizeof date);
@@ -69,7 +70,7 @@ json_t *eval_rows(const eval_run *r, const char *model, const eval_fid *fid, int
     for (int i = 0; rows && i < n_fid; i++)
         for (int c = 0; c < fid[i].n_rows; c++) {
             const eval_fid_row *f = &fid[i].rows[c];
-            json_t *o = row_head(r, model, "fidelity", f->label, f->budget, fid[i].ctx, date);
+            json_t *o = row_head(r, model, sweep, "fidelity", f->label, f->budget, fid[i].ctx, date);
             if (!o) goto fail;
             row_tail(o, f, NULL);
             if (json_array_append_new(rows, o)) goto fail;
@@ -77,8 +78,8 @@ json_t *eval_rows(const eval_run *r, const char *model, const eval_fid *fid, int
     for (int i = 0; rows && i < n_tasks; i++)
         for (int c = 0; c < tasks[i].n_rows; c++) {
             const eval_task_row *t = &tasks[i].rows[c];
-            json_t *o = row_head(r, model, eval_task_names[tasks[i].task], t->label, t->budget,
-                                 tasks[i].ctx, date);
+            json_t *o = row_head(r, model, sweep, eval_task_names[tasks[i].task], t->label,
+                                 t->budget, tasks[i].ctx, date);
             if (!o) goto fail;
             row_tail(o, NULL, t);
             if (json_array_append_new(rows, o)) goto fail;

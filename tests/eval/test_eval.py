@@ -128,6 +128,37 @@ check(len(crows) == 4 and list(crows[0].keys()) == list(rows[0].keys() if rows e
 r = subprocess.run(rows_args + ["-o", "csv", "--json"], capture_output=True, text=True, timeout=120)
 check(r.returncode == 2 and "give one" in r.stderr, "-o csv with --json refused", r.stderr[-200:])
 
+# --out FILE.jsonl: each part's rows appended as it ends; a run stopped after the fidelity part
+# (its rows and a torn line left) resumes with the task part only; another sweep is refused
+sweep_file = os.path.join(tmp, "sweep.jsonl")
+r = subprocess.run(rows_args + ["--out", sweep_file, "-o", "jsonl"], capture_output=True, text=True,
+                   timeout=600)
+with open(sweep_file) as f:
+    lines = f.read().splitlines()
+def same_row(a, b):   # -o jsonl writes 6 significant digits, the file all of them
+    return a.keys() == b.keys() and all(
+        abs(a[k] - b[k]) <= 1e-5 * max(1, abs(b[k])) if isinstance(a[k], float) else a[k] == b[k]
+        for k in a)
+
+
+printed = [json.loads(x) for x in r.stdout.splitlines()]
+check(r.returncode == 0 and len(lines) == 4 and len(printed) == 4
+      and all(same_row(a, json.loads(b)) for a, b in zip(printed, lines)),
+      "--out FILE.jsonl: the rows, as -o jsonl prints them", (r.returncode, len(lines)))
+with open(sweep_file, "w") as f:   # stopped in the second part: its first row torn
+    f.write("\n".join(lines[:2]) + "\n" + lines[2][:40])
+r = subprocess.run(rows_args + ["--out", sweep_file, "-o", "jsonl"], capture_output=True, text=True,
+                   timeout=600)
+with open(sweep_file) as f:
+    again = [json.loads(x) for x in f.read().splitlines()]   # the torn line cut, every line whole
+kinds = [(x["kind"], x["policy"]) for x in again]
+check(r.returncode == 0 and kinds == [("fidelity", "full"), ("fidelity", "oracle"), ("passkey", "full"),
+                                      ("passkey", "oracle")] and len(r.stdout.splitlines()) == 4,
+      "resumed: the fidelity part skipped, the task part run, every row once", (r.returncode, kinds))
+r = subprocess.run(base + ["--ctx", "1024", "--cont", "16", "--tasks", "none", "--configs", "oracle:k=5%",
+                           "--out", sweep_file], capture_output=True, text=True, timeout=600)
+check(r.returncode == 1 and "another sweep" in r.stderr, "rows of another sweep refused", r.stderr[-200:])
+
 small = os.path.join(tmp, "small.txt")
 with open(small, "w") as f:
     f.write("A short text. " * 80)
