@@ -245,6 +245,25 @@ static inline void __nanosleep(unsigned) {}
 template <class T>
 static inline T __ldg(const T *p) { return *p; }
 
+/* ---- pipeline primitives (cuda_pipeline_primitives.h; Programming Guide,
+ * "Pipeline Primitives Interface"): an asynchronous copy of size_and_align
+ * bytes (4, 8 or 16, both addresses aligned to it) from global to shared
+ * memory, its last zfill bytes zeros. The copy may complete at any time
+ * before the __pipeline_wait_prior that covers its batch: here it completes
+ * at once, so commit and wait have nothing left to do. ---- */
+static inline void __pipeline_memcpy_async(void *dst, const void *src, size_t size_and_align,
+                                           size_t zfill = 0)
+{
+    if ((size_and_align != 4 && size_and_align != 8 && size_and_align != 16) || zfill > size_and_align)
+        hkv_emu::kernel_fault("__pipeline_memcpy_async: size_and_align must be 4, 8 or 16, zfill at most that");
+    if ((uintptr_t)dst % size_and_align || (uintptr_t)src % size_and_align)
+        hkv_emu::kernel_fault("__pipeline_memcpy_async: misaligned address");
+    memcpy(dst, src, size_and_align - zfill);
+    memset((char *)dst + (size_and_align - zfill), 0, zfill);
+}
+static inline void __pipeline_commit(void) {}
+static inline void __pipeline_wait_prior(size_t) {}
+
 /* ---- atomics: relaxed, as CUDA's atomic functions are ---- */
 #define HKV_EMU_ATOMIC_INT(T)                                                                    \
     static inline T atomicAdd(T *p, T v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); } \

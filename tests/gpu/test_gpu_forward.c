@@ -15,8 +15,11 @@
  *    FMA or not, on either side. ids out of range give NaN rows;
  *  - matmul, n in {1, 2, 7, 8} (GEMV) and {9, 33} (panels + cuBLAS, in each
  *    hkv_gpu_qmat.gemm mode: split fp16 hi + lo, the default on A100/H100; fp16; fp32),
- *    shapes 1x32, 37x96, 300x512, 37x97 and 5x1 (F32/F16), and 300x4096 at
- *    n 8 and 9 (two panels of 256 + 44 rows); 37x96 at n 33 and 600 (two
+ *    shapes 1x32, 37x96, 300x512, 9x800, 5x1056 and 9x9248 (the Q4 GEMV's
+ *    steps of 1024 columns end partway, and its x tiles: 9248 columns are
+ *    resident at no n, three tiles at n = 1, ten at n = 7 and 8), 37x97 and
+ *    5x1 (F32/F16), and 300x4096 at n 8 and 9 (two panels of 256 + 44 rows;
+ *    the Q4 GEMV's x in four tiles); 37x96 at n 33 and 600 (two
  *    activation chunks, 512 + 88) with x rows from 1e-6 to 1e6 and F32
  *    weights times 1e6 and 1e-6 (fp16's range: the power-of-two scales);
  *    strided y, x at strides that are (even n) and are not (odd n) a
@@ -26,8 +29,10 @@
  *      |y - sum Wf x (float64)| <= g(h) mag: rigorous for any summation order
  *        in which every term is rounded at most h times; GEMV: h = L + 5 (one
  *        product, L - 1 additions in a lane's sequential sum of L terms, five
- *        shuffle levels; L = 8 ceil(cols/256) for Q4, 4 ceil(cols/128) for Q8,
- *        ceil(cols/32) for F16/F32, gpu/qmat.cu's split of a row over lanes),
+ *        shuffle levels; L = 32 ceil(cols/1024) for Q4 (a 32-weight block
+ *        per lane and step of 1024 columns, in element order; lanes past the
+ *        row's end add exact zeros), 4 ceil(cols/128) for Q8, ceil(cols/32)
+ *        for F16/F32: gpu/qmat.cu's split of a row over lanes),
  *        GEMM fp32: h = cols (cuBLAS's order is not ours to know); GEMM
  *        split / fp16: gemm_bound below (the parts' representation error,
  *        ~3 2^-22 / 2^-11 per term, plus the tensor-core summation);
@@ -59,7 +64,7 @@ static double gamma_k(double k) { return k * U32 / (1 - k * U32); }
 /* Terms one lane of the GEMV sums in sequence (see the comment at the top). */
 static int64_t gemv_lane_terms(int type, int64_t cols)
 {
-    if (type == HKV_W_Q4) return 16 * ((cols + 511) / 512);
+    if (type == HKV_W_Q4) return 32 * ((cols + 1023) / 1024);
     if (type == HKV_W_Q8) return 4 * ((cols + 127) / 128);
     return (cols + 31) / 32;
 }
@@ -673,6 +678,9 @@ int main(void)
         test_matmul(ctx, &scalar, &best, type, 37, 96, NULL, 0, &rng);
         test_matmul(ctx, &scalar, &best, type, 300, 512, NULL, 0, &rng);
         test_matmul(ctx, &scalar, &best, type, 9, 800, NULL, 0, &rng);   /* 25 blocks: a partial step */
+        /* Q4 GEMV: 33 blocks (a step and one block), 289 (x in tiles at every n) */
+        test_matmul(ctx, &scalar, &best, type, 5, 1056, NULL, 0, &rng);
+        test_matmul(ctx, &scalar, &best, type, 9, 9248, NULL, 0, &rng);
         /* long rows (lanes loop over many blocks), and two GEMM panels of 256 + 44 rows */
         test_matmul(ctx, &scalar, &best, type, 300, 4096, big_ns, 2, &rng);
         /* fp16's range: x rows 1e-6 .. 1e6 (and F32 weights times 1e6 and
