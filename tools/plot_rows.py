@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Pictures of `hetkv bench -o jsonl|csv` rows (docs/BENCH_ROWS.md):
+"""Pictures of `hetkv bench -o jsonl|csv` and `hetkv eval -o jsonl|csv` rows
+(docs/BENCH_ROWS.md). From bench rows:
 
   decode.png    decode tokens/s against context, one line per configuration,
                 one panel per batch size (log-scale context axis);
@@ -9,6 +10,14 @@
                 decode step: host far-tier work, host waiting for the device,
                 device waiting for the host, the device's products and near
                 attention, per configuration and batch.
+
+From eval rows (those with a "kind"):
+
+  fidelity.png  recall of the oracle's top tokens, KL(full || policy) of the
+                next-token distribution and greedy agreement with full,
+                against the budget, one line per policy and context;
+  tasks.png     task accuracy as a heat map: configurations down, (task,
+                context) across, the share of answers holding the value.
 
     python3 tools/plot_rows.py ROWS.jsonl [MORE.jsonl|.csv ...] -o OUTDIR [--title TEXT]
 
@@ -26,7 +35,9 @@ from collections import defaultdict
 NUM = ("budget", "ctx", "batch", "steps", "threads", "probe_gbs", "prefill_tok_s", "decode_tok_s",
        "step_ms", "bytes_per_step", "gbs", "frac_of_probe", "matmul_frac", "attn_frac", "vs_full",
        "ttft_s", "dev_cpu_busy_ms", "dev_cpu_wait_ms", "dev_wait_cpu_ms", "dev_near_ms",
-       "dev_products_ms", "dev_total_ms", "dev_h2d_mb", "dev_d2h_mb")
+       "dev_products_ms", "dev_total_ms", "dev_h2d_mb", "dev_d2h_mb", "recall", "rel_err", "kl",
+       "kl_max", "agree", "nll", "attended", "far", "index_bytes", "ms_per_token", "correct", "total",
+       "accuracy")
 
 
 def load(paths):
@@ -135,6 +146,71 @@ def plot_timeline(rows, plt, out, title):
     return True
 
 
+def plot_fidelity(rows, plt, out, title):
+    sel = [r for r in rows if r.get("kind") == "fidelity" and r.get("budget") not in (None, "")]
+    if not sel:
+        return False
+    panels = [("recall", "recall of the oracle's top-budget far tokens", False),
+              ("kl", "KL(full || policy), next-token distribution (nats)", True),
+              ("agree", "greedy agreement with full", False)]
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.4))
+    by = defaultdict(list)
+    for r in sel:
+        by[(r["policy"], int(r["ctx"]))].append(r)
+    for ax, (key, label, logy) in zip(axes, panels):
+        for (pol, ctx), rs in sorted(by.items()):
+            pts = sorted((r["budget"], r[key]) for r in rs if r.get(key) is not None)
+            if logy:
+                pts = [(b, max(v, 1e-6)) for b, v in pts]   # a zero KL drawn at the floor
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"{pol}, ctx {ctx}")
+        ax.set_xscale("log", base=2)
+        if logy:
+            ax.set_yscale("log")
+        else:
+            ax.set_ylim(0, 1.05)
+        ax.set_xlabel("budget (far tokens per step and KV head)")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    axes[-1].legend(fontsize=7, loc="lower right")
+    fig.suptitle(about(sel, title), fontsize=9)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "fidelity.png"), dpi=120)
+    plt.close(fig)
+    return True
+
+
+def plot_tasks(rows, plt, out, title):
+    sel = [r for r in rows if r.get("kind") not in (None, "", "fidelity") and r.get("accuracy") is not None]
+    if not sel:
+        return False
+    cols = sorted({(r["kind"], int(r["ctx"])) for r in sel}, key=lambda c: (c[0], c[1]))
+    cfgs = []
+    for r in sel:   # first-seen order: full first, as eval runs them
+        if r["config"] not in cfgs:
+            cfgs.append(r["config"])
+    acc = {(r["config"], r["kind"], int(r["ctx"])): r for r in sel}
+    grid = [[acc[(c, k, x)]["accuracy"] if (c, k, x) in acc else float("nan") for (k, x) in cols]
+            for c in cfgs]
+    fig, ax = plt.subplots(figsize=(1.2 * len(cols) + 4, 0.45 * len(cfgs) + 2))
+    im = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto")
+    for i, c in enumerate(cfgs):
+        for j, (k, x) in enumerate(cols):
+            r = acc.get((c, k, x))
+            if r:
+                ax.text(j, i, f"{int(r['correct'])}/{int(r['total'])}", ha="center", va="center",
+                        fontsize=7, color="white" if r["accuracy"] < 0.6 else "black")
+    ax.set_xticks(range(len(cols)))
+    ax.set_xticklabels([f"{k}\nctx {x}" for k, x in cols], fontsize=7)
+    ax.set_yticks(range(len(cfgs)))
+    ax.set_yticklabels(cfgs, fontsize=7)
+    fig.colorbar(im, ax=ax, label="accuracy (answers holding the value)")
+    fig.suptitle(about(sel, title), fontsize=9)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "tasks.png"), dpi=120)
+    plt.close(fig)
+    return True
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("rows", nargs="+")
@@ -149,12 +225,20 @@ def main():
         raise SystemExit("plot_rows: matplotlib is missing (apt-get install python3-matplotlib)")
     rows = load(a.rows)
     os.makedirs(a.out, exist_ok=True)
-    plot_decode(rows, plt, a.out, a.title)
-    made = ["decode.png"]
-    if plot_speedup(rows, plt, a.out, a.title):
-        made.append("speedup.png")
-    if plot_timeline(rows, plt, a.out, a.title):
-        made.append("timeline.png")
+    bench = [r for r in rows if r.get("kind") in (None, "")]
+    evals = [r for r in rows if r.get("kind") not in (None, "")]
+    made = []
+    if bench:
+        plot_decode(bench, plt, a.out, a.title)
+        made.append("decode.png")
+        if plot_speedup(bench, plt, a.out, a.title):
+            made.append("speedup.png")
+        if plot_timeline(bench, plt, a.out, a.title):
+            made.append("timeline.png")
+    if plot_fidelity(evals, plt, a.out, a.title):
+        made.append("fidelity.png")
+    if plot_tasks(evals, plt, a.out, a.title):
+        made.append("tasks.png")
     print(f"plot_rows: {len(rows)} rows -> {', '.join(os.path.join(a.out, m) for m in made)}")
 
 
