@@ -110,6 +110,8 @@ int hkv_cmd_info(int argc, char **argv);
 int hkv_cmd_bench(int argc, char **argv);
 int hkv_cmd_policies(int argc, char **argv);
 int hkv_cmd_plan(int argc, char **argv);
+/* hetkv plan -o md|csv|jsonl (plan_rows.c): the --json rows, flattened; fmt: HKV_ROWS_*. */
+int hkv_plan_rows(int argc, char **argv, int fmt);
 
 /* ---- progress lines (cli_progress.c) ---- */
 

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_rows.h"
 #include "cli.h"
 #include "device.h"
 #include "eval.h"
@@ -46,6 +47,8 @@ static const char plan_usage[] =
     "      --batch N         admission check of N sequences: exit 1, naming what was needed\n"
     "                        and what was available, when any row does not fit\n"
     "      --json            one JSON object on stdout\n"
+    "  -o, --output-format F md, csv, json or jsonl: the JSON's rows flattened, one\n"
+    "                        self-describing row per (config, context, cap or batch)\n"
     "\n"
     "PREDICTION of decode speed on a GPU from its data sheet (no GPU used or needed):\n"
     "      --predict DEV     rtx4090, h100, h200, h100-pcie or a100: per policy (full, ctkvr), context\n"
@@ -549,6 +552,14 @@ int hkv_cmd_plan(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--json")) {
             json = 1;
+        } else if ((!strcmp(a, "-o") || !strcmp(a, "--output-format")) && i + 1 < argc) {
+            int fmt;
+            if ((rc = hkv_rows_format(argv[i + 1], &fmt, &err))) break;
+            if (fmt == HKV_ROWS_JSON) {   /* the one JSON object, as bench and eval */
+                json = 1, i++;
+                continue;
+            }
+            return hkv_plan_rows(argc, argv, fmt);
         } else if (!strcmp(a, "--kernels")) {
             kernels = 1;
             pred_only = pred_only ? pred_only : a;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what hetkv needs to build and test: Debian packages (compiler,
 # meson, hwloc, oneDNN, libnuma, Boost.Context for the CUDA emulator, jansson for JSON,
-# libmicrohttpd for hetkv serve, Open MPI for hetkv batch across processes) and the
+# libmicrohttpd for hetkv serve, Open MPI for hetkv batch across processes, golang-1.19-src
+# for the text hetkv eval reads by default: Newton's Opticks) and the
 # Python packages of the test suite.
 # Idempotent; skips apt when everything is already there.
 set -euo pipefail
@@ -9,7 +10,7 @@ cd "$(dirname "$0")/.."
 
 pkgs=(gcc g++ make meson ninja-build pkg-config libhwloc-dev libdnnl-dev libnuma-dev
       libboost-context-dev libjansson-dev libmicrohttpd-dev libopenmpi-dev openmpi-bin
-      python3 python3-pip python3-matplotlib valgrind)
+      python3 python3-pip python3-matplotlib valgrind golang-1.19-src)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

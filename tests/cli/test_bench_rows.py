@@ -81,6 +81,23 @@ if [(r["policy"], r["budget"]) for r in brows] != want:
 p = subprocess.run([hetkv, *ARGS, "-o", "xml"], capture_output=True, text=True)
 if p.returncode != 2 or "unknown format 'xml'" not in p.stderr:
     fails.append(f"-o xml: exit {p.returncode}: {p.stderr}")
+# hetkv plan -o: the --json rows flattened, the same keys in every row
+PLAN = [hetkv, "plan", "--synthetic", "llama3-8b", "--gpu-mem", "24G,48G", "--ctx", "8192,32768",
+        "--policy", "full,ctkvr"]
+p = subprocess.run(PLAN + ["-o", "jsonl"], capture_output=True, text=True, timeout=120)
+prow = [json.loads(l) for l in p.stdout.splitlines()] if p.returncode == 0 else []
+if len(prow) != 8 or any(list(r.keys()) != list(prow[0].keys()) for r in prow) or \
+        not all(r["model"].startswith("Llama-3-8B") and r["commit"] and r["max_batch"] >= 1 for r in prow):
+    fails.append(f"plan -o jsonl: {len(prow)} rows (want 8 = 2 caps x 2 contexts x 2 policies): "
+                 f"{p.stderr[-300:]}")
+js = subprocess.run(PLAN + ["--json"], capture_output=True, text=True, timeout=120)
+if prow and js.returncode == 0 and [r["max_batch"] for r in prow] != \
+        [r["max_batch"] for r in json.loads(js.stdout)["rows"]]:
+    fails.append("plan -o jsonl: max_batch differs from --json's rows")
+c = list(csv.DictReader(io.StringIO(subprocess.run(PLAN + ["-o", "csv"], capture_output=True,
+                                                   text=True, timeout=120).stdout)))
+if len(c) != 8 or (prow and list(c[0].keys()) != list(prow[0].keys())):
+    fails.append(f"plan -o csv: {len(c)} rows or another header")
 for f in fails:
     print("FAIL", f)
 print(f"test_bench_rows: {len(fails)} failures")
