@@ -19,7 +19,9 @@ From eval rows (those with a "kind"):
   tasks.png     task accuracy as a heat map: configurations down, (task,
                 context) across, the share of answers holding the value.
 
-    python3 tools/plot_rows.py ROWS.jsonl [MORE.jsonl|.csv ...] -o OUTDIR [--title TEXT]
+    python3 tools/plot_rows.py ROWS.jsonl [MORE.jsonl|.csv|BENCH.json ...] -o OUTDIR [--title TEXT]
+
+(BENCH.json: a `hetkv bench --json` object, its results taken as rows.)
 
 Each picture names in its title the model, device, threads, commit and date
 of the rows it shows. matplotlib comes from Debian (python3-matplotlib,
@@ -40,6 +42,29 @@ NUM = ("budget", "ctx", "batch", "steps", "threads", "probe_gbs", "prefill_tok_s
        "accuracy")
 
 
+def from_bench_json(d, path):
+    """Rows from a `hetkv bench --json` object (older runs kept only that, e.g. the
+    H200 runs in bench/out/): the fields the pictures use, the timeline per step."""
+    rows = []
+    dev = (d.get("device") or {}).get("backend", "cpu")
+    for res in d.get("results", []):
+        run = os.path.splitext(os.path.basename(path))[0]   # the file names the run: A or B
+        r = {"model": d["model"], "device": dev, "threads": d["threads"],
+             "commit": os.path.basename(os.path.dirname(os.path.abspath(path))), "date": "",
+             "config": f"{res['config']} [{run}]", "spec": f"{res['config']} [{run}]", "policy": res["config"].split()[0], "budget": None,
+             "ctx": res["ctx"], "batch": res["batch"], "decode_tok_s": res["decode_tok_s"],
+             "step_ms": res["step_ms"], "vs_full": res.get("vs_full")}
+        tl = res.get("timeline")
+        if tl:
+            n = tl.get("steps") or 1
+            for key, src in (("dev_cpu_busy_ms", "cpu_busy_s"), ("dev_cpu_wait_ms", "cpu_wait_device_s"),
+                             ("dev_wait_cpu_ms", "device_wait_cpu_s"), ("dev_near_ms", "device_near_s"),
+                             ("dev_products_ms", "device_products_s"), ("dev_total_ms", "device_total_s")):
+                r[key] = 1e3 * tl.get(src, 0.0) / n
+        rows.append(r)
+    return rows
+
+
 def load(paths):
     rows = []
     for p in paths:
@@ -50,6 +75,8 @@ def load(paths):
                         if k in r:
                             r[k] = float(r[k]) if r[k] != "" else None
                     rows.append(r)
+            elif p.endswith(".json"):
+                rows += from_bench_json(json.load(f), p)
             else:
                 rows += [json.loads(l) for l in f if l.strip()]
     if not rows:
@@ -183,12 +210,17 @@ def plot_tasks(rows, plt, out, title):
     sel = [r for r in rows if r.get("kind") not in (None, "", "fidelity") and r.get("accuracy") is not None]
     if not sel:
         return False
+    def name(r):   # "ctkvr rho_p=20 (2%)" -> "ctkvr 2%": a budget share is one row across contexts
+        lab = r["config"]
+        if "(" in lab and lab.rstrip().endswith("%)"):
+            return f"{r['policy']} {lab[lab.rindex('(') + 1:lab.rindex(')')]}"
+        return lab
     cols = sorted({(r["kind"], int(r["ctx"])) for r in sel}, key=lambda c: (c[0], c[1]))
     cfgs = []
     for r in sel:   # first-seen order: full first, as eval runs them
-        if r["config"] not in cfgs:
-            cfgs.append(r["config"])
-    acc = {(r["config"], r["kind"], int(r["ctx"])): r for r in sel}
+        if name(r) not in cfgs:
+            cfgs.append(name(r))
+    acc = {(name(r), r["kind"], int(r["ctx"])): r for r in sel}
     grid = [[acc[(c, k, x)]["accuracy"] if (c, k, x) in acc else float("nan") for (k, x) in cols]
             for c in cfgs]
     fig, ax = plt.subplots(figsize=(1.2 * len(cols) + 4, 0.45 * len(cfgs) + 2))
