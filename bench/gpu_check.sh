@@ -48,6 +48,9 @@ bench_json bench_llama3_8b_8k 150 --synthetic llama3-8b --device cuda --ctx 8192
 # any policy) runs entirely on the device, no far tier, no per-layer host work
 bench_json bench_llama3_8b_8k_all_near 90 --synthetic llama3-8b --device cuda --ctx 8192 \
     --batch 1,4 --steps 16 --local 8300 --configs "'full'"
+# where a step's device time goes, op by op (--gpu-profile: events around every op)
+bench_json bench_llama3_8b_8k_profile 90 --synthetic llama3-8b --device cuda --ctx 8192 --batch 1 \
+    --steps 16 --gpu-profile --configs "'snapkv:budget=1024'"
 step pipeline_tiny 150 python3 tests/pipeline/test_pipeline.py --bin-dir "$BUILD/tools"
 # a long prompt on 8 of the 32 layers: the prefill's speed at 16K
 bench_json bench_llama3_8b_l8_16k 90 --synthetic llama3-8b@8 --device cuda --ctx 16384 --batch 1 \
