@@ -90,6 +90,14 @@ def about(rows, title):
     return f"{title}\n{what}" if title else what
 
 
+def finish(fig, plt, out, name, suptitle):
+    """The picture's title line, its layout, the PNG."""
+    fig.suptitle(suptitle, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, name), dpi=120)
+    plt.close(fig)
+
+
 def plot_decode(rows, plt, out, title):
     batches = sorted({int(r["batch"]) for r in rows})
     fig, axes = plt.subplots(1, len(batches), figsize=(5.5 * len(batches) + 2.5, 4.2), squeeze=False)
@@ -108,10 +116,7 @@ def plot_decode(rows, plt, out, title):
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
     axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
-    fig.suptitle(about(rows, title), fontsize=9)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "decode.png"), dpi=120)
-    plt.close(fig)
+    finish(fig, plt, out, "decode.png", about(rows, title))
 
 
 def plot_speedup(rows, plt, out, title):
@@ -136,10 +141,7 @@ def plot_speedup(rows, plt, out, title):
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle(about(sel, title), fontsize=9)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "speedup.png"), dpi=120)
-    plt.close(fig)
+    finish(fig, plt, out, "speedup.png", about(sel, title))
     return True
 
 
@@ -165,11 +167,8 @@ def plot_timeline(rows, plt, out, title):
         ax.set_ylabel("ms per decode step")
         ax.set_title(name)
         ax.legend(fontsize=7)
-    fig.suptitle(about(sel, title) + "\n(cuda-emu: the emulator's times are not a GPU's)"
-                 if sel[0]["device"] == "cuda-emu" else about(sel, title), fontsize=9)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "timeline.png"), dpi=120)
-    plt.close(fig)
+    emu = "\n(cuda-emu: the emulator's times are not a GPU's)" if sel[0]["device"] == "cuda-emu" else ""
+    finish(fig, plt, out, "timeline.png", about(sel, title) + emu)
     return True
 
 
@@ -199,10 +198,7 @@ def plot_fidelity(rows, plt, out, title):
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
     axes[-1].legend(fontsize=7, loc="lower right")
-    fig.suptitle(about(sel, title), fontsize=9)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "fidelity.png"), dpi=120)
-    plt.close(fig)
+    finish(fig, plt, out, "fidelity.png", about(sel, title))
     return True
 
 
@@ -236,10 +232,7 @@ def plot_tasks(rows, plt, out, title):
     ax.set_yticks(range(len(cfgs)))
     ax.set_yticklabels(cfgs, fontsize=7)
     fig.colorbar(im, ax=ax, label="accuracy (answers holding the value)")
-    fig.suptitle(about(sel, title), fontsize=9)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "tasks.png"), dpi=120)
-    plt.close(fig)
+    finish(fig, plt, out, "tasks.png", about(sel, title))
     return True
 
 
