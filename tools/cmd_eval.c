@@ -313,6 +313,7 @@ int hkv_cmd_eval(int argc, char **argv) {
     r.trials = (int)o.trials;
     r.answer_tokens = (int)o.answer_tokens;
     r.seed = (uint64_t)o.seed;
+    hkv_rows_date(r.date, sizeof r.date);
     r.verbose = !o.quiet;
     if ((rc = eval_corpus_check(o.corpus, &err))) goto out;
 

@@ -88,6 +88,8 @@ typedef struct eval_run {
     uint64_t seed;
     int verbose;             /* progress lines on stderr */
     float *logits;           /* [vocab] scratch */
+    char date[32];           /* when the sweep started, UTC: every row's date, so rows
+                              * written part by part equal the ones printed at the end */
 } eval_run;
 
 /* Fork sequence 0 into sequence 1 (capacity ctx) under a configuration:

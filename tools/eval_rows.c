@@ -64,8 +64,7 @@ static void row_tail(json_t *o, const eval_fid_row *f, const eval_task_row *t)
 json_t *eval_rows(const eval_run *r, const char *model, const char *sweep, const eval_fid *fid,
                   int n_fid, const eval_task_result *tasks, int n_tasks)
 {
-    char date[32];
-    hkv_rows_date(date, sizeof date);
+    const char *date = r->date;
     json_t *rows = json_array();
     for (int i = 0; rows && i < n_fid; i++)
         for (int c = 0; c < fid[i].n_rows; c++) {
