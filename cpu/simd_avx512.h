@@ -70,30 +70,39 @@ HKV_VINLINE vf vf_exp(vf x)
     return _mm512_maskz_scalef_ps((__mmask16)~under, p, n);
 }
 
+/* The levels of the reduction tree: each adds lanes l and l + 8 (L1), l + 4
+ * (L2), l + 2 (L3), l + 1 (L4) of each of its two inputs, so every input
+ * vector is summed in the same association whatever its position in the
+ * tree (attn_reg_avx512.inc relies on it: its scores equal tile_dot's). */
+HKV_VINLINE vf vf_tree_l1(vf a, vf b)
+{
+    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+}
+HKV_VINLINE vf vf_tree_l2(vf a, vf b)
+{
+    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x88), _mm512_shuffle_f32x4(a, b, 0xDD));
+}
+HKV_VINLINE vf vf_tree_l3(vf a, vf b)
+{
+    return _mm512_add_ps(_mm512_shuffle_ps(a, b, 0x44), _mm512_shuffle_ps(a, b, 0xEE));
+}
+HKV_VINLINE vf vf_tree_l4(vf a, vf b)
+{
+    return _mm512_add_ps(_mm512_shuffle_ps(a, b, 0x88), _mm512_shuffle_ps(a, b, 0xDD));
+}
+
 /* out lane j = sum of the lanes of v[j], j < 16: a 4-level shuffle/add tree
  * (45 ops for 16 sums instead of 16 separate reductions). The input order
  * is permuted so that the tree's output lanes come out in key order. */
 HKV_VINLINE vf vf_reduce_vl(const vf *v)
 {
-#define HKV_L1(a, b) \
-    _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE))
-#define HKV_L2(a, b) \
-    _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x88), _mm512_shuffle_f32x4(a, b, 0xDD))
-#define HKV_L3(a, b) \
-    _mm512_add_ps(_mm512_shuffle_ps(a, b, 0x44), _mm512_shuffle_ps(a, b, 0xEE))
-#define HKV_L4(a, b) \
-    _mm512_add_ps(_mm512_shuffle_ps(a, b, 0x88), _mm512_shuffle_ps(a, b, 0xDD))
-    vf ab = HKV_L1(v[0], v[4]), cd = HKV_L1(v[8], v[12]);
-    vf ef = HKV_L1(v[1], v[5]), gh = HKV_L1(v[9], v[13]);
-    vf ij = HKV_L1(v[2], v[6]), kl = HKV_L1(v[10], v[14]);
-    vf mn = HKV_L1(v[3], v[7]), op = HKV_L1(v[11], v[15]);
-    vf a_d = HKV_L2(ab, cd), e_h = HKV_L2(ef, gh), i_l = HKV_L2(ij, kl), m_p = HKV_L2(mn, op);
-    vf a_h = HKV_L3(a_d, e_h), i_p = HKV_L3(i_l, m_p);
-    return HKV_L4(a_h, i_p);
-#undef HKV_L1
-#undef HKV_L2
-#undef HKV_L3
-#undef HKV_L4
+    vf ab = vf_tree_l1(v[0], v[4]), cd = vf_tree_l1(v[8], v[12]);
+    vf ef = vf_tree_l1(v[1], v[5]), gh = vf_tree_l1(v[9], v[13]);
+    vf ij = vf_tree_l1(v[2], v[6]), kl = vf_tree_l1(v[10], v[14]);
+    vf mn = vf_tree_l1(v[3], v[7]), op = vf_tree_l1(v[11], v[15]);
+    vf a_d = vf_tree_l2(ab, cd), e_h = vf_tree_l2(ef, gh), i_l = vf_tree_l2(ij, kl),
+       m_p = vf_tree_l2(mn, op);
+    return vf_tree_l4(vf_tree_l3(a_d, e_h), vf_tree_l3(i_l, m_p));
 }
 
 /* ---- weight block decoding (32 weights = 2 vectors) -------------------- */
