@@ -1,8 +1,9 @@
 /* Decode attention pieces against the float64 reference, every ISA level,
  * d in {64, 128} plus d = 48 and 80 (vector fallback / odd vector counts),
- * g in {1, 3, 4, 8} (and 40 > one head pass), on random fp16 K/V with a row
+ * g in 1..8 (each its own register-kernel instance on AVX-512) and 40 (more
+ * than one head pass), n across the 256-row chunks, on random fp16 K/V with a row
  * stride larger than d:
- *  - attn_dense over n in {0, 1, 7, 16, 33, 1000, 3000}: per head
+ *  - attn_dense over n in {0, 1, 7, 16, 33, 256, 257, 1000, 3000}: per head
  *    max|out - ref| <= 1e-4 * max|ref| and |lse - ref| <= 1e-4 * max(1, |ref|);
  *    n == 0 gives out exactly 0 and lse -inf;
  *  - the same with sharp logits (scale 1, large q) so the running max
@@ -71,8 +72,8 @@ int main(void)
     hkv_cpu_kernels t;
     test_rng rng = {11};
     const int ds[] = {64, 128, 48, 80};
-    const int gs[] = {1, 3, 4, 8, 40};
-    const int64_t ns[] = {0, 1, 7, 16, 33, 1000, 3000};
+    const int gs[] = {1, 2, 3, 4, 5, 6, 7, 8, 40};
+    const int64_t ns[] = {0, 1, 7, 16, 33, 256, 257, 1000, 3000};
     for (unsigned di = 0; di < sizeof ds / sizeof *ds; di++) {
         int d = ds[di];
         int64_t ld = d + 24;   /* rows padded: the kernels must honour ld */
