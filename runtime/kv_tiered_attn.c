@@ -17,8 +17,10 @@
  * rows, merged in order into the near partial. Fixed, so the arithmetic is
  * the same whether one thread runs the pieces in turn or several run them
  * side by side (a batch of one on many threads): a row's result never depends
- * on the batch or the thread count. */
-#define FAR_PIECE 2048
+ * on the batch or the thread count. 512: a 1K context's far tier is two
+ * pieces, so a batch of one with 3 KV heads keeps 2 threads busy (one piece
+ * per thread and head would leave one idle a third of the time). */
+#define FAR_PIECE 512
 
 typedef struct item { int seg, kvh, q0, nq; } item;
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The tiered cache's far attention in pieces (runtime/kv_tiered_attn.c,
-FAR_PIECE = 2048 rows): with few decode rows x KV heads for the threads, the
+FAR_PIECE = 512 rows): with few decode rows x KV heads for the threads, the
 pieces of every row run side by side and are merged in order. Checks, on a
-tiny generated model with a far tier of ~4,600 rows (three pieces):
+tiny generated model with a far tier of ~4,600 rows (nine pieces):
 
   threads  the logits are bit-identical for -t 1, 2 and 5 (prompt mode, one
            sequence; batch mode, three sequences), for full and quest;
