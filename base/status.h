@@ -23,7 +23,8 @@
     X(NOTFOUND, -7,  "not found")                                           \
     X(CAPACITY, -8,  "does not fit in the memory budget")                   \
     X(DEVICE,   -9,  "device error")                                        \
-    X(INTERNAL, -10, "internal error")
+    X(INTERNAL, -10, "internal error")                                      \
+    X(CANCELLED, -11, "cancelled")
 
 enum hkv_status {
 #define HKV_X_ENUM(name, val, text) HKV_E_##name = (val),

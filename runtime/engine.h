@@ -47,8 +47,10 @@ typedef struct hkv_fwd_stats {
 } hkv_fwd_stats;
 
 /* Called by hkv_prefill after each chunk: done of n prompt tokens, seconds
- * since the prompt started (a CLI's progress line; NULL: nothing). */
-typedef void (*hkv_progress_fn)(void *ud, int64_t done, int64_t n, double elapsed_s);
+ * since the prompt started (a CLI's progress line; NULL: nothing). Nonzero
+ * stops the prefill there: hkv_prefill fails with HKV_E_CANCELLED (a CLI
+ * taking SIGINT during a long prompt). */
+typedef int (*hkv_progress_fn)(void *ud, int64_t done, int64_t n, double elapsed_s);
 
 typedef struct hkv_engine {
     hkv_engine_params p;

@@ -31,7 +31,9 @@ int hkv_prefill(hkv_engine *e, int seq, const int32_t *prompt, int64_t n, int64_
         int rc = hkv_prefill_chunk(e, seq, prompt, n, pos0, done, chunk, last_logits, err);
         if (rc) return rc;
         done += chunk;
-        if (e->prefill_progress) e->prefill_progress(e->prefill_progress_ud, done, n, hkv_now() - t0);
+        if (e->prefill_progress && e->prefill_progress(e->prefill_progress_ud, done, n, hkv_now() - t0))
+            return hkv_seterr(err, HKV_E_CANCELLED, "prefill stopped after %lld of %lld prompt tokens",
+                              (long long)done, (long long)n);
     }
     return HKV_OK;
 }
@@ -40,6 +42,16 @@ int hkv_gen_stop_after(const hkv_engine *e, int stop_at_eog, int32_t tok, int n_
                        int n_predict) {
     if (stop_at_eog && hkv_tokenizer_is_eog(e->tok, tok)) return HKV_STOP_EOG;
     return n_out >= n_predict ? HKV_STOP_LENGTH : HKV_STOP_NONE;
+}
+
+/* The caller's callback asked to stop: every unfinished request ends as cancelled. */
+static int cancelled(hkv_gen_request *reqs, int n_reqs, hkv_err *err) {
+    int64_t n = 0;
+    for (int i = 0; i < n_reqs; i++) {
+        if (reqs[i].stop == HKV_STOP_NONE) reqs[i].stop = HKV_STOP_CANCEL;
+        n += reqs[i].n_out;
+    }
+    return hkv_seterr(err, HKV_E_CANCELLED, "generation stopped after %lld tokens", (long long)n);
 }
 
 int hkv_generate(hkv_engine *e, hkv_gen_request *reqs, int n_reqs, hkv_token_cb cb, void *ud,
@@ -109,13 +121,18 @@ int hkv_generate(hkv_engine *e, hkv_gen_request *reqs, int n_reqs, hkv_token_cb 
         int32_t t = hkv_sample(&smp[i], logits);
         r->t_first_token = hkv_now() - t0;
         r->out[r->n_out++] = t;
-        if (cb) cb(ud, i, t);
+        const int cancel = cb && cb(ud, i, t);
         if (!(r->stop = hkv_gen_stop_after(e, r->stop_at_eog, t, r->n_out, r->n_predict)))
             active[n_active++] = i;
+        if (cancel) {
+            rc = cancelled(reqs, n_reqs, err);
+            goto done;
+        }
     }
 
     /* Decode: every active sequence advances one token per step. */
     double t0 = hkv_now();
+    int cancel = 0;
     while (n_active > 0) {
         for (int a = 0; a < n_active; a++) {
             hkv_gen_request *r = &reqs[active[a]];
@@ -134,11 +151,15 @@ int hkv_generate(hkv_engine *e, hkv_gen_request *reqs, int n_reqs, hkv_token_cb 
             hkv_gen_request *r = &reqs[i];
             int32_t t = hkv_sample(&smp[i], logits + (size_t)a * V);
             r->out[r->n_out++] = t;
-            if (cb) cb(ud, i, t);
+            cancel |= cb && cb(ud, i, t);
             if (!(r->stop = hkv_gen_stop_after(e, r->stop_at_eog, t, r->n_out, r->n_predict)))
                 active[still++] = i;
         }
         n_active = still;
+        if (cancel) {   /* the step's tokens all delivered first */
+            rc = cancelled(reqs, n_reqs, err);
+            break;
+        }
     }
     st->t_decode = hkv_now() - t0;
 done:

@@ -10,7 +10,7 @@
 
 /* Why a sequence stopped: its token cap, an end-of-generation token, or (the
  * scheduler) one of the request's stop strings in the text. */
-enum hkv_stop { HKV_STOP_NONE = 0, HKV_STOP_LENGTH, HKV_STOP_EOG, HKV_STOP_STRING };
+enum hkv_stop { HKV_STOP_NONE = 0, HKV_STOP_LENGTH, HKV_STOP_EOG, HKV_STOP_STRING, HKV_STOP_CANCEL };
 
 typedef struct hkv_gen_request {
     const int32_t *prompt;
@@ -31,8 +31,10 @@ typedef struct hkv_gen_stats {
     int decode_steps;
 } hkv_gen_stats;
 
-/* Called after each generated token of request `req`. */
-typedef void (*hkv_token_cb)(void *ud, int req, int32_t tok);
+/* Called after each generated token of request `req`. Nonzero ends the
+ * generation there: every unfinished request stops with HKV_STOP_CANCEL,
+ * its tokens so far kept, and hkv_generate returns HKV_E_CANCELLED. */
+typedef int (*hkv_token_cb)(void *ud, int req, int32_t tok);
 
 /* Checks every request (batch size, context) before any work; on a failure
  * midway the tokens generated so far stay in reqs[i].out / n_out. */

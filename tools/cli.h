@@ -3,6 +3,8 @@
 #ifndef HKV_CLI_H
 #define HKV_CLI_H
 
+#include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -24,6 +26,12 @@ int hkv_arg_value(int argc, char **argv, int *i, const char **val, hkv_err *err)
 /* JSON string with escapes (UTF-8 passed through, control bytes escaped;
  * invalid UTF-8 bytes become U+FFFD so the output is always valid JSON). */
 void hkv_json_str(FILE *f, const char *s, size_t len);
+
+/* SIGINT and SIGTERM into set, blocked in the calling thread and every
+ * thread it starts afterwards (cli_signals.c says why); then taken between
+ * steps: the signal pending (and consumed), or 0. */
+void hkv_cli_block_stop_signals(sigset_t *set);
+int hkv_cli_signal_pending(const sigset_t *set);
 
 /* Read a whole file (for -f PROMPT_FILE); malloc'd, NUL-terminated. */
 int hkv_read_file(const char *path, char **out, size_t *len, hkv_err *err);
@@ -126,6 +134,6 @@ typedef struct hkv_progress {
 void hkv_progress_init(hkv_progress *p, const char *what, const char *unit);
 void hkv_progress_update(hkv_progress *p, double done, double total, double elapsed_s);
 /* An hkv_progress_fn (runtime/engine.h) over an hkv_progress *: a prefill's. */
-void hkv_progress_prefill(void *ud, int64_t done, int64_t n, double elapsed_s);
+int hkv_progress_prefill(void *ud, int64_t done, int64_t n, double elapsed_s);
 
 #endif

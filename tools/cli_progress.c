@@ -46,6 +46,7 @@ void hkv_progress_update(hkv_progress *p, double done, double total, double elap
     fflush(stderr);
 }
 
-void hkv_progress_prefill(void *ud, int64_t done, int64_t n, double elapsed_s) {
+int hkv_progress_prefill(void *ud, int64_t done, int64_t n, double elapsed_s) {
     hkv_progress_update(ud, (double)done, (double)n, elapsed_s);
+    return 0;
 }

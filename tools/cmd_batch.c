@@ -61,17 +61,6 @@ typedef struct batch_opts {
     hkv_device_cli dev;
 } batch_opts;
 
-/* SIGINT and SIGTERM are blocked in every thread of the job (the mask is
- * set before the engine starts its OpenMP and oneDNN workers, which inherit
- * it) and taken between steps: no handler ever runs on a thread in the
- * middle of a kernel (one delivered to a oneDNN sgemm worker was seen to
- * corrupt the heap), and no global flag is needed. 0: none pending. */
-static int stop_requested(const sigset_t *set) {
-    const struct timespec zero = {0, 0};
-    const int sig = sigtimedwait(set, NULL, &zero);
-    return sig > 0 ? sig : 0;
-}
-
 static int parse(int argc, char **argv, batch_opts *o, hkv_err *err) {
     memset(o, 0, sizeof *o);
     o->max_batch = 8;
@@ -360,7 +349,7 @@ static int work(job *j, hkv_sched *s, const sigset_t *stop_set, int *stop_sig, h
     int64_t wanted = 0;
     int nomore = 0, rc = HKV_OK;
     while (!j->io_rc) {
-        if ((*stop_sig = stop_requested(stop_set))) return HKV_OK;
+        if ((*stop_sig = hkv_cli_signal_pending(stop_set))) return HKV_OK;
         /* its free slots and one more (a refill waits for rank 0's next step,
          * which can be a prefill chunk); no deeper queue: requests not yet
          * started belong with whichever rank frees a slot first */
@@ -576,10 +565,7 @@ int hkv_cmd_batch(int argc, char **argv) {
     int64_t n_lines = 0, n_req = 0, lineno = 0;
     int interrupted = 0, stop_sig = 0;
     sigset_t stop_set;   /* blocked from here on, in this thread and every one it starts */
-    sigemptyset(&stop_set);
-    sigaddset(&stop_set, SIGINT);
-    sigaddset(&stop_set, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &stop_set, NULL);
+    hkv_cli_block_stop_signals(&stop_set);
     if (is_worker) goto engine;   /* the files are rank 0's */
     if (mpi.active) {
         if (!(j.demand = calloc((size_t)mpi.size, sizeof *j.demand)) ||
@@ -661,7 +647,7 @@ engine:;
         if (rc) break;
         nomore_sent |= eof;
         if (j.io_rc) break;
-        if ((stop_sig = stop_requested(&stop_set))) {
+        if ((stop_sig = hkv_cli_signal_pending(&stop_set))) {
             interrupted = 1;
             break;
         }

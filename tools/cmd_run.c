@@ -1,4 +1,5 @@
 /* hetkv run: generate a completion (or a chat reply) and report tokens/s. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,27 +48,42 @@ typedef struct stream_ctx {
     int json;
     char **text;      /* per request */
     size_t *len, *cap;
+    const sigset_t *stop_set;   /* SIGINT, SIGTERM: blocked, taken between steps */
+    int stop_sig;     /* the one taken, or 0 */
+    int out_closed;   /* stdout's reader went away (EPIPE: hetkv ignores SIGPIPE) */
 } stream_ctx;
 
-static void on_token(void *ud, int req, int32_t tok) {
+/* Nonzero: stop here (a signal, or nobody left to read the stream). */
+static int should_stop(stream_ctx *s) {
+    if (!s->stop_sig) s->stop_sig = hkv_cli_signal_pending(s->stop_set);
+    return s->stop_sig || s->out_closed;
+}
+
+static int on_token(void *ud, int req, int32_t tok) {
     stream_ctx *s = ud;
     char piece[256];
     int n = hkv_token_to_piece(s->e->tok, tok, 0, piece, sizeof piece);
-    if (n <= 0) return;
-    if (req == 0 && !s->json) {
-        fwrite(piece, 1, (size_t)n, stdout);
-        fflush(stdout);
-    }
+    if (n <= 0) return should_stop(s);
+    if (req == 0 && !s->json && !s->out_closed &&
+        (fwrite(piece, 1, (size_t)n, stdout) != (size_t)n || fflush(stdout) != 0))
+        s->out_closed = 1;
     if (s->len[req] + (size_t)n + 1 > s->cap[req]) {
         size_t nc = 2 * (s->cap[req] + (size_t)n + 64);
         char *nb = realloc(s->text[req], nc);
-        if (!nb) return;
+        if (!nb) return should_stop(s);
         s->text[req] = nb;
         s->cap[req] = nc;
     }
     memcpy(s->text[req] + s->len[req], piece, (size_t)n);
     s->len[req] += (size_t)n;
     s->text[req][s->len[req]] = 0;
+    return should_stop(s);
+}
+
+/* hkv_progress_fn: a signal during a long prompt stops the prefill. */
+static int on_prefill(void *ud, int64_t done, int64_t n, double elapsed_s) {
+    (void)done, (void)n, (void)elapsed_s;
+    return should_stop(ud);
 }
 
 static int parse(int argc, char **argv, run_opts *o, hkv_err *err) {
@@ -148,7 +164,8 @@ static void print_json(const run_opts *o, hkv_engine *e, const int32_t *prompt, 
     fputs(",\"text\":", f);
     hkv_json_str(f, sc->text[0] ? sc->text[0] : "", sc->len[0]);
     fprintf(f, ",\"n_prompt\":%lld,\"n_generated\":%d,\"stop\":\"%s\"", (long long)n_prompt,
-            reqs[0].n_out, reqs[0].stop == HKV_STOP_EOG ? "eog" : "length");
+            reqs[0].n_out, reqs[0].stop == HKV_STOP_EOG ? "eog" :
+            reqs[0].stop == HKV_STOP_CANCEL ? "cancelled" : "length");
     if (o->batch > 1) {
         fputs(",\"sequences\":[", f);
         for (int i = 0; i < o->batch; i++) {
@@ -181,13 +198,15 @@ static void print_json(const run_opts *o, hkv_engine *e, const int32_t *prompt, 
     fputs("}\n", f);
 }
 
-static void print_summary(hkv_engine *e, const hkv_gen_stats *st, int64_t n_prompt, double t_load) {
+static void print_summary(hkv_engine *e, const hkv_gen_stats *st, double t_load) {
     char b[HKV_TIER_COUNT][32];
     for (int t = 0; t < HKV_TIER_COUNT; t++) hkv_fmt_bytes((double)e->mem.peak[t], b[t], sizeof b[t]);
     fprintf(stderr, "\n\nhetkv: %s, %d threads, %s kernels, load %.2f s\n", e->model.cfg.name,
             hkv_threads_count(e->threads), hkv_isa_name(e->kern.isa), t_load);
-    fprintf(stderr, "hetkv: prefill %lld tokens in %.3f s (%.1f tokens/s)\n", (long long)n_prompt,
-            st->t_prefill, st->t_prefill > 0 ? st->n_prefill_tokens / st->t_prefill : 0);
+    /* the tokens prefilled (all the batch's; fewer than asked when stopped) */
+    fprintf(stderr, "hetkv: prefill %lld tokens in %.3f s (%.1f tokens/s)\n",
+            (long long)st->n_prefill_tokens, st->t_prefill,
+            st->t_prefill > 0 ? st->n_prefill_tokens / st->t_prefill : 0);
     fprintf(stderr, "hetkv: decode %lld tokens in %.3f s (%.1f tokens/s, %d steps)\n",
             (long long)st->n_decode_tokens, st->t_decode,
             st->t_decode > 0 ? st->n_decode_tokens / st->t_decode : 0, st->decode_steps);
@@ -232,6 +251,9 @@ int hkv_cmd_run(int argc, char **argv) {
     stream_ctx sc = {0};
     if (o.file && (rc = hkv_read_file(o.file, &file_text, &file_len, &err))) goto out;
 
+    sigset_t stop_set;   /* before the engine starts threads: they inherit the mask */
+    hkv_cli_block_stop_signals(&stop_set);
+    sc.stop_set = &stop_set;
     hkv_engine_params ep;
     hkv_engine_params_default(&ep);
     ep.model_path = o.model;
@@ -248,6 +270,8 @@ int hkv_cmd_run(int argc, char **argv) {
     if ((rc = hkv_engine_open(&e, &ep, &err)) || (rc = hkv_device_cli_attach(&o.dev, e, &err)))
         goto out;
     double t_load = hkv_now() - t0;
+    e->prefill_progress = on_prefill;
+    e->prefill_progress_ud = &sc;
 
     const char *text = o.prompt ? o.prompt : file_text;
     size_t text_len = o.prompt ? strlen(o.prompt) : file_len;
@@ -302,17 +326,21 @@ int hkv_cmd_run(int argc, char **argv) {
             goto out;
         }
     }
-    if (!o.json && !o.chat) {
-        fwrite(text, 1, text_len, stdout);
-        fflush(stdout);
-    }
-    hkv_gen_stats st;
-    rc = hkv_generate(e, reqs, (int)o.batch, on_token, &sc, &st, &err);
+    if (!o.json && !o.chat && (fwrite(text, 1, text_len, stdout) != text_len || fflush(stdout) != 0))
+        sc.out_closed = 1;
+    hkv_gen_stats st = {0};
+    rc = sc.out_closed ? HKV_OK : hkv_generate(e, reqs, (int)o.batch, on_token, &sc, &st, &err);
+    if (sc.stop_sig)
+        hkv_err_prefix(&err, "stopped by signal %d (%s)", sc.stop_sig,
+                       sc.stop_sig == SIGINT ? "SIGINT" : "SIGTERM");
+    else if (sc.out_closed)
+        rc = hkv_seterr(&err, HKV_E_IO, "the output was closed (%s) after %d generated tokens",
+                        strerror(EPIPE), reqs[0].n_out);
     /* Print what was generated even when a later step failed. */
     if (o.json)
         print_json(&o, e, prompt, n_prompt, reqs, &sc, &st, t_load);
     else
-        print_summary(e, &st, n_prompt, t_load);
+        print_summary(e, &st, t_load);
 out:
     if (rc) hkv_err_report(&err, stderr);
     if (reqs)
@@ -327,5 +355,5 @@ out:
     free(chat_text);
     free(file_text);
     hkv_engine_close(e);
-    return rc ? 1 : 0;
+    return sc.stop_sig ? 128 + sc.stop_sig : rc ? 1 : 0;
 }

@@ -237,8 +237,7 @@ static int engine_run(engine_loop *L, const sigset_t *sigs, hkv_err *err) {
     double deadline = 0;
     int rc = HKV_OK;
     for (;;) {
-        const struct timespec zero = {0, 0};
-        const int sig = sigtimedwait(sigs, NULL, &zero);
+        const int sig = hkv_cli_signal_pending(sigs);
         pthread_mutex_lock(&s->mu);
         if (sig > 0) {
             if (!s->stopping && !s->o->quiet)
@@ -338,10 +337,7 @@ int hkv_cmd_serve(int argc, char **argv) {
     /* blocked before any thread starts (OpenMP, oneDNN, libmicrohttpd), so
      * every thread inherits the mask and only the engine thread takes them */
     sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    hkv_cli_block_stop_signals(&sigs);
     hkv_srv s = {.o = &o, .listen_fd = -1};
     pthread_mutex_init(&s.mu, NULL);
     pthread_cond_init(&s.engine_cv, NULL);

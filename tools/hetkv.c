@@ -1,4 +1,5 @@
 /* hetkv: the command-line front end. */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -25,6 +26,10 @@ static const char usage[] =
     "hetkv COMMAND --help shows each command's options.\n";
 
 int main(int argc, char **argv) {
+    /* A closed output (a pipe whose reader left, a client gone) is a write
+     * error each command reports, keeping what it wrote (batch's finished
+     * lines, run's streamed text), instead of a silent kill. */
+    signal(SIGPIPE, SIG_IGN);
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") ||
         !strcmp(argv[1], "help")) {
         fputs(usage, argc < 2 ? stderr : stdout);
