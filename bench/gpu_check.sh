@@ -22,6 +22,7 @@
 # line per step: name, exit status, seconds) and the benches' JSON. SECONDS
 # (default 480) bounds the whole run: a step that would start past it is
 # skipped and says so; so is each step named in GPU_CHECK_SKIP (space-separated).
+# GPU_CHECK_PREDICT names the card for plan --predict (default: from nvidia-smi).
 set -u
 BUILD=${1:-build}
 OUT=${2:-gpu-check-out}
@@ -59,7 +60,15 @@ bench_json bench_smollm2_cuda 60 --synthetic smollm2-135m --device cuda --ctx 81
     --steps 16 --configs "'full;ctkvr'"
 bench_json bench_smollm2_cpu 60 --synthetic smollm2-135m --device cpu --ctx 8192 --batch 1,16 \
     --steps 16 --configs "'full;ctkvr'"
-step plan_predict 30 sh -c "\"$HKV\" plan --predict h200 --synthetic llama3-8b --policy full,ctkvr \
+# the card to predict for: GPU_CHECK_PREDICT, else guessed from nvidia-smi's name
+PRED=${GPU_CHECK_PREDICT:-}
+if [ -z "$PRED" ]; then
+    case "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null)" in
+        *H200*) PRED=h200 ;; *H100*PCIe*) PRED=h100-pcie ;; *H100*) PRED=h100 ;;
+        *4090*) PRED=rtx4090 ;; *A100*) PRED=a100 ;; *) PRED=h200 ;;
+    esac
+fi
+step plan_predict 30 sh -c "\"$HKV\" plan --predict $PRED --synthetic llama3-8b --policy full,ctkvr \
     --ctx 8192,32768 --batch 1,4 >\"$OUT/plan_predict.txt\" 2>&1"
 if command -v compute-sanitizer >/dev/null; then
     step memcheck_attn 60 compute-sanitizer --tool memcheck --error-exitcode 9 \
