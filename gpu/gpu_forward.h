@@ -52,6 +52,8 @@ typedef struct hkv_gpu_qmat {
     int gemm;            /* enum hkv_qmat_gemm; upload sets FP32, callers may change it
                           * (then size workspaces after the change) */
     int gemv;            /* enum hkv_qmat_gemv; upload sets AUTO */
+    int64_t panel_rows;  /* GEMM path: weight rows dequantised per cuBLAS call; upload
+                          * sets 0, qmat_panel.h's rule (size workspaces after a change) */
     float wscale;        /* set by upload: the power of two taking max |W| to [2^14, 2^15)
                           * for the fp16 parts (1 for F16 weights) */
 } hkv_gpu_qmat;

@@ -62,11 +62,12 @@
  * TFLOPS-equivalent, 0.67x the fp32 path (a slow-down: Ada's GeForce parts
  * halve fp32-accumulate tensor throughput), and the single fp16 product 2x;
  * H100 SXM 67 fp32 vs 989 fp16 tensor (dense): the split ~4.9x, the single
- * product ~15x. Peaks need large GEMMs; a 4 MiB panel is a few hundred rows,
- * which fills an H100 only with a few hundred activation rows.
+ * product ~15x. Peaks need large GEMMs: a panel of a few hundred rows left
+ * an H100 mostly idle (measured: qmat_panel.h).
  *
  * Workspace (hkv_gpu_qmat_matmul_ws_bytes(w, max_n)): one panel of about
- * 4 MiB (fp16 hi and lo side by side per row, [pr][2 cols]; at least 128 rows)
+ * 32 MiB (qmat_panel.h says why; fp16 hi and lo side by side per row,
+ * [pr][2 cols]; at least 128 rows)
  * and the split activations of at most QM_XCHUNK = 512 rows ([xc][2 cols]
  * fp16 plus a scale per row): calls with more rows run the whole panel loop
  * per 512-row chunk (the weights are dequantised again per chunk, a small
@@ -84,6 +85,7 @@
 #include <cuda_pipeline_primitives.h>
 
 #include "gpu_internal.cuh"
+#include "qmat_panel.h"
 
 extern "C" {
 #include "gpu_forward.h"
@@ -91,7 +93,7 @@ extern "C" {
 
 #define QM_WARPS 8                   /* GEMV: warps (output rows) per block */
 #define QM_THREADS (QM_WARPS * 32)
-#define QM_MAXN 8                    /* GEMV: activation rows per call */
+#define QM_MAXN HKV_QMAT_GEMV_MAX_ROWS   /* GEMV: activation rows per call */
 #define QM_MIN_BLOCKS 4              /* Q8 GEMV: blocks per SM ptxas must allow (<= 64
                                       * registers; unbounded, Q8 took 80) */
 #define QM_RWARPS 8                  /* Q4 GEMV: warps per block (all share one staged x) */
@@ -107,12 +109,10 @@ extern "C" {
 #define QM_Q4_MIN_BLOCKS(cfg) ((cfg) % 16 == 1 ? 4 : (cfg) % 16 <= ((cfg) < 32 ? 3 : 2) ? 3 : 2)
 #define QM_R2_MIN_ROWS 4096          /* Q4 GEMV, auto: two rows per warp from this many rows */
 #define QM_DQ_THREADS 256            /* dequantisation: threads per block (one row) */
-#define QM_PANEL_BYTES ((size_t)4 << 20)   /* GEMM path: panel target size */
-#define QM_PANEL_MIN_ROWS 128        /* ... but at least this many rows (GEMM efficiency) */
 #define QM_GRID_MAX (65535 * 16)     /* 1-D grid cap; kernels stride over the rest */
-#define QM_XCHUNK 512                /* split GEMM: activation rows per workspace chunk */
+#define QM_XCHUNK HKV_QMAT_XCHUNK     /* split GEMM: activation rows per workspace chunk */
 #define QM_LO_SCALE 2048.0f          /* lo parts are 2^11 x the residual (normal fp16) */
-#define QM_ALIGN 256                 /* workspace parts start on this (cuBLAS operands) */
+#define QM_ALIGN HKV_QMAT_ALIGN      /* workspace parts start on this (cuBLAS operands) */
 #define QM_EXP_CAP 100               /* |power of two| of the range scales (fp32-safe) */
 
 /* ---- dequantisation ------------------------------------------------------ */
@@ -872,14 +872,12 @@ extern "C" int hkv_gpu_qmat_rows(const hkv_gpu_qmat *w, const int32_t *ids, int6
     return qm_dequant(w, ids, 0, n, dst, ld_dst, hkv_stream(stream), err);
 }
 
-/* Rows per GEMM panel: QM_PANEL_BYTES at 4 bytes per weight (fp32, or fp16
- * hi + lo), at least QM_PANEL_MIN_ROWS, at most the matrix. */
+/* Rows per GEMM panel: w->panel_rows where set, else qmat_panel.h's rule (4
+ * bytes per weight, fp32 or fp16 hi + lo); at most the matrix. */
 static int64_t qm_panel_rows(const hkv_gpu_qmat *w)
 {
-    int64_t pr = (int64_t)(QM_PANEL_BYTES / ((size_t)w->cols * 4));
-    if (pr < QM_PANEL_MIN_ROWS) pr = QM_PANEL_MIN_ROWS;
-    if (pr > w->rows) pr = w->rows;
-    return pr;
+    if (w->panel_rows > 0) return w->panel_rows < w->rows ? w->panel_rows : w->rows;
+    return hkv_qmat_panel_rows(w->rows, w->cols);
 }
 
 static size_t qm_align(size_t b) { return (b + QM_ALIGN - 1) / QM_ALIGN * QM_ALIGN; }

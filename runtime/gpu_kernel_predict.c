@@ -9,13 +9,13 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "qmat_panel.h"   /* the GEMM path's panel rows, as qmat.cu sizes them */
 
 /* ---- constants restated from gpu/ (keep in step with the .cu files) ------------ */
 
 enum {
     QM_WARPS = 8,            /* qmat.cu: GEMV output rows per block */
-    QM_MAXN = 8,             /* qmat.cu: GEMV activation rows per call */
-    QM_PANEL_MIN_ROWS = 128, /* qmat.cu: GEMM panel at least this many rows */
+    QM_MAXN = HKV_QMAT_GEMV_MAX_ROWS, /* qmat.cu: GEMV activation rows per call */
     ATT_WARPS = 8,           /* attn_common.cuh: query heads per decode block */
     ATT_TILE = 32,           /* attn_common.cuh: keys per tile */
     DECODE_MAX_SPLIT = 32,   /* gpu_kernels.h HKV_GPU_DECODE_MAX_SPLIT */
@@ -23,7 +23,6 @@ enum {
     PF_CH = 16,              /* attn_prefill.cu: keys per softmax chunk */
     WS_CHUNK = 4096,         /* window_scores.cu: keys per pass-1 block */
 };
-#define QM_PANEL_BYTES ((double)(4 << 20))   /* qmat.cu: GEMM path panel target */
 
 /* attn_prefill.cu pf_cfg<D>: warps per block (BM = 16 W rows) and keys per
  * K/V tile; blocks per SM from docs/PTXAS.md (registers limit it: 5 for d64
@@ -126,9 +125,7 @@ static void c_panel(const hkv_kshape *s, const hkv_device_spec *dev, hkv_kcost *
     const double mm = 2.0 * s->n * s->rows * s->cols;
     c->unit = HKV_KU_FP32;
     if (split) {
-        int64_t pr = (int64_t)(QM_PANEL_BYTES / ((double)s->cols * 4));
-        if (pr < QM_PANEL_MIN_ROWS) pr = QM_PANEL_MIN_ROWS;
-        if (pr > s->rows) pr = s->rows;
+        const int64_t pr = hkv_qmat_panel_rows(s->rows, s->cols);
         const int64_t np = cdiv(s->rows, pr);
         const double panel = (double)pr * s->cols * 4, all = (double)s->rows * s->cols * 4;
         const int in_l2 = dev->l2_mib > 0 ? panel <= dev->l2_mib * 1048576.0 / 2 : 1;
@@ -152,9 +149,7 @@ static void c_panel(const hkv_kshape *s, const hkv_device_spec *dev, hkv_kcost *
         c->blocks = cdiv(s->rows, 128) * cdiv(s->n, 128);   /* cuBLAS tiles of ~128 x 128 */
         return;
     }
-    int64_t pr = (int64_t)(QM_PANEL_BYTES / ((double)s->cols * 4));
-    if (pr < QM_PANEL_MIN_ROWS) pr = QM_PANEL_MIN_ROWS;
-    if (pr > s->rows) pr = s->rows;
+    const int64_t pr = hkv_qmat_panel_rows(s->rows, s->cols);
     const int64_t np = cdiv(s->rows, pr);
     const double panel = (double)pr * s->cols * 4, all = (double)s->rows * s->cols * 4;
     const int in_l2 = dev && dev->l2_mib > 0 ? panel <= dev->l2_mib * 1048576.0 / 2 : 1;

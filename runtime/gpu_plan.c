@@ -8,10 +8,12 @@
 #include <strings.h>
 
 #include "host_mem.h"
+#include "qmat_panel.h"
 #include "window_scores.h"
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+static uint64_t ws_align(uint64_t b) { return (b + HKV_QMAT_ALIGN - 1) / HKV_QMAT_ALIGN * HKV_QMAT_ALIGN; }
 
 uint64_t hkv_plan_param_count(const hkv_model_config *c) {
     const uint64_t dim = (uint64_t)c->dim, hd = (uint64_t)c->head_dim;
@@ -223,6 +225,27 @@ int hkv_plan_index_bytes(const hkv_plan_params *p, uint64_t *gpu, uint64_t *host
 }
 
 /* Candidate ids the GPU hands the host per (sequence, KV head) each step. */
+/* The weight products' workspace (gpu/qmat.cu, hkv_gpu_qmat_matmul_ws_bytes,
+ * sized by pipeline/cuda_backend.c for the most rows a call has): the
+ * largest over the matrices of one dequantised panel (4 bytes a weight) and
+ * the split activations of up to HKV_QMAT_XCHUNK rows (the tensor-core
+ * modes; counted in every mode, a bound); none while every call is a GEMV. */
+static uint64_t product_ws(const hkv_model_config *c, uint64_t R) {
+    if (R <= HKV_QMAT_GEMV_MAX_ROWS) return 0;
+    const int64_t q = (int64_t)c->n_head * c->head_dim, kv = (int64_t)c->n_head_kv * c->head_dim;
+    const int64_t shape[][2] = {{q, c->dim}, {kv, c->dim}, {c->dim, q}, {c->ffn, c->dim},
+                                {c->dim, c->ffn}, {c->vocab, c->dim}};
+    const uint64_t xc = R < HKV_QMAT_XCHUNK ? R : HKV_QMAT_XCHUNK;
+    uint64_t most = 0;
+    for (size_t i = 0; i < sizeof shape / sizeof shape[0]; i++) {
+        const uint64_t cols = (uint64_t)shape[i][1];
+        const uint64_t panel = (uint64_t)hkv_qmat_panel_rows(shape[i][0], shape[i][1]) * cols * 4;
+        const uint64_t ws = ws_align(panel) + ws_align(xc * cols * 4) + xc * 4;
+        if (ws > most) most = ws;
+    }
+    return most;
+}
+
 static uint64_t step_ids(const hkv_policy_def *d, const hkv_policy_args *a, int64_t n_ctx) {
     if (d == &hkv_policy_ctkvr) {
         int64_t C, rho_p, rho;
@@ -297,6 +320,7 @@ int hkv_plan_compute(const hkv_plan_params *p, hkv_plan *o, hkv_err *err) {
     ws += 2 * B * H * (hd + 1) * 4;
     ws += B * KH * step_ids(d, a, p->n_ctx) * 4;
     ws += p->cublas_ws ? p->cublas_ws : HKV_PLAN_CUBLAS_WS;
+    ws += product_ws(c, R);
     /* fastkv cutting a prompt keeps every prompt token's hidden row (fp32)
      * through the first layers (tsp_prefill.c); prefills run one at a time. */
     if (d == &hkv_policy_fastkv && fastkv_cuts(a, p->n_ctx)) ws += (uint64_t)prompt * dim * 4;

@@ -18,7 +18,8 @@
  *    shapes 1x32, 37x96, 300x512, 9x800, 5x1056 and 9x9248 (the Q4 GEMV's
  *    steps of 1024 columns end partway, and its x tiles: 9248 columns are
  *    resident at no n, three tiles at n = 1, ten at n = 7 and 8), 37x97 and
- *    5x1 (F32/F16), and 300x4096 at n 8 and 9 (two panels of 256 + 44 rows;
+ *    5x1 (F32/F16), and 300x4096 at n 8 and 9 (two panels of 256 + 44 rows,
+ *    panel_rows set to 256;
  *    the Q4 GEMV's x in four tiles); 37x96 at n 33 and 600 (two
  *    activation chunks, 512 + 88) with x rows from 1e-6 to 1e6 and F32
  *    weights times 1e6 and 1e-6 (fp16's range: the power-of-two scales);
@@ -301,6 +302,9 @@ static const char *vname[] = {" auto", " 1 row/warp", " 2 rows/warp"};
 /* x row i scaled by 10^(3 (i % 5) - 6): 1e-6 .. 1e6, fp16 would overflow
  * (and go subnormal) without the rows' range scales */
 #define MM_WIDE_X 1
+/* GEMM panels of 256 rows instead of qmat_panel.h's 32 MiB: several panels
+ * and a partial last one at a size the emulator runs quickly */
+#define MM_PANEL256 2
 
 static void test_matmul_x(hkv_gpu_ctx *ctx, const hkv_cpu_kernels *scalar,
                           const hkv_cpu_kernels *best, int type, int64_t rows, int64_t cols,
@@ -315,6 +319,8 @@ static void test_matmul_x(hkv_gpu_ctx *ctx, const hkv_cpu_kernels *scalar,
         for (int64_t i = 0; i < rows * cols; i++) ((float *)m.w.q)[i] *= wmul;
     hkv_gpu_qmat g;
     GPU_OK(hkv_gpu_qmat_upload(ctx, &m.w, &g, st, err));
+    CHECK(g.panel_rows == 0, "upload sets the panel rule (panel_rows %lld)", (long long)g.panel_rows);
+    if (flags & MM_PANEL256) g.panel_rows = 256;
     /* the fp32 weights, their a-priori dequantisation error, the exact ones */
     float *wf = malloc(rows * cols * 4);
     double *wdq = malloc(rows * cols * 8);
@@ -682,7 +688,7 @@ int main(void)
         test_matmul(ctx, &scalar, &best, type, 5, 1056, NULL, 0, &rng);
         test_matmul(ctx, &scalar, &best, type, 9, 9248, NULL, 0, &rng);
         /* long rows (lanes loop over many blocks), and two GEMM panels of 256 + 44 rows */
-        test_matmul(ctx, &scalar, &best, type, 300, 4096, big_ns, 2, &rng);
+        test_matmul_x(ctx, &scalar, &best, type, 300, 4096, big_ns, 2, MM_PANEL256, 1, &rng);
         /* fp16's range: x rows 1e-6 .. 1e6 (and F32 weights times 1e6 and
          * 1e-6), 600 rows: two chunks of the split activations (512 + 88) */
         test_matmul_x(ctx, &scalar, &best, type, 37, 96, wide_ns, 2, MM_WIDE_X, 1e6f, &rng);

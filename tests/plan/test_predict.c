@@ -225,8 +225,8 @@ static void llama(void) {
             last[m] = o.mode[m].tok_s;
         }
     }
-    /* full at 32K: the built panel path (batch > 8) is launch-bound: more
-     * than 10x the launches and fewer tokens/s than batch 8; the target's
+    /* full at 32K: the built panel path (batch > 8) has more than 5x the
+     * launches of the GEMV and fewer tokens/s than batch 8; the target's
      * tokens/s still rise */
     p.n_ctx = 32768;
     p.batch = 8;
@@ -234,7 +234,7 @@ static void llama(void) {
     hkv_prediction o8 = o;
     p.batch = 16;
     CHECK(hkv_predict(&p, &o, &err) == HKV_OK, "%s", err.msg);
-    CHECK(o.mode[0].kernels > 10 * o8.mode[0].kernels, "built launches %lld vs %lld",
+    CHECK(o.mode[0].kernels > 5 * o8.mode[0].kernels, "built launches %lld vs %lld",
           (long long)o.mode[0].kernels, (long long)o8.mode[0].kernels);
     CHECK(o.mode[0].tok_s < o8.mode[0].tok_s, "built batch 16 %.1f < batch 8 %.1f tok/s",
           o.mode[0].tok_s, o8.mode[0].tok_s);

@@ -1,0 +1,35 @@
+/* The weight GEMM path's panels (gpu/qmat.cu): how many weight rows are
+ * dequantised into the workspace per cuBLAS call, in one place for the
+ * kernel, the per-kernel predictions (runtime/gpu_kernel_predict.c) and the
+ * memory plan (runtime/gpu_plan.c). Plain C: included by nvcc and the host.
+ *
+ * Why 32 MiB: each panel is one cuBLAS GEMM of panel rows x n activation
+ * rows, run one after another on the stream. With 4 MiB (256 rows at 4096
+ * columns) an H100 ran Llama-3-8B's gate+up (28672 x 4096) as 112 GEMMs of
+ * 256 x n output, a few 128 x 128 tiles each on a 132-SM card: 64 and 512
+ * activation rows took about the same time (1.24 vs 1.51 ms in fp16, 2.29
+ * vs 2.74 ms split; bench kernels --device cuda, 2026-11-26,
+ * docs/GPU_MEASURED.md), the mark of a fixed per-panel cost. 2,048 rows at
+ * 4096 columns give 16 x 4 tiles at n = 512 and 14 panels; a panel no longer
+ * fits half an H100's L2, which costs one more write and read of it (about
+ * 0.3 ms for gate+up at 3 TB/s, predicted) against GEMMs filling the card. */
+#ifndef HKV_QMAT_PANEL_H
+#define HKV_QMAT_PANEL_H
+
+#include <stdint.h>
+
+#define HKV_QMAT_PANEL_BYTES ((int64_t)32 << 20)   /* panel target: 4 bytes a weight */
+#define HKV_QMAT_PANEL_MIN_ROWS 128                /* ... but at least this many rows */
+#define HKV_QMAT_XCHUNK 512                        /* split/fp16 GEMMs: activation rows a chunk */
+#define HKV_QMAT_GEMV_MAX_ROWS 8                   /* calls of up to this many rows: the GEMV, no panel */
+#define HKV_QMAT_ALIGN 256                         /* workspace parts start on this (cuBLAS operands) */
+
+/* Weight rows per panel of a rows x cols matrix. */
+static inline int64_t hkv_qmat_panel_rows(int64_t rows, int64_t cols)
+{
+    int64_t pr = cols > 0 ? HKV_QMAT_PANEL_BYTES / (cols * 4) : rows;
+    if (pr < HKV_QMAT_PANEL_MIN_ROWS) pr = HKV_QMAT_PANEL_MIN_ROWS;
+    return pr > rows ? rows : pr;
+}
+
+#endif
