@@ -99,7 +99,7 @@ static void c_gemv(const hkv_kshape *s, hkv_kcost *c) {
     c->blocks = cdiv(s->rows, QM_WARPS);
 }
 
-/* n > 8 (and the F32 path at any n): per panel of pr rows (4 MiB of fp32, at
+/* n > 8 (and the F32 path at any n): per panel of pr rows (32 MiB of fp32, at
  * least 128 rows) k_qm_dequant writes the panel into the workspace and an
  * fp32 cuBLAS GEMM (CUBLAS_COMPUTE_32F: CUDA cores, no tensor cores) reads it
  * back. The panel is re-read at once, so it is charged to L2 while it fits

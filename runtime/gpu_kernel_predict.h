@@ -31,7 +31,7 @@
 /* The kernels of gpu/ that a decode step or a prompt runs on the device. */
 enum hkv_kernel_kind {
     HKV_KN_GEMV = 0,        /* k_qm_gemv_{q4,q8,f16,f32} (qmat.cu), n <= 8 rows */
-    HKV_KN_PANEL_GEMM,      /* n > 8: k_qm_dequant per 4 MiB row panel + cuBLAS fp32 GEMM */
+    HKV_KN_PANEL_GEMM,      /* n > 8: k_qm_dequant per 32 MiB row panel + cuBLAS fp32 GEMM */
     HKV_KN_TC_GEMM,         /* NOT BUILT (the target): one dequantising tensor-core product */
     HKV_KN_ATTN_DECODE,     /* k_attn_decode<VEC> + k_attn_combine when split (attn_decode.cu) */
     HKV_KN_ATTN_MERGE,      /* k_attn_merge: near + far (out, lse) */

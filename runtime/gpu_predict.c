@@ -160,10 +160,11 @@ static double kcall(const ctx *x, const hkv_kshape *s, double counted, double *a
 }
 
 /* A product y = x W^T over b rows, as built (gpu/qmat.cu): b <= 8 one GEMV
- * kernel reading each weight once (fp32 FMAs); b > 8 row panels of 4 MiB of
+ * kernel reading each weight once (fp32 FMAs); b > 8 row panels of 32 MiB of
  * fp32 (at least 128 rows) dequantised into the workspace, each followed by
- * an fp32 cuBLAS GEMM: two launches per panel, one after the other. The
- * panel stays in L2, so its fp32 bytes are not counted against DRAM.
+ * an fp32 cuBLAS GEMM: two launches per panel, one after the other. A
+ * panel that fits half the card's L2 is not counted against DRAM; a larger
+ * one is written and read back there (gpu_kernel_predict.c, c_panel).
  * Per-kernel model: HKV_KN_GEMV, HKV_KN_PANEL_GEMM. */
 static double prod_built(const ctx *x, int64_t rows, int64_t cols, int b, double *act, int64_t *kern) {
     const hkv_predict_params *p = x->p;

@@ -13,7 +13,7 @@
  *
  *   built   the code as it is: the policy (ctkvr's centroid recall too) runs
  *           on the host; products are the dequantising GEMV for batches <= 8
- *           and, above 8, 4 MiB dequantised fp32 panels each followed by an
+ *           and, above 8, 32 MiB dequantised fp32 panels each followed by an
  *           fp32 cuBLAS GEMM (gpu/qmat.cu); within a layer only the device's
  *           near attention overlaps the CPU's far work, everything else is
  *           serial (the O projection needs the merged attention).

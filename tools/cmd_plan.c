@@ -148,7 +148,7 @@ static const char *mode_desc(int mi) {
     return mi == HKV_PRED_BUILT
                ? "the pipeline as built: ctkvr's centroid recall on the device (C' slots go down), "
                  "the lists, rerank and attention on the host; products are the "
-                 "dequantising GEMV for batch <= 8 and 4 MiB dequantised fp32 panels + fp32 cuBLAS "
+                 "dequantising GEMV for batch <= 8 and 32 MiB dequantised fp32 panels + fp32 cuBLAS "
                  "GEMMs above 8; only the device's near attention overlaps the CPU's far work"
                : "the target design: ctkvr's recall and list union on the device (candidate ids go "
                  "down), "

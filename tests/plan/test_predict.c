@@ -172,7 +172,7 @@ static void hand_case(void) {
     NEAR(b->step_s, 2 * (38912 + 13584 + 4184 + 526384) * 1e-9 + (80 + 12800 + 32 + 2048) * 1e-9);
     NEAR(o.mode[HKV_PRED_TARGET].step_s, b->step_s);
 
-    /* as built, 9..16 rows take the panel path: two launches per 4 MiB panel */
+    /* as built, 9..16 rows take the panel path: two launches per 32 MiB panel */
     hkv_predict_defaults(&p);
     p.cfg = &c, p.dev = &unit_dev, p.n_ctx = 1024, p.policy = &hkv_policy_full;
     p.batch = 8;
@@ -182,7 +182,7 @@ static void hand_case(void) {
     CHECK(k8 == 2 * 15 + 4, "kernels at batch 8: %lld", (long long)k8);
     p.batch = 9;
     CHECK(hkv_predict(&p, &o, &err) == HKV_OK, "%s", err.msg);
-    /* every tiny matrix is one panel (<= 128 rows, or 256 rows of 64 within 4 MiB) */
+    /* every tiny matrix is one panel (<= 128 rows, or 256 rows of 64 within 32 MiB) */
     CHECK(o.mode[HKV_PRED_BUILT].kernels == 2 * (8 + 11) + 2 + 3, "kernels at batch 9: %lld",
           (long long)o.mode[HKV_PRED_BUILT].kernels);
     CHECK(o.mode[HKV_PRED_TARGET].kernels == k8, "target kernels %lld",
