@@ -52,7 +52,8 @@ bench_json bench_llama3_8b_8k_all_near 90 --synthetic llama3-8b --device cuda --
 # where a step's device time goes, op by op (--gpu-profile: events around every op)
 bench_json bench_llama3_8b_8k_profile 90 --synthetic llama3-8b --device cuda --ctx 8192 --batch 1 \
     --steps 16 --gpu-profile --configs "'snapkv:budget=1024'"
-step pipeline_tiny 150 python3 tests/pipeline/test_pipeline.py --bin-dir "$BUILD/tools"
+# every policy, three cases each, two processes a case: about 5 minutes on an H100
+step pipeline_tiny 300 python3 tests/pipeline/test_pipeline.py --bin-dir "$BUILD/tools"
 # a long prompt on 8 of the 32 layers: the prefill's speed at 16K
 bench_json bench_llama3_8b_l8_16k 90 --synthetic llama3-8b@8 --device cuda --ctx 16384 --batch 1 \
     --steps 8 --configs "'full;ctkvr'"
