@@ -18,8 +18,26 @@ void *__real_aligned_alloc(size_t a, size_t n);
 
 static atomic_long n_alloc;
 static atomic_long fail_at = -2;   /* -2: environment not read yet; -1: never */
+static atomic_int kinds = -1;      /* -1: not read yet; else HKV_FAULT_* bits counted */
 
-int hkv_fault_hit(void) {
+static int kinds_counted(void) {
+    int k = atomic_load(&kinds);
+    if (k >= 0) return k;
+    const char *s = getenv("HKV_FAULT_KINDS");
+    if (!s || !*s) {
+        k = HKV_FAULT_HOST | HKV_FAULT_PINNED | HKV_FAULT_DEVICE;
+    } else {
+        k = 0;
+        if (strstr(s, "host")) k |= HKV_FAULT_HOST;
+        if (strstr(s, "pinned")) k |= HKV_FAULT_PINNED;
+        if (strstr(s, "device")) k |= HKV_FAULT_DEVICE;
+    }
+    atomic_store(&kinds, k);
+    return k;
+}
+
+int hkv_fault_hit_kind(int kind) {
+    if (!(kinds_counted() & kind)) return 0;
     long at = atomic_load(&fail_at);
     if (at == -2) {
         const char *s = getenv("HKV_FAULT_AT");
@@ -29,6 +47,8 @@ int hkv_fault_hit(void) {
     const long k = atomic_fetch_add(&n_alloc, 1) + 1;
     return at > 0 && k == at;
 }
+
+static int hkv_fault_hit(void) { return hkv_fault_hit_kind(HKV_FAULT_HOST); }
 
 __attribute__((destructor)) static void report(void) {
     const char *path = getenv("HKV_FAULT_REPORT");

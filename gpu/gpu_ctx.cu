@@ -13,6 +13,8 @@
 
 #include "gpu_internal.cuh"
 
+#include "fault.h"
+
 struct hkv_gpu_ctx {
     int device;
     int sm_count;                   /* what kernels size their grids by (flash-decoding) */
@@ -178,6 +180,11 @@ static void *ctx_alloc(hkv_gpu_ctx *ctx, int tier, size_t bytes, int async, cuda
     if (bytes > ctx->total_cap || all > ctx->total_cap - bytes) {
         hkv_seterr(err, HKV_E_CAPACITY, "GPU tier %s: asked %zu, total cap %zu, in use %zu (all "
                    "tiers)", tn, bytes, ctx->total_cap, all);
+        return NULL;
+    }
+    if (hkv_fault_hit_kind(HKV_FAULT_DEVICE)) {   /* a -Dfault_inject=true build (tests/fault) */
+        hkv_seterr(err, HKV_E_NOMEM, "GPU tier %s: %s of %zu bytes failed: out of memory (fault "
+                   "injection)", tn, async ? "cudaMallocAsync" : "cudaMalloc", bytes);
         return NULL;
     }
     void *p = NULL;

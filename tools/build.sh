@@ -5,7 +5,8 @@
 #   emu    build-emu/   gpu/ on the CUDA emulator (-Dgpu_emu=true): kernels run on the CPU
 #   asan   build-asan/  the emulator build under AddressSanitizer + UBSan
 #   tsan   build-tsan/  the emulator build under ThreadSanitizer
-#   fault  build-fault/ fault injection (-Dfault_inject=true, tests/fault) under ASan + UBSan, no CUDA
+#   fault  build-fault/ fault injection (-Dfault_inject=true, tests/fault) under ASan + UBSan, gpu/ on
+#          the emulator (the walk fails device allocations too)
 # Extra arguments go to meson setup. HKV_BUILD_TARGETS limits what ninja builds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +18,7 @@ case "$variant" in
     tsan) dir=build-tsan; shift
           opts=(-Dgpu_emu=true --buildtype=debugoptimized -Db_sanitize=thread -Db_lundef=false) ;;
     fault) dir=build-fault; shift
-           opts=(-Dfault_inject=true -Dcuda=disabled --buildtype=debugoptimized
+           opts=(-Dfault_inject=true -Dgpu_emu=true --buildtype=debugoptimized
                  -Db_sanitize=address,undefined -Db_lundef=false) ;;
     ""|-*) dir=build; opts=(--buildtype=release) ;;
     *) echo "build.sh: unknown variant '$variant' (emu, asan, tsan, fault)" >&2; exit 2 ;;

@@ -105,7 +105,7 @@ int hkv_pinned_alloc(hkv_pinned *out, hkv_mem_account *acc, hkv_pinned_account *
         return hkv_seterr(err, HKV_E_INTERNAL, "pinned allocation for unknown tier %d", tier);
     if (bytes == 0) return hkv_seterr(err, HKV_E_INVAL, "pinned allocation of 0 bytes");
     if (bytes > SIZE_MAX / 2) return fail(err, HKV_E_NOMEM, "host memory", tier, bytes, "size is absurd");
-    if (hkv_fault_hit()) return fail(err, HKV_E_NOMEM, "host memory", tier, bytes, "fault injection");
+    if (hkv_fault_hit_kind(HKV_FAULT_PINNED)) return fail(err, HKV_E_NOMEM, "host memory", tier, bytes, "fault injection");
     int rc;
     if (numa_node >= 0 && (rc = check_node(numa_node, tier, bytes, err))) return rc;
     char why[256] = "";

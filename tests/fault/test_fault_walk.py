@@ -16,8 +16,11 @@ with -Db_sanitize=address,undefined) or a hang.
     python3 tests/fault/test_fault_walk.py --bin-dir build-fault/tools [--jobs run,quest,fastkv,laq,batch]
 
 Jobs: run (ctkvr), quest, fastkv, laq (hetkv run on a tiny generated model,
-each policy's own allocations) and batch (two requests under snapkv through
-the scheduler).
+each policy's own allocations), batch (two requests under snapkv through
+the scheduler) and device (hetkv run --device cuda, ctkvr, on the CUDA
+emulator: only the device and page-locked allocations are counted and
+failed, HKV_FAULT_KINDS=device,pinned; skipped in a build without the
+emulator).
 Exit 0: every allocation walked, 1: a failure, 77: not a fault-injection build.
 Last line: 'fault walk: N allocations walked, N failures'.
 """
@@ -37,7 +40,7 @@ SAN = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:", "Seg
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin-dir", required=True)
-    ap.add_argument("--jobs", default="run,quest,fastkv,laq,batch")
+    ap.add_argument("--jobs", default="run,quest,fastkv,laq,batch,device")
     ap.add_argument("--timeout", type=float, default=120)
     a = ap.parse_args()
     hetkv = os.path.join(a.bin_dir, "hetkv")
@@ -63,6 +66,9 @@ def main():
             "laq": [hetkv, "run", "-m", model, "-p", "Hello world, this is a test.", "-n", "6", "-c", "128",
                     "--sink", "2", "--local", "8", "--policy", "laq", "--policy-arg", "budget=8",
                     "-t", "2", "--temp", "0"],
+            "device": [hetkv, "run", "-m", model, "-p", "Hello world, this is a test.", "-n", "6", "-c",
+                       "128", "--sink", "2", "--local", "8", "--policy", "ctkvr", "-t", "2", "--temp", "0",
+                       "--device", "cuda"],
             "batch": [hetkv, "batch", "-m", model, "-i", inp, "-o", out, "--max-batch", "2", "-c", "128",
                       "--sink", "2", "--local", "8", "--policy", "snapkv", "--policy-arg", "budget=4",
                       "-t", "2", "-q", "--no-mpi"],
@@ -72,11 +78,20 @@ def main():
         walked = failures = 0
         for name in a.jobs.split(","):
             cmd = jobs[name]
+            env = dict(env0)
+            if name == "device":
+                info = subprocess.run([hetkv, "info", "--json"], capture_output=True, text=True)
+                cuda = json.loads(info.stdout).get("cuda", {}) if info.returncode == 0 else {}
+                if cuda.get("backend") != "cuda-emu":
+                    print(f"device: skipped: hetkv runs no CUDA emulator here (backend "
+                          f"{cuda.get('backend')!r})")
+                    continue
+                env["HKV_FAULT_KINDS"] = "device,pinned"
             rep = os.path.join(tmp, "count.txt")
             if os.path.exists(out):
                 os.remove(out)
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout,
-                               env=dict(env0, HKV_FAULT_REPORT=rep))
+                               env=dict(env, HKV_FAULT_REPORT=rep))
             if not os.path.exists(rep):
                 print("fault walk: skipped: not a -Dfault_inject=true build (no allocation count)")
                 return 77
@@ -92,7 +107,7 @@ def main():
                     os.remove(out)
                 try:
                     p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout,
-                                       env=dict(env0, HKV_FAULT_AT=str(n)))
+                                       env=dict(env, HKV_FAULT_AT=str(n)))
                 except subprocess.TimeoutExpired:
                     print(f"FAIL {name} allocation {n}: hung past {a.timeout} s")
                     failures += 1
