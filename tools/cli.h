@@ -36,7 +36,8 @@ void hkv_json_str(FILE *f, const char *s, size_t len);
 json_t *hkv_json_text(const char *s, size_t n, int keep_nul);
 json_t *hkv_jstr(const char *s);   /* hkv_json_text of a C string; NULL: "" */
 /* v as printf's fmt ("%.4f") writes it, so the output keeps the precision
- * it had; null when v is NaN or infinite (json_real refuses them). */
+ * it had, an integer where that text has no point ("%.0f"); null when v is
+ * NaN or infinite (json_real refuses them). */
 json_t *hkv_jnum(double v, const char *fmt);
 /* A count held in a double (written "%.0f" before): an integer. */
 json_t *hkv_jint(double v);

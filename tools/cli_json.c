@@ -41,14 +41,13 @@ json_t *hkv_jnum(double v, const char *fmt) {
     if (!isfinite(v)) return json_null();   /* json_real refuses NaN and inf */
     char buf[64];
     snprintf(buf, sizeof buf, fmt, v);
+    /* what printf wrote without a point or exponent ("%.0f", "%g" of 0) was
+     * read as an integer: it stays one */
+    if (!strpbrk(buf, ".eE") && fabs(v) < 9e18) return json_integer(strtoll(buf, NULL, 10));
     return json_real(strtod(buf, NULL));
 }
 
-json_t *hkv_jint(double v) {
-    if (!isfinite(v)) return json_null();
-    if (fabs(v) < 9e18) return json_integer((json_int_t)llround(v));
-    return hkv_jnum(v, "%.0f");
-}
+json_t *hkv_jint(double v) { return hkv_jnum(v, "%.0f"); }
 
 void hkv_jset(json_t *o, const char *key, json_t *v, int *bad) {
     if (json_object_set_new(o, key, v)) *bad = 1;   /* v is released by jansson */
