@@ -24,9 +24,6 @@ int hkv_arg_int_list(const char *opt, const char *s, long long lo, long long hi,
 /* The value following option argv[*i]; error when it is missing. */
 int hkv_arg_value(int argc, char **argv, int *i, const char **val, hkv_err *err);
 
-/* JSON string with escapes (UTF-8 passed through, control bytes escaped;
- * invalid UTF-8 bytes become U+FFFD so the output is always valid JSON). */
-void hkv_json_str(FILE *f, const char *s, size_t len);
 /* JSON output through jansson (cli_json.c). Trees are built with hkv_jset
  * and hkv_jpush, which note a failed allocation in *bad (jansson would drop
  * the member silently), and written once by hkv_json_emit. */
