@@ -152,7 +152,8 @@ static json_t *tokens_json(const int32_t *t, int64_t n, int *bad) {
 /* Per tier, the peak bytes: "memory" and "draft_memory". */
 static json_t *peaks_json(const size_t *peak, int *bad) {
     json_t *m = json_object();
-    for (int t = 0; t < HKV_TIER_COUNT; t++) hkv_jset(m, hkv_tier_name(t), json_integer((json_int_t)peak[t]), bad);
+    for (int t = 0; t < HKV_TIER_COUNT; t++)
+        hkv_jset(m, hkv_tier_name(t), json_integer((json_int_t)peak[t]), bad);
     return m;
 }
 
