@@ -21,7 +21,7 @@
 
 #include "bench_gpu.h"
 #include "bench_gpu_impl.h"
-#include "cli.h"   /* hkv_json_str */
+#include "cli.h"   /* hkv_json_emit */
 #include "device.h"
 #include "engine.h"   /* hkv_now */
 
@@ -135,66 +135,87 @@ static void print_row(const bg *b, const bg_row *r, FILE *out)
         b->emulated ? "  emulated: not a speed" : "");
 }
 
-int bg_add(bg *b, const bg_row *row, hkv_err *err)
+int bg_add(bg *b, const bg_row *row, json_t *params, hkv_err *err)
 {
+    if (!params) return hkv_seterr(err, HKV_E_NOMEM, "bench: no memory for a row's JSON");
     if (b->n_rows == b->cap_rows) {
         int nc = b->cap_rows ? 2 * b->cap_rows : 64;
         bg_row *nr = realloc(b->rows, (size_t)nc * sizeof *nr);
-        if (!nr) return hkv_seterr(err, HKV_E_NOMEM, "bench: no memory for %d rows", nc);
+        if (!nr) {
+            json_decref(params);
+            return hkv_seterr(err, HKV_E_NOMEM, "bench: no memory for %d rows", nc);
+        }
         b->rows = nr, b->cap_rows = nc;
     }
-    b->rows[b->n_rows++] = *row;
+    b->rows[b->n_rows] = *row;
+    b->rows[b->n_rows++].params = params;
     /* with --json the rows go to stderr as they come: a run cut short by a
      * time limit still leaves what it measured in the log */
     print_row(b, row, b->json ? stderr : stdout);
     return HKV_OK;
 }
 
-static void json_num(const char *key, double v)
-{
-    if (v < 0 || !isfinite(v)) printf(",\"%s\":null", key);
-    else printf(",\"%s\":%.6g", key, v);
-}
+/* A share or rate: null where it does not apply (negative) or is not finite. */
+static json_t *num_or_null(double v) { return v < 0 ? json_null() : hkv_jnum(v, "%.6g"); }
 
-static void print_json(const bg *b, const hkv_gpu_device *dev)
+static int print_json(const bg *b, const hkv_gpu_device *dev, hkv_err *err)
 {
-    printf("{\"device\":{\"name\":");
-    hkv_json_str(stdout, dev->name, strlen(dev->name));
-    printf(",\"cc\":%d,\"sms\":%d,\"mem_bytes\":%zu,\"emulated\":%s,\"backend\":\"%s\"}",
-           10 * dev->cc_major + dev->cc_minor, dev->sm_count, dev->mem_total,
-           b->emulated ? "true" : "false", hkv_gpu_backend());
-    if (b->spec)
-        printf(",\"sheet\":{\"name\":\"%s\",\"label\":\"%s\",\"mem_gbs\":%.1f,\"pcie_gbs\":%.1f,"
-               "\"tensor_tflops\":%.1f,\"fp32_tflops\":%.1f}",
-               b->spec->name, b->spec->label, b->spec->mem_gbs, b->spec->pcie_gbs,
-               b->spec->tensor_tflops, b->spec->fp32_tflops);
-    else
-        printf(",\"sheet\":null");
-    printf(",\"d2d_gbs\":%.3f,\"reps\":%d,\"cold_bytes\":%zu,\"quick\":%s,\"emulated\":%s",
-           b->d2d_gbs, b->reps, b->cold_bytes, b->quick ? "true" : "false",
-           b->emulated ? "true" : "false");
+    int bad = 0;
+    json_t *o = json_object(), *d = json_object(), *rows = json_array();
+    hkv_jset(d, "name", hkv_jstr(dev->name), &bad);
+    hkv_jset(d, "cc", json_integer(10 * dev->cc_major + dev->cc_minor), &bad);
+    hkv_jset(d, "sms", json_integer(dev->sm_count), &bad);
+    hkv_jset(d, "mem_bytes", json_integer((json_int_t)dev->mem_total), &bad);
+    hkv_jset(d, "emulated", json_boolean(b->emulated), &bad);
+    hkv_jset(d, "backend", json_string(hkv_gpu_backend()), &bad);
+    hkv_jset(o, "device", d, &bad);
+    json_t *sh = json_null();
+    if (b->spec) {
+        sh = json_object();
+        hkv_jset(sh, "name", hkv_jstr(b->spec->name), &bad);
+        hkv_jset(sh, "label", hkv_jstr(b->spec->label), &bad);
+        hkv_jset(sh, "mem_gbs", hkv_jnum(b->spec->mem_gbs, "%.1f"), &bad);
+        hkv_jset(sh, "pcie_gbs", hkv_jnum(b->spec->pcie_gbs, "%.1f"), &bad);
+        hkv_jset(sh, "tensor_tflops", hkv_jnum(b->spec->tensor_tflops, "%.1f"), &bad);
+        hkv_jset(sh, "fp32_tflops", hkv_jnum(b->spec->fp32_tflops, "%.1f"), &bad);
+    }
+    hkv_jset(o, "sheet", sh, &bad);
+    hkv_jset(o, "d2d_gbs", hkv_jnum(b->d2d_gbs, "%.3f"), &bad);
+    hkv_jset(o, "reps", json_integer(b->reps), &bad);
+    hkv_jset(o, "cold_bytes", json_integer((json_int_t)b->cold_bytes), &bad);
+    hkv_jset(o, "quick", json_boolean(b->quick), &bad);
+    hkv_jset(o, "emulated", json_boolean(b->emulated), &bad);
     if (b->emulated)
-        printf(",\"note\":\"CUDA emulator on the CPU: every time is the emulation's, not a speed\"");
-    printf(",\"rows\":[");
+        hkv_jset(o, "note", json_string("CUDA emulator on the CPU: every time is the emulation's, not a "
+                                        "speed"), &bad);
     for (int i = 0; i < b->n_rows; i++) {
         const bg_row *r = &b->rows[i];
         double p, s, f;
         shares(b, r, &p, &s, &f);
-        printf("%s{\"group\":\"%s\",\"kernel\":\"%s\",\"shape\":\"%s\"%s%s,\"us\":%.3f,"
-               "\"host_enqueue_us\":%.3f,\"reps\":%d,\"bytes\":%.0f,\"gbs\":%.3f",
-               i ? "," : "", r->group, r->kernel, r->shape, r->params[0] ? "," : "", r->params, r->us,
-               r->enq_us, r->reps, r->bytes, gbs(r));
-        if (r->flops > 0) printf(",\"flops\":%.0f", r->flops);
-        else printf(",\"flops\":null");
-        json_num("tflops", r->flops > 0 && r->us > 0 ? r->flops / (r->us * 1e6) : -1);
-        json_num("probe_frac", p);
-        json_num("sheet_frac", s);
-        json_num("flop_frac", f);
-        printf(",\"link\":\"%s\",\"unit\":\"%s\",\"emulated\":%s}", r->link == BG_PCIE ? "pcie" : "dram",
-               (const char *[]){"none", "fp32", "tensor", "tensor-split"}[r->unit],
-               b->emulated ? "true" : "false");
+        json_t *x = json_object();
+        hkv_jset(x, "group", hkv_jstr(r->group), &bad);
+        hkv_jset(x, "kernel", hkv_jstr(r->kernel), &bad);
+        hkv_jset(x, "shape", hkv_jstr(r->shape), &bad);
+        if (json_object_update(x, r->params)) bad = 1;   /* the shape's members, in their order */
+        hkv_jset(x, "us", hkv_jnum(r->us, "%.3f"), &bad);
+        hkv_jset(x, "host_enqueue_us", hkv_jnum(r->enq_us, "%.3f"), &bad);
+        hkv_jset(x, "reps", json_integer(r->reps), &bad);
+        hkv_jset(x, "bytes", hkv_jint(r->bytes), &bad);
+        hkv_jset(x, "gbs", hkv_jnum(gbs(r), "%.3f"), &bad);
+        hkv_jset(x, "flops", r->flops > 0 ? hkv_jint(r->flops) : json_null(), &bad);
+        hkv_jset(x, "tflops", num_or_null(r->flops > 0 && r->us > 0 ? r->flops / (r->us * 1e6) : -1),
+                 &bad);
+        hkv_jset(x, "probe_frac", num_or_null(p), &bad);
+        hkv_jset(x, "sheet_frac", num_or_null(s), &bad);
+        hkv_jset(x, "flop_frac", num_or_null(f), &bad);
+        hkv_jset(x, "link", json_string(r->link == BG_PCIE ? "pcie" : "dram"), &bad);
+        hkv_jset(x, "unit", json_string((const char *[]){"none", "fp32", "tensor", "tensor-split"}[r->unit]),
+                 &bad);
+        hkv_jset(x, "emulated", json_boolean(b->emulated), &bad);
+        hkv_jpush(rows, x, &bad);
     }
-    printf("]}\n");
+    hkv_jset(o, "rows", rows, &bad);
+    return hkv_json_emit(stdout, o, bad, err);
 }
 
 /* ---- the device and its data sheet ------------------------------------------------ */
@@ -319,7 +340,7 @@ int hkv_bench_gpu_main(int argc, char **argv)
     if ((rc = bg_run_copies(&b, &err)) || (rc = bg_run_products(&b, &err)) ||
         (rc = bg_run_attention(&b, &err)))
         goto out;
-    if (b.json) print_json(&b, &dev[0]);
+    if (b.json) rc = print_json(&b, &dev[0], &err);
 out:
     if (rc) {
         hkv_err_prefix(&err, "bench kernels --device cuda");
@@ -328,6 +349,7 @@ out:
     hkv_gpu_event_destroy(b.ev0);
     hkv_gpu_event_destroy(b.ev1);
     hkv_gpu_ctx_destroy(b.ctx);
+    for (int i = 0; i < b.n_rows; i++) json_decref(b.rows[i].params);
     free(b.rows);
     return rc ? 1 : 0;
 }

@@ -98,14 +98,15 @@ static int decode_rows(bg *b, int64_t rows, int seqs, hkv_err *err)
         snprintf(r.kernel, sizeof r.kernel, "decode split=%d%s", split, with_idx ? " idx" : "");
         snprintf(r.shape, sizeof r.shape, "H32 KH8 d128 %lld rows x %d seq%s", (long long)rows, seqs,
                  seqs > 1 ? "s" : "");
-        snprintf(r.params, sizeof r.params,
-                 "\"n_head\":%d,\"n_head_kv\":%d,\"d\":%d,\"kv_rows\":%lld,\"seqs\":%d,\"split\":%d,"
-                 "\"idx\":%s,\"copies\":%d",
-                 AH, AKH, AD, (long long)rows, seqs, split, with_idx ? "true" : "false", copies);
         at_call c = {.b = b, .q = q, .kv = kv, .copy_elems = kv1, .rows = rows, .seqs = seqs,
                      .split = split, .n_rows = dn, .idx = with_idx ? di : NULL, .out = out, .lse = lse,
                      .ws = ws, .ws_bytes = ws_bytes};
-        if (!(rc = bg_time(b, decode_fn, &c, copies, copies, &r, err))) rc = bg_add(b, &r, err);
+        if (!(rc = bg_time(b, decode_fn, &c, copies, copies, &r, err)))
+            rc = bg_add(b, &r,
+                        json_pack("{s:i,s:i,s:i,s:I,s:i,s:i,s:b,s:i}", "n_head", AH, "n_head_kv", AKH,
+                                  "d", AD, "kv_rows", (json_int_t)rows, "seqs", seqs, "split", split,
+                                  "idx", with_idx, "copies", copies),
+                        err);
     }
     hkv_gpu_free(b->ctx, HKV_TIER_WORKSPACE, ws, ws_bytes);
     hkv_gpu_free(b->ctx, HKV_TIER_WORKSPACE, lse, lb);
@@ -136,11 +137,12 @@ static int prefill_row(bg *b, int64_t nq, int64_t p0, hkv_err *err)
         snprintf(r.kernel, sizeof r.kernel, "prefill wmma");
         snprintf(r.shape, sizeof r.shape, "H32 KH8 d128 %lld tokens at %lld", (long long)nq,
                  (long long)p0);
-        snprintf(r.params, sizeof r.params,
-                 "\"n_head\":%d,\"n_head_kv\":%d,\"d\":%d,\"nq\":%lld,\"p0\":%lld", AH, AKH, AD,
-                 (long long)nq, (long long)p0);
         at_call c = {.b = b, .q = q, .kv = kv, .nq = nq, .p0 = p0, .out = out, .lse = lse};
-        if (!(rc = bg_time(b, prefill_fn, &c, 1, 1, &r, err))) rc = bg_add(b, &r, err);
+        if (!(rc = bg_time(b, prefill_fn, &c, 1, 1, &r, err)))
+            rc = bg_add(b, &r,
+                        json_pack("{s:i,s:i,s:i,s:I,s:I}", "n_head", AH, "n_head_kv", AKH, "d", AD,
+                                  "nq", (json_int_t)nq, "p0", (json_int_t)p0),
+                        err);
     }
     hkv_gpu_free(b->ctx, HKV_TIER_WORKSPACE, lse, lb);
     hkv_gpu_free(b->ctx, HKV_TIER_WORKSPACE, out, qb);

@@ -3,6 +3,7 @@
 #ifndef HKV_BENCH_GPU_IMPL_H
 #define HKV_BENCH_GPU_IMPL_H
 
+#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -20,7 +21,7 @@ typedef struct bg_row {
     char group[16];      /* copy, product, attn_decode, attn_prefill */
     char kernel[40];     /* "d2d", "q4 gemv", "q4 gemm split", ... */
     char shape[80];      /* for people */
-    char params[200];    /* the shape as JSON members ("\"rows\":4096,...") */
+    json_t *params;      /* the shape as JSON members ({"rows":4096,...}); bg_add's */
     double us;           /* device time per call, median of the reps */
     double enq_us;       /* host time to enqueue one call (median) */
     double bytes;        /* what the call must read and write once */
@@ -55,8 +56,9 @@ typedef int (*bg_call)(void *arg, int copy, hkv_err *err);
  * all queued before the device reaches it) between two events. Fills
  * row->us (median per call), row->enq_us, row->reps. */
 int bg_time(bg *b, bg_call fn, void *arg, int copies, int per_rep, bg_row *row, hkv_err *err);
-/* Append a measured row (text mode prints it at once). */
-int bg_add(bg *b, const bg_row *row, hkv_err *err);
+/* Append a measured row (text mode prints it at once) with its shape as
+ * JSON members; takes params (NULL: jansson had no memory, an error). */
+int bg_add(bg *b, const bg_row *row, json_t *params, hkv_err *err);
 
 /* How many copies of `bytes` make up b->cold_bytes (at least 1). */
 int bg_copies(const bg *b, double bytes);

@@ -102,11 +102,10 @@ int bg_run_copies(bg *b, hkv_err *err)
     if (!rc) {
         bg_row r = {.group = "copy", .kernel = "d2d", .link = BG_DRAM, .bytes = 2.0 * d2d};
         snprintf(r.shape, sizeof r.shape, "%zu MiB (read + write)", d2d >> 20);
-        snprintf(r.params, sizeof r.params, "\"size\":%zu", d2d);
         cp_call c = {b->st, dst, src, d2d, 0};
         if (!(rc = bg_time(b, cp_fn, &c, 1, 1, &r, err))) {
             b->d2d_gbs = r.us > 0 ? r.bytes / (r.us * 1e3) : 0;
-            rc = bg_add(b, &r, err);
+            rc = bg_add(b, &r, json_pack("{s:I}", "size", (json_int_t)d2d), err);
         }
     }
     /* pinned host memory: what the pipeline's per-step copies use */
@@ -117,9 +116,9 @@ int bg_run_copies(bg *b, hkv_err *err)
         bg_row r = {.group = "copy", .link = BG_PCIE, .bytes = (double)pcie};
         snprintf(r.kernel, sizeof r.kernel, "%s pinned", dir == 1 ? "h2d" : "d2h");
         snprintf(r.shape, sizeof r.shape, "%zu MiB", pcie >> 20);
-        snprintf(r.params, sizeof r.params, "\"size\":%zu", pcie);
         cp_call c = {b->st, dir == 1 ? dst : hp.p, dir == 1 ? hp.p : src, pcie, dir};
-        if (!(rc = bg_time(b, cp_fn, &c, 1, 1, &r, err))) rc = bg_add(b, &r, err);
+        if (!(rc = bg_time(b, cp_fn, &c, 1, 1, &r, err)))
+            rc = bg_add(b, &r, json_pack("{s:I}", "size", (json_int_t)pcie), err);
     }
     hkv_pinned_free(&hp, NULL, NULL);
     hkv_gpu_free(b->ctx, HKV_TIER_WORKSPACE, dst, d2d);

@@ -141,13 +141,14 @@ static int one_matrix(bg *b, int type, const pr_shape *s, const pr_host *h, cons
                  gemm ? mode_name(mode) : "");
         snprintf(r.shape, sizeof r.shape, "%s %lldx%lld n=%lld", s->role, (long long)s->rows,
                  (long long)s->cols, (long long)n);
-        snprintf(r.params, sizeof r.params,
-                 "\"type\":\"%s\",\"role\":\"%s\",\"rows\":%lld,\"cols\":%lld,\"n\":%lld,\"path\":\"%s\","
-                 "\"copies\":%d",
-                 type_name(type), s->role, (long long)s->rows, (long long)s->cols, (long long)n,
-                 gemm ? mode_name(mode) : gv_name[mode], copies);
         pr_call c = {b, w, x, y, n, ws, ws_bytes};
-        if (!(rc = bg_time(b, pr_fn, &c, copies, gemm ? 1 : copies, &r, err))) rc = bg_add(b, &r, err);
+        if (!(rc = bg_time(b, pr_fn, &c, copies, gemm ? 1 : copies, &r, err)))
+            rc = bg_add(b, &r,
+                        json_pack("{s:s,s:s,s:I,s:I,s:I,s:s,s:i}", "type", type_name(type), "role",
+                                  s->role, "rows", (json_int_t)s->rows, "cols", (json_int_t)s->cols,
+                                  "n", (json_int_t)n, "path", gemm ? mode_name(mode) : gv_name[mode],
+                                  "copies", copies),
+                        err);
     }
 out:
     if (rc) hkv_err_prefix(err, "%s %s %lld x %lld", type_name(type), s->role, (long long)s->rows,

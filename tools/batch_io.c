@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "batch.h"
+#include "cli.h"
 
 void hkv_batch_item_free(hkv_batch_item *it) {
     free(it->custom_id);
@@ -323,28 +324,7 @@ static char *envelope(int64_t line, const char *custom_id, int status, json_t *b
  * (a byte token can give it): as \u0000 it makes the line unreadable to
  * jansson without JSON_ALLOW_NUL, hkv_batch_scan_output's resume included. */
 json_t *hkv_json_utf8(const char *s, size_t n) {
-    json_t *j = n && memchr(s, 0, n) ? NULL : json_stringn(s, n);
-    if (j) return j;
-    char *b = malloc(3 * n + 1);
-    size_t o = 0;
-    if (!b) return json_string("");
-    for (size_t i = 0; i < n;) {
-        unsigned char c = (unsigned char)s[i];
-        int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        json_t *t = c && len && i + (size_t)len <= n ? json_stringn(s + i, (size_t)len) : NULL;
-        if (t) {
-            memcpy(b + o, s + i, (size_t)len);
-            o += (size_t)len;
-            i += (size_t)len;
-            json_decref(t);
-        } else {
-            memcpy(b + o, "\xEF\xBF\xBD", 3);
-            o += 3;
-            i++;
-        }
-    }
-    j = json_stringn(b, o);
-    free(b);
+    json_t *j = hkv_json_text(s, n, 0);
     return j ? j : json_string("");
 }
 

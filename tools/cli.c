@@ -82,48 +82,6 @@ int hkv_arg_int_list(const char *opt, const char *s, long long lo, long long hi,
     return HKV_OK;
 }
 
-/* Length of a valid UTF-8 sequence at s (<= n bytes), 0 if invalid. */
-static size_t utf8_len(const unsigned char *s, size_t n) {
-    unsigned c = s[0];
-    size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (!len || len > n) return 0;
-    for (size_t i = 1; i < len; i++)
-        if ((s[i] & 0xC0) != 0x80) return 0;
-    if (len == 2 && c < 0xC2) return 0;
-    if (len == 3 && c == 0xE0 && s[1] < 0xA0) return 0;
-    if (len == 3 && c == 0xED && s[1] >= 0xA0) return 0;   /* surrogates */
-    if (len == 4 && (c > 0xF4 || (c == 0xF0 && s[1] < 0x90) || (c == 0xF4 && s[1] >= 0x90)))
-        return 0;
-    return len;
-}
-
-void hkv_json_str(FILE *f, const char *str, size_t n) {
-    const unsigned char *s = (const unsigned char *)str;
-    fputc('"', f);
-    for (size_t i = 0; i < n;) {
-        unsigned c = s[i];
-        if (c == '"' || c == '\\') {
-            fputc('\\', f);
-            fputc((int)c, f);
-            i++;
-        } else if (c == '\n') { fputs("\\n", f); i++; }
-        else if (c == '\t') { fputs("\\t", f); i++; }
-        else if (c == '\r') { fputs("\\r", f); i++; }
-        else if (c < 0x20 || c == 0x7f) { fprintf(f, "\\u%04x", c); i++; }
-        else {
-            size_t l = utf8_len(s + i, n - i);
-            if (!l) {
-                fputs("\\ufffd", f);
-                i++;
-            } else {
-                fwrite(s + i, 1, l, f);
-                i += l;
-            }
-        }
-    }
-    fputc('"', f);
-}
-
 int hkv_read_file(const char *path, char **out, size_t *len, hkv_err *err) {
     FILE *f = fopen(path, "rb");
     if (!f) return hkv_seterr(err, HKV_E_IO, "cannot open '%s': %s", path, strerror(errno));

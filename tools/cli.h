@@ -3,6 +3,7 @@
 #ifndef HKV_CLI_H
 #define HKV_CLI_H
 
+#include <jansson.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -23,9 +24,25 @@ int hkv_arg_int_list(const char *opt, const char *s, long long lo, long long hi,
 /* The value following option argv[*i]; error when it is missing. */
 int hkv_arg_value(int argc, char **argv, int *i, const char **val, hkv_err *err);
 
-/* JSON string with escapes (UTF-8 passed through, control bytes escaped;
- * invalid UTF-8 bytes become U+FFFD so the output is always valid JSON). */
-void hkv_json_str(FILE *f, const char *s, size_t len);
+/* JSON output through jansson (cli_json.c). Trees are built with hkv_jset
+ * and hkv_jpush, which note a failed allocation in *bad (jansson would drop
+ * the member silently), and written once by hkv_json_emit. */
+/* A JSON string of n bytes: bytes that are not UTF-8 (a token boundary can
+ * cut a character) become U+FFFD, one per byte, and so does NUL unless
+ * keep_nul (then \u0000); NULL only without memory. */
+json_t *hkv_json_text(const char *s, size_t n, int keep_nul);
+json_t *hkv_jstr(const char *s);   /* hkv_json_text of a C string; NULL: "" */
+/* v as printf's fmt ("%.4f") writes it, so the output keeps the precision
+ * it had, an integer where that text has no point ("%.0f"); null when v is
+ * NaN or infinite (json_real refuses them). */
+json_t *hkv_jnum(double v, const char *fmt);
+/* A count held in a double (written "%.0f" before): an integer. */
+json_t *hkv_jint(double v);
+void hkv_jset(json_t *o, const char *key, json_t *v, int *bad);
+void hkv_jpush(json_t *a, json_t *v, int *bad);
+/* o as one compact line and a newline; takes o. HKV_E_NOMEM when bad, o is
+ * NULL or jansson cannot write it. */
+int hkv_json_emit(FILE *f, json_t *o, int bad, hkv_err *err);
 
 /* SIGINT and SIGTERM into set, blocked in the calling thread and every
  * thread it starts afterwards (cli_signals.c says why); then taken between
@@ -101,13 +118,16 @@ int hkv_device_cli_check_near(const hkv_device_cli *d, const char *model_path,
 /* After hkv_engine_open: with --device cuda, the CUDA backend (weights to
  * the device under the cap) becomes the engine's. */
 int hkv_device_cli_attach(const hkv_device_cli *d, hkv_engine *e, hkv_err *err);
-/* The pipeline's timeline and device memory: a ,"device":{...} member of a
- * JSON object, and a summary line (nothing on the CPU backend). */
-void hkv_device_cli_json(FILE *f, hkv_engine *e);
-/* ,"ops":{"embed":s,...}: the device time per backend op (--gpu-profile;
- * nothing when no op other than the products was timed). */
+/* The pipeline's timeline and device memory as o's "device" member
+ * ({"backend":"cpu"} on the CPU backend). */
+void hkv_device_cli_json(json_t *o, hkv_engine *e, int *bad);
+/* A timeline's members from cpu_busy_s on, the prompt rows and index builds
+ * with prompt_rows (run's whole-run timeline; bench's per point has none),
+ * and "ops", the device time per backend op (--gpu-profile; absent when no
+ * op other than the products was timed). */
 struct hkv_pipeline_stats;
-void hkv_device_cli_ops_json(FILE *f, const struct hkv_pipeline_stats *ps);
+void hkv_device_cli_timeline(json_t *t, const struct hkv_pipeline_stats *ps, int prompt_rows,
+                             int *bad);
 void hkv_device_cli_summary(FILE *f, hkv_engine *e);
 extern const char hkv_device_cli_help[];
 

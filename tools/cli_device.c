@@ -211,53 +211,64 @@ int hkv_device_cli_attach(const hkv_device_cli *d, hkv_engine *e, hkv_err *err) 
     return HKV_OK;
 }
 
-void hkv_device_cli_ops_json(FILE *f, const hkv_pipeline_stats *ps) {
-    int any = 0;
+void hkv_device_cli_timeline(json_t *t, const hkv_pipeline_stats *ps, int prompt_rows, int *bad) {
+    hkv_jset(t, "cpu_busy_s", hkv_jnum(ps->cpu_busy, "%.6f"), bad);
+    hkv_jset(t, "cpu_wait_device_s", hkv_jnum(ps->cpu_wait_dev, "%.6f"), bad);
+    hkv_jset(t, "device_near_s", hkv_jnum(ps->dev_near, "%.6f"), bad);
+    hkv_jset(t, "device_wait_cpu_s", hkv_jnum(ps->dev_wait_cpu, "%.6f"), bad);
+    hkv_jset(t, "device_products_s", hkv_jnum(ps->dev_products, "%.6f"), bad);
+    hkv_jset(t, "device_total_s", hkv_jnum(ps->dev_total, "%.6f"), bad);
+    hkv_jset(t, "bytes_d2h", json_integer((json_int_t)ps->bytes_d2h), bad);
+    hkv_jset(t, "bytes_h2d", json_integer((json_int_t)ps->bytes_h2d), bad);
+    hkv_jset(t, "near_resyncs", json_integer(ps->near_resyncs), bad);
+    hkv_jset(t, "device_recalls", json_integer(ps->recall_rows), bad);
+    hkv_jset(t, "recall_resyncs", json_integer(ps->recall_resyncs), bad);
+    if (prompt_rows) {
+        hkv_jset(t, "prompt_rows_device", json_integer(ps->prompt_rows_dev), bad);
+        hkv_jset(t, "prompt_rows_host", json_integer(ps->prompt_rows_host), bad);
+        hkv_jset(t, "index_builds_device", json_integer(ps->index_builds_dev), bad);
+        hkv_jset(t, "index_builds_host", json_integer(ps->index_builds_host), bad);
+    }
+    hkv_jset(t, "device_kept_rows", json_integer(ps->keep_rows), bad);
+    hkv_jset(t, "kept_resyncs", json_integer(ps->keep_resyncs), bad);
+    hkv_jset(t, "device_selects", json_integer(ps->device_selects), bad);
+    hkv_jset(t, "page_resyncs", json_integer(ps->page_resyncs), bad);
+    int any = 0;   /* "ops" only when --gpu-profile timed more than the products */
     for (int k = 0; k < HKV_DEV_OP_COUNT; k++)
         any |= ps->dev_op[k] > 0 && !(k >= HKV_DEV_OP_QKV && k <= HKV_DEV_OP_HEAD);
     if (!any) return;
-    fputs(",\"ops\":{", f);
+    json_t *ops = json_object();
     for (int k = 0; k < HKV_DEV_OP_COUNT; k++)
-        fprintf(f, "%s\"%s\":%.6f", k ? "," : "", hkv_dev_op_name(k), ps->dev_op[k]);
-    fputc('}', f);
+        hkv_jset(ops, hkv_dev_op_name(k), hkv_jnum(ps->dev_op[k], "%.6f"), bad);
+    hkv_jset(t, "ops", ops, bad);
 }
 
-void hkv_device_cli_json(FILE *f, hkv_engine *e) {
+void hkv_device_cli_json(json_t *o, hkv_engine *e, int *bad) {
     hkv_pipeline_stats ps;
     hkv_err err;
+    json_t *d = json_object();
     if (!hkv_backend_is_cuda(&e->be) || hkv_cuda_backend_stats(&e->be, &ps, &err)) {
-        fputs(",\"device\":{\"backend\":\"cpu\"}", f);
+        hkv_jset(d, "backend", json_string("cpu"), bad);
+        hkv_jset(o, "device", d, bad);
         return;
     }
-    fprintf(f, ",\"device\":{\"backend\":\"%s\",\"timeline\":{\"layer_steps\":%lld,"
-            "\"decode_rows\":%lld,\"prompt_rows\":%lld,\"cpu_busy_s\":%.6f,\"cpu_wait_device_s\":%.6f,"
-            "\"device_near_s\":%.6f,\"device_wait_cpu_s\":%.6f,\"device_products_s\":%.6f,"
-            "\"device_total_s\":%.6f,\"bytes_d2h\":%llu,\"bytes_h2d\":%llu,"
-            "\"near_resyncs\":%lld,\"device_recalls\":%lld,\"recall_resyncs\":%lld,"
-            "\"prompt_rows_device\":%lld,\"prompt_rows_host\":%lld,"
-            "\"index_builds_device\":%lld,\"index_builds_host\":%lld,"
-            "\"device_kept_rows\":%lld,\"kept_resyncs\":%lld,\"device_selects\":%lld,"
-            "\"page_resyncs\":%lld",
-            hkv_gpu_backend(), (long long)ps.layer_steps,
-            (long long)ps.decode_rows, (long long)ps.prompt_rows, ps.cpu_busy, ps.cpu_wait_dev,
-            ps.dev_near, ps.dev_wait_cpu, ps.dev_products, ps.dev_total,
-            (unsigned long long)ps.bytes_d2h, (unsigned long long)ps.bytes_h2d,
-            (long long)ps.near_resyncs,
-            (long long)ps.recall_rows, (long long)ps.recall_resyncs,
-            (long long)ps.prompt_rows_dev, (long long)ps.prompt_rows_host,
-            (long long)ps.index_builds_dev, (long long)ps.index_builds_host,
-            (long long)ps.keep_rows, (long long)ps.keep_resyncs, (long long)ps.device_selects,
-            (long long)ps.page_resyncs);
-    hkv_device_cli_ops_json(f, &ps);
-    fputc('}', f);
-    fputs(",\"gpu_memory\":{", f);
-    for (int t = 0; t < HKV_TIER_COUNT && t < 5; t++)
-        fprintf(f, "%s\"%s\":%zu", t ? "," : "", hkv_tier_name(t), ps.dev_tier[t]);
-    fprintf(f, ",\"peak\":%zu}", ps.dev_peak);
+    hkv_jset(d, "backend", json_string(hkv_gpu_backend()), bad);
+    json_t *t = json_object();
+    hkv_jset(t, "layer_steps", json_integer(ps.layer_steps), bad);
+    hkv_jset(t, "decode_rows", json_integer(ps.decode_rows), bad);
+    hkv_jset(t, "prompt_rows", json_integer(ps.prompt_rows), bad);
+    hkv_device_cli_timeline(t, &ps, 1, bad);
+    hkv_jset(d, "timeline", t, bad);
+    json_t *m = json_object();
+    for (int k = 0; k < HKV_TIER_COUNT && k < 5; k++)
+        hkv_jset(m, hkv_tier_name(k), json_integer((json_int_t)ps.dev_tier[k]), bad);
+    hkv_jset(m, "peak", json_integer((json_int_t)ps.dev_peak), bad);
+    hkv_jset(d, "gpu_memory", m, bad);
     if (!strcmp(hkv_gpu_backend(), "cuda-emu"))
-        fputs(",\"note\":\"CUDA emulator on the CPU: device times measure the emulation and show "
-              "the pipeline's structure (overlap, waits), not GPU speed\"", f);
-    fputc('}', f);
+        hkv_jset(d, "note", json_string("CUDA emulator on the CPU: device times measure the emulation "
+                                        "and show the pipeline's structure (overlap, waits), not GPU "
+                                        "speed"), bad);
+    hkv_jset(o, "device", d, bad);
 }
 
 void hkv_device_cli_summary(FILE *f, hkv_engine *e) {

@@ -443,49 +443,49 @@ int hkv_cmd_bench(int argc, char **argv) {
         json_decref(rows);
     }
     if (json) {
-        printf("{\"model\":");
-        hkv_json_str(stdout, c->name, strlen(c->name));
-        printf(",\"threads\":%d,\"isa\":\"%s\",\"precision\":\"%s\",\"weight_bytes\":%.0f,\"probe_gbs\":%.3f,"
-               "\"peak_int8_gops\":%.1f,\"peak_bf16_gflops\":%.1f,\"peak_fp32_gflops\":%.1f,\"results\":[",
-               hkv_threads_count(e->threads), hkv_isa_name(e->kern.isa), hkv_precision_name(e->kern.precision),
-               wbytes, probe / 1e9, peak.int8_ops / 1e9, peak.bf16_flops / 1e9, peak.fp32_flops / 1e9);
+        int bad = 0;
+        json_t *o = json_object();
+        hkv_jset(o, "model", hkv_jstr(c->name), &bad);
+        hkv_jset(o, "threads", json_integer(hkv_threads_count(e->threads)), &bad);
+        hkv_jset(o, "isa", json_string(hkv_isa_name(e->kern.isa)), &bad);
+        hkv_jset(o, "precision", json_string(hkv_precision_name(e->kern.precision)), &bad);
+        hkv_jset(o, "weight_bytes", hkv_jint(wbytes), &bad);
+        hkv_jset(o, "probe_gbs", hkv_jnum(probe / 1e9, "%.3f"), &bad);
+        hkv_jset(o, "peak_int8_gops", hkv_jnum(peak.int8_ops / 1e9, "%.1f"), &bad);
+        hkv_jset(o, "peak_bf16_gflops", hkv_jnum(peak.bf16_flops / 1e9, "%.1f"), &bad);
+        hkv_jset(o, "peak_fp32_gflops", hkv_jnum(peak.fp32_flops / 1e9, "%.1f"), &bad);
+        json_t *res = json_array();
         for (int i = 0; i < np; i++) {
-            printf("%s{\"config\":\"%s\",\"ctx\":%lld,\"batch\":%lld,\"prefill_tok_s\":%.2f,\"decode_tok_s\":%.2f,"
-                   "\"step_ms\":%.3f,\"bytes_per_step\":%.0f,\"gbs\":%.3f,\"frac_of_probe\":%.3f,"
-                   "\"matmul_frac\":%.3f,\"attn_frac\":%.3f,\"vs_full\":%.3f",
-                   i ? "," : "", pts[i].config, pts[i].ctx, pts[i].batch, pts[i].prefill_tok_s, pts[i].decode_tok_s,
-                   pts[i].step_s * 1e3, pts[i].bytes_per_step, pts[i].gbs,
-                   probe > 0 ? pts[i].gbs * 1e9 / probe : 0, pts[i].matmul_frac, pts[i].attn_frac,
-                   pts[i].vs_full);
-            if (pts[i].ttft_s >= 0)
-                printf(",\"ttft_s\":%.4f", pts[i].ttft_s);
-            else
-                printf(",\"ttft_s\":null");
-            if (pts[i].has_pl) {   /* the pipeline over this point's decode steps */
-                const hkv_pipeline_stats *q = &pts[i].pl;
-                printf(",\"timeline\":{\"steps\":%lld,\"cpu_busy_s\":%.6f,\"cpu_wait_device_s\":%.6f,"
-                       "\"device_near_s\":%.6f,\"device_wait_cpu_s\":%.6f,\"device_products_s\":%.6f,"
-                       "\"device_total_s\":%.6f,\"bytes_d2h\":%llu,"
-                       "\"bytes_h2d\":%llu,\"near_resyncs\":%lld,\"device_recalls\":%lld,"
-                       "\"recall_resyncs\":%lld,\"device_kept_rows\":%lld,\"kept_resyncs\":%lld,"
-                       "\"device_selects\":%lld,\"page_resyncs\":%lld",
-                       steps + 1, q->cpu_busy, q->cpu_wait_dev, q->dev_near, q->dev_wait_cpu,
-                       q->dev_products, q->dev_total,
-                       (unsigned long long)q->bytes_d2h, (unsigned long long)q->bytes_h2d,
-                       (long long)q->near_resyncs, (long long)q->recall_rows,
-                       (long long)q->recall_resyncs, (long long)q->keep_rows,
-                       (long long)q->keep_resyncs, (long long)q->device_selects,
-                       (long long)q->page_resyncs);
-                hkv_device_cli_ops_json(stdout, q);
-                putchar('}');
+            const point *q = &pts[i];
+            json_t *r = json_object();
+            hkv_jset(r, "config", hkv_jstr(q->config), &bad);
+            hkv_jset(r, "ctx", json_integer(q->ctx), &bad);
+            hkv_jset(r, "batch", json_integer(q->batch), &bad);
+            hkv_jset(r, "prefill_tok_s", hkv_jnum(q->prefill_tok_s, "%.2f"), &bad);
+            hkv_jset(r, "decode_tok_s", hkv_jnum(q->decode_tok_s, "%.2f"), &bad);
+            hkv_jset(r, "step_ms", hkv_jnum(q->step_s * 1e3, "%.3f"), &bad);
+            hkv_jset(r, "bytes_per_step", hkv_jint(q->bytes_per_step), &bad);
+            hkv_jset(r, "gbs", hkv_jnum(q->gbs, "%.3f"), &bad);
+            hkv_jset(r, "frac_of_probe", hkv_jnum(probe > 0 ? q->gbs * 1e9 / probe : 0, "%.3f"), &bad);
+            hkv_jset(r, "matmul_frac", hkv_jnum(q->matmul_frac, "%.3f"), &bad);
+            hkv_jset(r, "attn_frac", hkv_jnum(q->attn_frac, "%.3f"), &bad);
+            hkv_jset(r, "vs_full", hkv_jnum(q->vs_full, "%.3f"), &bad);
+            hkv_jset(r, "ttft_s", q->ttft_s >= 0 ? hkv_jnum(q->ttft_s, "%.4f") : json_null(), &bad);
+            if (q->has_pl) {   /* the pipeline over this point's decode steps */
+                json_t *t = json_object();
+                hkv_jset(t, "steps", json_integer(steps + 1), &bad);
+                hkv_device_cli_timeline(t, &q->pl, 0, &bad);
+                hkv_jset(r, "timeline", t, &bad);
             }
-            putchar('}');
+            hkv_jpush(res, r, &bad);
         }
+        hkv_jset(o, "results", res, &bad);
         hkv_pinned_account pin;   /* page-locked far tier over the run: 0 without a CUDA device */
         hkv_kv_tiered_pinned(&e->kv, &pin);
-        printf("],\"far_pinned_peak\":%zu,\"far_peak\":%zu", pin.peak, e->mem.peak[HKV_TIER_FAR]);
-        hkv_device_cli_json(stdout, e);
-        printf("}\n");
+        hkv_jset(o, "far_pinned_peak", json_integer((json_int_t)pin.peak), &bad);
+        hkv_jset(o, "far_peak", json_integer((json_int_t)e->mem.peak[HKV_TIER_FAR]), &bad);
+        hkv_device_cli_json(o, e, &bad);
+        rc = hkv_json_emit(stdout, o, bad, &err);
     } else {
         fprintf(stderr, "bandwidth probe: %.2f GB/s (read, %d threads, %lld MiB); compute peaks: int8 %.0f GOP/s, "
                 "bf16 %.0f GFLOP/s, fp32 %.0f GFLOP/s (0: not on this CPU)\n", probe / 1e9,

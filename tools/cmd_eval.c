@@ -423,8 +423,11 @@ int hkv_cmd_eval(int argc, char **argv) {
     eval_print_memory(tab, &r.e->mem);
     double t_total = hkv_now() - t_start;
     fprintf(tab, "\ntotal %.1f s\n", t_total);
-    if (o.json) eval_json(stdout, &r, o.model, fid, n_fid, tasks, n_tasks, t_total);
-    if (o.rows_fmt) {   /* a resumed sweep's: the file's rows, then this run's */
+    int jbad = 0;   /* one tree for stdout and --out FILE */
+    json_t *ej = o.json || (o.out && !rs.f) ? eval_json(&r, o.model, fid, n_fid, tasks, n_tasks,
+                                                        t_total, &jbad) : NULL;
+    if (o.json) rc = hkv_json_emit(stdout, json_incref(ej), jbad, &err);
+    if (!rc && o.rows_fmt) {   /* a resumed sweep's: the file's rows, then this run's */
         json_t *rows = eval_rows(&r, o.model, sweep, fid, n_fid, tasks, n_tasks);
         json_t *all = rs.old ? json_deep_copy(rs.old) : json_array();
         rc = rows && all && !json_array_extend(all, rows)
@@ -432,17 +435,17 @@ int hkv_cmd_eval(int argc, char **argv) {
                  : hkv_seterr(&err, HKV_E_NOMEM, "no memory for the rows");
         json_decref(rows);
         json_decref(all);
-        if (rc) goto out;
     }
-    if (o.out && !rs.f) {
+    if (!rc && o.out && !rs.f) {
         FILE *f = fopen(o.out, "w");
         if (!f) {
             rc = hkv_seterr(&err, HKV_E_IO, "cannot write '%s'", o.out);
-            goto out;
+        } else {
+            rc = hkv_json_emit(f, json_incref(ej), jbad, &err);
+            if (fclose(f) && !rc) rc = hkv_seterr(&err, HKV_E_IO, "cannot write '%s'", o.out);
         }
-        eval_json(f, &r, o.model, fid, n_fid, tasks, n_tasks, t_total);
-        if (fclose(f)) rc = hkv_seterr(&err, HKV_E_IO, "cannot write '%s'", o.out);
     }
+    json_decref(ej);
 out:
     if (rc) hkv_err_report(&err, stderr);
     eval_resume_close(&rs);

@@ -72,45 +72,67 @@ int hkv_cmd_info(int argc, char **argv) {
     };
     const int nf = (int)(sizeof flags / sizeof flags[0]);
     if (json) {
-        printf("{\"cpu\":{\"model\":");
-        hkv_json_str(stdout, topo.cpu_model, strlen(topo.cpu_model));
-        printf(",\"packages\":%d,\"cores\":%d,\"threads\":%d,\"numa_nodes\":%d,\"kernels\":\"%s\","
-               "\"isa\":[", topo.n_packages, topo.n_cores, topo.n_pus, topo.n_numa,
-               hkv_isa_name(isa.best));
-        for (int i = 0, k = 0; i < nf; i++)
-            if (flags[i].on) printf("%s\"%s\"", k++ ? "," : "", flags[i].name);
-        printf("]},\"memory\":{\"total\":%zu,\"available\":%zu},", mem_total, mem_free);
-        printf("\"cuda\":{\"built\":%s,\"backend\":\"%s\",\"devices\":[",
-               hkv_gpu_built() ? "true" : "false", hkv_gpu_backend());
+        int bad = 0;
+        json_t *o = json_object(), *cpu = json_object(), *fl = json_array();
+        hkv_jset(cpu, "model", hkv_jstr(topo.cpu_model), &bad);
+        hkv_jset(cpu, "packages", json_integer(topo.n_packages), &bad);
+        hkv_jset(cpu, "cores", json_integer(topo.n_cores), &bad);
+        hkv_jset(cpu, "threads", json_integer(topo.n_pus), &bad);
+        hkv_jset(cpu, "numa_nodes", json_integer(topo.n_numa), &bad);
+        hkv_jset(cpu, "kernels", json_string(hkv_isa_name(isa.best)), &bad);
+        for (int i = 0; i < nf; i++)
+            if (flags[i].on) hkv_jpush(fl, json_string(flags[i].name), &bad);
+        hkv_jset(cpu, "isa", fl, &bad);
+        hkv_jset(o, "cpu", cpu, &bad);
+        json_t *mem = json_object();
+        hkv_jset(mem, "total", json_integer((json_int_t)mem_total), &bad);
+        hkv_jset(mem, "available", json_integer((json_int_t)mem_free), &bad);
+        hkv_jset(o, "memory", mem, &bad);
+        json_t *cu = json_object(), *devs = json_array();
+        hkv_jset(cu, "built", json_boolean(hkv_gpu_built()), &bad);
+        hkv_jset(cu, "backend", json_string(hkv_gpu_backend()), &bad);
         for (int i = 0; i < n_gpu; i++) {
-            printf("%s{\"name\":", i ? "," : "");
-            hkv_json_str(stdout, gpus[i].name, strlen(gpus[i].name));
-            printf(",\"device\":\"%s\",\"memory\":%zu,\"free\":%zu,\"compute_capability\":"
-                   "\"%d.%d\",\"sms\":%d}", gpus[i].emulated ? "cuda-emu" : "cuda",
-                   gpus[i].mem_total, gpus[i].mem_free, gpus[i].cc_major, gpus[i].cc_minor,
-                   gpus[i].sm_count);
+            char cc[24];
+            snprintf(cc, sizeof cc, "%d.%d", gpus[i].cc_major, gpus[i].cc_minor);
+            json_t *g = json_object();
+            hkv_jset(g, "name", hkv_jstr(gpus[i].name), &bad);
+            hkv_jset(g, "device", json_string(gpus[i].emulated ? "cuda-emu" : "cuda"), &bad);
+            hkv_jset(g, "memory", json_integer((json_int_t)gpus[i].mem_total), &bad);
+            hkv_jset(g, "free", json_integer((json_int_t)gpus[i].mem_free), &bad);
+            hkv_jset(g, "compute_capability", json_string(cc), &bad);
+            hkv_jset(g, "sms", json_integer(gpus[i].sm_count), &bad);
+            hkv_jpush(devs, g, &bad);
         }
-        printf("]");
-        if (!n_gpu) {
-            printf(",\"reason\":");
-            hkv_json_str(stdout, why, strlen(why));
-        }
-        printf("}");
-        if (dc.cuda) printf(",\"gpu_cap\":%llu", (unsigned long long)cap);
+        hkv_jset(cu, "devices", devs, &bad);
+        if (!n_gpu) hkv_jset(cu, "reason", hkv_jstr(why), &bad);
+        hkv_jset(o, "cuda", cu, &bad);
+        if (dc.cuda) hkv_jset(o, "gpu_cap", json_integer((json_int_t)cap), &bad);
         if (dc.synthetic) {
-            printf(",\"synthetic\":{\"name\":");
-            hkv_json_str(stdout, mc.name, strlen(mc.name));
-            printf(",\"layers\":%d,\"dim\":%d,\"heads\":%d,\"kv_heads\":%d,\"head_dim\":%d,"
-                   "\"ffn\":%d,\"vocab\":%d,\"ctx_train\":%d,\"params\":%llu,\"host_bytes_q4\":%llu,"
-                   "\"host_bytes_f16\":%llu,\"gpu_weight_bytes_fp16\":%llu,\"kv_bytes_per_token\":%llu}",
-                   mc.n_layer, mc.dim, mc.n_head, mc.n_head_kv, mc.head_dim, mc.ffn, mc.vocab,
-                   mc.ctx_train, (unsigned long long)hkv_plan_param_count(&mc),
-                   (unsigned long long)hkv_synthetic_host_bytes(&mc, HKV_W_Q4),
-                   (unsigned long long)hkv_synthetic_host_bytes(&mc, HKV_W_F16),
-                   (unsigned long long)hkv_plan_weight_bytes(&mc, 2),
-                   (unsigned long long)mc.n_layer * mc.n_head_kv * mc.head_dim * 4);
+            json_t *m = json_object();
+            hkv_jset(m, "name", hkv_jstr(mc.name), &bad);
+            hkv_jset(m, "layers", json_integer(mc.n_layer), &bad);
+            hkv_jset(m, "dim", json_integer(mc.dim), &bad);
+            hkv_jset(m, "heads", json_integer(mc.n_head), &bad);
+            hkv_jset(m, "kv_heads", json_integer(mc.n_head_kv), &bad);
+            hkv_jset(m, "head_dim", json_integer(mc.head_dim), &bad);
+            hkv_jset(m, "ffn", json_integer(mc.ffn), &bad);
+            hkv_jset(m, "vocab", json_integer(mc.vocab), &bad);
+            hkv_jset(m, "ctx_train", json_integer(mc.ctx_train), &bad);
+            hkv_jset(m, "params", json_integer((json_int_t)hkv_plan_param_count(&mc)), &bad);
+            hkv_jset(m, "host_bytes_q4", json_integer((json_int_t)hkv_synthetic_host_bytes(&mc, HKV_W_Q4)),
+                     &bad);
+            hkv_jset(m, "host_bytes_f16",
+                     json_integer((json_int_t)hkv_synthetic_host_bytes(&mc, HKV_W_F16)), &bad);
+            hkv_jset(m, "gpu_weight_bytes_fp16", json_integer((json_int_t)hkv_plan_weight_bytes(&mc, 2)),
+                     &bad);
+            hkv_jset(m, "kv_bytes_per_token",
+                     json_integer((json_int_t)mc.n_layer * mc.n_head_kv * mc.head_dim * 4), &bad);
+            hkv_jset(o, "synthetic", m, &bad);
         }
-        printf("}\n");
+        if (hkv_json_emit(stdout, o, bad, &err)) {
+            hkv_err_report(&err, stderr);
+            return 1;
+        }
         return 0;
     }
     char t[32], f[32];

@@ -125,23 +125,34 @@ typedef struct pred_row {
 
 static const char *const mode_names[HKV_PRED_MODES] = {"built", "target"};
 
-static void json_mode(const hkv_predict_mode *m, int fits, int has_host) {
-    printf("{\"step_ms\":");
-    if (fits) printf("%.4f,\"tok_s\":%.3f", m->step_s * 1e3, m->tok_s);
-    else printf("null,\"tok_s\":null");
-    printf(",\"dev_bytes\":%.0f,\"dev_weight_bytes\":%.0f,\"dev_kv_bytes\":%.0f,"
-           "\"dev_index_bytes\":%.0f,\"pcie_down_bytes\":%.0f,\"pcie_up_bytes\":%.0f,"
-           "\"host_bytes\":%.0f,\"host_index_bytes\":%.0f,\"host_rerank_bytes\":%.0f,"
-           "\"host_attn_bytes\":%.0f,\"dev_busy_ms\":%.4f,\"host_busy_ms\":%.4f,\"pcie_ms\":%.4f,"
-           "\"dev_wait_frac\":%.4f,\"cpu_wait_frac\":",
-           m->dev_bytes, m->dev_weight_bytes, m->dev_kv_bytes, m->dev_index_bytes, m->pcie_down_bytes,
-           m->pcie_up_bytes, m->host_bytes, m->host_index_bytes, m->host_rerank_bytes,
-           m->host_attn_bytes, m->dev_busy_s * 1e3, m->host_busy_s * 1e3, m->pcie_s * 1e3,
-           m->dev_wait_frac);
-    if (has_host) printf("%.4f", m->cpu_wait_frac);
-    else printf("null");
-    printf(",\"host_gbs_balance\":%.2f,\"kernels\":%lld,\"schedule\":\"%s\"}", m->host_gbs_balance,
-           (long long)m->kernels, m->pingpong ? "ping-pong" : "serial");
+#define NUM(o, k, v, fmt) hkv_jset(o, k, hkv_jnum(v, fmt), bad)
+#define INT(o, k, v) hkv_jset(o, k, json_integer((json_int_t)(v)), bad)
+
+/* One pipeline's predicted step; step_ms and tok_s null where it does not
+ * fit, cpu_wait_frac where there is no host part. */
+static json_t *json_mode(const hkv_predict_mode *m, int fits, int has_host, int *bad) {
+    json_t *o = json_object();
+    hkv_jset(o, "step_ms", fits ? hkv_jnum(m->step_s * 1e3, "%.4f") : json_null(), bad);
+    hkv_jset(o, "tok_s", fits ? hkv_jnum(m->tok_s, "%.3f") : json_null(), bad);
+    hkv_jset(o, "dev_bytes", hkv_jint(m->dev_bytes), bad);
+    hkv_jset(o, "dev_weight_bytes", hkv_jint(m->dev_weight_bytes), bad);
+    hkv_jset(o, "dev_kv_bytes", hkv_jint(m->dev_kv_bytes), bad);
+    hkv_jset(o, "dev_index_bytes", hkv_jint(m->dev_index_bytes), bad);
+    hkv_jset(o, "pcie_down_bytes", hkv_jint(m->pcie_down_bytes), bad);
+    hkv_jset(o, "pcie_up_bytes", hkv_jint(m->pcie_up_bytes), bad);
+    hkv_jset(o, "host_bytes", hkv_jint(m->host_bytes), bad);
+    hkv_jset(o, "host_index_bytes", hkv_jint(m->host_index_bytes), bad);
+    hkv_jset(o, "host_rerank_bytes", hkv_jint(m->host_rerank_bytes), bad);
+    hkv_jset(o, "host_attn_bytes", hkv_jint(m->host_attn_bytes), bad);
+    NUM(o, "dev_busy_ms", m->dev_busy_s * 1e3, "%.4f");
+    NUM(o, "host_busy_ms", m->host_busy_s * 1e3, "%.4f");
+    NUM(o, "pcie_ms", m->pcie_s * 1e3, "%.4f");
+    NUM(o, "dev_wait_frac", m->dev_wait_frac, "%.4f");
+    hkv_jset(o, "cpu_wait_frac", has_host ? hkv_jnum(m->cpu_wait_frac, "%.4f") : json_null(), bad);
+    NUM(o, "host_gbs_balance", m->host_gbs_balance, "%.2f");
+    INT(o, "kernels", m->kernels);
+    hkv_jset(o, "schedule", json_string(m->pingpong ? "ping-pong" : "serial"), bad);
+    return o;
 }
 
 static const char *mode_desc(int mi) {
@@ -215,6 +226,40 @@ static void pred_base(const pred_opts *o, const hkv_model_config *mc, const hkv_
     if (o->cand_frac > 0) base->cand_frac = o->cand_frac;
 }
 
+/* One kernel row of the --kernels tables. */
+static json_t *json_krow(const hkv_kstep_row *r, int *bad) {
+    const hkv_kcost *c = &r->k.cost;
+    const hkv_ktime *t = &r->k.time;
+    char sh[160];
+    kshape_desc(r, sh, sizeof sh);
+    json_t *o = json_object();
+    hkv_jset(o, "prediction", json_true(), bad);
+    hkv_jset(o, "what", hkv_jstr(r->what), bad);
+    hkv_jset(o, "kernel", hkv_jstr(c->name), bad);
+    hkv_jset(o, "file", hkv_jstr(c->file), bad);
+    hkv_jset(o, "built", json_boolean(c->built), bad);
+    hkv_jset(o, "shape", hkv_jstr(sh), bad);
+    hkv_jset(o, "phase", hkv_jstr(r->phase), bad);
+    INT(o, "calls", r->calls);
+    INT(o, "launches", c->launches);
+    hkv_jset(o, "bytes_read", hkv_jint(c->bytes_read), bad);
+    hkv_jset(o, "bytes_written", hkv_jint(c->bytes_written), bad);
+    hkv_jset(o, "l2_bytes", hkv_jint(c->l2_bytes), bad);
+    hkv_jset(o, "flops_tensor", hkv_jint(c->flops[HKV_KU_TENSOR]), bad);
+    hkv_jset(o, "flops_fp32", hkv_jint(c->flops[HKV_KU_FP32]), bad);
+    hkv_jset(o, "flops_fp64", hkv_jint(c->flops[HKV_KU_FP64]), bad);
+    hkv_jset(o, "sfu_ops", hkv_jint(c->flops[HKV_KU_SFU]), bad);
+    hkv_jset(o, "useful_flops", hkv_jint(c->useful_flops), bad);
+    hkv_jset(o, "unit", json_string(hkv_kernel_unit_name(c->unit)), bad);
+    NUM(o, "ai", t->ai, "%.4f");
+    hkv_jset(o, "bound", json_string(hkv_kernel_bound_name(t->bound)), bad);
+    hkv_jset(o, "bound_unit", json_string(hkv_kernel_unit_name(t->bound_unit)), bad);
+    NUM(o, "t_mem_us", t->t_mem * 1e6, "%.4f");
+    NUM(o, "t_compute_us", (t->t_roof > t->t_mem ? t->t_roof : 0) * 1e6, "%.4f");
+    NUM(o, "us", t->t_s * 1e6, "%.4f");
+    return o;
+}
+
 /* --predict DEV --kernels: the per-kernel roofline of each configuration. */
 static int plan_kernels(const pred_opts *o, const hkv_model_config *mc, hkv_err *err) {
     const hkv_device_spec *dev = hkv_device_spec_find(o->device, err);
@@ -229,17 +274,24 @@ static int plan_kernels(const pred_opts *o, const hkv_model_config *mc, hkv_err 
                                       !strcmp(o->pipeline, "target") || !strcmp(o->pipeline, "both")};
     enum { CAP = 32 };
     hkv_kstep_row rows[CAP];
+    int jb = 0, *bad = &jb;   /* --json: the object, its tables added below */
+    json_t *jo = NULL, *tables = NULL;
     if (o->json) {
-        printf("{\"prediction\":true,\"note\":\"PREDICTION per kernel: a roofline from the device's "
-               "data sheet and the kernels' structure; no GPU was used\",\"device\":");
-        hkv_json_str(stdout, dev->name, strlen(dev->name));
-        printf(",\"source\":");
-        hkv_json_str(stdout, dev->source, strlen(dev->source));
-        printf(",\"assumptions\":{\"mem_eff\":%.3f,\"compute_eff\":%.3f,\"t_kernel_us\":%.2f,"
-               "\"sat_frac\":%.3f},\"model\":", ke.mem_eff, ke.compute_eff, ke.t_kernel * 1e6,
-               ke.sat_frac);
-        hkv_json_str(stdout, mc->name, strlen(mc->name));
-        printf(",\"weights\":\"%s\",\"tables\":[", hkv_predict_wtype_name(base.wtype));
+        jo = json_object();
+        tables = json_array();
+        hkv_jset(jo, "prediction", json_true(), bad);
+        hkv_jset(jo, "note", json_string("PREDICTION per kernel: a roofline from the device's data "
+                                         "sheet and the kernels' structure; no GPU was used"), bad);
+        hkv_jset(jo, "device", hkv_jstr(dev->name), bad);
+        hkv_jset(jo, "source", hkv_jstr(dev->source), bad);
+        json_t *a = json_object();
+        NUM(a, "mem_eff", ke.mem_eff, "%.3f");
+        NUM(a, "compute_eff", ke.compute_eff, "%.3f");
+        NUM(a, "t_kernel_us", ke.t_kernel * 1e6, "%.2f");
+        NUM(a, "sat_frac", ke.sat_frac, "%.3f");
+        hkv_jset(jo, "assumptions", a, bad);
+        hkv_jset(jo, "model", hkv_jstr(mc->name), bad);
+        hkv_jset(jo, "weights", json_string(hkv_predict_wtype_name(base.wtype)), bad);
     } else {
         printf("PREDICTION per kernel, not a measurement: no GPU was used; a roofline from the data "
                "sheet of %s (%.0f GB/s x %.2f; fp16 tensor %.1f, fp32 %.1f, fp64 %.2f TFLOPS, SFU %.2f "
@@ -250,7 +302,7 @@ static int plan_kernels(const pred_opts *o, const hkv_model_config *mc, hkv_err 
                ke.t_kernel * 1e6, ke.sat_frac);
         printf("PREDICTION data sheet: %s\n", dev->source);
     }
-    int first = 1, rc = HKV_OK;
+    int rc = HKV_OK;
     for (int pi = 0; pi < o->n_cfg && !rc; pi++)
         for (int xi = 0; xi < o->n_ctx && !rc; xi++)
             for (int bi = 0; bi < o->n_batch && !rc; bi++)
@@ -270,39 +322,16 @@ static int plan_kernels(const pred_opts *o, const hkv_model_config *mc, hkv_err 
                     for (int i = 0; i < n; i++)
                         if (strcmp(rows[i].phase, "prompt")) step_us += rows[i].calls * rows[i].k.time.t_s * 1e6;
                     if (o->json) {
-                        printf("%s{\"prediction\":true,\"policy\":", first ? "" : ",");
-                        hkv_json_str(stdout, label, strlen(label));
-                        printf(",\"ctx\":%lld,\"batch\":%lld,\"pipeline\":\"%s\",\"step_kernels_us\":%.3f,"
-                               "\"rows\":[", (long long)pp.n_ctx, (long long)pp.batch, mode_names[mi],
-                               step_us);
-                        for (int i = 0; i < n; i++) {
-                            const hkv_kstep_row *r = &rows[i];
-                            const hkv_kcost *c = &r->k.cost;
-                            const hkv_ktime *t = &r->k.time;
-                            char sh[160];
-                            kshape_desc(r, sh, sizeof sh);
-                            printf("%s{\"prediction\":true,\"what\":", i ? "," : "");
-                            hkv_json_str(stdout, r->what, strlen(r->what));
-                            printf(",\"kernel\":");
-                            hkv_json_str(stdout, c->name, strlen(c->name));
-                            printf(",\"file\":\"%s\",\"built\":%s,\"shape\":", c->file, c->built ? "true" : "false");
-                            hkv_json_str(stdout, sh, strlen(sh));
-                            printf(",\"phase\":\"%s\",\"calls\":%lld,\"launches\":%lld,\"bytes_read\":%.0f,"
-                                   "\"bytes_written\":%.0f,\"l2_bytes\":%.0f,\"flops_tensor\":%.0f,"
-                                   "\"flops_fp32\":%.0f,\"flops_fp64\":%.0f,\"sfu_ops\":%.0f,"
-                                   "\"useful_flops\":%.0f,\"unit\":\"%s\",\"ai\":%.4f,\"bound\":\"%s\","
-                                   "\"bound_unit\":\"%s\",\"t_mem_us\":%.4f,\"t_compute_us\":%.4f,"
-                                   "\"us\":%.4f}",
-                                   r->phase, (long long)r->calls, (long long)c->launches, c->bytes_read,
-                                   c->bytes_written, c->l2_bytes, c->flops[HKV_KU_TENSOR],
-                                   c->flops[HKV_KU_FP32], c->flops[HKV_KU_FP64], c->flops[HKV_KU_SFU],
-                                   c->useful_flops, hkv_kernel_unit_name(c->unit), t->ai,
-                                   hkv_kernel_bound_name(t->bound), hkv_kernel_unit_name(t->bound_unit),
-                                   t->t_mem * 1e6, (t->t_roof > t->t_mem ? t->t_roof : 0) * 1e6,
-                                   t->t_s * 1e6);
-                        }
-                        printf("]}");
-                        first = 0;
+                        json_t *tb = json_object(), *ra = json_array();
+                        hkv_jset(tb, "prediction", json_true(), bad);
+                        hkv_jset(tb, "policy", hkv_jstr(label), bad);
+                        INT(tb, "ctx", pp.n_ctx);
+                        INT(tb, "batch", pp.batch);
+                        hkv_jset(tb, "pipeline", json_string(mode_names[mi]), bad);
+                        NUM(tb, "step_kernels_us", step_us, "%.3f");
+                        for (int i = 0; i < n; i++) hkv_jpush(ra, json_krow(&rows[i], bad), bad);
+                        hkv_jset(tb, "rows", ra, bad);
+                        hkv_jpush(tables, tb, bad);
                         continue;
                     }
                     printf("\nPREDICTION %s, %s, context %lld, batch %lld, pipeline \"%s\" on %s; "
@@ -329,9 +358,11 @@ static int plan_kernels(const pred_opts *o, const hkv_model_config *mc, hkv_err 
                                r->calls * t->t_s * 1e6);
                     }
                 }
+    if (o->json) {
+        hkv_jset(jo, "tables", tables, bad);
+        return rc ? (json_decref(jo), rc) : hkv_json_emit(stdout, jo, jb, err);
+    }
     if (rc) return rc;
-    if (o->json) printf("]}\n");
-    else
         printf("\nPREDICTION columns: MB = 1e6 bytes of device memory read + written per call; GFLOP "
                "on the unit named (tensor fp16: 2 per MMA multiply-add, including the hi/lo "
                "splits' repeats); FLOP/B their ratio; calls per decode step (layer kernels: n_layer "
@@ -405,60 +436,68 @@ static int plan_predict(const pred_opts *o, const hkv_model_config *mc, hkv_err 
     const hkv_predict_params *bp = &base;
     const uint64_t cap = rows[0].pr.cap;
     if (o->json) {
-        printf("{\"prediction\":true,\"note\":\"PREDICTION from the device's data sheet, the model's "
-               "shape and the host's read bandwidth; no GPU was used and nothing here is a "
-               "measurement of one\",\"device\":{\"name\":");
-        hkv_json_str(stdout, dev->name, strlen(dev->name));
-        printf(",\"label\":");
-        hkv_json_str(stdout, dev->label, strlen(dev->label));
-        printf(",\"mem_bytes\":%llu,\"mem_gbs\":%.1f,\"pcie\":", (unsigned long long)dev->mem_bytes,
-               dev->mem_gbs);
-        hkv_json_str(stdout, dev->pcie, strlen(dev->pcie));
-        printf(",\"pcie_gbs\":%.1f,\"tensor_tflops\":%.1f,\"fp32_tflops\":%.1f,\"sms\":%d,"
-               "\"source\":", dev->pcie_gbs, dev->tensor_tflops, dev->fp32_tflops, dev->sms);
-        hkv_json_str(stdout, dev->source, strlen(dev->source));
-        printf("},\"host_gbs\":");
-        if (any_ct) {
-            printf("%.2f,\"host_gbs_from\":", hgbs);
-            hkv_json_str(stdout, hsrc, strlen(hsrc));
-        } else {
-            printf("null,\"host_gbs_from\":\"not used (no CPU part)\"");
-        }
-        printf(",\"assumptions\":{\"mem_eff\":%.3f,\"pcie_eff\":%.3f,\"compute_eff\":%.3f,"
-               "\"host_eff_scan\":%.3f,\"host_eff_attn\":%.3f,\"cand_frac\":%.3f,"
-               "\"t_kernel_us\":%.2f,\"t_copy_us\":%.2f,\"t_host_us\":%.2f},\"model\":",
-               bp->mem_eff, bp->pcie_eff, bp->compute_eff, bp->host_eff_scan, bp->host_eff_attn,
-               bp->cand_frac, bp->t_kernel * 1e6, bp->t_copy * 1e6, bp->t_host * 1e6);
-        hkv_json_str(stdout, mc->name, strlen(mc->name));
-        printf(",\"weights\":\"%s\",\"gpu_weight_bytes\":%llu,\"sink\":%d,\"local\":%d,\"gen\":%lld,"
-               "\"index_on\":\"%s\",\"cap\":%llu,\"rows\":[",
-               hkv_predict_wtype_name(bp->wtype), (unsigned long long)rows[0].pr.gpu_weights, o->sink,
-               o->local, o->gen, o->index_on_host ? "host" : "gpu", (unsigned long long)cap);
+        int jb = 0, *bad = &jb;
+        json_t *jo = json_object(), *d = json_object(), *a = json_object(), *ra = json_array();
+        hkv_jset(jo, "prediction", json_true(), bad);
+        hkv_jset(jo, "note", json_string("PREDICTION from the device's data sheet, the model's shape and "
+                                         "the host's read bandwidth; no GPU was used and nothing here is "
+                                         "a measurement of one"), bad);
+        hkv_jset(d, "name", hkv_jstr(dev->name), bad);
+        hkv_jset(d, "label", hkv_jstr(dev->label), bad);
+        INT(d, "mem_bytes", dev->mem_bytes);
+        NUM(d, "mem_gbs", dev->mem_gbs, "%.1f");
+        hkv_jset(d, "pcie", hkv_jstr(dev->pcie), bad);
+        NUM(d, "pcie_gbs", dev->pcie_gbs, "%.1f");
+        NUM(d, "tensor_tflops", dev->tensor_tflops, "%.1f");
+        NUM(d, "fp32_tflops", dev->fp32_tflops, "%.1f");
+        INT(d, "sms", dev->sms);
+        hkv_jset(d, "source", hkv_jstr(dev->source), bad);
+        hkv_jset(jo, "device", d, bad);
+        hkv_jset(jo, "host_gbs", any_ct ? hkv_jnum(hgbs, "%.2f") : json_null(), bad);
+        hkv_jset(jo, "host_gbs_from", hkv_jstr(any_ct ? hsrc : "not used (no CPU part)"), bad);
+        NUM(a, "mem_eff", bp->mem_eff, "%.3f");
+        NUM(a, "pcie_eff", bp->pcie_eff, "%.3f");
+        NUM(a, "compute_eff", bp->compute_eff, "%.3f");
+        NUM(a, "host_eff_scan", bp->host_eff_scan, "%.3f");
+        NUM(a, "host_eff_attn", bp->host_eff_attn, "%.3f");
+        NUM(a, "cand_frac", bp->cand_frac, "%.3f");
+        NUM(a, "t_kernel_us", bp->t_kernel * 1e6, "%.2f");
+        NUM(a, "t_copy_us", bp->t_copy * 1e6, "%.2f");
+        NUM(a, "t_host_us", bp->t_host * 1e6, "%.2f");
+        hkv_jset(jo, "assumptions", a, bad);
+        hkv_jset(jo, "model", hkv_jstr(mc->name), bad);
+        hkv_jset(jo, "weights", json_string(hkv_predict_wtype_name(bp->wtype)), bad);
+        INT(jo, "gpu_weight_bytes", rows[0].pr.gpu_weights);
+        INT(jo, "sink", o->sink);
+        INT(jo, "local", o->local);
+        INT(jo, "gen", o->gen);
+        hkv_jset(jo, "index_on", json_string(o->index_on_host ? "host" : "gpu"), bad);
+        INT(jo, "cap", cap);
         for (int i = 0; i < nr; i++) {
             const pred_row *r = &rows[i];
-            printf("%s{\"prediction\":true,\"policy\":", i ? "," : "");
-            hkv_json_str(stdout, r->label, strlen(r->label));
-            printf(",\"ctx\":%lld,\"batch\":%lld,\"fits\":%s,\"gpu_bytes\":%llu,\"pinned_bytes\":%llu",
-                   r->ctx, r->batch, r->pr.fits ? "true" : "false",
-                   (unsigned long long)r->pr.plan.gpu_total, (unsigned long long)r->pr.plan.pinned);
-            if (!r->pr.fits) {
-                printf(",\"refusal\":");
-                hkv_json_str(stdout, r->pr.refusal, strlen(r->pr.refusal));
+            json_t *x = json_object();
+            hkv_jset(x, "prediction", json_true(), bad);
+            hkv_jset(x, "policy", hkv_jstr(r->label), bad);
+            INT(x, "ctx", r->ctx);
+            INT(x, "batch", r->batch);
+            hkv_jset(x, "fits", json_boolean(r->pr.fits), bad);
+            INT(x, "gpu_bytes", r->pr.plan.gpu_total);
+            INT(x, "pinned_bytes", r->pr.plan.pinned);
+            if (!r->pr.fits) hkv_jset(x, "refusal", hkv_jstr(r->pr.refusal), bad);
+            if (r->pr.has_host) {
+                INT(x, "candidates", r->pr.candidates);
+                INT(x, "selected", r->pr.selected);
+                hkv_jset(x, "rerank", json_boolean(r->pr.rerank), bad);
             }
-            if (r->pr.has_host)
-                printf(",\"candidates\":%lld,\"selected\":%lld,\"rerank\":%s",
-                       (long long)r->pr.candidates, (long long)r->pr.selected,
-                       r->pr.rerank ? "true" : "false");
-            for (int mi = 0; mi < HKV_PRED_MODES; mi++) {
-                if (!show[mi]) continue;
-                printf(",\"%s\":", mode_names[mi]);
-                json_mode(&r->pr.mode[mi], r->pr.fits, r->pr.has_host);
-            }
-            printf("}");
+            for (int mi = 0; mi < HKV_PRED_MODES; mi++)
+                if (show[mi])
+                    hkv_jset(x, mode_names[mi], json_mode(&r->pr.mode[mi], r->pr.fits, r->pr.has_host, bad),
+                             bad);
+            hkv_jpush(ra, x, bad);
         }
-        printf("]}\n");
+        hkv_jset(jo, "rows", ra, bad);
         free(rows);
-        return HKV_OK;
+        return hkv_json_emit(stdout, jo, jb, err);
     }
     char cp[32], wb[32];
     hkv_fmt_bytes((double)cap, cp, sizeof cp);
@@ -779,40 +818,47 @@ int hkv_cmd_plan(int argc, char **argv) {
     fmt(rows[0].one.weights, w);
     fmt(rows[0].one.kv_per_token, kv);
     if (json) {
-        printf("{\"model\":");
-        hkv_json_str(stdout, mc.name, strlen(mc.name));
-        printf(",\"layers\":%d,\"heads\":%d,\"kv_heads\":%d,\"head_dim\":%d,\"params\":%llu,"
-               "\"gpu_weight_bytes\":%llu,\"kv_bytes_per_token\":%llu,\"sink\":%lld,\"local\":%lld,",
-               mc.n_layer, mc.n_head, mc.n_head_kv, mc.head_dim,
-               (unsigned long long)hkv_plan_param_count(&mc), (unsigned long long)rows[0].one.weights,
-               (unsigned long long)rows[0].one.kv_per_token, sink, local);
-        printf("\"device\":");
-        hkv_json_str(stdout, dev_desc, strlen(dev_desc));
+        int jb = 0, *bad = &jb;
+        json_t *jo = json_object(), *ra = json_array();
+        hkv_jset(jo, "model", hkv_jstr(mc.name), bad);
+        INT(jo, "layers", mc.n_layer);
+        INT(jo, "heads", mc.n_head);
+        INT(jo, "kv_heads", mc.n_head_kv);
+        INT(jo, "head_dim", mc.head_dim);
+        INT(jo, "params", hkv_plan_param_count(&mc));
+        INT(jo, "gpu_weight_bytes", rows[0].one.weights);
+        INT(jo, "kv_bytes_per_token", rows[0].one.kv_per_token);
+        INT(jo, "sink", sink);
+        INT(jo, "local", local);
+        hkv_jset(jo, "device", hkv_jstr(dev_desc), bad);
         /* which GPU backend the device is, when one was asked (cuda / cuda-emu) */
-        printf(",\"backend\":\"%s\",\"rows\":[", dc.cuda ? hkv_gpu_backend() : "none");
+        hkv_jset(jo, "backend", json_string(dc.cuda ? hkv_gpu_backend() : "none"), bad);
         for (int i = 0; i < nr; i++) {
             const row *r = &rows[i];
-            printf("%s{\"cap\":%llu,\"ctx\":%lld,\"config\":", i ? "," : "", (unsigned long long)r->cap, r->ctx);
-            hkv_json_str(stdout, r->label, strlen(r->label));
-            printf(",\"index_on\":\"%s\",\"near_per_seq\":%llu,\"index_per_seq\":%llu,"
-                   "\"pinned_per_seq\":%llu,\"workspace_batch1\":%llu,\"max_batch\":%d,\"host_bound\":%s,"
-                   "\"gpu_at_max\":%llu,\"pinned_at_max\":%llu,\"kept_per_seq\":%llu,"
-                   "\"draft\":%llu",
-                   r->on_host ? "host" : "gpu", (unsigned long long)r->one.per_seq_near,
-                   (unsigned long long)r->one.per_seq_index, (unsigned long long)r->one.per_seq_pinned,
-                   (unsigned long long)r->one.workspace, r->max_batch, r->host_bound ? "true" : "false",
-                   (unsigned long long)r->at_max.gpu_total, (unsigned long long)r->at_max.pinned,
-                   (unsigned long long)r->one.per_seq_kept, (unsigned long long)r->one.draft);
+            json_t *x = json_object();
+            INT(x, "cap", r->cap);
+            INT(x, "ctx", r->ctx);
+            hkv_jset(x, "config", hkv_jstr(r->label), bad);
+            hkv_jset(x, "index_on", json_string(r->on_host ? "host" : "gpu"), bad);
+            INT(x, "near_per_seq", r->one.per_seq_near);
+            INT(x, "index_per_seq", r->one.per_seq_index);
+            INT(x, "pinned_per_seq", r->one.per_seq_pinned);
+            INT(x, "workspace_batch1", r->one.workspace);
+            INT(x, "max_batch", r->max_batch);
+            hkv_jset(x, "host_bound", json_boolean(r->host_bound), bad);
+            INT(x, "gpu_at_max", r->at_max.gpu_total);
+            INT(x, "pinned_at_max", r->at_max.pinned);
+            INT(x, "kept_per_seq", r->one.per_seq_kept);
+            INT(x, "draft", r->one.draft);
             if (batch) {
-                printf(",\"batch\":%lld,\"fits\":%s", batch, r->admitted ? "true" : "false");
-                if (!r->admitted) {
-                    printf(",\"refusal\":");
-                    hkv_json_str(stdout, r->refusal, strlen(r->refusal));
-                }
+                INT(x, "batch", batch);
+                hkv_jset(x, "fits", json_boolean(r->admitted), bad);
+                if (!r->admitted) hkv_jset(x, "refusal", hkv_jstr(r->refusal), bad);
             }
-            printf("}");
+            hkv_jpush(ra, x, bad);
         }
-        printf("]}\n");
+        hkv_jset(jo, "rows", ra, bad);
+        if ((rc = hkv_json_emit(stdout, jo, jb, &err))) goto out;
     } else {
         printf("%s: %d layers, %d/%d heads of %d, %.2fB parameters; GPU weights (fp16) %s; "
                "KV %s per token; near tier %lld + %lld\n",

@@ -212,7 +212,9 @@ void eval_resume_close(eval_resume *rs);
 /* One table: configurations down, (task, context) across. */
 void eval_print_tasks(FILE *f, const eval_task_result *t, int n);
 void eval_print_memory(FILE *f, const hkv_mem_account *m);
-void eval_json(FILE *f, const eval_run *r, const char *model, const eval_fid *fid, int n_fid,
-               const eval_task_result *tasks, int n_tasks, double t_total);
+/* Everything as one JSON object (--json, --out FILE); a failed allocation
+ * sets *bad (hkv_json_emit reports it). */
+json_t *eval_json(const eval_run *r, const char *model, const eval_fid *fid, int n_fid,
+                  const eval_task_result *tasks, int n_tasks, double t_total, int *bad);
 
 #endif

@@ -77,101 +77,133 @@ void eval_print_tasks(FILE *f, const eval_task_result *t, int n) {
     }
 }
 
-static void js(FILE *f, const char *s) { hkv_json_str(f, s, strlen(s)); }
+/* A double as the printf format fmt wrote it (null when not finite). */
+#define NUM(o, k, v, fmt) hkv_jset(o, k, hkv_jnum(v, fmt), bad)
+#define INT(o, k, v) hkv_jset(o, k, json_integer((json_int_t)(v)), bad)
+#define STR(o, k, v) hkv_jset(o, k, hkv_jstr(v), bad)
 
-static void json_fid(FILE *f, const eval_fid *x) {
-    fprintf(f, "{\"ctx\":%lld,\"prompt_tokens\":%lld,\"cont_tokens\":%lld,\"prefill_s\":%.3f,\"configs\":[",
-            (long long)x->ctx, (long long)x->n_prompt, (long long)x->n_cont, x->t_prefill);
+static json_t *json_fid(const eval_fid *x, int *bad) {
+    json_t *o = json_object(), *cf = json_array();
+    INT(o, "ctx", x->ctx);
+    INT(o, "prompt_tokens", x->n_prompt);
+    INT(o, "cont_tokens", x->n_cont);
+    NUM(o, "prefill_s", x->t_prefill, "%.3f");
     for (int i = 0; i < x->n_rows; i++) {
         const eval_fid_row *w = &x->rows[i];
-        fprintf(f, "%s{\"label\":", i ? "," : "");
-        js(f, w->label);
-        fprintf(f, ",\"describe\":");
-        js(f, w->describe);
-        fprintf(f, ",\"budget\":%lld,\"recall\":%.6f,\"rel_err\":%.6g,\"kl\":%.6g,\"kl_max\":%.6g,"
-                "\"greedy_agree\":%.6f,\"nll\":%.6f,\"attended_per_step\":%.2f,\"far_tokens\":%.2f,"
-                "\"ms_per_token_audited\":%.3f,\"fork_index_s\":%.3f,\"index_bytes\":%lld}",
-                (long long)w->budget, w->recall, w->rel_err, w->kl, w->kl_max, w->agree, w->nll,
-                w->attended, w->far, w->ms_tok, w->t_index, (long long)w->index_bytes);
+        json_t *c = json_object();
+        STR(c, "label", w->label);
+        STR(c, "describe", w->describe);
+        INT(c, "budget", w->budget);
+        NUM(c, "recall", w->recall, "%.6f");
+        NUM(c, "rel_err", w->rel_err, "%.6g");
+        NUM(c, "kl", w->kl, "%.6g");
+        NUM(c, "kl_max", w->kl_max, "%.6g");
+        NUM(c, "greedy_agree", w->agree, "%.6f");
+        NUM(c, "nll", w->nll, "%.6f");
+        NUM(c, "attended_per_step", w->attended, "%.2f");
+        NUM(c, "far_tokens", w->far, "%.2f");
+        NUM(c, "ms_per_token_audited", w->ms_tok, "%.3f");
+        NUM(c, "fork_index_s", w->t_index, "%.3f");
+        INT(c, "index_bytes", w->index_bytes);
+        hkv_jpush(cf, c, bad);
     }
-    fprintf(f, "]}");
+    hkv_jset(o, "configs", cf, bad);
+    return o;
 }
 
-static void json_task(FILE *f, const eval_task_result *t) {
-    fprintf(f, "{\"task\":\"%s\",\"ctx\":%lld,\"trials\":%d,\"configs\":[", eval_task_names[t->task],
-            (long long)t->ctx, t->n_trials);
+static json_t *json_trial(const eval_task_result *t, const eval_trial *tr, int *bad) {
+    json_t *o = json_object(), *nd = json_array(), *ask = json_array(), *ans = json_array();
+    INT(o, "prompt_tokens", tr->n_prompt);
+    INT(o, "haystack_offset", tr->hay_offset);
+    INT(o, "haystack_tokens", tr->n_haystack);
+    NUM(o, "prefill_s", tr->t_prefill, "%.3f");
+    for (int j = 0; j < tr->n_needles; j++) {
+        json_t *n = json_object();
+        STR(n, "key", tr->key[j]);
+        STR(n, "value", tr->value[j]);
+        NUM(n, "depth", tr->depth[j], "%.4f");
+        hkv_jpush(nd, n, bad);
+    }
+    hkv_jset(o, "needles", nd, bad);
+    for (int j = 0; j < tr->n_turns; j++) hkv_jpush(ask, json_integer(tr->ask[j]), bad);
+    hkv_jset(o, "asked", ask, bad);
+    for (int i = 0; i < t->n_rows; i++) {   /* [config][turn] */
+        json_t *per = json_array();
+        for (int j = 0; j < tr->n_turns; j++) {
+            json_t *a = json_object();
+            hkv_jset(a, "ok", json_boolean(tr->ok[i][j]), bad);
+            STR(a, "text", tr->answer[i][j]);
+            hkv_jpush(per, a, bad);
+        }
+        hkv_jpush(ans, per, bad);
+    }
+    hkv_jset(o, "answers", ans, bad);
+    return o;
+}
+
+static json_t *json_task(const eval_task_result *t, int *bad) {
+    json_t *o = json_object(), *cf = json_array(), *log = json_array();
+    hkv_jset(o, "task", json_string(eval_task_names[t->task]), bad);
+    INT(o, "ctx", t->ctx);
+    INT(o, "trials", t->n_trials);
     for (int i = 0; i < t->n_rows; i++) {
         const eval_task_row *w = &t->rows[i];
-        fprintf(f, "%s{\"label\":", i ? "," : "");
-        js(f, w->label);
-        fprintf(f, ",\"budget\":%lld,\"correct\":%d,\"questions\":%d,\"accuracy\":%.4f,"
-                "\"turn_correct\":[%d,%d,%d],\"decode_tokens\":%lld,\"ms_per_token\":%.3f}",
-                (long long)w->budget, w->correct, w->total, w->total ? (double)w->correct / w->total : 0,
-                w->turn_correct[0], w->turn_correct[1], w->turn_correct[2], (long long)w->n_decode,
-                w->n_decode ? 1e3 * w->t_decode / w->n_decode : 0.0);
+        json_t *c = json_object(), *tc = json_array();
+        STR(c, "label", w->label);
+        INT(c, "budget", w->budget);
+        INT(c, "correct", w->correct);
+        INT(c, "questions", w->total);
+        NUM(c, "accuracy", w->total ? (double)w->correct / w->total : 0, "%.4f");
+        for (int j = 0; j < 3; j++) hkv_jpush(tc, json_integer(w->turn_correct[j]), bad);
+        hkv_jset(c, "turn_correct", tc, bad);
+        INT(c, "decode_tokens", w->n_decode);
+        NUM(c, "ms_per_token", w->n_decode ? 1e3 * w->t_decode / w->n_decode : 0.0, "%.3f");
+        hkv_jpush(cf, c, bad);
     }
-    fprintf(f, "],\"trial_log\":[");
-    for (int k = 0; k < t->n_trials; k++) {
-        const eval_trial *tr = &t->trials[k];
-        fprintf(f, "%s{\"prompt_tokens\":%lld,\"haystack_offset\":%lld,\"haystack_tokens\":%lld,"
-                "\"prefill_s\":%.3f,\"needles\":[", k ? "," : "", (long long)tr->n_prompt,
-                (long long)tr->hay_offset, (long long)tr->n_haystack, tr->t_prefill);
-        for (int j = 0; j < tr->n_needles; j++) {
-            fprintf(f, "%s{\"key\":", j ? "," : "");
-            js(f, tr->key[j]);
-            fprintf(f, ",\"value\":\"%s\",\"depth\":%.4f}", tr->value[j], tr->depth[j]);
-        }
-        fprintf(f, "],\"asked\":[");
-        for (int j = 0; j < tr->n_turns; j++) fprintf(f, "%s%d", j ? "," : "", tr->ask[j]);
-        fprintf(f, "],\"answers\":[");
-        for (int i = 0; i < t->n_rows; i++) {
-            fprintf(f, "%s[", i ? "," : "");
-            for (int j = 0; j < tr->n_turns; j++) {
-                fprintf(f, "%s{\"ok\":%s,\"text\":", j ? "," : "", tr->ok[i][j] ? "true" : "false");
-                js(f, tr->answer[i][j]);
-                fputc('}', f);
-            }
-            fputc(']', f);
-        }
-        fprintf(f, "]}");
-    }
-    fprintf(f, "]}");
+    hkv_jset(o, "configs", cf, bad);
+    for (int k = 0; k < t->n_trials; k++) hkv_jpush(log, json_trial(t, &t->trials[k], bad), bad);
+    hkv_jset(o, "trial_log", log, bad);
+    return o;
 }
 
-void eval_json(FILE *f, const eval_run *r, const char *model, const eval_fid *fid, int n_fid,
-               const eval_task_result *tasks, int n_tasks, double t_total) {
+json_t *eval_json(const eval_run *r, const char *model, const eval_fid *fid, int n_fid,
+                  const eval_task_result *tasks, int n_tasks, double t_total, int *bad) {
     const hkv_engine *e = r->e;
     const hkv_model_config *mc = &e->model.cfg;
-    fprintf(f, "{\"model\":");
-    js(f, model);
-    fprintf(f, ",\"model_name\":");
-    js(f, mc->name);
-    fprintf(f, ",\"ctx_train\":%d,\"threads\":%d,\"isa\":\"%s\",\"sink\":%d,\"local\":%d,"
-            "\"cont\":%lld,\"trials\":%d,\"answer_tokens\":%d,\"seed\":%llu,\"keep_queries\":%lld,",
-            mc->ctx_train, hkv_threads_count(e->threads), hkv_isa_name(e->kern.isa),
-            e->p.tiered.L_init, e->p.tiered.L_local, (long long)r->cont, r->trials, r->answer_tokens,
-            (unsigned long long)r->seed, (long long)e->p.tiered.keep_queries);
-    fprintf(f, "\"corpus\":{\"sources\":");
-    js(f, r->corpus->sources);
-    fprintf(f, ",\"files\":%d,\"bytes\":%zu,\"tokens\":%lld},\"configs\":[", r->corpus->n_files,
-            r->corpus->n_bytes, (long long)r->corpus->n_tok);
-    for (int i = 0; i < r->n_cfg; i++) {
-        fprintf(f, "%s", i ? "," : "");
-        js(f, r->cfg[i].spec);
+    json_t *o = json_object();
+    STR(o, "model", model);
+    STR(o, "model_name", mc->name);
+    INT(o, "ctx_train", mc->ctx_train);
+    INT(o, "threads", hkv_threads_count(e->threads));
+    hkv_jset(o, "isa", json_string(hkv_isa_name(e->kern.isa)), bad);
+    INT(o, "sink", e->p.tiered.L_init);
+    INT(o, "local", e->p.tiered.L_local);
+    INT(o, "cont", r->cont);
+    INT(o, "trials", r->trials);
+    INT(o, "answer_tokens", r->answer_tokens);
+    INT(o, "seed", r->seed);   /* --seed is at most 2^62: a signed integer holds it */
+    INT(o, "keep_queries", e->p.tiered.keep_queries);
+    json_t *co = json_object();
+    STR(co, "sources", r->corpus->sources);
+    INT(co, "files", r->corpus->n_files);
+    INT(co, "bytes", r->corpus->n_bytes);
+    INT(co, "tokens", r->corpus->n_tok);
+    hkv_jset(o, "corpus", co, bad);
+    json_t *cf = json_array(), *fa = json_array(), *ta = json_array();
+    for (int i = 0; i < r->n_cfg; i++) hkv_jpush(cf, hkv_jstr(r->cfg[i].spec), bad);
+    hkv_jset(o, "configs", cf, bad);
+    for (int i = 0; i < n_fid; i++) hkv_jpush(fa, json_fid(&fid[i], bad), bad);
+    hkv_jset(o, "fidelity", fa, bad);
+    for (int i = 0; i < n_tasks; i++) hkv_jpush(ta, json_task(&tasks[i], bad), bad);
+    hkv_jset(o, "tasks", ta, bad);
+    json_t *mem = json_object();
+    for (int t = 0; t < HKV_TIER_COUNT; t++) {
+        json_t *m = json_object();
+        INT(m, "bytes", e->mem.bytes[t]);
+        INT(m, "peak", e->mem.peak[t]);
+        hkv_jset(mem, hkv_tier_name(t), m, bad);
     }
-    fprintf(f, "],\"fidelity\":[");
-    for (int i = 0; i < n_fid; i++) {
-        fprintf(f, "%s", i ? "," : "");
-        json_fid(f, &fid[i]);
-    }
-    fprintf(f, "],\"tasks\":[");
-    for (int i = 0; i < n_tasks; i++) {
-        fprintf(f, "%s", i ? "," : "");
-        json_task(f, &tasks[i]);
-    }
-    fprintf(f, "],\"memory\":{");
-    for (int t = 0; t < HKV_TIER_COUNT; t++)
-        fprintf(f, "%s\"%s\":{\"bytes\":%zu,\"peak\":%zu}", t ? "," : "", hkv_tier_name(t),
-                e->mem.bytes[t], e->mem.peak[t]);
-    fprintf(f, "},\"time_s\":%.2f}\n", t_total);
+    hkv_jset(o, "memory", mem, bad);
+    NUM(o, "time_s", t_total, "%.2f");
+    return o;
 }
