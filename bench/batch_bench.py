@@ -32,29 +32,33 @@ ap.add_argument("--configs", default="1:full;8:full;8:ctkvr;8:snapkv")
 ap.add_argument("--threads", default="2")
 a = ap.parse_args()
 
-texts = []
+# One stream of words from every copyright file; request i reads its n words
+# from its own offset, so prompts longer than any one file (6K tokens is
+# ~4,500 words) are still real text, and no two requests share a prefix.
+words = []
 for p in sorted(glob.glob("/usr/share/doc/*/copyright")):
     try:
         with open(p, encoding="utf-8") as f:
-            w = f.read().split()
+            words += f.read().split()
     except (UnicodeDecodeError, OSError):
         continue
-    if len(w) >= 800:
-        texts.append(w)
-if not texts:
-    raise SystemExit("no Debian copyright files with 800+ words under /usr/share/doc")
 lens = [int(x) for x in a.words.split(",")]
+if len(words) < 2 * max(lens):
+    raise SystemExit(f"only {len(words)} words in /usr/share/doc/*/copyright, {2 * max(lens)} needed")
 tmp = tempfile.mkdtemp(prefix="hkv_bbench_")
 inp = os.path.join(tmp, "in.jsonl")
 with open(inp, "w") as f:
+    off = 0
     for i in range(a.n):
-        w = texts[i % len(texts)]
         n = lens[i % len(lens)]
+        if off + n > len(words):
+            off = 0
         body = {"messages": [{"role": "user", "content": "Summarise this license text:\n" +
-                              " ".join(w[:n])}],
+                              " ".join(words[off:off + n])}],
                 "max_tokens": a.out_tokens, "temperature": 0}
         f.write(json.dumps({"custom_id": f"q{i}", "method": "POST", "url": "/v1/chat/completions",
                             "body": body}) + "\n")
+        off += n
 
 print(f"{a.n} chat requests, prompts of {a.words} words (+ template), max_tokens {a.out_tokens}, "
       f"--ignore-eos, {a.threads} threads\n")

@@ -3,9 +3,10 @@
 # checks), then
 #   build/      the default build, compiled (with nvcc where present: it must build);
 #   build-emu/  every meson suite, the GPU kernels executed on the CUDA emulator;
-#   build-asan/ the gpu and emu suites and the CPU-GPU pipeline (a ctkvr run through prompt,
+#   build-asan/ the gpu and emu suites, the CPU-GPU pipeline (a ctkvr run through prompt,
 #               decode and a second turn, and quest, snapkv, laq likewise; a long decode,
-#               leak-checked) under AddressSanitizer + UBSan;
+#               leak-checked), the unit suites (cpu, gguf, tokenizer, index, plan) and the
+#               model suite's tiny-model tests under AddressSanitizer + UBSan + LeakSanitizer;
 #   build-tsan/ the gpu suite (but gpu_ctkvr and the policy kernels, below) and the ctkvr pipeline run under
 #               ThreadSanitizer (the emu suite's stream
 #               tests spin on volatile flags in pinned memory, a CUDA idiom
@@ -22,27 +23,36 @@ status=0
 logs=(build-emu/meson-logs/testlog.json)
 meson test -C build-emu --print-errorlogs --num-processes 1 "$@" || status=$?
 
-# Only the gpu and emu suites' executables and the two the pipeline tests run
-# are built under the sanitizers.
+# Only what the sanitizer runs use is built under them: the gpu and emu
+# suites' executables and the two the pipeline tests run; under ASan also the
+# unit suites' (second argument: the folders, space-separated).
 sanitizer_targets() {
-    python3 - "$1" <<'PY'
+    python3 - "$1" "$2" <<'PY'
 import json, os, subprocess, sys
-d = sys.argv[1]
+d, dirs = sys.argv[1], sys.argv[2].split()
 out = subprocess.run(["meson", "introspect", "--targets", d], capture_output=True, text=True, check=True)
 names = []
 for t in json.loads(out.stdout):
     path = os.path.relpath(t["filename"][0], os.path.abspath(d))
-    if t["type"] == "executable" and (path.startswith("tests/gpu/") or path.startswith("tests/emu/")
+    if t["type"] == "executable" and (any(path.startswith(x + "/") for x in dirs)
                                       or path in ("tools/hetkv", "tools/hkv-dump-logits")):
         names.append(path)
 print(" ".join(names))
 PY
 }
+# The model suite's tests on tiny generated models (SmolLM2's take minutes
+# each under ASan; build-emu runs them)
+asan_model=(model_logits_tiny model_logits_tiny_tiered_full model_logits_tiny_tiered_oracle_all
+            model_logits_tiny_tiered_quest_all model_logits_tiny_tiered_snapkv_all
+            model_logits_tiny_tiered_rocketkv_all model_logits_tiny_tiered_fastkv_all
+            model_logits_tiny_plain model_tsp_tiny model_lookahead_tiny model_fast_tiny)
 if [ "${HKV_TEST_QUICK:-0}" != 1 ]; then
     for v in asan tsan; do
         d=build-$v
-        suites=(--suite gpu --suite emu)
-        named=(pipeline_sanitized pipeline_asan_long pipeline_asan_policies)   # meson: suites and names do not mix
+        suites=(--suite gpu --suite emu --suite cpu --suite gguf --suite tokenizer --suite index
+                --suite plan)
+        dirs="tests/gpu tests/emu tests/cpu tests/gguf tests/tokenizer tests/index tests/plan tests/model"
+        named=(pipeline_sanitized pipeline_asan_long pipeline_asan_policies "${asan_model[@]}")   # meson: suites and names do not mix
         # gpu_ctkvr's host reference reads a struct on the main thread's stack
         # from OpenMP workers; when TSan cannot restore the worker's stack the
         # OpenMP suppression does not match and the join it cannot see is
@@ -53,10 +63,11 @@ if [ "${HKV_TEST_QUICK:-0}" != 1 ]; then
         # blocks share nothing but their inputs, and they run under ASan+UBSan above.
         if [ "$v" = tsan ]; then
             suites=(gpu_model gpu_attn gpu_decode_split)
+            dirs="tests/gpu tests/emu"
             named=(pipeline_sanitized)
         fi
         HKV_BUILD_TARGETS=build.ninja tools/build.sh "$v" >/dev/null   # configure only
-        HKV_BUILD_TARGETS="$(sanitizer_targets "$d")" tools/build.sh "$v" >/dev/null
+        HKV_BUILD_TARGETS="$(sanitizer_targets "$d" "$dirs")" tools/build.sh "$v" >/dev/null
         # UBSan must fail the test, not only print; TSan cannot see inside the
         # uninstrumented OpenMP runtime (tests/gpu/tsan.supp says why).
         UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
