@@ -43,6 +43,13 @@ int hkv_gpu_embed(const uint16_t *table, int64_t vocab, int64_t dim, const int32
 int hkv_gpu_rmsnorm(const float *x, int64_t ldx, const float *w, int64_t n, int dim, float eps,
                     float *y, int64_t ldy, void *stream, hkv_err *err);
 
+/* x[r] += res[r], then y[r] = rmsnorm(x[r]) * w as hkv_gpu_rmsnorm (bit for
+ * bit hkv_gpu_add followed by hkv_gpu_rmsnorm), in one launch; rows of dim at
+ * strides ldx, ldr, ldy; y must not be x. */
+int hkv_gpu_add_rmsnorm(float *x, int64_t ldx, const float *res, int64_t ldr, const float *w,
+                        int64_t n, int dim, float eps, float *y, int64_t ldy, void *stream,
+                        hkv_err *err);
+
 /* A step's RoPE table: for row r at position pos[r] (int64 [n]), cs[r*rot +
  * i] = cos(angle_i), cs[r*rot + rot/2 + i] = sin(angle_i), angle_i = pos *
  * inv_freq[i] (fp32 [rot/2], scaling factors applied), in float64 rounded

@@ -89,6 +89,14 @@ int hkv_gpu_rmsnorm(const float *x, int64_t ldx, const float *w, int64_t n, int 
     (void)x, (void)ldx, (void)w, (void)n, (void)dim, (void)eps, (void)y, (void)ldy, (void)stream;
     return NO_CUDA(err, "gpu rmsnorm");
 }
+int hkv_gpu_add_rmsnorm(float *x, int64_t ldx, const float *res, int64_t ldr, const float *w,
+                        int64_t n, int dim, float eps, float *y, int64_t ldy, void *stream,
+                        hkv_err *err)
+{
+    (void)x, (void)ldx, (void)res, (void)ldr, (void)w, (void)n, (void)dim, (void)eps, (void)y;
+    (void)ldy, (void)stream;
+    return NO_CUDA(err, "gpu add_rmsnorm");
+}
 int hkv_gpu_rope_table(const float *inv_freq, int rot, const int64_t *pos, int64_t n, float *cs,
                        void *stream, hkv_err *err)
 {

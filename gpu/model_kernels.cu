@@ -48,6 +48,36 @@ static __global__ void k_rmsnorm(const float *x, int64_t ldx, const float *w, in
     for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = xr[i] * r * w[i];
 }
 
+/* The residual add and the next RMSNorm in one pass (hkv_gpu_add_rmsnorm):
+ * each thread adds and stores its own x elements, then sums their squares
+ * in the order k_rmsnorm does, so x and y are bit for bit what k_add
+ * followed by k_rmsnorm give; one launch and one read of x instead of two. */
+static __global__ void k_add_rmsnorm(float *x, int64_t ldx, const float *r, int64_t ldr,
+                                     const float *w, int dim, float eps, float *y, int64_t ldy)
+{
+    __shared__ double part[MK_THREADS / 32];
+    float *xr = x + blockIdx.x * ldx;
+    const float *rr = r + blockIdx.x * ldr;
+    float *yr = y + blockIdx.x * ldy;
+    double ss = 0;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+        const float v = xr[i] + rr[i];
+        xr[i] = v;
+        ss += (double)v * v;
+    }
+    ss = hkv_warp_sum_d(ss);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        double v = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.0;
+        v = hkv_warp_sum_d(v);
+        if (threadIdx.x == 0) part[0] = v;
+    }
+    __syncthreads();
+    const float s = (float)(1.0 / sqrt(part[0] / dim + eps));
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = xr[i] * s * w[i];
+}
+
 /* The cos/sin table of one step: one thread per (row, rotated pair), the
  * angle and its cos/sin in float64 rounded to float, as the host computes
  * them (runtime/backend_cpu.c), so the device's rotation is the host's bit
@@ -150,6 +180,24 @@ extern "C" int hkv_gpu_rmsnorm(const float *x, int64_t ldx, const float *w, int6
     if (!n) return HKV_OK;
     HKV_LAUNCH(k_rmsnorm, (unsigned)n, MK_THREADS, 0, hkv_stream(stream))(
         x, ldx, w, dim, eps, y, ldy);
+    HKV_LAUNCH_CHECK(err);
+    return HKV_OK;
+}
+
+extern "C" int hkv_gpu_add_rmsnorm(float *x, int64_t ldx, const float *r, int64_t ldr,
+                                   const float *w, int64_t n, int dim, float eps, float *y,
+                                   int64_t ldy, void *stream, hkv_err *err)
+{
+    if (!x || !r || !w || !y || y == x || dim < 1 || n < 0 || ldx < dim || ldr < dim || ldy < dim ||
+        !(eps >= 0.0f))
+        return hkv_seterr(err, HKV_E_INVAL, "gpu add_rmsnorm: bad arguments (dim %d, n %lld, strides "
+                          "%lld/%lld/%lld, eps %g%s)", dim, (long long)n, (long long)ldx,
+                          (long long)ldr, (long long)ldy, (double)eps, y && y == x ? ", y is x" : "");
+    if (n > 2147483647)
+        return hkv_seterr(err, HKV_E_RANGE, "gpu add_rmsnorm: %lld rows exceed a grid", (long long)n);
+    if (!n) return HKV_OK;
+    HKV_LAUNCH(k_add_rmsnorm, (unsigned)n, MK_THREADS, 0, hkv_stream(stream))(
+        x, ldx, r, ldr, w, dim, eps, y, ldy);
     HKV_LAUNCH_CHECK(err);
     return HKV_OK;
 }

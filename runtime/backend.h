@@ -59,6 +59,12 @@ typedef struct hkv_backend_ops {
     int (*swiglu)(void *self, int64_t n, hkv_err *err);
     /* dst[r][:dim] += src[r][:dim] (the residual). */
     int (*add)(void *self, int dst, int src, int64_t n, hkv_err *err);
+    /* Optional (NULL: the forward pass calls add, then rmsnorm): x += src as
+     * add, then dst = rmsnorm(x) with the norm of (layer, role), the same
+     * values, in one pass where the backend can fuse them (the device: one
+     * launch instead of two, twice per layer). */
+    int (*add_rmsnorm)(void *self, int dst, int x, int src, int64_t n, int layer, int role,
+                       hkv_err *err);
     /* ATT = attention of the QKV rows through the KV cache for one layer
      * (hkv_kv_ops.layer_step's contract). */
     int (*attention)(void *self, int layer, const hkv_seg *segs, int n_segs, int64_t n,

@@ -60,6 +60,14 @@ int hkv_forward_embed(hkv_engine *e, const int32_t *tokens, int64_t n_rows, hkv_
     return e->be.ops->embed(e->be.self, tokens, n_rows, err);
 }
 
+/* X += TMP (a residual), then XN = the norm of (layer, role) of X: one
+ * backend op where the backend fuses them. */
+static int add_norm(const hkv_backend_ops *o, void *b, int64_t n, int layer, int role, hkv_err *err) {
+    if (o->add_rmsnorm) return o->add_rmsnorm(b, HKV_ACT_XN, HKV_ACT_X, HKV_ACT_TMP, n, layer, role, err);
+    int rc = o->add(b, HKV_ACT_X, HKV_ACT_TMP, n, err);
+    return rc ? rc : o->rmsnorm(b, HKV_ACT_XN, HKV_ACT_X, NULL, n, layer, role, err);
+}
+
 int hkv_forward_layers(hkv_engine *e, int l0, int l1, int64_t n_rows, const hkv_seg *segs,
                        int n_segs, hkv_err *err) {
     const hkv_model_config *c = &e->model.cfg;
@@ -76,9 +84,14 @@ int hkv_forward_layers(hkv_engine *e, int l0, int l1, int64_t n_rows, const hkv_
         for (int t = 0; t < segs[i].n; t++)
             e->pos[segs[i].row + t] = segs[i].pos_list ? segs[i].pos_list[t] : segs[i].pos + t;
 
+    /* A layer's last residual is added with the next layer's first norm where
+     * the backend fuses them; the range's last layer adds it alone. */
+    int pending = 0;
     for (int l = l0; l < l1; l++) {
-        if ((rc = o->rmsnorm(b, HKV_ACT_XN, HKV_ACT_X, NULL, n, l, HKV_WR_ATTN_NORM, err)))
+        if ((rc = pending ? add_norm(o, b, n, l, HKV_WR_ATTN_NORM, err)
+                          : o->rmsnorm(b, HKV_ACT_XN, HKV_ACT_X, NULL, n, l, HKV_WR_ATTN_NORM, err)))
             return rc;
+        pending = 0;
         ts = hkv_now();
         if ((rc = o->matmul(b, HKV_ACT_QKV, HKV_ACT_XN, n, l, HKV_WR_QKV, err))) return rc;
         t_mm += hkv_now() - ts;
@@ -90,9 +103,7 @@ int hkv_forward_layers(hkv_engine *e, int l0, int l1, int64_t n_rows, const hkv_
         ts = hkv_now();
         if ((rc = o->matmul(b, HKV_ACT_TMP, HKV_ACT_ATT, n, l, HKV_WR_WO, err))) return rc;
         t_mm += hkv_now() - ts;
-        if ((rc = o->add(b, HKV_ACT_X, HKV_ACT_TMP, n, err)) ||
-            (rc = o->rmsnorm(b, HKV_ACT_XN, HKV_ACT_X, NULL, n, l, HKV_WR_FFN_NORM, err)))
-            return rc;
+        if ((rc = add_norm(o, b, n, l, HKV_WR_FFN_NORM, err))) return rc;
         ts = hkv_now();
         if ((rc = o->matmul(b, HKV_ACT_GU, HKV_ACT_XN, n, l, HKV_WR_FFN_IN, err))) return rc;
         t_mm += hkv_now() - ts;
@@ -100,7 +111,10 @@ int hkv_forward_layers(hkv_engine *e, int l0, int l1, int64_t n_rows, const hkv_
         ts = hkv_now();
         if ((rc = o->matmul(b, HKV_ACT_TMP, HKV_ACT_G, n, l, HKV_WR_DOWN, err))) return rc;
         t_mm += hkv_now() - ts;
-        if ((rc = o->add(b, HKV_ACT_X, HKV_ACT_TMP, n, err))) return rc;
+        if (o->add_rmsnorm && l + 1 < l1)
+            pending = 1;
+        else if ((rc = o->add(b, HKV_ACT_X, HKV_ACT_TMP, n, err)))
+            return rc;
     }
 
     e->stats.matmul += t_mm;

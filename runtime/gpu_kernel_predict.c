@@ -315,6 +315,15 @@ static void c_small(const hkv_kshape *s, hkv_kcost *c) {
         c->flops[HKV_KU_SFU] = n;   /* the reciprocal square root (float64 sqrt: counted here) */
         c->blocks = s->n;
         break;
+    case HKV_KN_ADD_RMSNORM:   /* k_rmsnorm's pass with the residual read and x written back */
+        c->name = "k_add_rmsnorm", c->file = "gpu/model_kernels.cu";
+        c->bytes_read = n * w * 8 + w * 4;
+        c->bytes_written = n * w * 8;
+        c->flops[HKV_KU_FP64] = n * w * 2;
+        c->flops[HKV_KU_FP32] = n * w * 3;
+        c->flops[HKV_KU_SFU] = n;
+        c->blocks = s->n;
+        break;
     case HKV_KN_ROPE_TABLE:   /* sincos in float64 per (row, pair); ~40 fp64 flops each (a
                                  range reduction and two polynomials: an estimate) */
         c->name = "k_rope_table", c->file = "gpu/model_kernels.cu";
@@ -455,11 +464,12 @@ int hkv_kernel_cost(const hkv_kshape *s, const hkv_device_spec *dev, hkv_kcost *
     case HKV_KN_ROPE:
     case HKV_KN_SWIGLU:
     case HKV_KN_ADD:
+    case HKV_KN_ADD_RMSNORM:
     case HKV_KN_KV_APPEND:
     case HKV_KN_COPY_ROWS:
     case HKV_KN_PARTIAL_CLEAR:
         if (s->n < 1 || ((s->kind == HKV_KN_RMSNORM || s->kind == HKV_KN_SWIGLU || s->kind == HKV_KN_ADD ||
-                          s->kind == HKV_KN_COPY_ROWS) && s->width < 1) ||
+                          s->kind == HKV_KN_ADD_RMSNORM || s->kind == HKV_KN_COPY_ROWS) && s->width < 1) ||
             ((s->kind == HKV_KN_ATTN_MERGE || s->kind == HKV_KN_ROPE || s->kind == HKV_KN_KV_APPEND ||
               s->kind == HKV_KN_PARTIAL_CLEAR || s->kind == HKV_KN_ROPE_TABLE) &&
              (s->d < 1 || (s->kind != HKV_KN_ROPE_TABLE && s->H < 1 && s->KH < 1))))
@@ -598,9 +608,16 @@ int hkv_kernel_step_rows(const hkv_predict_params *p, int mode, hkv_kstep_row *r
         s = (hkv_kshape){.kind = prod, .wtype = p->wtype, .rows = mats[i].rows, .cols = mats[i].cols, .n = B};
         rc = add(&rs, mats[i].what, "layer", L, &s, err);
     }
+    /* the forward pass fuses each residual add with the norm after it
+     * (runtime/forward.c add_norm): the first layer's norm and the last
+     * layer's add stay alone */
     if (!rc) {
         s = (hkv_kshape){.kind = HKV_KN_RMSNORM, .n = B, .width = dim};
-        rc = add(&rs, "RMSNorm (x2)", "layer", 2LL * L, &s, err);
+        rc = add(&rs, "RMSNorm (first layer's)", "step", 1, &s, err);
+    }
+    if (!rc) {
+        s = (hkv_kshape){.kind = HKV_KN_ADD_RMSNORM, .n = B, .width = dim};
+        rc = add(&rs, "residual add + RMSNorm (x2)", "layer", 2LL * L - 1, &s, err);
     }
     if (!rc) {
         s = (hkv_kshape){.kind = HKV_KN_ROPE, .n = B, .H = H, .KH = KH, .d = d, .rot = c->rope_dim};
@@ -616,7 +633,7 @@ int hkv_kernel_step_rows(const hkv_predict_params *p, int mode, hkv_kstep_row *r
     }
     if (!rc) {
         s = (hkv_kshape){.kind = HKV_KN_ADD, .n = B, .width = dim};
-        rc = add(&rs, "residual add (x2)", "layer", 2LL * L, &s, err);
+        rc = add(&rs, "residual add (last layer's)", "step", 1, &s, err);
     }
     if (!rc) {
         s = (hkv_kshape){.kind = HKV_KN_KV_APPEND, .n = B, .H = H, .KH = KH, .d = d};

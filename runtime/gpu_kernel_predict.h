@@ -41,6 +41,7 @@ enum hkv_kernel_kind {
     HKV_KN_ROPE,            /* k_rope: Q and K heads of the QKV rows */
     HKV_KN_SWIGLU,          /* k_swiglu */
     HKV_KN_ADD,             /* k_add: the residual */
+    HKV_KN_ADD_RMSNORM,     /* k_add_rmsnorm: a residual add and the next norm in one pass */
     HKV_KN_KV_APPEND,       /* k_kv_append (rows.cu): fp32 K/V rows -> fp16 near tier */
     HKV_KN_COPY_ROWS,       /* k_copy_rows (rows.cu): gather/scatter of fp32 rows */
     HKV_KN_PARTIAL_CLEAR,   /* k_partial_clear (rows.cu): (0, -inf) partials */

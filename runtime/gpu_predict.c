@@ -193,7 +193,7 @@ static double layer_dense(const ctx *x, prod_fn f, int b, double *act, int64_t *
 }
 
 /* One layer's small kernels over b rows (pipeline/cuda_backend.c,
- * cuda_attention.c): two RMSNorms, RoPE, SwiGLU, two residual adds, the K/V
+ * cuda_attention.c): two residual adds each fused with a norm, RoPE, SwiGLU, the K/V
  * append (+ the QKV bias), and with a far tier the partials cleared and the
  * merge of near and far. The norms' weights are booked with the layer's. */
 static double layer_small(const ctx *x, int b, int far, double *act, int64_t *kern) {
@@ -201,15 +201,15 @@ static double layer_small(const ctx *x, int b, int far, double *act, int64_t *ke
     const int H = c->n_head, KH = c->n_head_kv, d = c->head_dim;
     const int64_t qkv = (int64_t)(H + 2 * KH) * d;
     double t = 0;
-    hkv_kshape s = {.kind = HKV_KN_RMSNORM, .n = b, .width = c->dim};
+    /* each residual add fused with the norm after it (runtime/forward.c
+     * add_norm; the first layer's lone norm and the last layer's lone add
+     * counted as one more such pass) */
+    hkv_kshape s = {.kind = HKV_KN_ADD_RMSNORM, .n = b, .width = c->dim};
     t += kcall(x, &s, (double)c->dim * 4, act, kern);   /* attention's norm */
     t += kcall(x, &s, (double)c->dim * 4, act, kern);   /* the FFN's */
     s = (hkv_kshape){.kind = HKV_KN_ROPE, .n = b, .H = H, .KH = KH, .d = d, .rot = c->rope_dim};
     t += kcall(x, &s, 0, act, kern);
     s = (hkv_kshape){.kind = HKV_KN_SWIGLU, .n = b, .width = c->ffn};
-    t += kcall(x, &s, 0, act, kern);
-    s = (hkv_kshape){.kind = HKV_KN_ADD, .n = b, .width = c->dim};
-    t += kcall(x, &s, 0, act, kern);
     t += kcall(x, &s, 0, act, kern);
     s = (hkv_kshape){.kind = HKV_KN_KV_APPEND, .n = b, .H = H, .KH = KH, .d = d};
     t += kcall(x, &s, 0, act, kern);

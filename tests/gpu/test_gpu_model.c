@@ -141,6 +141,34 @@ static void test_embed_norm(hkv_gpu_ctx *ctx, test_rng *rng)
                   "rmsnorm dim %d%s: err %.3g, %d NaN, %d stray", D, inplace ? " in place" : "",
                   worst, nan, stray);
         }
+        /* the fused residual add + norm: x and y bit for bit hkv_gpu_add then
+         * hkv_gpu_rmsnorm (the residual dense, as the forward pass's TMP) */
+        float *res = malloc(rows * D * 4), *x1 = malloc(rows * ld * 4), *x2 = malloc(rows * ld * 4);
+        float *y1 = malloc(rows * ld * 4), *y2 = malloc(rows * ld * 4);
+        for (int64_t i = 0; i < rows * D; i++) res[i] = rng_nonzero(rng, -3, 3);
+        float *dres = gpu_put(ctx, res, rows * D * 4);
+        float *dxa = gpu_put(ctx, h, rows * ld * 4), *dxb = gpu_put(ctx, h, rows * ld * 4);
+        float *dya = gpu_poisoned(ctx, rows * ld), *dyb = gpu_poisoned(ctx, rows * ld);
+        for (int64_t r = 0; r < rows; r++)   /* hkv_gpu_add is dense: row by row at stride ld */
+            GPU_OK(hkv_gpu_add(dxa + r * ld, dres + r * D, D, st, err));
+        GPU_OK(hkv_gpu_rmsnorm(dxa, ld, dw, rows, D, 1e-5f, dya, ld, st, err));
+        GPU_OK(hkv_gpu_add_rmsnorm(dxb, ld, dres, D, dw, rows, D, 1e-5f, dyb, ld, st, err));
+        gpu_get(ctx, x1, dxa, rows * ld * 4), gpu_get(ctx, x2, dxb, rows * ld * 4);
+        gpu_get(ctx, y1, dya, rows * ld * 4), gpu_get(ctx, y2, dyb, rows * ld * 4);
+        int diff = 0;
+        for (int64_t r = 0; r < rows; r++)
+            for (int c = 0; c < D; c++)
+                diff += memcmp(&x1[r * ld + c], &x2[r * ld + c], 4) != 0 ||
+                        memcmp(&y1[r * ld + c], &y2[r * ld + c], 4) != 0;
+        CHECK(diff == 0, "add_rmsnorm dim %d: %d elements differ from add then rmsnorm", D, diff);
+        hkv_err e1;
+        hkv_err_clear(&e1);
+        CHECK(hkv_gpu_add_rmsnorm(dxb, ld, dres, D, dw, rows, D, 1e-5f, dxb, ld, st, &e1) == HKV_E_INVAL,
+              "add_rmsnorm refuses y == x");
+        gpu_drop(ctx, dres, rows * D * 4), gpu_drop(ctx, dxa, rows * ld * 4), gpu_drop(ctx, dxb, rows * ld * 4);
+        gpu_drop(ctx, dya, (rows * ld + HKV_TEST_GUARD) * 4);
+        gpu_drop(ctx, dyb, (rows * ld + HKV_TEST_GUARD) * 4);
+        free(res), free(x1), free(x2), free(y1), free(y2);
         free(h), free(w), free(y);
     }
     free(tab), free(x);
