@@ -24,15 +24,11 @@ static __global__ void k_embed(const uint16_t *table, int64_t vocab, int64_t dim
     }
 }
 
-/* One block per row: sum of squares in double, then the scaled copy. */
-static __global__ void k_rmsnorm(const float *x, int64_t ldx, const float *w, int dim, float eps,
-                          float *y, int64_t ldy)
+/* The block's sum of each thread's ss (float64, warps then the first warp),
+ * the same order for every kernel that uses it; every thread gets it. */
+static __device__ double mk_block_sum_d(double ss)
 {
     __shared__ double part[MK_THREADS / 32];
-    const float *xr = x + blockIdx.x * ldx;
-    float *yr = y + blockIdx.x * ldy;
-    double ss = 0;
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += (double)xr[i] * xr[i];
     ss = hkv_warp_sum_d(ss);
     if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
     __syncthreads();
@@ -42,8 +38,20 @@ static __global__ void k_rmsnorm(const float *x, int64_t ldx, const float *w, in
         if (threadIdx.x == 0) part[0] = v;
     }
     __syncthreads();
-    const float r = (float)(1.0 / sqrt(part[0] / dim + eps));
-    /* every thread has read part[0] before any y element that may alias x is
+    return part[0];
+}
+
+/* One block per row: sum of squares in double, then the scaled copy. */
+static __global__ void k_rmsnorm(const float *x, int64_t ldx, const float *w, int dim, float eps,
+                          float *y, int64_t ldy)
+{
+    const float *xr = x + blockIdx.x * ldx;
+    float *yr = y + blockIdx.x * ldy;
+    double ss = 0;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += (double)xr[i] * xr[i];
+    const double sum = mk_block_sum_d(ss);
+    const float r = (float)(1.0 / sqrt(sum / dim + eps));
+    /* every thread has the sum before any y element that may alias x is
      * written: each thread reads only the x elements it writes itself */
     for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = xr[i] * r * w[i];
 }
@@ -55,7 +63,6 @@ static __global__ void k_rmsnorm(const float *x, int64_t ldx, const float *w, in
 static __global__ void k_add_rmsnorm(float *x, int64_t ldx, const float *r, int64_t ldr,
                                      const float *w, int dim, float eps, float *y, int64_t ldy)
 {
-    __shared__ double part[MK_THREADS / 32];
     float *xr = x + blockIdx.x * ldx;
     const float *rr = r + blockIdx.x * ldr;
     float *yr = y + blockIdx.x * ldy;
@@ -65,16 +72,8 @@ static __global__ void k_add_rmsnorm(float *x, int64_t ldx, const float *r, int6
         xr[i] = v;
         ss += (double)v * v;
     }
-    ss = hkv_warp_sum_d(ss);
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        double v = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.0;
-        v = hkv_warp_sum_d(v);
-        if (threadIdx.x == 0) part[0] = v;
-    }
-    __syncthreads();
-    const float s = (float)(1.0 / sqrt(part[0] / dim + eps));
+    const double sum = mk_block_sum_d(ss);
+    const float s = (float)(1.0 / sqrt(sum / dim + eps));
     for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = xr[i] * s * w[i];
 }
 
