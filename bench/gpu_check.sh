@@ -48,7 +48,11 @@ bench_json bench_llama3_8b_8k 150 --synthetic llama3-8b --device cuda --ctx 8192
 # the dense baseline: a near tier that holds the whole context, so full (and
 # any policy) runs entirely on the device, no far tier, no per-layer host work
 bench_json bench_llama3_8b_8k_all_near 90 --synthetic llama3-8b --device cuda --ctx 8192 \
-    --batch 1,4 --steps 16 --local 8300 --configs "'full'"
+    --batch 1,4,16 --steps 16 --local 8300 --configs "'full'"
+# the same with every layer's host step before the device goes on (the
+# pipeline before host steps ran behind the device): the A/B of that change
+bench_json bench_llama3_8b_8k_all_near_lockstep 90 --synthetic llama3-8b --device cuda --ctx 8192 \
+    --batch 1,4,16 --steps 16 --local 8300 --gpu-lockstep --configs "'full'"
 # where a step's device time goes, op by op (--gpu-profile: events around every op)
 bench_json bench_llama3_8b_8k_profile 90 --synthetic llama3-8b --device cuda --ctx 8192 --batch 1 \
     --steps 16 --gpu-profile --configs "'snapkv:budget=1024'"

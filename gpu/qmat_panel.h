@@ -22,6 +22,13 @@
 #define HKV_QMAT_PANEL_MIN_ROWS 128                /* ... but at least this many rows */
 #define HKV_QMAT_XCHUNK 512                        /* split/fp16 GEMMs: activation rows a chunk */
 #define HKV_QMAT_GEMV_MAX_ROWS 8                   /* calls of up to this many rows: the GEMV, no panel */
+/* Products of up to this many rows (decode batches) run as GEMVs of 8 rows
+ * each: measured on an H100 (2026-11-26), the Q4 GEMV did gate+up
+ * (28672 x 4096) for 8 rows in 0.114 ms, the panel GEMM path 1.2-2.3 ms for
+ * 64 rows with 4 MiB panels; with 32 MiB panels it is predicted at 0.47 ms
+ * for 16 rows (plan --predict h100 --kernels), so 4 GEMVs (0.46 ms) break
+ * even at 32 rows. Not yet measured with 32 MiB panels. */
+#define HKV_QMAT_GEMV_CHUNKED_ROWS 32
 #define HKV_QMAT_ALIGN 256                         /* workspace parts start on this (cuBLAS operands) */
 
 /* Weight rows per panel of a rows x cols matrix. */

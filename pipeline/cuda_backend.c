@@ -315,10 +315,14 @@ static int g_matmul(void *self, int dst, int src, int64_t n, int layer, int role
     if (dst != HKV_ACT_TMP && ldy != b->act_w[dst])
         return hkv_seterr(err, HKV_E_INTERNAL, "matmul: %lld outputs into a %lld-wide buffer",
                           (long long)ldy, (long long)b->act_w[dst]);
-    /* Batch-invariant steps (the scheduler's decode, kernels.h): the GEMV's
-     * per-row sums do not depend on how many rows share a call, the panel
-     * GEMM's do, so such a step goes through the GEMV 8 rows at a time. */
-    const int64_t per = b->e->kern.batch_invariant ? 8 : n;
+    /* Up to HKV_QMAT_GEMV_CHUNKED_ROWS rows (a decode batch) the GEMV, 8 rows
+     * a call, reads the weights once per 8 rows and beats the panel GEMM
+     * (gpu/qmat_panel.h). Batch-invariant steps (the scheduler's decode,
+     * kernels.h) take it at any size: the GEMV's per-row sums do not depend on
+     * how many rows share a call, the panel GEMM's do. */
+    const int64_t per = b->e->kern.batch_invariant || n <= HKV_QMAT_GEMV_CHUNKED_ROWS
+                            ? HKV_QMAT_GEMV_MAX_ROWS
+                            : n;
     static const int op_of[] = {[HKV_WR_QKV] = HKV_DEV_OP_QKV, [HKV_WR_WO] = HKV_DEV_OP_WO,
                                 [HKV_WR_FFN_IN] = HKV_DEV_OP_FFN_IN, [HKV_WR_DOWN] = HKV_DEV_OP_DOWN,
                                 [HKV_WR_OUTPUT] = HKV_DEV_OP_HEAD};
@@ -453,6 +457,8 @@ static void g_destroy(void *self) {
     free(b->h_idx);
     free(b->h_dst);
     free(b->h_slow);
+    free(b->df_layer);
+    free(b->df_segs);
     hkv_gpu_ctx_destroy(b->ctx);
     free(b);
 }
@@ -529,6 +535,7 @@ static const hkv_backend_ops cuda_ops = {
     .add = p_add,
     .add_rmsnorm = p_add_rmsnorm,
     .attention = p_attention,
+    .flush = cb_flush,
     .read = p_read,
     .write = p_write,
     .destroy = g_destroy,
@@ -618,7 +625,9 @@ static int alloc_buffers(cuda_be *b, hkv_err *err) {
         !(b->h_rows = malloc(S * sizeof *b->h_rows)) ||
         !(b->h_nrows = malloc(S * b->KH * sizeof *b->h_nrows)) ||
         !(b->h_idx = malloc(S * b->KH * sizeof *b->h_idx)) ||
-        !(b->h_dst = malloc(R * sizeof *b->h_dst)) || !(b->h_slow = malloc(S * sizeof *b->h_slow)))
+        !(b->h_dst = malloc(R * sizeof *b->h_dst)) || !(b->h_slow = malloc(S * sizeof *b->h_slow)) ||
+        !(b->df_layer = malloc((size_t)b->NL * sizeof *b->df_layer)) ||
+        !(b->df_segs = malloc(S * sizeof *b->df_segs)))
         return hkv_seterr(err, HKV_E_NOMEM, "no host memory for the pipeline's tables");
     for (size_t i = 0; i < S * b->NL; i++) b->m_len[i] = -1;
     for (int i = 0; i < 4 * b->NL; i++)
@@ -639,6 +648,7 @@ int hkv_cuda_backend_create(hkv_backend *be, struct hkv_engine *e, const hkv_cud
     b->e = e;
     b->gemm = p->gemm;
     b->profile = p->profile;
+    b->lockstep = p->lockstep;
     b->NL = c->n_layer, b->H = c->n_head, b->KH = c->n_head_kv, b->d = c->head_dim;
     b->NR = hkv_kv_tiered_near_rows(&e->kv);
     b->max_rows = e->max_rows, b->max_seqs = e->p.max_seqs;

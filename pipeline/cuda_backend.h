@@ -37,6 +37,9 @@ typedef struct hkv_cuda_params {
     int profile;           /* time every backend op on the device (a pair of events
                               around each, a few us of host time per op) into
                               hkv_pipeline_stats.dev_op; 0: the products only */
+    int lockstep;          /* 1: the host runs every layer's far step before the device goes
+                              on, even where the far partial is empty (the baseline of the
+                              deferred host step, for A/B measurements) */
 } hkv_cuda_params;
 
 /* The backend ops the profile times, each its own row of dev_op (the
@@ -54,6 +57,9 @@ const char *hkv_dev_op_name(int op);
  * the emulation: they show the structure, not GPU speed). */
 typedef struct hkv_pipeline_stats {
     int64_t layer_steps;        /* attention steps (one per layer per forward call) */
+    int64_t host_deferred;      /* of which the host ran after the device went on: every row's far
+                                   partial empty (all its keys near), nothing for the host to
+                                   return; the host catches up by the end of the call */
     int64_t decode_rows, prompt_rows;
     int64_t prompt_rows_dev;    /* (prompt row, layer) attended on the device */
     int64_t prompt_rows_host;   /* (prompt row, layer) attended by the host (no room on the

@@ -114,6 +114,7 @@ typedef struct cuda_be {
     int NL, H, KH, d, NR, max_rows, max_seqs;
     int gemm;                       /* hkv_cuda_params.gemm */
     int profile;                    /* hkv_cuda_params.profile */
+    int lockstep;                   /* hkv_cuda_params.lockstep: never defer a host step */
     int64_t qd, qkv_w;
     /* weights */
     hkv_gpu_qmat tok, out;
@@ -164,6 +165,13 @@ typedef struct cuda_be {
     char *pp_dev;                 /* [segment]: attended on the device this step */
     int pp_ok;                    /* the head size suits the device attention */
     int64_t *h_pdst, *d_pdst;     /* [max_rows]: append offsets into a copy */
+    /* Host steps deferred (cuda_attention.c): layers of the current call
+     * whose far partial is empty for every row, so that the device went on
+     * without it; their QKV rows wait in h_qkv at [layer * n][qkv_w]. */
+    int *df_layer;                /* [NL], in layer order */
+    int df_count, df_nsegs;
+    int64_t df_n;
+    hkv_seg *df_segs;             /* [max_seqs]: the call's segments */
     hkv_pipeline_stats stats;
     cb_timer tm;
     /* device allocations, freed in reverse at destroy */
@@ -227,5 +235,9 @@ void cb_index_detach(cuda_be *b);
 
 /* The attention op (cuda_attention.c). */
 int cb_attention(void *self, int layer, const hkv_seg *segs, int n_segs, int64_t n, hkv_err *err);
+/* The backend's flush op: the deferred host steps, in layer order (the KV
+ * cache is then current). On an error the pending steps are dropped and
+ * the mirrors they appended to marked stale, so the next step resyncs. */
+int cb_flush(void *self, hkv_err *err);
 
 #endif

@@ -69,6 +69,13 @@ typedef struct hkv_backend_ops {
      * (hkv_kv_ops.layer_step's contract). */
     int (*attention)(void *self, int layer, const hkv_seg *segs, int n_segs, int64_t n,
                      hkv_err *err);
+    /* Optional (NULL: nothing is ever deferred): finish the host-side work of
+     * earlier attention ops that the backend let run behind the device (the
+     * CUDA backend's host steps of layers whose far tier had nothing to
+     * attend), so that the KV cache is current. The forward pass calls it at
+     * the end of every layer range, after an error too (err NULL then: the
+     * backend cleans up and reports nothing). */
+    int (*flush)(void *self, hkv_err *err);
     /* Rows [r0, r0+n) of act (cols wide) to or from host memory, after every
      * earlier op. */
     int (*read)(void *self, int act, int64_t r0, int64_t n, int64_t cols, float *dst, hkv_err *err);

@@ -68,8 +68,8 @@ static int add_norm(const hkv_backend_ops *o, void *b, int64_t n, int layer, int
     return rc ? rc : o->rmsnorm(b, HKV_ACT_XN, HKV_ACT_X, NULL, n, layer, role, err);
 }
 
-int hkv_forward_layers(hkv_engine *e, int l0, int l1, int64_t n_rows, const hkv_seg *segs,
-                       int n_segs, hkv_err *err) {
+static int layers(hkv_engine *e, int l0, int l1, int64_t n_rows, const hkv_seg *segs, int n_segs,
+                  hkv_err *err) {
     const hkv_model_config *c = &e->model.cfg;
     if (l0 < 0 || l1 > c->n_layer || l0 > l1 || n_rows < 1 || n_rows > e->max_rows)
         return hkv_seterr(err, HKV_E_RANGE, "layers [%d, %d) of %d rows: out of range", l0, l1,
@@ -120,6 +120,17 @@ int hkv_forward_layers(hkv_engine *e, int l0, int l1, int64_t n_rows, const hkv_
     e->stats.matmul += t_mm;
     e->stats.attn += t_att;
     return HKV_OK;
+}
+
+int hkv_forward_layers(hkv_engine *e, int l0, int l1, int64_t n_rows, const hkv_seg *segs,
+                       int n_segs, hkv_err *err) {
+    int rc = layers(e, l0, l1, n_rows, segs, n_segs, err);
+    const hkv_backend_ops *o = e->be.ops;
+    if (o->flush) {   /* the host's deferred part: after an error too, reporting the first */
+        int rc2 = o->flush(e->be.self, rc ? NULL : err);
+        if (!rc) rc = rc2;
+    }
+    return rc;
 }
 
 int hkv_forward_head(hkv_engine *e, const int64_t *logit_rows, int n_logits, float *logits,

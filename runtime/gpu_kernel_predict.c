@@ -576,6 +576,32 @@ static int add(rowset *rs, const char *what, const char *phase, int64_t calls, c
     return HKV_OK;
 }
 
+/* A weight product over B rows as pipeline/cuda_backend.c runs it: the
+ * GEMV up to 8 rows, 8-row GEMVs (and one for the rest) up to
+ * HKV_QMAT_GEMV_CHUNKED_ROWS, the panel GEMM above; TARGET: one
+ * tensor-core kernel. */
+static int add_product(rowset *rs, const char *what, const char *phase, int64_t calls, int mode,
+                       int wtype, int64_t rows, int64_t cols, int B, hkv_err *err) {
+    hkv_kshape s = {.kind = HKV_KN_TC_GEMM, .wtype = wtype, .rows = rows, .cols = cols, .n = B};
+    if (mode == HKV_PRED_TARGET) return add(rs, what, phase, calls, &s, err);
+    if (wtype == HKV_W_F32 || B > HKV_QMAT_GEMV_CHUNKED_ROWS) {
+        s.kind = HKV_KN_PANEL_GEMM;
+        return add(rs, what, phase, calls, &s, err);
+    }
+    s.kind = HKV_KN_GEMV;
+    const int full = B / QM_MAXN, rest = B % QM_MAXN;
+    int rc = HKV_OK;
+    if (full) {
+        s.n = QM_MAXN;
+        rc = add(rs, what, phase, calls * full, &s, err);
+    }
+    if (!rc && rest) {
+        s.n = rest;
+        rc = add(rs, what, phase, calls, &s, err);
+    }
+    return rc;
+}
+
 int hkv_kernel_step_rows(const hkv_predict_params *p, int mode, hkv_kstep_row *rows, int cap, int *n,
                          hkv_err *err) {
     *n = 0;
@@ -594,9 +620,6 @@ int hkv_kernel_step_rows(const hkv_predict_params *p, int mode, hkv_kstep_row *r
     const int64_t dim = c->dim, qkv = (int64_t)(H + 2 * KH) * d, qd = (int64_t)H * d;
     const int64_t R0 = (int64_t)p->L_init + p->L_local;
     const int64_t near = is_ct ? (p->n_ctx < R0 ? p->n_ctx : R0) : p->n_ctx;
-    const int prod = mode == HKV_PRED_TARGET ? HKV_KN_TC_GEMM
-                     : (B <= QM_MAXN && p->wtype != HKV_W_F32) ? HKV_KN_GEMV
-                                                             : HKV_KN_PANEL_GEMM;
     int rc = HKV_OK;
     const struct {
         const char *what;
@@ -604,10 +627,9 @@ int hkv_kernel_step_rows(const hkv_predict_params *p, int mode, hkv_kstep_row *r
     } mats[] = {{"QKV product", qkv, dim}, {"O product", dim, qd}, {"gate/up product", 2 * (int64_t)c->ffn, dim},
                 {"down product", dim, c->ffn}};
     hkv_kshape s;
-    for (int i = 0; i < 4 && !rc; i++) {
-        s = (hkv_kshape){.kind = prod, .wtype = p->wtype, .rows = mats[i].rows, .cols = mats[i].cols, .n = B};
-        rc = add(&rs, mats[i].what, "layer", L, &s, err);
-    }
+    for (int i = 0; i < 4 && !rc; i++)
+        rc = add_product(&rs, mats[i].what, "layer", L, mode, p->wtype, mats[i].rows, mats[i].cols, B,
+                         err);
     /* the forward pass fuses each residual add with the norm after it
      * (runtime/forward.c add_norm): the first layer's norm and the last
      * layer's add stay alone */
@@ -674,13 +696,8 @@ int hkv_kernel_step_rows(const hkv_predict_params *p, int mode, hkv_kstep_row *r
                      "layer", L, &s, err);
         }
     }
-    if (!rc) {   /* the output head */
-        const int hk = mode == HKV_PRED_TARGET ? HKV_KN_TC_GEMM
-                       : (B <= QM_MAXN && p->wtype != HKV_W_F32) ? HKV_KN_GEMV
-                                                               : HKV_KN_PANEL_GEMM;
-        s = (hkv_kshape){.kind = hk, .wtype = p->wtype, .rows = c->vocab, .cols = dim, .n = B};
-        rc = add(&rs, "output head", "step", 1, &s, err);
-    }
+    if (!rc)   /* the output head */
+        rc = add_product(&rs, "output head", "step", 1, mode, p->wtype, c->vocab, dim, B, err);
     if (!rc) {   /* one sequence's prompt, causal, in chunks of max_rows, all layers */
         const int64_t chunk = p->max_rows > 0 ? p->max_rows : 256;
         hkv_kstep_row sum;

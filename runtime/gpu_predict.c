@@ -4,6 +4,7 @@
  * what docs/ARCHITECTURE.md lists as not yet done; docs/PREDICTIONS.md
  * writes the model out and sets its output beside published figures. */
 #include "gpu_predict.h"
+#include "qmat_panel.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -160,7 +161,8 @@ static double kcall(const ctx *x, const hkv_kshape *s, double counted, double *a
 }
 
 /* A product y = x W^T over b rows, as built (gpu/qmat.cu): b <= 8 one GEMV
- * kernel reading each weight once (fp32 FMAs); b > 8 row panels of 32 MiB of
+ * kernel reading each weight once (fp32 FMAs), b <= 32 one such GEMV per 8
+ * rows (pipeline/cuda_backend.c); b > 32 row panels of 32 MiB of
  * fp32 (at least 128 rows) dequantised into the workspace, each followed by
  * an fp32 cuBLAS GEMM: two launches per panel, one after the other. A
  * panel that fits half the card's L2 is not counted against DRAM; a larger
@@ -168,7 +170,13 @@ static double kcall(const ctx *x, const hkv_kshape *s, double counted, double *a
  * Per-kernel model: HKV_KN_GEMV, HKV_KN_PANEL_GEMM. */
 static double prod_built(const ctx *x, int64_t rows, int64_t cols, int b, double *act, int64_t *kern) {
     const hkv_predict_params *p = x->p;
-    const hkv_kshape s = {.kind = b <= 8 ? HKV_KN_GEMV : HKV_KN_PANEL_GEMM, .wtype = p->wtype,
+    const int gm = HKV_QMAT_GEMV_MAX_ROWS;
+    if (b > gm && b <= HKV_QMAT_GEMV_CHUNKED_ROWS) {
+        double t = 0;
+        for (int r = 0; r < b; r += gm) t += prod_built(x, rows, cols, b - r < gm ? b - r : gm, act, kern);
+        return t;
+    }
+    const hkv_kshape s = {.kind = b <= gm ? HKV_KN_GEMV : HKV_KN_PANEL_GEMM, .wtype = p->wtype,
                           .rows = rows, .cols = cols, .n = b};
     return kcall(x, &s, mat_bytes(p->wtype, rows, cols), act, kern);
 }

@@ -87,6 +87,7 @@ typedef struct hkv_device_cli {
     int synthetic_wtype;      /* enum hkv_wtype */
     int gemm;                 /* --gpu-gemm: enum hkv_qmat_gemm, -1 auto */
     int profile;              /* --gpu-profile: every backend op timed on the device */
+    int lockstep;             /* --gpu-lockstep: no host step deferred (A/B baseline) */
 } hkv_device_cli;
 void hkv_device_cli_init(hkv_device_cli *d);
 /* 1 when argv[*i] was one of the options (value consumed), 0 if not, < 0 on error. */

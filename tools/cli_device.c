@@ -29,6 +29,9 @@ const char hkv_device_cli_help[] =
     "                        few us of host time per op): the JSON timeline gains \"ops\",\n"
     "                        seconds per op (rmsnorm, qkv, wo, ffn_in, down, head, rope,\n"
     "                        attention with its wait for the host, swiglu, add, embed, copy)\n"
+    "      --gpu-lockstep    the host runs every layer's far step before the device goes on,\n"
+    "                        even when no row has far keys (by default such a layer's host\n"
+    "                        step runs behind the device): the baseline for A/B timings\n"
     "      --synthetic NAME  random weights of a real shape instead of -m: llama3-8b,\n"
     "                        llama3.1-8b, yi-9b, qwen2.5-7b, smollm2-135m (no tokenizer);\n"
     "                        NAME@L keeps the first L layers (e.g. llama3-8b@2)\n"
@@ -45,6 +48,10 @@ int hkv_device_cli_parse(hkv_device_cli *d, int argc, char **argv, int *i, hkv_e
     int rc;
     if (!strcmp(a, "--gpu-profile")) {
         d->profile = 1;
+        return 1;
+    }
+    if (!strcmp(a, "--gpu-lockstep")) {
+        d->lockstep = 1;
         return 1;
     }
     if (strcmp(a, "--device") && strcmp(a, "--gpu-mem") && strcmp(a, "--synthetic") &&
@@ -110,6 +117,8 @@ int hkv_device_cli_cap(const hkv_device_cli *d, uint64_t *cap, char *desc, size_
             return hkv_seterr(err, HKV_E_INVAL, "--gpu-gemm picks the GPU's products: it needs --device cuda");
         if (d->profile)
             return hkv_seterr(err, HKV_E_INVAL, "--gpu-profile times the GPU's ops: it needs --device cuda");
+        if (d->lockstep)
+            return hkv_seterr(err, HKV_E_INVAL, "--gpu-lockstep orders the GPU pipeline: it needs --device cuda");
         return HKV_OK;
     }
     hkv_gpu_device dev[1];
@@ -203,7 +212,7 @@ int hkv_device_cli_attach(const hkv_device_cli *d, hkv_engine *e, hkv_err *err) 
     int rc = hkv_device_cli_cap(d, &cap, desc, sizeof desc, err);
     if (rc) return rc;
     hkv_cuda_params cp = {.device = 0, .gpu_mem = (size_t)cap, .gemm = d->gemm,
-                          .profile = d->profile};
+                          .profile = d->profile, .lockstep = d->lockstep};
     hkv_backend be;
     if ((rc = hkv_cuda_backend_create(&be, e, &cp, err)))
         return hkv_err_prefix(err, "--device cuda (%s)", desc);
@@ -212,6 +221,7 @@ int hkv_device_cli_attach(const hkv_device_cli *d, hkv_engine *e, hkv_err *err) 
 }
 
 void hkv_device_cli_timeline(json_t *t, const hkv_pipeline_stats *ps, int prompt_rows, int *bad) {
+    hkv_jset(t, "host_deferred_steps", json_integer(ps->host_deferred), bad);
     hkv_jset(t, "cpu_busy_s", hkv_jnum(ps->cpu_busy, "%.6f"), bad);
     hkv_jset(t, "cpu_wait_device_s", hkv_jnum(ps->cpu_wait_dev, "%.6f"), bad);
     hkv_jset(t, "device_near_s", hkv_jnum(ps->dev_near, "%.6f"), bad);
@@ -279,7 +289,8 @@ void hkv_device_cli_summary(FILE *f, hkv_engine *e) {
     hkv_fmt_bytes((double)ps.bytes_h2d, up, sizeof up);
     hkv_fmt_bytes((double)ps.bytes_d2h, down, sizeof down);
     hkv_fmt_bytes((double)ps.dev_peak, pk, sizeof pk);
-    fprintf(f, "hetkv: %s pipeline: %lld layer steps (%lld decode rows, %lld prompt rows); CPU far "
+    fprintf(f, "hetkv: %s pipeline: %lld layer steps (%lld decode rows, %lld prompt rows; %lld host "
+            "steps behind the device, nothing far); CPU far "
             "attention %.3f s, CPU waiting for the device %.3f s; device near attention %.3f s, "
             "device waiting for the CPU %.3f s, device products %.3f s, device forward calls "
             "%.3f s; copied %s down, %s up; %lld near-tier resyncs; "
@@ -287,7 +298,8 @@ void hkv_device_cli_summary(FILE *f, hkv_engine *e) {
             "host; index builds %lld on the device, %lld on the host; kept rows attended on the device "
             "%lld times (%lld copies up); far selections on the device %lld; device peak %s%s\n",
             hkv_gpu_backend(), (long long)ps.layer_steps,
-            (long long)ps.decode_rows, (long long)ps.prompt_rows, ps.cpu_busy, ps.cpu_wait_dev,
+            (long long)ps.decode_rows, (long long)ps.prompt_rows, (long long)ps.host_deferred,
+            ps.cpu_busy, ps.cpu_wait_dev,
             ps.dev_near, ps.dev_wait_cpu, ps.dev_products, ps.dev_total, down, up,
             (long long)ps.near_resyncs,
             (long long)ps.recall_rows, (long long)ps.prompt_rows_dev,

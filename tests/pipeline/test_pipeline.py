@@ -140,6 +140,10 @@ def main(argv=None) -> int:
                     help="extra options for the --device cuda side only (e.g. '--gpu-gemm split')")
     ap.add_argument("--budget", type=int, default=0,
                     help="the budget of every policy that takes one, instead of its case's")
+    ap.add_argument("--expect-deferred", action="store_true",
+                    help="the near tier holds every context: hetkv run --device cuda must run host "
+                         "steps behind the device (host_deferred_steps > 0) and give the CPU path's "
+                         "tokens, and with --gpu-lockstep none")
     ap.add_argument("--timeout", type=float, default=900)
     a = ap.parse_args(argv)
     global NEAR
@@ -225,6 +229,26 @@ def main(argv=None) -> int:
             except (ValueError, KeyError, IndexError) as e:
                 res.report(False, f"long decode of {a.long} tokens", f"exit {p.returncode}: {e}: "
                            f"{p.stderr.strip()[-400:]}")
+        if a.expect_deferred:   # every row's keys near: the host's steps run behind the device
+            for name, pol in cases.items():
+                if only and name.split()[0] not in only:
+                    continue
+                got = {}
+                for dev in (["cpu"], ["cuda"], ["cuda", "--gpu-lockstep"]):
+                    p = run([hetkv, "run", "-m", model, "-p", "Hello world, this is a test.", "-n", "10",
+                             "--temp", "0", "--json", "--device", *dev, *NEAR, *pol], a.timeout)
+                    try:
+                        j = json.loads(p.stdout.strip().splitlines()[-1])
+                        got[" ".join(dev)] = (j["tokens"], j.get("device", {}).get("timeline", {}))
+                    except (ValueError, IndexError) as e:
+                        got[" ".join(dev)] = (f"exit {p.returncode}: {e}: {p.stderr.strip()[-300:]}", {})
+                (tc, _), (tg, tl), (tk, tk_tl) = got["cpu"], got["cuda"], got["cuda --gpu-lockstep"]
+                res.report(tc == tg == tk and tl.get("host_deferred_steps", 0) > 0
+                           and tk_tl.get("host_deferred_steps", 1) == 0,
+                           f"run {name}: host steps behind the device, the CPU path's tokens",
+                           f"cpu {tc} cuda {tg} lockstep {tk}; deferred "
+                           f"{tl.get('host_deferred_steps')} of {tl.get('layer_steps')} layer steps, "
+                           f"lockstep {tk_tl.get('host_deferred_steps')}")
         if a.dump_only:
             print(f"test_pipeline: {res.passed} passed, {res.failed} failed")
             return 1 if res.failed else 0
