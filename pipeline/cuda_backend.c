@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cuda_backend_impl.h"
+#include "qmat_panel.h"
 #include "kv_tiered.h"
 
 void *cb_alloc(cuda_be *b, int tier, size_t bytes, hkv_err *err) {

@@ -173,7 +173,9 @@ static void hand_case(void) {
     NEAR(b->step_s, 2 * (38912 + 12560 + 4184 + 526384) * 1e-9 + (80 + 12800 + 32 + 2048) * 1e-9);
     NEAR(o.mode[HKV_PRED_TARGET].step_s, b->step_s);
 
-    /* as built, 9..16 rows take the panel path: two launches per 32 MiB panel */
+    /* as built, 9..32 rows run as 8-row GEMVs (one more launch per product
+     * for each 8 rows), more rows take the panel path: two launches per
+     * 32 MiB panel */
     hkv_predict_defaults(&p);
     p.cfg = &c, p.dev = &unit_dev, p.n_ctx = 1024, p.policy = &hkv_policy_full;
     p.batch = 8;
@@ -183,8 +185,17 @@ static void hand_case(void) {
     CHECK(k8 == 2 * 13 + 4, "kernels at batch 8: %lld", (long long)k8);
     p.batch = 9;
     CHECK(hkv_predict(&p, &o, &err) == HKV_OK, "%s", err.msg);
-    /* every tiny matrix is one panel (<= 128 rows, or 256 rows of 64 within 32 MiB) */
+    /* two GEMVs (8 + 1 rows) per product */
     CHECK(o.mode[HKV_PRED_BUILT].kernels == 2 * (8 + 9) + 2 + 3, "kernels at batch 9: %lld",
+          (long long)o.mode[HKV_PRED_BUILT].kernels);
+    p.batch = 32;
+    CHECK(hkv_predict(&p, &o, &err) == HKV_OK, "%s", err.msg);
+    CHECK(o.mode[HKV_PRED_BUILT].kernels == 2 * (16 + 9) + 4 + 3, "kernels at batch 32: %lld",
+          (long long)o.mode[HKV_PRED_BUILT].kernels);
+    p.batch = 33;
+    CHECK(hkv_predict(&p, &o, &err) == HKV_OK, "%s", err.msg);
+    /* every tiny matrix is one panel (<= 128 rows, or 256 rows of 64 within 32 MiB) */
+    CHECK(o.mode[HKV_PRED_BUILT].kernels == 2 * (8 + 9) + 2 + 3, "kernels at batch 33: %lld",
           (long long)o.mode[HKV_PRED_BUILT].kernels);
     CHECK(o.mode[HKV_PRED_TARGET].kernels == k8, "target kernels %lld",
           (long long)o.mode[HKV_PRED_TARGET].kernels);
@@ -226,20 +237,25 @@ static void llama(void) {
             last[m] = o.mode[m].tok_s;
         }
     }
-    /* full at 32K: the built panel path (batch > 8) has more than 5x the
-     * launches of the GEMV and fewer tokens/s than batch 8; the target's
-     * tokens/s still rise */
+    /* full at 32K: batch 16 runs each product as two 8-row GEMVs (one more
+     * launch per product and the head); the built panel path (batch > 32)
+     * has more than 5x the launches of the GEMV and fewer tokens/s than
+     * batch 8; the target's tokens/s still rise */
     p.n_ctx = 32768;
     p.batch = 8;
     CHECK(hkv_predict(&p, &o, &err) == HKV_OK, "%s", err.msg);
     hkv_prediction o8 = o;
     p.batch = 16;
     CHECK(hkv_predict(&p, &o, &err) == HKV_OK, "%s", err.msg);
+    CHECK(o.mode[0].kernels - o8.mode[0].kernels == 4 * c.n_layer + 1, "batch 16 launches %lld vs "
+          "%lld at batch 8", (long long)o.mode[0].kernels, (long long)o8.mode[0].kernels);
+    p.batch = 40;
+    CHECK(hkv_predict(&p, &o, &err) == HKV_OK, "%s", err.msg);
     CHECK(o.mode[0].kernels > 5 * o8.mode[0].kernels, "built launches %lld vs %lld",
           (long long)o.mode[0].kernels, (long long)o8.mode[0].kernels);
-    CHECK(o.mode[0].tok_s < o8.mode[0].tok_s, "built batch 16 %.1f < batch 8 %.1f tok/s",
+    CHECK(o.mode[0].tok_s < o8.mode[0].tok_s, "built batch 40 %.1f < batch 8 %.1f tok/s",
           o.mode[0].tok_s, o8.mode[0].tok_s);
-    CHECK(o.mode[1].tok_s > o8.mode[1].tok_s, "target batch 16 %.1f > batch 8 %.1f tok/s",
+    CHECK(o.mode[1].tok_s > o8.mode[1].tok_s, "target batch 40 %.1f > batch 8 %.1f tok/s",
           o.mode[1].tok_s, o8.mode[1].tok_s);
 
     /* ctkvr at 96K: host bytes grow with the batch, in both pipelines, and
