@@ -53,6 +53,12 @@ bench_json bench_llama3_8b_8k_all_near 90 --synthetic llama3-8b --device cuda --
 # pipeline before host steps ran behind the device): the A/B of that change
 bench_json bench_llama3_8b_8k_all_near_lockstep 90 --synthetic llama3-8b --device cuda --ctx 8192 \
     --batch 1,4,16 --steps 16 --local 8300 --gpu-lockstep --configs "'full'"
+# micro-batch ping-pong against one batch (--gpu-pingpong): ctkvr's host far
+# part beside the device's products, at batch 4 and 16
+bench_json bench_llama3_8b_8k_ctkvr 90 --synthetic llama3-8b --device cuda --ctx 8192 \
+    --batch 4,16 --steps 8 --configs "'ctkvr'"
+bench_json bench_llama3_8b_8k_ctkvr_pingpong 90 --synthetic llama3-8b --device cuda --ctx 8192 \
+    --batch 4,16 --steps 8 --gpu-pingpong --configs "'ctkvr'"
 # where a step's device time goes, op by op (--gpu-profile: events around every op)
 bench_json bench_llama3_8b_8k_profile 90 --synthetic llama3-8b --device cuda --ctx 8192 --batch 1 \
     --steps 16 --gpu-profile --configs "'snapkv:budget=1024'"

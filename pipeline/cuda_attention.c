@@ -95,36 +95,151 @@ int cb_flush(void *self, hkv_err *err) {
     return rc;
 }
 
-int cb_attention(void *self, int layer, const hkv_seg *segs, int n_segs, int64_t n, hkv_err *err) {
-    cuda_be *b = self;
+/* The device parts' results the host step of half h reads (recall, kept
+ * rows, page selections) in and out of the modules' fields. */
+static void half_swap(cuda_be *b, cb_half *h) {
+    cb_half t = *h;
+    h->n_desc = b->rc.n_desc, h->rr = b->rc.rr, h->kp_n_dec = b->kp.n_dec, h->pg_rows = b->pg.n_rows;
+    b->rc.n_desc = t.n_desc, b->rc.rr = t.rr, b->kp.n_dec = t.kp_n_dec, b->pg.n_rows = t.pg_rows;
+}
+
+/* The host's part of a begun step: the far tier (the device attends the
+ * near one meanwhile), then its partial up and merged. */
+static int att_end(cuda_be *b, cb_half *h, hkv_err *err) {
+    hkv_kv *kv = &b->e->kv;
+    const int NL = b->NL, KH = b->KH, NR = b->NR, d = b->d, layer = h->layer, n_segs = h->n_segs;
+    const int64_t r0 = h->r0, n = h->n, seq_rows = (int64_t)NL * KH * NR;
+    const size_t lofs = (size_t)layer * KH * NR * d;
+    void **ev = h->ev;
+    int rc;
+    h->open = 0;
+    half_swap(b, h);   /* this half's device results in place, the caller's kept in h */
+    double t0 = hkv_now();
+    if ((rc = hkv_gpu_event_sync(ev[0], err))) goto out;
+    double t1 = hkv_now();
+    /* the device's parts of the selection: recall, kept sets, selections */
+    const hkv_recall_rows *rec = cb_recall_result(b, r0, n);
+    hkv_recall_rows dev = {0};
+    if (rec) dev = *rec;
+    if (b->kp.n_dec) dev.far_from = b->kp.h_from;
+    cb_pages_result(b, r0, n, &dev);
+    rc = kv->ops->layer_step_far(kv->self, layer, h->dev_prompt ? b->pp_segs : h->segs, n_segs,
+                                 h->hq, b->qkv_w, b->h_fo.p, b->qd, b->h_fl.p,
+                                 rec || b->kp.n_dec || b->pg.n_rows ? &dev : NULL, err);
+    double t2 = hkv_now();
+    b->stats.cpu_wait_dev += t1 - t0;
+    b->stats.cpu_busy += t2 - t1;
+    if (rc) goto out;
+
+    if (h->n_slow) {   /* mirrors not current: the host's near tier, whole, then attend */
+        for (int i = 0; i < h->n_slow; i++) {
+            const uint16_t *hk, *hv;
+            int rows;
+            const size_t off = ((size_t)b->h_slow[i] * seq_rows) * d + lofs,
+                         bytes = (size_t)KH * NR * d * 2;
+            if ((rc = hkv_kv_tiered_near(kv, b->h_slow[i], layer, &hk, &hv, &rows, err)) ||
+                (rc = hkv_gpu_upload(b->near_k + off, hk, bytes, b->st, err)) ||
+                (rc = hkv_gpu_upload(b->near_v + off, hv, bytes, b->st, err)))
+                goto out;
+            b->stats.bytes_h2d += 2 * bytes;
+            b->stats.near_resyncs++;
+        }
+        if ((rc = hkv_gpu_event_record(ev[1], b->st, err)) ||
+            (rc = near_attend(b, layer, h->n_dec, err)) ||
+            (rc = hkv_gpu_event_record(ev[2], b->st, err)))
+            goto out;
+    }
+
+    /* The far partial up, merged exactly into the near one. */
+    const size_t ob = (size_t)n * b->qd * 4, lb = (size_t)n * b->H * 4;
+    float *att = b->act[HKV_ACT_ATT] + r0 * b->qd;
+    const float *fo = (const float *)b->h_fo.p + r0 * b->qd, *fl = (const float *)b->h_fl.p + r0 * b->H;
+    if (h->merge) {
+        /* (a micro-batch's arrival is recorded at its near end: behind it on
+         * the stream is the other one's work, not a wait) */
+        if (((!h->pp || h->n_slow) && (rc = hkv_gpu_event_record(ev[3], b->st, err))) ||
+            (rc = hkv_gpu_upload(b->d_fo + r0 * b->qd, fo, ob, b->st, err)) ||
+            (rc = hkv_gpu_upload(b->d_fl + r0 * b->H, fl, lb, b->st, err)) ||
+            (rc = hkv_gpu_attn_merge(att, b->d_lse + r0 * b->H, b->d_fo + r0 * b->qd,
+                                     b->d_fl + r0 * b->H, n * b->H, d, b->st, err)))
+            goto out;
+        *h->ev_pending = 1;
+        b->stats.bytes_h2d += ob + lb;
+    } else {   /* prompt rows only: the host's output is the whole attention */
+        if ((rc = hkv_gpu_upload(att, fo, ob, b->st, err))) goto out;
+        b->stats.bytes_h2d += ob;
+    }
+
+    if ((rc = cb_prefill_done(b, layer, n_segs, err))) goto out;
+    /* What the mirrors hold now. */
+    for (int i = 0; i < n_segs; i++) {
+        const hkv_seg *sg = &h->segs[i];
+        const int64_t m = (int64_t)sg->seq * NL + layer;
+        if (is_prompt(sg)) {
+            b->m_len[m] = -1;
+        } else {
+            b->m_len[m] = sg->pos + 1;
+            b->m_epoch[m] = hkv_kv_tiered_seq_epoch(kv, sg->seq);
+        }
+    }
+out:
+    half_swap(b, h);
+    return rc;
+}
+
+int cb_settle_halves(cuda_be *b, hkv_err *err) {
+    for (int i = 0; i < 2; i++)
+        if (b->half[i].open && i != b->cur_half) {
+            int rc = att_end(b, &b->half[i], err);
+            if (rc) return rc;
+        }
+    return HKV_OK;
+}
+
+/* The device's part of layer `layer` for rows [r0, r0 + n) (segments with
+ * their rows in the batch), into half hi's state; a step that cannot wait
+ * for its end (mirrors to resync, prompt rows, or the whole batch: mb < 0)
+ * runs its host part too before returning. */
+static int att_begin(cuda_be *b, int mb, int layer, const hkv_seg *segs, int n_segs, int64_t r0,
+                     int64_t n, hkv_err *err) {
     hkv_engine *e = b->e;
     hkv_kv *kv = &e->kv;
-    const int NL = b->NL, KH = b->KH, NR = b->NR, d = b->d;
+    const int NL = b->NL, KH = b->KH, NR = b->NR, d = b->d, hi = mb < 0 ? 0 : mb;
     const int64_t Li = e->p.tiered.L_init, Ll = e->p.tiered.L_local;
     const int64_t seq_rows = (int64_t)NL * KH * NR;   /* near rows of one sequence */
-    void **ev = b->ev + 4 * layer;
+    void **ev = b->ev + 4 * ((size_t)hi * NL + layer);
+    int *pending = b->ev_pending + (size_t)hi * NL + layer;
+    cb_half *h = &b->half[hi];
     int rc;
-    if (layer < 0 || layer >= NL || n < 1 || n > b->max_rows)
-        return hkv_seterr(err, HKV_E_RANGE, "attention of layer %d over %lld rows: out of range",
-                          layer, (long long)n);
-    if (b->df_count && (n != b->df_n || n_segs != b->df_nsegs ||
+    if (layer < 0 || layer >= NL || n < 1 || r0 < 0 || r0 + n > b->max_rows)
+        return hkv_seterr(err, HKV_E_RANGE, "attention of layer %d over rows %lld..%lld: out of range",
+                          layer, (long long)r0, (long long)(r0 + n));
+    if (h->open)
+        return hkv_seterr(err, HKV_E_INVAL, "attention of layer %d begun for micro-batch %d, whose "
+                          "layer %d has not ended", layer, hi, h->layer);
+    if (b->df_count && (mb >= 0 || n != b->df_n || n_segs != b->df_nsegs ||
                         memcmp(segs, b->df_segs, (size_t)n_segs * sizeof *segs)) &&
         (rc = cb_flush(b, err)))   /* another call's steps (a caller without the flush op) */
         return rc;
-    if (b->ev_pending[layer]) {   /* last call's timings of this layer, before re-recording */
+    if (*pending) {   /* last call's timings of this layer, before re-recording */
         if ((rc = hkv_gpu_event_sync(ev[3], err))) return rc;
         cb_harvest(b);
     }
+    b->cur_half = hi;
 
     /* The step's decode rows: which mirrors are current, where each new
      * K/V row goes, which near rows each (row, KV head) attends. */
     int n_dec = 0, n_slow = 0;
-    for (int64_t r = 0; r < n; r++) b->h_dst[r] = -1;
+    for (int64_t r = r0; r < r0 + n; r++) b->h_dst[r] = -1;
     for (int i = 0; i < n_segs; i++) {
         const hkv_seg *sg = &segs[i];
         if (sg->seq < 0 || sg->seq >= b->max_seqs)
             return hkv_seterr(err, HKV_E_INVAL, "segment %d names sequence %d of %d", i, sg->seq,
                               b->max_seqs);
+        if (sg->row < r0 || sg->row + sg->n > r0 + n)
+            return hkv_seterr(err, HKV_E_INVAL, "segment %d's rows %lld..%lld outside the step's "
+                              "%lld..%lld", i, (long long)sg->row, (long long)(sg->row + sg->n),
+                              (long long)r0, (long long)(r0 + n));
         if (is_prompt(sg)) {
             b->stats.prompt_rows += sg->n;
             continue;
@@ -137,19 +252,21 @@ int cb_attention(void *self, int layer, const hkv_seg *segs, int n_segs, int64_t
         b->h_dst[sg->row] = ((int64_t)s * seq_rows + slot) * d;
         b->h_rows[n_dec] = (int32_t)sg->row;
         const int32_t nn = (int32_t)(p + 1 < NR ? p + 1 : NR);
-        for (int h = 0; h < KH; h++) {   /* the sequence's ring, rows 0 .. nn - 1 in any order */
-            b->h_nrows[n_dec * KH + h] = nn;
-            b->h_idx[n_dec * KH + h] = (int32_t)(s * seq_rows);
+        for (int hh = 0; hh < KH; hh++) {   /* the sequence's ring, rows 0 .. nn - 1 in any order */
+            b->h_nrows[n_dec * KH + hh] = nn;
+            b->h_idx[n_dec * KH + hh] = (int32_t)(s * seq_rows);
         }
         n_dec++;
     }
     b->stats.decode_rows += n_dec;
     b->stats.layer_steps++;
+    if (mb >= 0) b->stats.pingpong_steps++;
     const int dev_prompt = cb_prefill_plan(b, layer, segs, n_segs);
     const int merge = n_dec || dev_prompt;   /* device partials to merge the host's into */
-    /* Each layer's QKV rows in their own slot where they fit, so that a
-     * deferred step's rows stay until the host runs it. */
-    const int slotted = (int64_t)(layer + 1) * n <= b->max_rows;
+    /* Each layer's QKV rows in their own slot where they fit (the whole
+     * batch only), so that a deferred step's rows stay until the host runs
+     * it; a micro-batch's rows sit at their rows in the batch. */
+    const int slotted = mb < 0 && (int64_t)(layer + 1) * n <= b->max_rows;
     if (!slotted && b->df_count && (rc = cb_flush(b, err))) return rc;
     float *hq = (float *)b->h_qkv.p + (slotted ? (size_t)layer * n * b->qkv_w : 0);
     /* Deferrable: decode rows only, mirrors current, every row's context
@@ -159,14 +276,14 @@ int cb_attention(void *self, int layer, const hkv_seg *segs, int n_segs, int64_t
 
     /* Device: QKV and the policies' recall down to the host first, then the
      * near part. */
-    if ((rc = hkv_gpu_download(hq, b->act[HKV_ACT_QKV], (size_t)n * b->qkv_w * 4, b->st,
-                               err)) ||
-        (rc = cb_recall_step(b, layer, segs, n_segs, n, err)) ||
-        (rc = cb_pages_step(b, layer, segs, n_segs, n, err)) ||
+    float *qkv = b->act[HKV_ACT_QKV] + r0 * b->qkv_w;
+    if ((rc = hkv_gpu_download(hq + r0 * b->qkv_w, qkv, (size_t)n * b->qkv_w * 4, b->st, err)) ||
+        (rc = cb_recall_step(b, layer, segs, n_segs, r0, n, err)) ||
+        (rc = cb_pages_step(b, layer, segs, n_segs, r0, n, err)) ||
         (rc = hkv_gpu_event_record(ev[0], b->st, err)))
         return rc;
     b->kp.n_dec = 0;
-    if (n_dec && (rc = cb_keep_step(b, layer, segs, n_segs, n, err))) return rc;
+    if (n_dec && (rc = cb_keep_step(b, layer, segs, n_segs, r0, n, err))) return rc;
     b->stats.bytes_d2h += (uint64_t)n * b->qkv_w * 4;
     const size_t lofs = (size_t)layer * KH * NR * d;
     /* A deferred step runs without the device's recall or page selection
@@ -174,20 +291,21 @@ int cb_attention(void *self, int layer, const hkv_seg *segs, int n_segs, int64_t
      * own over the empty far range, as the CPU path does. Kept rows the
      * device attended would be attended twice. */
     defer = defer && !b->kp.n_dec;
+    if (n_dec && ((rc = cb_stage(b, UP_DST, b->d_dst, b->h_dst + r0, (size_t)n * 8, err)) ||
+                  (rc = cb_stage(b, UP_ROWS, b->d_rows, b->h_rows, (size_t)n_dec * 4, err)) ||
+                  (rc = cb_stage(b, UP_NROWS, b->d_nrows, b->h_nrows, (size_t)n_dec * KH * 4, err)) ||
+                  (rc = cb_stage(b, UP_IDX, b->d_idx, b->h_idx, (size_t)n_dec * KH * 4, err))))
+        return rc;
     if (defer) {   /* the near output is the attention; the host step waits in the list */
-        if ((rc = cb_stage(b, UP_DST, b->d_dst, b->h_dst, (size_t)n * 8, err)) ||
-            (rc = cb_stage(b, UP_ROWS, b->d_rows, b->h_rows, (size_t)n_dec * 4, err)) ||
-            (rc = cb_stage(b, UP_NROWS, b->d_nrows, b->h_nrows, (size_t)n_dec * KH * 4, err)) ||
-            (rc = cb_stage(b, UP_IDX, b->d_idx, b->h_idx, (size_t)n_dec * KH * 4, err)) ||
-            (rc = hkv_gpu_kv_append(b->act[HKV_ACT_QKV], b->qkv_w, n, (int64_t)b->H * d,
-                                    (int64_t)(b->H + KH) * d, KH, d, b->d_dst, (int64_t)NR * d,
-                                    b->near_k + lofs, b->near_v + lofs, b->st, err)) ||
+        if ((rc = hkv_gpu_kv_append(qkv, b->qkv_w, n, (int64_t)b->H * d, (int64_t)(b->H + KH) * d,
+                                    KH, d, b->d_dst, (int64_t)NR * d, b->near_k + lofs,
+                                    b->near_v + lofs, b->st, err)) ||
             (rc = hkv_gpu_event_record(ev[1], b->st, err)) ||
             (rc = near_attend(b, layer, n_dec, err)) ||
             (rc = hkv_gpu_event_record(ev[2], b->st, err)) ||
             (rc = hkv_gpu_event_record(ev[3], b->st, err)))
             return rc;
-        b->ev_pending[layer] = 1;
+        *pending = 1;
         if (!b->df_count) {
             memcpy(b->df_segs, segs, (size_t)n_segs * sizeof *segs);
             b->df_nsegs = n_segs, b->df_n = n;
@@ -203,87 +321,47 @@ int cb_attention(void *self, int layer, const hkv_seg *segs, int n_segs, int64_t
     }
     /* Host steps stay in layer order: the deferred ones first. */
     if (b->df_count && (rc = cb_flush(b, err))) return rc;
-    if (merge && ((rc = hkv_gpu_partial_clear(b->act[HKV_ACT_ATT], b->qd, b->d_lse, n, b->H, d,
-                                              b->st, err)) ||
+    if (merge && ((rc = hkv_gpu_partial_clear(b->act[HKV_ACT_ATT] + r0 * b->qd, b->qd,
+                                              b->d_lse + r0 * b->H, n, b->H, d, b->st, err)) ||
                   (rc = hkv_gpu_event_record(ev[1], b->st, err))))
         return rc;
     if (dev_prompt && (rc = cb_prefill_attend(b, layer, n_segs, err))) return rc;
     if (n_dec) {
-        if ((rc = cb_stage(b, UP_DST, b->d_dst, b->h_dst, (size_t)n * 8, err)) ||
-            (rc = cb_stage(b, UP_ROWS, b->d_rows, b->h_rows, (size_t)n_dec * 4, err)) ||
-            (rc = cb_stage(b, UP_NROWS, b->d_nrows, b->h_nrows, (size_t)n_dec * KH * 4, err)) ||
-            (rc = cb_stage(b, UP_IDX, b->d_idx, b->h_idx, (size_t)n_dec * KH * 4, err)) ||
-            (rc = hkv_gpu_kv_append(b->act[HKV_ACT_QKV], b->qkv_w, n, (int64_t)b->H * d,
-                                    (int64_t)(b->H + KH) * d, KH, d, b->d_dst, (int64_t)NR * d,
-                                    b->near_k + lofs, b->near_v + lofs, b->st, err)))
+        if ((rc = hkv_gpu_kv_append(qkv, b->qkv_w, n, (int64_t)b->H * d, (int64_t)(b->H + KH) * d,
+                                    KH, d, b->d_dst, (int64_t)NR * d, b->near_k + lofs,
+                                    b->near_v + lofs, b->st, err)))
             return rc;
         if (!n_slow && (rc = near_attend(b, layer, n_dec, err))) return rc;
     }
-    if (merge && !n_slow && (rc = hkv_gpu_event_record(ev[2], b->st, err))) return rc;
+    if (merge && !n_slow && ((rc = hkv_gpu_event_record(ev[2], b->st, err)) ||
+                             (mb >= 0 && (rc = hkv_gpu_event_record(ev[3], b->st, err)))))
+        return rc;
 
-    /* Host: the far tier, while the device attends the near one. */
-    double t0 = hkv_now();
-    if ((rc = hkv_gpu_event_sync(ev[0], err))) return rc;
-    double t1 = hkv_now();
-    /* the device's parts of the selection: recall, kept sets, selections */
-    const hkv_recall_rows *rec = cb_recall_result(b, n);
-    hkv_recall_rows dev = {0};
-    if (rec) dev = *rec;
-    if (b->kp.n_dec) dev.far_from = b->kp.h_from;
-    cb_pages_result(b, n, &dev);
-    rc = kv->ops->layer_step_far(kv->self, layer, b->pp_segs, n_segs, hq, b->qkv_w,
-                                 b->h_fo.p, b->qd, b->h_fl.p,
-                                 rec || b->kp.n_dec || b->pg.n_rows ? &dev : NULL, err);
-    double t2 = hkv_now();
-    b->stats.cpu_wait_dev += t1 - t0;
-    b->stats.cpu_busy += t2 - t1;
-    if (rc) return rc;
+    *h = (cb_half){.open = 1, .pp = mb >= 0, .layer = layer, .n_segs = n_segs, .n_dec = n_dec, .n_slow = n_slow,
+                   .merge = merge, .dev_prompt = dev_prompt, .r0 = r0, .n = n, .segs = segs,
+                   .hq = hq, .ev = ev, .ev_pending = pending};
+    half_swap(b, h);   /* this step's device results into h */
+    return mb < 0 || n_slow || dev_prompt ? att_end(b, h, err) : HKV_OK;
+}
 
-    if (n_slow) {   /* mirrors not current: the host's near tier, whole, then attend */
-        for (int i = 0; i < n_slow; i++) {
-            const uint16_t *hk, *hv;
-            int rows;
-            const size_t off = ((size_t)b->h_slow[i] * seq_rows) * d + lofs,
-                         bytes = (size_t)KH * NR * d * 2;
-            if ((rc = hkv_kv_tiered_near(kv, b->h_slow[i], layer, &hk, &hv, &rows, err)) ||
-                (rc = hkv_gpu_upload(b->near_k + off, hk, bytes, b->st, err)) ||
-                (rc = hkv_gpu_upload(b->near_v + off, hv, bytes, b->st, err)))
-                return rc;
-            b->stats.bytes_h2d += 2 * bytes;
-            b->stats.near_resyncs++;
-        }
-        if ((rc = hkv_gpu_event_record(ev[1], b->st, err)) || (rc = near_attend(b, layer, n_dec, err)) ||
-            (rc = hkv_gpu_event_record(ev[2], b->st, err)))
-            return rc;
-    }
+int cb_attention(void *self, int layer, const hkv_seg *segs, int n_segs, int64_t n, hkv_err *err) {
+    cuda_be *b = self;
+    b->cur_half = -1;
+    int rc = cb_settle_halves(b, err);   /* (none open: the forward pass ends them) */
+    return rc ? rc : att_begin(b, -1, layer, segs, n_segs, 0, n, err);
+}
 
-    /* The far partial up, merged exactly into the near one. */
-    const size_t ob = (size_t)n * b->qd * 4, lb = (size_t)n * b->H * 4;
-    if (merge) {
-        if ((rc = hkv_gpu_event_record(ev[3], b->st, err)) ||
-            (rc = hkv_gpu_upload(b->d_fo, b->h_fo.p, ob, b->st, err)) ||
-            (rc = hkv_gpu_upload(b->d_fl, b->h_fl.p, lb, b->st, err)) ||
-            (rc = hkv_gpu_attn_merge(b->act[HKV_ACT_ATT], b->d_lse, b->d_fo, b->d_fl, n * b->H, d,
-                                     b->st, err)))
-            return rc;
-        b->ev_pending[layer] = 1;
-        b->stats.bytes_h2d += ob + lb;
-    } else {   /* prompt rows only: the host's output is the whole attention */
-        if ((rc = hkv_gpu_upload(b->act[HKV_ACT_ATT], b->h_fo.p, ob, b->st, err))) return rc;
-        b->stats.bytes_h2d += ob;
-    }
+int cb_attention_begin(void *self, int mb, int layer, const hkv_seg *segs, int n_segs, int64_t r0,
+                       int64_t n, hkv_err *err) {
+    if (mb < 0 || mb > 1)
+        return hkv_seterr(err, HKV_E_RANGE, "micro-batch %d: there are two (0 and 1)", mb);
+    return att_begin(self, mb, layer, segs, n_segs, r0, n, err);
+}
 
-    if ((rc = cb_prefill_done(b, layer, n_segs, err))) return rc;
-    /* What the mirrors hold now. */
-    for (int i = 0; i < n_segs; i++) {
-        const hkv_seg *sg = &segs[i];
-        const int64_t m = (int64_t)sg->seq * NL + layer;
-        if (is_prompt(sg)) {
-            b->m_len[m] = -1;
-        } else {
-            b->m_len[m] = sg->pos + 1;
-            b->m_epoch[m] = hkv_kv_tiered_seq_epoch(kv, sg->seq);
-        }
-    }
-    return HKV_OK;
+int cb_attention_end(void *self, int mb, hkv_err *err) {
+    cuda_be *b = self;
+    if (mb < 0 || mb > 1)
+        return hkv_seterr(err, HKV_E_RANGE, "micro-batch %d: there are two (0 and 1)", mb);
+    b->cur_half = mb;
+    return b->half[mb].open ? att_end(b, &b->half[mb], err) : HKV_OK;
 }

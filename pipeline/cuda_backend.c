@@ -285,8 +285,9 @@ static int g_rmsnorm(void *self, int dst, int src, const int64_t *rows, int64_t 
     if (!w || !act_ok(dst) || !act_ok(src))
         return hkv_seterr(err, HKV_E_INVAL, "rmsnorm: bad buffer or weight role");
     const int dim = b->e->model.cfg.dim;
-    const float *x = b->act[src];
+    const float *x = b->act[src] + b->r0 * b->act_w[src];
     int64_t ldx = b->act_w[src];
+    float *y = b->act[dst] + b->r0 * b->act_w[dst];
     int rc;
     if (rows) {   /* gather the rows first (the head's logit rows) */
         int32_t r32[256];
@@ -294,14 +295,14 @@ static int g_rmsnorm(void *self, int dst, int src, const int64_t *rows, int64_t 
             int64_t c = n - i0 < 256 ? n - i0 : 256;
             for (int64_t i = 0; i < c; i++) r32[i] = (int32_t)rows[i0 + i];
             if ((rc = cb_stage(b, -1, b->d_lrows, r32, (size_t)c * sizeof *r32, err)) ||
-                (rc = hkv_gpu_copy_rows(b->act[dst] + i0 * b->act_w[dst], b->act_w[dst], NULL,
+                (rc = hkv_gpu_copy_rows(y + i0 * b->act_w[dst], b->act_w[dst], NULL,
                                         x, ldx, b->d_lrows, c, dim, b->st, err)))
                 return rc;
         }
-        x = b->act[dst];
+        x = y;
         ldx = b->act_w[dst];
     }
-    return hkv_gpu_rmsnorm(x, ldx, w, n, dim, b->e->model.cfg.norm_eps, b->act[dst], b->act_w[dst],
+    return hkv_gpu_rmsnorm(x, ldx, w, n, dim, b->e->model.cfg.norm_eps, y, b->act_w[dst],
                            b->st, err);
 }
 
@@ -332,8 +333,9 @@ static int g_matmul(void *self, int dst, int src, int64_t n, int layer, int role
     for (int i = 0; i < np; i++) {
         for (int64_t r = 0; r < n; r += per) {
             const int64_t m = n - r < per ? n - r : per;
-            rc = hkv_gpu_qmat_matmul(b->ctx, &parts[i], b->act[src] + r * b->act_w[src],
-                                     b->act_w[src], m, b->act[dst] + r * ldy + off, ldy, b->ws,
+            rc = hkv_gpu_qmat_matmul(b->ctx, &parts[i], b->act[src] + (b->r0 + r) * b->act_w[src],
+                                     b->act_w[src], m, b->act[dst] + (b->r0 + r) * ldy + off, ldy,
+                                     b->ws,
                                      b->ws_bytes, b->st, err);
             if (rc) return rc;
         }
@@ -348,9 +350,10 @@ static int g_matmul(void *self, int dst, int src, int64_t n, int layer, int role
 static int g_bias_rope(void *self, int layer, const int64_t *pos, int64_t n, hkv_err *err) {
     cuda_be *b = self;
     const hkv_model_config *c = &b->e->model.cfg;
+    float *qkv = b->act[HKV_ACT_QKV] + b->r0 * b->qkv_w;
     int rc;
     if (b->L[layer].bqkv &&
-        (rc = hkv_gpu_add_bias(b->act[HKV_ACT_QKV], b->qkv_w, n, b->L[layer].bqkv, b->qkv_w, b->st,
+        (rc = hkv_gpu_add_bias(qkv, b->qkv_w, n, b->L[layer].bqkv, b->qkv_w, b->st,
                                err)))
         return rc;
     /* The cos/sin table follows the positions: built when they change (the
@@ -362,7 +365,7 @@ static int g_bias_rope(void *self, int layer, const int64_t *pos, int64_t n, hkv
         b->up_len[UP_POS] = 0;   /* no table for these positions */
         return rc;
     }
-    return hkv_gpu_rope(b->act[HKV_ACT_QKV], b->qkv_w, n, c->n_head + c->n_head_kv, c->head_dim,
+    return hkv_gpu_rope(qkv, b->qkv_w, n, c->n_head + c->n_head_kv, c->head_dim,
                         c->rope_dim,
                         c->rope_layout == HKV_ROPE_PAIRS ? HKV_GPU_ROPE_PAIRS : HKV_GPU_ROPE_NEOX,
                         b->d_rope_cs, b->st, err);
@@ -370,14 +373,16 @@ static int g_bias_rope(void *self, int layer, const int64_t *pos, int64_t n, hkv
 
 static int g_swiglu(void *self, int64_t n, hkv_err *err) {
     cuda_be *b = self;
-    return hkv_gpu_swiglu(b->act[HKV_ACT_GU], n, b->e->model.cfg.ffn, b->act[HKV_ACT_G], b->st, err);
+    return hkv_gpu_swiglu(b->act[HKV_ACT_GU] + b->r0 * b->act_w[HKV_ACT_GU], n, b->e->model.cfg.ffn,
+                          b->act[HKV_ACT_G] + b->r0 * b->act_w[HKV_ACT_G], b->st, err);
 }
 
 static int g_add(void *self, int dst, int src, int64_t n, hkv_err *err) {
     cuda_be *b = self;
     if (!act_ok(dst) || !act_ok(src)) return hkv_seterr(err, HKV_E_INVAL, "add: bad buffer");
     /* Both are dim-wide and dense (X, and TMP after a dim-row product). */
-    int rc = hkv_gpu_add(b->act[dst], b->act[src], n * b->e->model.cfg.dim, b->st, err);
+    const int64_t o = b->r0 * b->e->model.cfg.dim;
+    int rc = hkv_gpu_add(b->act[dst] + o, b->act[src] + o, n * b->e->model.cfg.dim, b->st, err);
     if (!rc && b->tm.last_down) {   /* the last layer's residual: the call's end so far */
         b->tm.last_down = 0;
         rc = tm_call_end(b, err);
@@ -393,8 +398,10 @@ static int g_add_rmsnorm(void *self, int dst, int x, int src, int64_t n, int lay
         return hkv_seterr(err, HKV_E_INVAL, "add_rmsnorm: bad buffer or weight role");
     /* src is dim-wide and dense (TMP after a dim-row product), as in g_add */
     const int dim = b->e->model.cfg.dim;
-    return hkv_gpu_add_rmsnorm(b->act[x], b->act_w[x], b->act[src], dim, w, n, dim,
-                               b->e->model.cfg.norm_eps, b->act[dst], b->act_w[dst], b->st, err);
+    const int64_t r0 = b->r0;
+    return hkv_gpu_add_rmsnorm(b->act[x] + r0 * b->act_w[x], b->act_w[x], b->act[src] + r0 * dim, dim,
+                               w, n, dim, b->e->model.cfg.norm_eps, b->act[dst] + r0 * b->act_w[dst],
+                               b->act_w[dst], b->st, err);
 }
 
 static int g_copy(cuda_be *b, int act, int64_t r0, int64_t n, int64_t cols, float *host, int down,
@@ -442,7 +449,7 @@ static void g_destroy(void *self) {
         hkv_gpu_free(b->ctx, b->allocs[i].tier, b->allocs[i].p, b->allocs[i].bytes);
     free(b->allocs);
     for (int i = 0; i < STAGE_SLOTS; i++) hkv_gpu_event_destroy(b->slot_ev[i]);
-    for (int i = 0; b->ev && i < 4 * b->NL; i++) hkv_gpu_event_destroy(b->ev[i]);
+    for (int i = 0; b->ev && i < 8 * b->NL; i++) hkv_gpu_event_destroy(b->ev[i]);
     tm_destroy(b);
     free(b->ev);
     free(b->ev_pending);
@@ -514,6 +521,26 @@ static int p_attention(void *self, int layer, const hkv_seg *segs, int n_segs, i
     return pf_end(self, slot, rc ? rc : cb_attention(self, layer, segs, n_segs, n, err), err);
 }
 
+static int p_attention_begin(void *self, int mb, int layer, const hkv_seg *segs, int n_segs,
+                             int64_t r0, int64_t n, hkv_err *err) {
+    int slot, rc = pf_begin(self, HKV_DEV_OP_ATTENTION, &slot, err);
+    return pf_end(self, slot,
+                  rc ? rc : cb_attention_begin(self, mb, layer, segs, n_segs, r0, n, err), err);
+}
+
+static int p_attention_end(void *self, int mb, hkv_err *err) {
+    int slot, rc = pf_begin(self, HKV_DEV_OP_ATTENTION, &slot, err);
+    return pf_end(self, slot, rc ? rc : cb_attention_end(self, mb, err), err);
+}
+
+static int g_row_base(void *self, int64_t r0, hkv_err *err) {
+    cuda_be *b = self;
+    if (r0 < 0 || r0 >= b->max_rows)
+        return hkv_seterr(err, HKV_E_RANGE, "row base %lld of %d rows", (long long)r0, b->max_rows);
+    b->r0 = r0;
+    return HKV_OK;
+}
+
 static int p_read(void *self, int act, int64_t r0, int64_t n, int64_t cols, float *dst,
                   hkv_err *err) {
     int slot, rc = pf_begin(self, HKV_DEV_OP_COPY, &slot, err);
@@ -542,7 +569,29 @@ static const hkv_backend_ops cuda_ops = {
     .destroy = g_destroy,
 };
 
-int hkv_backend_is_cuda(const hkv_backend *be) { return be && be->ops == &cuda_ops; }
+/* The same with micro-batch ping-pong (hkv_cuda_params.pingpong). */
+static const hkv_backend_ops cuda_ops_pp = {
+    .name = "cuda",
+    .embed = p_embed,
+    .rmsnorm = p_rmsnorm,
+    .matmul = g_matmul,
+    .bias_rope = p_bias_rope,
+    .swiglu = p_swiglu,
+    .add = p_add,
+    .add_rmsnorm = p_add_rmsnorm,
+    .attention = p_attention,
+    .row_base = g_row_base,
+    .attention_begin = p_attention_begin,
+    .attention_end = p_attention_end,
+    .flush = cb_flush,
+    .read = p_read,
+    .write = p_write,
+    .destroy = g_destroy,
+};
+
+int hkv_backend_is_cuda(const hkv_backend *be) {
+    return be && (be->ops == &cuda_ops || be->ops == &cuda_ops_pp);
+}
 
 /* ---- creation ------------------------------------------------------------------- */
 
@@ -619,8 +668,8 @@ static int alloc_buffers(cuda_be *b, hkv_err *err) {
         return hkv_err_prefix(err, "page-locked staging for the pipeline");
     for (int i = 0; i < STAGE_SLOTS; i++)
         if ((rc = hkv_gpu_event_create(&b->slot_ev[i], err))) return rc;
-    if (!(b->ev = calloc((size_t)4 * b->NL, sizeof *b->ev)) ||
-        !(b->ev_pending = calloc((size_t)b->NL, sizeof *b->ev_pending)) ||
+    if (!(b->ev = calloc((size_t)8 * b->NL, sizeof *b->ev)) ||
+        !(b->ev_pending = calloc((size_t)2 * b->NL, sizeof *b->ev_pending)) ||
         !(b->m_epoch = calloc(S * b->NL, sizeof *b->m_epoch)) ||
         !(b->m_len = malloc(S * b->NL * sizeof *b->m_len)) ||
         !(b->h_rows = malloc(S * sizeof *b->h_rows)) ||
@@ -631,7 +680,7 @@ static int alloc_buffers(cuda_be *b, hkv_err *err) {
         !(b->df_segs = malloc(S * sizeof *b->df_segs)))
         return hkv_seterr(err, HKV_E_NOMEM, "no host memory for the pipeline's tables");
     for (size_t i = 0; i < S * b->NL; i++) b->m_len[i] = -1;
-    for (int i = 0; i < 4 * b->NL; i++)
+    for (int i = 0; i < 8 * b->NL; i++)
         if ((rc = hkv_gpu_event_create(&b->ev[i], err))) return rc;
     return tm_create(b, err);
 }
@@ -670,7 +719,7 @@ int hkv_cuda_backend_create(hkv_backend *be, struct hkv_engine *e, const hkv_cud
         (rc = cb_prefill_create(b, err)))
         goto fail;
     cb_index_attach(b);
-    be->ops = &cuda_ops;
+    be->ops = p->pingpong ? &cuda_ops_pp : &cuda_ops;
     be->self = b;
     return HKV_OK;
 fail:
@@ -679,7 +728,7 @@ fail:
 }
 
 void cb_harvest(cuda_be *b) {
-    for (int l = 0; l < b->NL; l++) {
+    for (int l = 0; l < 2 * b->NL; l++) {
         if (!b->ev_pending[l]) continue;
         void **ev = b->ev + 4 * l;
         if (!hkv_gpu_event_done(ev[3])) continue;   /* a layer of the call in flight */

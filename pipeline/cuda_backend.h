@@ -17,7 +17,9 @@
  * fed). The device keeps a mirror of each (sequence, layer) near tier that
  * it appends to as decode steps go; when the host's changed in another way
  * (a prompt ended, a rewind, a copy: hkv_kv_tiered_seq_epoch), the host's
- * copy is uploaded whole before the device attends it. */
+ * copy is uploaded whole before the device attends it. With micro-batch
+ * ping-pong (hkv_cuda_params.pingpong) a decode batch runs as two halves,
+ * one's host part beside the other's device work (runtime/forward_pingpong.c). */
 #ifndef HKV_CUDA_BACKEND_H
 #define HKV_CUDA_BACKEND_H
 
@@ -40,6 +42,8 @@ typedef struct hkv_cuda_params {
     int lockstep;          /* 1: the host runs every layer's far step before the device goes
                               on, even where the far partial is empty (the baseline of the
                               deferred host step, for A/B measurements) */
+    int pingpong;          /* 1: micro-batch ping-pong, a decode batch of 2 or more rows split in
+                              two halves whose device and host parts overlap (forward.c) */
 } hkv_cuda_params;
 
 /* The backend ops the profile times, each its own row of dev_op (the
@@ -57,6 +61,7 @@ const char *hkv_dev_op_name(int op);
  * the emulation: they show the structure, not GPU speed). */
 typedef struct hkv_pipeline_stats {
     int64_t layer_steps;        /* attention steps (one per layer per forward call) */
+    int64_t pingpong_steps;     /* of which a micro-batch's, begun and ended apart */
     int64_t host_deferred;      /* of which the host ran after the device went on: every row's far
                                    partial empty (all its keys near), nothing for the host to
                                    return; the host catches up by the end of the call */

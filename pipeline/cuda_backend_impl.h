@@ -107,6 +107,22 @@ typedef struct cb_timer {
     int last_down;                /* the last product was the last layer's down projection */
 } cb_timer;
 
+/* One micro-batch's attention step between its begin and its end
+ * (cuda_attention.c): half 0 is also the whole batch's. */
+typedef struct cb_half {
+    int open;                     /* begun, its host part not yet run */
+    int pp;                       /* a micro-batch of ping-pong (not the whole batch) */
+    int layer, n_segs, n_dec, n_slow, merge, dev_prompt;
+    int64_t r0, n;                /* its rows in the batch */
+    const hkv_seg *segs;          /* the caller's, valid until the end */
+    float *hq;                    /* its QKV rows on the host (at their rows in the batch) */
+    void **ev;                    /* its 4 timeline events */
+    int *ev_pending;
+    /* the device parts' results its host part reads (swapped with the modules') */
+    int n_desc, kp_n_dec, pg_rows;
+    hkv_recall_rows rr;
+} cb_half;
+
 typedef struct cuda_be {
     hkv_engine *e;
     hkv_gpu_ctx *ctx;
@@ -148,9 +164,13 @@ typedef struct cuda_be {
     void *slot_ev[STAGE_SLOTS];
     void *up_cache[UP_COUNT];       /* host copies of what each array last received */
     size_t up_len[UP_COUNT], up_cap[UP_COUNT];
-    /* timeline events per layer: QKV downloaded, near start, near end, far arrives */
-    void **ev;                      /* [NL][4] */
-    int *ev_pending;                /* [NL]: events recorded, not yet harvested */
+    /* timeline events per micro-batch and layer: QKV downloaded, near start,
+     * near end, far arrives */
+    void **ev;                      /* [2][NL][4] */
+    int *ev_pending;                /* [2][NL]: events recorded, not yet harvested */
+    cb_half half[2];                /* micro-batch ping-pong's two halves (0: also the whole batch) */
+    int cur_half;                   /* the half whose op runs */
+    int64_t r0;                     /* the layer ops' first row (backend op row_base) */
     /* host scratch of one attention step */
     int32_t *h_rows, *h_nrows, *h_idx;   /* [max_seqs], [max_seqs][KH], [max_seqs][KH]: each
                                             (row, KV head)'s near run starts at h_idx */
@@ -194,8 +214,9 @@ void cb_harvest(cuda_be *b);
  * (NULL: no row recalled on the device). */
 int cb_recall_create(cuda_be *b, hkv_err *err);
 void cb_recall_destroy(cuda_be *b);
-int cb_recall_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64_t n, hkv_err *err);
-const hkv_recall_rows *cb_recall_result(cuda_be *b, int64_t n);
+int cb_recall_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64_t r0, int64_t n,
+                   hkv_err *err);
+const hkv_recall_rows *cb_recall_result(cuda_be *b, int64_t r0, int64_t n);
 
 /* Eviction policies' kept rows on the device (cuda_keep.c). cb_keep_step,
  * before the layer's host step, brings the copies of the step's decode rows
@@ -204,7 +225,8 @@ const hkv_recall_rows *cb_recall_result(cuda_be *b, int64_t n);
  * partials (d_no, d_nl) of the n_dec compact decode rows. */
 int cb_keep_create(cuda_be *b, hkv_err *err);
 void cb_keep_destroy(cuda_be *b);
-int cb_keep_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64_t n, hkv_err *err);
+int cb_keep_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64_t r0, int64_t n,
+                 hkv_err *err);
 int cb_keep_attend(cuda_be *b, int layer, int n_dec, hkv_err *err);
 
 /* Page-bounds policies' selection on the device (cuda_pages.c). cb_pages_step,
@@ -213,8 +235,9 @@ int cb_keep_attend(cuda_be *b, int layer, int n_dec, hkv_err *err);
  * download; cb_pages_result, after that download, fills rec's sel fields. */
 int cb_pages_create(cuda_be *b, hkv_err *err);
 void cb_pages_destroy(cuda_be *b);
-int cb_pages_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64_t n, hkv_err *err);
-void cb_pages_result(cuda_be *b, int64_t n, hkv_recall_rows *rec);
+int cb_pages_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64_t r0, int64_t n,
+                  hkv_err *err);
+void cb_pages_result(cuda_be *b, int64_t r0, int64_t n, hkv_recall_rows *rec);
 
 /* Prompt attention on the device (cuda_prefill.c). cb_prefill_plan: which
  * prompt segments of the step the device attends (b->pp_segs gets the
@@ -239,5 +262,14 @@ int cb_attention(void *self, int layer, const hkv_seg *segs, int n_segs, int64_t
  * cache is then current). On an error the pending steps are dropped and
  * the mirrors they appended to marked stale, so the next step resyncs. */
 int cb_flush(void *self, hkv_err *err);
+/* Micro-batch ping-pong (the backend ops attention_begin / attention_end):
+ * micro-batch mb's rows [r0, r0 + n) begin (the device's part queued) and
+ * end (the host's part, the merge) apart, the other micro-batch's ops in
+ * between. cb_settle_halves ends the other micro-batch's open step now (its
+ * page-locked results are about to be reallocated). */
+int cb_attention_begin(void *self, int mb, int layer, const hkv_seg *segs, int n_segs, int64_t r0,
+                       int64_t n, hkv_err *err);
+int cb_attention_end(void *self, int mb, hkv_err *err);
+int cb_settle_halves(cuda_be *b, hkv_err *err);
 
 #endif

@@ -150,13 +150,14 @@ static int seq_kept(cuda_be *b, int seq, int layer, hkv_kept_set *ks, hkv_err *e
     return pol.ops->kept_set && pol.ops->kept_set(pol.self, layer, ks) == HKV_OK;
 }
 
-int cb_keep_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64_t n, hkv_err *err) {
+int cb_keep_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64_t r0, int64_t n,
+                 hkv_err *err) {
     cb_keep *k = &b->kp;
     hkv_kv *kv = &b->e->kv;
     const int KH = b->KH, NL = b->NL;
     int rc;
     k->n_dec = 0;
-    for (int64_t i = 0; i < n * KH; i++) k->h_from[i] = -1;
+    for (int64_t i = r0 * KH; i < (r0 + n) * KH; i++) k->h_from[i] = -1;
     /* The step's kept sets, the arena grown once before any is copied. */
     int64_t need = 0;
     for (int i = 0; i < n_segs; i++) {

@@ -63,8 +63,8 @@ static int ensure_arena(cuda_be *b, int64_t np_cap, int64_t sel_ld, hkv_err *err
     if (np_cap < g->np_cap) np_cap = g->np_cap;
     if (sel_ld < g->sel_ld) sel_ld = g->sel_ld;
     int rc = HKV_OK;
-    if (g->np_cap) {
-        if ((rc = hkv_gpu_sync(b->st, err))) return rc;
+    if (g->np_cap) {   /* the other micro-batch's host step reads the old results first */
+        if ((rc = cb_settle_halves(b, err)) || (rc = hkv_gpu_sync(b->st, err))) return rc;
         free_arena(b);
     }
     memset(g->ver, 0, (size_t)b->max_seqs * b->NL * sizeof *g->ver);
@@ -98,7 +98,8 @@ static int decode_pages(cuda_be *b, const hkv_seg *sg, int layer, hkv_page_table
     return pol.ops->page_table && pol.ops->page_table(pol.self, layer, t) == HKV_OK;
 }
 
-int cb_pages_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64_t n, hkv_err *err) {
+int cb_pages_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64_t r0, int64_t n,
+                  hkv_err *err) {
     cb_pages *g = &b->pg;
     hkv_kv *kv = &b->e->kv;
     const int NL = b->NL, KH = b->KH, d = b->d, NR = b->NR;
@@ -118,7 +119,7 @@ int cb_pages_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64_
     }
     if (!np_need) return HKV_OK;
     if ((rc = ensure_arena(b, np_need, sel_need, err))) return rc;
-    for (int64_t i = 0; i < n * KH; i++) g->has[i] = 0;
+    for (int64_t i = r0 * KH; i < (r0 + n) * KH; i++) g->has[i] = 0;
     const size_t tab = (size_t)KH * g->np_cap * 2 * d;   /* elements of one (sequence, layer) */
     for (int i = 0; i < n_segs; i++) {
         const hkv_seg *sg = &segs[i];
@@ -172,21 +173,21 @@ int cb_pages_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64_
     }
     if (!g->n_rows) return HKV_OK;
     /* Down with the QKV rows: the host attends what was selected. */
-    const size_t ne = (size_t)n * KH * g->sel_ld;
+    const size_t ne = (size_t)n * KH * g->sel_ld, e0 = (size_t)r0 * KH * g->sel_ld;
     int32_t *h_sel = g->h_out.p, *h_n = h_sel + (size_t)b->max_rows * KH * g->sel_ld;
-    if ((rc = hkv_gpu_download(h_sel, g->d_sel, ne * 4, b->st, err)) ||
-        (rc = hkv_gpu_download(h_n, g->d_n, (size_t)n * KH * 4, b->st, err)))
+    if ((rc = hkv_gpu_download(h_sel + e0, g->d_sel + e0, ne * 4, b->st, err)) ||
+        (rc = hkv_gpu_download(h_n + r0 * KH, g->d_n + r0 * KH, (size_t)n * KH * 4, b->st, err)))
         return rc;
     b->stats.bytes_d2h += ne * 4 + (size_t)n * KH * 4;
     b->stats.device_selects += g->n_rows;
     return HKV_OK;
 }
 
-void cb_pages_result(cuda_be *b, int64_t n, hkv_recall_rows *rec) {
+void cb_pages_result(cuda_be *b, int64_t r0, int64_t n, hkv_recall_rows *rec) {
     cb_pages *g = &b->pg;
     if (!g->n_rows) return;
     int32_t *h_sel = g->h_out.p, *h_n = h_sel + (size_t)b->max_rows * b->KH * g->sel_ld;
-    for (int64_t i = 0; i < n * b->KH; i++)   /* rows the device did not select for */
+    for (int64_t i = r0 * b->KH; i < (r0 + n) * b->KH; i++)   /* rows the device did not select for */
         if (!g->has[i]) h_n[i] = -1;
     rec->sel = h_sel;
     rec->sel_n = h_n;

@@ -97,8 +97,9 @@ static int ensure_arena(cuda_be *b, int64_t C, int64_t k, hkv_err *err) {
     if (C < r->C) C = r->C;
     if (k < r->k) k = r->k;
     int rc;
-    if (r->C) {   /* the device may still read the old arena */
-        if ((rc = hkv_gpu_sync(b->st, err))) return rc;
+    if (r->C) {   /* the device may still read the old arena; the other micro-batch's
+                     host step the page-locked results */
+        if ((rc = cb_settle_halves(b, err)) || (rc = hkv_gpu_sync(b->st, err))) return rc;
         free_arena(b);
     }
     memset(r->ver, 0, (size_t)b->max_seqs * b->NL * sizeof *r->ver);
@@ -126,7 +127,7 @@ static int ensure_arena(cuda_be *b, int64_t C, int64_t k, hkv_err *err) {
     return HKV_OK;
 }
 
-int cb_recall_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64_t n,
+int cb_recall_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64_t r0, int64_t n,
                    hkv_err *err) {
     cb_recall *r = &b->rc;
     hkv_kv *kv = &b->e->kv;
@@ -137,7 +138,7 @@ int cb_recall_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64
     char *up = (char *)r->h_up.p + (size_t)layer * r->up_bytes;
     int rc;
     r->n_desc = 0;
-    memset(r->has, 0, (size_t)n);
+    memset(r->has + r0, 0, (size_t)n);
     /* This layer's region was last read by the copy of the previous step. */
     if ((rc = hkv_gpu_event_sync(r->up_ev[layer], err))) return rc;
     int64_t *off_rows = (int64_t *)(up + o_offr), *off_fifo = (int64_t *)(up + o_offf);
@@ -212,13 +213,13 @@ int cb_recall_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64
         return rc;
     b->stats.bytes_h2d += used;
     /* Down with the QKV rows: the host's select needs both. */
-    const size_t ne = (size_t)n * KH * r->k;
+    const size_t ne = (size_t)n * KH * r->k, e0 = (size_t)r0 * KH * r->k;
     int32_t *h_slot = r->h_out.p;
     float *h_score = (float *)(h_slot + (size_t)b->max_rows * KH * r->k);
     int32_t *h_n = (int32_t *)(h_score + (size_t)b->max_rows * KH * r->k);
-    if ((rc = hkv_gpu_download(h_slot, r->d_slot, ne * 4, b->st, err)) ||
-        (rc = hkv_gpu_download(h_score, r->d_score, ne * 4, b->st, err)) ||
-        (rc = hkv_gpu_download(h_n, r->d_n, (size_t)n * KH * 4, b->st, err)))
+    if ((rc = hkv_gpu_download(h_slot + e0, r->d_slot + e0, ne * 4, b->st, err)) ||
+        (rc = hkv_gpu_download(h_score + e0, r->d_score + e0, ne * 4, b->st, err)) ||
+        (rc = hkv_gpu_download(h_n + r0 * KH, r->d_n + r0 * KH, (size_t)n * KH * 4, b->st, err)))
         return rc;
     b->stats.bytes_d2h += ne * 8 + (size_t)n * KH * 4;
     b->stats.recall_rows += n_desc;
@@ -227,11 +228,11 @@ int cb_recall_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64
     return HKV_OK;
 }
 
-const hkv_recall_rows *cb_recall_result(cuda_be *b, int64_t n) {
+const hkv_recall_rows *cb_recall_result(cuda_be *b, int64_t r0, int64_t n) {
     cb_recall *r = &b->rc;
     if (!r->n_desc) return NULL;
     int32_t *h_n = (int32_t *)r->rr.n;
-    for (int64_t row = 0; row < n; row++)   /* rows the device did not recall for */
+    for (int64_t row = r0; row < r0 + n; row++)   /* rows the device did not recall for */
         if (!r->has[row])
             for (int h = 0; h < b->KH; h++) h_n[row * b->KH + h] = -1;
     return &r->rr;

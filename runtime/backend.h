@@ -69,6 +69,19 @@ typedef struct hkv_backend_ops {
      * (hkv_kv_ops.layer_step's contract). */
     int (*attention)(void *self, int layer, const hkv_seg *segs, int n_segs, int64_t n,
                      hkv_err *err);
+    /* Optional, all three or none (micro-batch ping-pong, runtime/forward.c):
+     * row_base makes the layer ops (rmsnorm, matmul, bias_rope, swiglu, add,
+     * add_rmsnorm) work on rows [r0, r0 + n) of every activation, their row
+     * i being row r0 + i (pos[] and rows[] are the caller's for those rows);
+     * attention_begin queues the device's part of micro-batch mb's (0 or 1)
+     * attention over rows [r0, r0 + n), segments with their rows in the
+     * batch, and attention_end runs the host's part and merges, so that the
+     * other micro-batch's ops can run between them (the caller keeps segs
+     * until the end). */
+    int (*row_base)(void *self, int64_t r0, hkv_err *err);
+    int (*attention_begin)(void *self, int mb, int layer, const hkv_seg *segs, int n_segs,
+                           int64_t r0, int64_t n, hkv_err *err);
+    int (*attention_end)(void *self, int mb, hkv_err *err);
     /* Optional (NULL: nothing is ever deferred): finish the host-side work of
      * earlier attention ops that the backend let run behind the device (the
      * CUDA backend's host steps of layers whose far tier had nothing to

@@ -110,6 +110,16 @@ int hkv_forward_layers(hkv_engine *e, int l0, int l1, int64_t n_rows, const hkv_
                        int n_segs, hkv_err *err);
 int hkv_forward_head(hkv_engine *e, const int64_t *logit_rows, int n_logits, float *logits,
                      hkv_err *err);
+/* X += TMP (a residual), then XN = the norm of (layer, role) of X: one
+ * backend op where the backend fuses them (runtime/forward.c). */
+int hkv_forward_add_norm(const hkv_backend_ops *o, void *b, int64_t n, int layer, int role,
+                         hkv_err *err);
+/* Micro-batch ping-pong (runtime/forward_pingpong.c): 1 when the backend
+ * offers it and the batch is decode rows only, two or more; then the layers
+ * as two halves whose attention steps begin and end apart. */
+int hkv_forward_pingpong_ok(const hkv_engine *e, int64_t n_rows, const hkv_seg *segs, int n_segs);
+int hkv_forward_layers_pingpong(hkv_engine *e, int l0, int l1, int64_t n_rows, const hkv_seg *segs,
+                                int n_segs, hkv_err *err);
 
 /* Wall clock in seconds (monotonic). */
 double hkv_now(void);

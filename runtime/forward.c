@@ -62,7 +62,8 @@ int hkv_forward_embed(hkv_engine *e, const int32_t *tokens, int64_t n_rows, hkv_
 
 /* X += TMP (a residual), then XN = the norm of (layer, role) of X: one
  * backend op where the backend fuses them. */
-static int add_norm(const hkv_backend_ops *o, void *b, int64_t n, int layer, int role, hkv_err *err) {
+int hkv_forward_add_norm(const hkv_backend_ops *o, void *b, int64_t n, int layer, int role,
+                         hkv_err *err) {
     if (o->add_rmsnorm) return o->add_rmsnorm(b, HKV_ACT_XN, HKV_ACT_X, HKV_ACT_TMP, n, layer, role, err);
     int rc = o->add(b, HKV_ACT_X, HKV_ACT_TMP, n, err);
     return rc ? rc : o->rmsnorm(b, HKV_ACT_XN, HKV_ACT_X, NULL, n, layer, role, err);
@@ -88,7 +89,7 @@ static int layers(hkv_engine *e, int l0, int l1, int64_t n_rows, const hkv_seg *
      * the backend fuses them; the range's last layer adds it alone. */
     int pending = 0;
     for (int l = l0; l < l1; l++) {
-        if ((rc = pending ? add_norm(o, b, n, l, HKV_WR_ATTN_NORM, err)
+        if ((rc = pending ? hkv_forward_add_norm(o, b, n, l, HKV_WR_ATTN_NORM, err)
                           : o->rmsnorm(b, HKV_ACT_XN, HKV_ACT_X, NULL, n, l, HKV_WR_ATTN_NORM, err)))
             return rc;
         pending = 0;
@@ -103,7 +104,7 @@ static int layers(hkv_engine *e, int l0, int l1, int64_t n_rows, const hkv_seg *
         ts = hkv_now();
         if ((rc = o->matmul(b, HKV_ACT_TMP, HKV_ACT_ATT, n, l, HKV_WR_WO, err))) return rc;
         t_mm += hkv_now() - ts;
-        if ((rc = add_norm(o, b, n, l, HKV_WR_FFN_NORM, err))) return rc;
+        if ((rc = hkv_forward_add_norm(o, b, n, l, HKV_WR_FFN_NORM, err))) return rc;
         ts = hkv_now();
         if ((rc = o->matmul(b, HKV_ACT_GU, HKV_ACT_XN, n, l, HKV_WR_FFN_IN, err))) return rc;
         t_mm += hkv_now() - ts;
@@ -124,7 +125,14 @@ static int layers(hkv_engine *e, int l0, int l1, int64_t n_rows, const hkv_seg *
 
 int hkv_forward_layers(hkv_engine *e, int l0, int l1, int64_t n_rows, const hkv_seg *segs,
                        int n_segs, hkv_err *err) {
-    int rc = layers(e, l0, l1, n_rows, segs, n_segs, err);
+    int rc;
+    if (hkv_forward_pingpong_ok(e, n_rows, segs, n_segs) && l0 >= 0 && l1 <= e->model.cfg.n_layer &&
+        l0 < l1) {
+        for (int i = 0; i < n_segs; i++) e->pos[segs[i].row] = segs[i].pos;
+        rc = hkv_forward_layers_pingpong(e, l0, l1, n_rows, segs, n_segs, err);
+    } else {
+        rc = layers(e, l0, l1, n_rows, segs, n_segs, err);
+    }
     const hkv_backend_ops *o = e->be.ops;
     if (o->flush) {   /* the host's deferred part: after an error too, reporting the first */
         int rc2 = o->flush(e->be.self, rc ? NULL : err);

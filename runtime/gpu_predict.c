@@ -513,6 +513,29 @@ int hkv_predict(const hkv_predict_params *p, hkv_prediction *o, hkv_err *err) {
                         fmax(att, p->t_host + host_l) + up;
                 window = 0;   /* only the near attention overlaps: no balance to speak of */
                 m->pcie_s += L * (down + up + tc + rup / x.pcie);
+                if (p->pingpong && B >= 2) {   /* runtime/forward_pingpong.c, as asked */
+                    int64_t k2 = 0;
+                    double kv1, i1, r1, a1, act2 = 0, dv[2], hv[2], cv[2];
+                    for (int j = 0; j < 2; j++) {   /* each half: its device work, host part, trip */
+                        const int bj = j ? B / 2 : (B + 1) / 2;
+                        const double itj = (double)bj * KH;
+                        dv[j] = layer_dense(&x, f, bj, &act2, &k2) + layer_small(&x, bj, 1, &act2, &k2) +
+                                attend(&x, bj, o->near_rows, 1, &kv1, &act2, &k2) +
+                                recall_dev(&x, o, bj, 1, &act2, &k2);
+                        hv[j] = host_far(&x, &cb, bj, 1, &i1, &r1, &a1);
+                        cv[j] = 5 * tc + ((double)bj * (H + 2 * KH) * hd * 4 + itj * ((double)o->Cp * 8 + 4) +
+                                          itj * (g * hd * 2 + 16)) / x.pcie +
+                                p->t_host + hv[j] + 2 * tc + (double)bj * (H * hd * 4 + H * 4) / x.pcie;
+                    }
+                    layer = fmax(fmax(dv[0] + dv[1], hv[0] + hv[1] + 2 * p->t_host),
+                                 fmax(dv[0] + cv[0], dv[1] + cv[1]));
+                    dev_l = dv[0] + dv[1];
+                    kern = k2;
+                    act = act2;
+                    m->pingpong = 1;
+                    m->dev_weight_bytes += L * wl;   /* the second half reads them again */
+                    m->pcie_s += L * 5 * tc;         /* each half's own copies */
+                }
             } else {
                 /* recall on the device: centroids and the C' lists read there,
                  * candidate ids written and sent down beside QKV */

@@ -95,6 +95,7 @@ typedef struct hkv_predict_params {
     double t_kernel;            /* s: least time of one kernel incl. its launch (no graphs) */
     double t_copy;              /* s: latency of one small PCIe copy */
     double t_host;              /* s: per layer, host wake on the event + OpenMP fork/join */
+    int pingpong;               /* built: --gpu-pingpong, two micro-batches from batch 2 */
 } hkv_predict_params;
 
 /* Zero p, then set the defaults: Q4 weights, near 4 + 256, index on host,
@@ -125,7 +126,8 @@ typedef struct hkv_predict_mode {
                                    as long as the device's work of the layer (0: no CPU
                                    part, or built, where only the near attention overlaps) */
     int64_t kernels;            /* kernel launches per step */
-    int pingpong;               /* target: 1 when two micro-batches beat the serial order */
+    int pingpong;               /* two micro-batches: target where they beat the serial order,
+                                   built when asked (hkv_predict_params.pingpong) */
 } hkv_predict_mode;
 
 typedef struct hkv_prediction {

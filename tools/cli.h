@@ -88,6 +88,7 @@ typedef struct hkv_device_cli {
     int gemm;                 /* --gpu-gemm: enum hkv_qmat_gemm, -1 auto */
     int profile;              /* --gpu-profile: every backend op timed on the device */
     int lockstep;             /* --gpu-lockstep: no host step deferred (A/B baseline) */
+    int pingpong;             /* --gpu-pingpong: micro-batch ping-pong */
 } hkv_device_cli;
 void hkv_device_cli_init(hkv_device_cli *d);
 /* 1 when argv[*i] was one of the options (value consumed), 0 if not, < 0 on error. */

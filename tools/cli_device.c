@@ -32,6 +32,8 @@ const char hkv_device_cli_help[] =
     "      --gpu-lockstep    the host runs every layer's far step before the device goes on,\n"
     "                        even when no row has far keys (by default such a layer's host\n"
     "                        step runs behind the device): the baseline for A/B timings\n"
+    "      --gpu-pingpong    micro-batch ping-pong: a decode batch of 2+ rows in two halves,\n"
+    "                        one's host far-tier part overlapping the other's device products\n"
     "      --synthetic NAME  random weights of a real shape instead of -m: llama3-8b,\n"
     "                        llama3.1-8b, yi-9b, qwen2.5-7b, smollm2-135m (no tokenizer);\n"
     "                        NAME@L keeps the first L layers (e.g. llama3-8b@2)\n"
@@ -52,6 +54,10 @@ int hkv_device_cli_parse(hkv_device_cli *d, int argc, char **argv, int *i, hkv_e
     }
     if (!strcmp(a, "--gpu-lockstep")) {
         d->lockstep = 1;
+        return 1;
+    }
+    if (!strcmp(a, "--gpu-pingpong")) {
+        d->pingpong = 1;
         return 1;
     }
     if (strcmp(a, "--device") && strcmp(a, "--gpu-mem") && strcmp(a, "--synthetic") &&
@@ -119,6 +125,8 @@ int hkv_device_cli_cap(const hkv_device_cli *d, uint64_t *cap, char *desc, size_
             return hkv_seterr(err, HKV_E_INVAL, "--gpu-profile times the GPU's ops: it needs --device cuda");
         if (d->lockstep)
             return hkv_seterr(err, HKV_E_INVAL, "--gpu-lockstep orders the GPU pipeline: it needs --device cuda");
+        if (d->pingpong)
+            return hkv_seterr(err, HKV_E_INVAL, "--gpu-pingpong splits the GPU pipeline's batch: it needs --device cuda");
         return HKV_OK;
     }
     hkv_gpu_device dev[1];
@@ -212,7 +220,8 @@ int hkv_device_cli_attach(const hkv_device_cli *d, hkv_engine *e, hkv_err *err) 
     int rc = hkv_device_cli_cap(d, &cap, desc, sizeof desc, err);
     if (rc) return rc;
     hkv_cuda_params cp = {.device = 0, .gpu_mem = (size_t)cap, .gemm = d->gemm,
-                          .profile = d->profile, .lockstep = d->lockstep};
+                          .profile = d->profile, .lockstep = d->lockstep,
+                          .pingpong = d->pingpong};
     hkv_backend be;
     if ((rc = hkv_cuda_backend_create(&be, e, &cp, err)))
         return hkv_err_prefix(err, "--device cuda (%s)", desc);
@@ -222,6 +231,7 @@ int hkv_device_cli_attach(const hkv_device_cli *d, hkv_engine *e, hkv_err *err) 
 
 void hkv_device_cli_timeline(json_t *t, const hkv_pipeline_stats *ps, int prompt_rows, int *bad) {
     hkv_jset(t, "host_deferred_steps", json_integer(ps->host_deferred), bad);
+    hkv_jset(t, "pingpong_steps", json_integer(ps->pingpong_steps), bad);
     hkv_jset(t, "cpu_busy_s", hkv_jnum(ps->cpu_busy, "%.6f"), bad);
     hkv_jset(t, "cpu_wait_device_s", hkv_jnum(ps->cpu_wait_dev, "%.6f"), bad);
     hkv_jset(t, "device_near_s", hkv_jnum(ps->dev_near, "%.6f"), bad);
@@ -290,7 +300,7 @@ void hkv_device_cli_summary(FILE *f, hkv_engine *e) {
     hkv_fmt_bytes((double)ps.bytes_d2h, down, sizeof down);
     hkv_fmt_bytes((double)ps.dev_peak, pk, sizeof pk);
     fprintf(f, "hetkv: %s pipeline: %lld layer steps (%lld decode rows, %lld prompt rows; %lld host "
-            "steps behind the device, nothing far); CPU far "
+            "steps behind the device, nothing far; %lld of micro-batches); CPU far "
             "attention %.3f s, CPU waiting for the device %.3f s; device near attention %.3f s, "
             "device waiting for the CPU %.3f s, device products %.3f s, device forward calls "
             "%.3f s; copied %s down, %s up; %lld near-tier resyncs; "
@@ -299,6 +309,7 @@ void hkv_device_cli_summary(FILE *f, hkv_engine *e) {
             "%lld times (%lld copies up); far selections on the device %lld; device peak %s%s\n",
             hkv_gpu_backend(), (long long)ps.layer_steps,
             (long long)ps.decode_rows, (long long)ps.prompt_rows, (long long)ps.host_deferred,
+            (long long)ps.pingpong_steps,
             ps.cpu_busy, ps.cpu_wait_dev,
             ps.dev_near, ps.dev_wait_cpu, ps.dev_products, ps.dev_total, down, up,
             (long long)ps.near_resyncs,

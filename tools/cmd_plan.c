@@ -111,7 +111,7 @@ typedef struct pred_opts {
     int n_ctx, n_batch;
     const eval_config *cfg;
     int n_cfg;
-    int sink, local, max_rows, index_on_host, wtype, json, kernels;
+    int sink, local, max_rows, index_on_host, wtype, json, kernels, pingpong;
     long long gen;
     double host_gbs, mem_eff, host_eff, cand_frac;
     const char *pipeline;
@@ -159,8 +159,9 @@ static const char *mode_desc(int mi) {
     return mi == HKV_PRED_BUILT
                ? "the pipeline as built: ctkvr's centroid recall on the device (C' slots go down), "
                  "the lists, rerank and attention on the host; products are the "
-                 "dequantising GEMV for batch <= 8 and 32 MiB dequantised fp32 panels + fp32 cuBLAS "
-                 "GEMMs above 8; only the device's near attention overlaps the CPU's far work"
+                 "dequantising GEMV for batch <= 8 (8-row GEMVs up to 32) and 32 MiB dequantised "
+                 "fp32 panels + fp32 cuBLAS GEMMs above 32; only the device's near attention "
+                 "overlaps the CPU's far work (with --gpu-pingpong: two micro-batches from batch 2)"
                : "the target design: ctkvr's recall and list union on the device (candidate ids go "
                  "down), "
                  "memory-bound products at any batch (tensor cores), two micro-batches in ping-pong "
@@ -217,6 +218,7 @@ static void pred_base(const pred_opts *o, const hkv_model_config *mc, const hkv_
     base->L_init = o->sink;
     base->L_local = o->local;
     base->index_on_host = o->index_on_host;
+    base->pingpong = o->pingpong;
     base->gpu_cap = o->cap;
     base->host_cap = o->host_cap;
     base->max_rows = o->max_rows;
@@ -730,7 +732,7 @@ int hkv_cmd_plan(int argc, char **argv) {
                         .wtype = dc.synthetic_wtype, .host_gbs = host_gbs, .mem_eff = mem_eff,
                         .host_eff = host_eff, .cand_frac = cand_frac,
                         .pipeline = pipeline ? pipeline : kernels ? "built" : "both",
-                        .json = json, .kernels = kernels};
+                        .json = json, .kernels = kernels, .pingpong = dc.pingpong};
         rc = kernels ? plan_kernels(&po, &mc, &err) : plan_predict(&po, &mc, &err);
         goto out;
     }

@@ -52,7 +52,8 @@ if [ "${HKV_TEST_QUICK:-0}" != 1 ]; then
         suites=(--suite gpu --suite emu --suite cpu --suite gguf --suite tokenizer --suite index
                 --suite plan)
         dirs="tests/gpu tests/emu tests/cpu tests/gguf tests/tokenizer tests/index tests/plan tests/model"
-        named=(pipeline_sanitized pipeline_asan_long pipeline_asan_policies "${asan_model[@]}")   # meson: suites and names do not mix
+        named=(pipeline_sanitized pipeline_asan_long pipeline_asan_policies pipeline_asan_pingpong
+               "${asan_model[@]}")   # meson: suites and names do not mix
         # gpu_ctkvr's host reference reads a struct on the main thread's stack
         # from OpenMP workers; when TSan cannot restore the worker's stack the
         # OpenMP suppression does not match and the join it cannot see is

@@ -144,6 +144,9 @@ def main(argv=None) -> int:
                     help="the near tier holds every context: hetkv run --device cuda must run host "
                          "steps behind the device (host_deferred_steps > 0) and give the CPU path's "
                          "tokens, and with --gpu-lockstep none")
+    ap.add_argument("--expect-pingpong", action="store_true",
+                    help="with --device-args=--gpu-pingpong: hetkv bench --device cuda at batch 4 "
+                         "must run micro-batch steps (pingpong_steps > 0) for each policy")
     ap.add_argument("--timeout", type=float, default=900)
     a = ap.parse_args(argv)
     global NEAR
@@ -249,6 +252,20 @@ def main(argv=None) -> int:
                            f"cpu {tc} cuda {tg} lockstep {tk}; deferred "
                            f"{tl.get('host_deferred_steps')} of {tl.get('layer_steps')} layer steps, "
                            f"lockstep {tk_tl.get('host_deferred_steps')}")
+        if a.expect_pingpong:   # the decode steps ran as two micro-batches
+            for name, pol in cases.items():
+                if only and name.split()[0] not in only or "--draft" in pol:
+                    continue
+                p = run([hetkv, "bench", "-m", model, "--device", "cuda", "--ctx", "40", "--batch", "4",
+                         "--steps", "3", "--json", *NEAR, *pol, *a.device_args.split()], a.timeout)
+                try:
+                    tl = json.loads(p.stdout.strip().splitlines()[-1])["results"][0]["timeline"]
+                    res.report(p.returncode == 0 and tl["pingpong_steps"] > 0,
+                               f"bench {name} batch 4: micro-batch steps",
+                               f"{tl['pingpong_steps']} micro-batch layer steps")
+                except (ValueError, KeyError, IndexError) as e:
+                    res.report(False, f"bench {name} batch 4: micro-batch steps",
+                               f"exit {p.returncode}: {e}: {p.stderr.strip()[-300:]}")
         if a.dump_only:
             print(f"test_pipeline: {res.passed} passed, {res.failed} failed")
             return 1 if res.failed else 0
