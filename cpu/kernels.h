@@ -51,19 +51,16 @@ size_t hkv_wmat_bytes(const hkv_wmat *w);
 /* Activation rows quantised per 32-block to int8 with a float scale, for
  * the int8 dot-product products (qgemm). Block b of a row is q*d with
  * q in [-127, 127], d = max|x| / 127 over the block (0 for an all-zero
- * block). Blocks are padded to whole groups of 16 (nbp) with zeros. Within
- * a group g of a row, int8 byte (g*512 + k*64 + l*4 + e) holds element
- * 4k+e of block 16g+l (k < 8, l < 16, e < 4): the order the VNNI kernel's
- * lanes consume (lane l = block l); hkv_qact_at reads one element. */
+ * block). q keeps the elements in their natural order (the VNNI kernel
+ * broadcasts 4 consecutive bytes to all lanes); hkv_qact_at reads one. */
 typedef struct hkv_qact {
     int64_t cols;    /* elements per row, a multiple of 32 */
-    int64_t nbp;     /* blocks per row padded to a multiple of 16 */
-    int8_t *q;       /* [n][nbp * 32], the group order above */
+    int64_t nbp;     /* blocks per row (cols / 32): the stride of d, sx, sa */
+    int8_t *q;       /* [n][cols] */
     float *d;        /* [n][nbp] block scales */
     float *sx;       /* [n][nbp] sum of the block's float activations (Q4's min term) */
     int32_t *sa;     /* [n][nbp] 128 * sum of the block's q (Q8's offset correction) */
 } hkv_qact;
-#define HKV_QACT_GROUP 16
 
 /* Bytes hkv_qact_view needs for n rows of cols (64-byte aligned parts). */
 size_t hkv_qact_bytes(int64_t cols, int64_t n);
@@ -73,8 +70,7 @@ void hkv_qact_view(hkv_qact *a, void *buf, int64_t cols, int64_t n);
 /* Element c of row i, as the int8 the kernel multiplies. */
 static inline int hkv_qact_at(const hkv_qact *a, int64_t i, int64_t c)
 {
-    int64_t b = c / 32, e = c % 32, g = b / HKV_QACT_GROUP, l = b % HKV_QACT_GROUP;
-    return a->q[i * a->nbp * 32 + g * 512 + (e / 4) * 64 + l * 4 + e % 4];
+    return a->q[i * a->nbp * 32 + c];
 }
 
 /* ---- the dispatch table -------------------------------------------------- */

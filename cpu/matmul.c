@@ -65,7 +65,7 @@ size_t hkv_matmul_ws_floats(const hkv_wmat *w)
 }
 
 /* Precision FAST: per chunk of tokens, quantise (threads over tokens), then
- * qgemm with the rows split evenly over the threads in whole row pairs, each
+ * qgemm with the rows split evenly over the threads in whole 16-row groups, each
  * thread one contiguous stretch of weight bytes. */
 static int matmul_q8(const hkv_cpu_kernels *t, const hkv_wmat *w, const float *x, int64_t n,
                      float *y, float *ws)
@@ -84,8 +84,8 @@ static int matmul_q8(const hkv_cpu_kernels *t, const hkv_wmat *w, const float *x
             /* every thread's share of the tokens (a row is ~1 us: not worth a fork of its own) */
             t->quant_act(xc, ni * me / nt, ni * (me + 1) / nt, &a);
             #pragma omp barrier
-            const int64_t pairs = (rows + 1) / 2;
-            int64_t r0 = 2 * (pairs * me / nt), r1 = 2 * (pairs * (me + 1) / nt);
+            const int64_t groups = (rows + 15) / 16;   /* the kernel's 16-row groups */
+            int64_t r0 = 16 * (groups * me / nt), r1 = 16 * (groups * (me + 1) / nt);
             if (r1 > rows) r1 = rows;
             if (r0 < r1) t->qgemm(w, &a, (int)ni, yc, rows, r0, r1);
         }

@@ -5,11 +5,7 @@
 
 static size_t align64(size_t b) { return (b + 63) & ~(size_t)63; }
 
-static int64_t padded_blocks(int64_t cols)
-{
-    int64_t nb = cols / HKV_WBLOCK;
-    return (nb + HKV_QACT_GROUP - 1) / HKV_QACT_GROUP * HKV_QACT_GROUP;
-}
+static int64_t padded_blocks(int64_t cols) { return cols / HKV_WBLOCK; }
 
 size_t hkv_qact_bytes(int64_t cols, int64_t n)
 {
