@@ -51,6 +51,10 @@
                     * vpdpbusd chains that cover its latency */
 #endif
 #define QG_TMAX 12
+#ifndef QG_DIRECT
+#define QG_DIRECT 2   /* up to this many tokens: no pass buffer (qdirect) */
+#endif
+_Static_assert(QG_DIRECT >= 0 && QG_DIRECT <= 4, "QDIRECT covers T = 1..4");
 /* Software prefetch of the next 16-row group (the same offsets 16 rows on,
  * one group's bytes ahead: a group is one contiguous stretch of the
  * matrix) as each line of this one is loaded: hardware prefetchers lose
@@ -58,6 +62,9 @@
  * touch nothing (they never fault). */
 #ifndef QG_PREFETCH
 #define QG_PREFETCH 1
+#endif
+#ifndef QG_PF_GROUPS
+#define QG_PF_GROUPS 1   /* how many groups ahead */
 #endif
 _Static_assert(QG_T >= 1 && QG_T <= QG_TMAX, "QTILE covers T = 1..12");
 
@@ -138,14 +145,18 @@ typedef struct qgroup {
     __m512 mw[QG_CB];      /* Q4: row l's block min */
 } qgroup;
 
-/* 16 fp16 per row (the first n of them) to float, transposed: o[i] lane l = row l's i-th. */
-HKV_VINLINE void scales16(const uint16_t *p, int64_t ld, int nr, int n, __m512 *dst)
+/* 16 fp16 per row (the first n of them) to float, transposed: o[i] lane l
+ * = row l's i-th. p is at block b of the group's first row. */
+HKV_VINLINE void scales16(const uint16_t *p, int64_t ld, int64_t b, int nr, int n, __m512 *dst)
 {
     const __mmask16 mk = (__mmask16)((1u << n) - 1);
     __m512i r[16], o[16];
+    /* the next group's scales, in address order: 16 rows of ld, 32 bytes a
+     * row per call */
+    const char *pf = (const char *)(p + 16 * QG_PF_GROUPS * ld - b) + b * 32;
 #pragma GCC unroll 16
     for (int l = 0; l < 16; l++) {
-        if (QG_PREFETCH) _mm_prefetch((const char *)(p + (l + 16) * ld), _MM_HINT_T0);
+        if (QG_PREFETCH && l < 8) _mm_prefetch(pf + 64 * l, _MM_HINT_T0);
         r[l] = l < nr ? _mm512_castps_si512(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, p + l * ld)))
                       : _mm512_setzero_si512();
     }
@@ -153,51 +164,62 @@ HKV_VINLINE void scales16(const uint16_t *p, int64_t ld, int nr, int n, __m512 *
     for (int i = 0; i < n; i++) dst[i] = _mm512_castsi512_ps(o[i]);
 }
 
-static void decode_group(const hkv_wmat *m, int64_t r, int nr, int64_t b0, int nbc, qgroup *g)
+/* Rows r..r+nr-1 from block b: 64 bytes each (Q4: blocks b..b+3, Q8:
+ * b..b+1; nbl of them live), transposed: O[i] lane l = dword i of row l's
+ * 64 bytes (Q8 already offset to unsigned). */
+HKV_VINLINE void load_rows(const hkv_wmat *m, const int q4, int64_t r, int nr, int64_t b, int nbl,
+                           __m512i O[16])
 {
-    const int64_t cols = m->cols, nb = cols / HKV_WBLOCK;
-    __m512i R[16], O[16];
-    if (m->type == HKV_W_Q4) {
-        const uint8_t *q = (const uint8_t *)m->q + r * (cols / 2) + b0 * 16;
-        const __m512i m4 = _mm512_set1_epi8(0x0f);
-        for (int bb = 0; bb < nbc; bb += 4) {   /* 4 blocks: 64 bytes a row */
-            const int nbl = nbc - bb < 4 ? nbc - bb : 4;
-            const __mmask16 mk = (__mmask16)((1u << (4 * nbl)) - 1);
+    const int64_t rs = q4 ? m->cols / 2 : m->cols;   /* bytes a row */
+    const char *q = (const char *)m->q + r * rs + b * (q4 ? 16 : 32);
+    const __mmask16 mk = (__mmask16)((1u << ((q4 ? 4 : 8) * nbl)) - 1);
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    __m512i R[16];
+    /* the next group's 16 x 64 bytes at these blocks, in address order (its
+     * rows one after another: a load_rows call per 64 bytes of a row covers
+     * the group exactly) */
+    const char *pf = (const char *)m->q + (r + 16 * QG_PF_GROUPS) * rs + b * (q4 ? 16 : 32) * 16;
 #pragma GCC unroll 16
-            for (int l = 0; l < 16; l++) {
-                if (QG_PREFETCH) _mm_prefetch((const char *)q + (l + 16) * (cols / 2) + bb * 16, _MM_HINT_T0);
-                R[l] = l < nr ? _mm512_maskz_loadu_epi32(mk, q + l * (cols / 2) + bb * 16) : _mm512_setzero_si512();
-            }
-            transpose16(R, O);
-            for (int L = 0; L < nbl; L++)
+    for (int l = 0; l < 16; l++) {
+        if (QG_PREFETCH) _mm_prefetch(pf + 64 * l, _MM_HINT_T0);
+        R[l] = l < nr ? _mm512_maskz_loadu_epi32(mk, q + l * rs) : _mm512_setzero_si512();
+        if (!q4) R[l] = _mm512_xor_si512(R[l], flip);
+    }
+    transpose16(R, O);
+}
+
+/* The 8 vectors of block L of a load_rows result: lane l = elements
+ * 4k..4k+3 of row l's block, unsigned. Q4 dword j holds elements 4j.. in
+ * its low nibbles and 16+4j.. in its high ones. */
+HKV_VINLINE void block_vectors(const __m512i O[16], const int q4, int L, __m512i W[8])
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    if (q4) {
 #pragma GCC unroll 4
-                for (int j = 0; j < 4; j++) {   /* dword j: elements 4j.. (low nibbles), 16+4j.. (high) */
-                    g->w[bb + L][j] = _mm512_and_si512(O[4 * L + j], m4);
-                    g->w[bb + L][4 + j] = _mm512_and_si512(_mm512_srli_epi32(O[4 * L + j], 4), m4);
-                }
+        for (int j = 0; j < 4; j++) {
+            W[j] = _mm512_and_si512(O[4 * L + j], m4);
+            W[4 + j] = _mm512_and_si512(_mm512_srli_epi32(O[4 * L + j], 4), m4);
         }
     } else {
-        const int8_t *q = (const int8_t *)m->q + r * cols + b0 * 32;
-        const __m512i flip = _mm512_set1_epi8((char)0x80);
-        for (int bb = 0; bb < nbc; bb += 2) {   /* 2 blocks: 64 bytes a row */
-            const int nbl = nbc - bb < 2 ? nbc - bb : 2;
-            const __mmask16 mk = (__mmask16)((1u << (8 * nbl)) - 1);
-#pragma GCC unroll 16
-            for (int l = 0; l < 16; l++) {
-                if (QG_PREFETCH) _mm_prefetch((const char *)q + (l + 16) * cols + bb * 32, _MM_HINT_T0);
-                R[l] = l < nr ? _mm512_xor_si512(_mm512_maskz_loadu_epi32(mk, q + l * cols + bb * 32), flip)
-                              : _mm512_setzero_si512();
-            }
-            transpose16(R, O);
-            for (int L = 0; L < nbl; L++)
 #pragma GCC unroll 8
-                for (int j = 0; j < 8; j++) g->w[bb + L][j] = O[8 * L + j];
-        }
+        for (int j = 0; j < 8; j++) W[j] = O[8 * L + j];
+    }
+}
+
+static void decode_group(const hkv_wmat *m, int64_t r, int nr, int64_t b0, int nbc, qgroup *g)
+{
+    const int64_t nb = m->cols / HKV_WBLOCK;
+    const int q4 = m->type == HKV_W_Q4, step = q4 ? 4 : 2;
+    __m512i O[16];
+    for (int bb = 0; bb < nbc; bb += step) {
+        const int nbl = nbc - bb < step ? nbc - bb : step;
+        load_rows(m, q4, r, nr, b0 + bb, nbl, O);
+        for (int L = 0; L < nbl; L++) block_vectors(O, q4, L, g->w[bb + L]);
     }
     for (int bb = 0; bb < nbc; bb += 16) {
         const int n = nbc - bb < 16 ? nbc - bb : 16;
-        scales16(m->scale + r * nb + b0 + bb, nb, nr, n, g->sw + bb);
-        if (m->type == HKV_W_Q4) scales16(m->min + r * nb + b0 + bb, nb, nr, n, g->mw + bb);
+        scales16(m->scale + r * nb + b0 + bb, nb, b0 + bb, nr, n, g->sw + bb);
+        if (q4) scales16(m->min + r * nb + b0 + bb, nb, b0 + bb, nr, n, g->mw + bb);
     }
 }
 
@@ -210,39 +232,75 @@ HKV_VINLINE int32_t act4(const int8_t *p)
     return v;
 }
 
-/* Tokens t0..t0+T-1 over blocks b0..b0+nbc-1 of the group: acc[t] lane l
- * is (row l, token t0+t), continued from y when b0 > 0. */
+/* One block (absolute index blk) of 16 rows for tokens t0..t0+T-1: the
+ * exact integer sums, then acc[t] += float(isum) * (sw * dx) (Q8: isum less
+ * the offset's 128 * sum(q); Q4: then acc[t] += min * sum(x)). Every path
+ * runs this, so a (row, token) sees the same ops whatever the path. */
+HKV_VINLINE void block_mac(const __m512i w[8], __m512 sw, __m512 mw, const int q4, const hkv_qact *a,
+                           int64_t t0, const int T, int64_t blk, __m512 acc[QG_TMAX])
+{
+    const int64_t nb = a->cols / HKV_WBLOCK;
+    const int8_t *aq = a->q + t0 * a->cols + blk * 32;
+    __m512i is[QG_TMAX];
+#pragma GCC unroll 16
+    for (int t = 0; t < T; t++) is[t] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) {
+        const __m512i wk = w[k];
+#pragma GCC unroll 16
+        for (int t = 0; t < T; t++)
+            is[t] = _mm512_dpbusd_epi32(is[t], wk, _mm512_set1_epi32(act4(aq + t * a->cols + 4 * k)));
+    }
+#pragma GCC unroll 16
+    for (int t = 0; t < T; t++) {
+        const int64_t so = (t0 + t) * nb + blk;
+        if (!q4) is[t] = _mm512_sub_epi32(is[t], _mm512_set1_epi32(a->sa[so]));
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[t]), _mm512_mul_ps(sw, _mm512_set1_ps(a->d[so])), acc[t]);
+        if (q4) acc[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(a->sx[so]), acc[t]);
+    }
+}
+
+/* Tokens t0..t0+T-1 over blocks b0..b0+nbc-1 of a decoded pass: acc[t]
+ * lane l is (row r+l, token t0+t), continued from y when b0 > 0. */
 HKV_VINLINE void qtile(const qgroup *g, const int q4, const hkv_qact *a, int64_t t0, const int T,
                        int64_t b0, int nbc, int64_t r, __mmask16 rmask, float *y, int64_t ldy)
 {
-    const int64_t nb = a->cols / HKV_WBLOCK;
     __m512 acc[QG_TMAX];
 #pragma GCC unroll 16
     for (int t = 0; t < T; t++)
         acc[t] = b0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(rmask, y + (t0 + t) * ldy + r);
-    for (int b = 0; b < nbc; b++) {
-        const int8_t *aq = a->q + t0 * a->cols + (b0 + b) * 32;
-        __m512i is[QG_TMAX];
+    for (int b = 0; b < nbc; b++) block_mac(g->w[b], g->sw[b], g->mw[b], q4, a, t0, T, b0 + b, acc);
 #pragma GCC unroll 16
-        for (int t = 0; t < T; t++) is[t] = _mm512_setzero_si512();
-#pragma GCC unroll 8
-        for (int k = 0; k < 8; k++) {
-            const __m512i wk = g->w[b][k];
+    for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + (t0 + t) * ldy + r, rmask, acc[t]);
+}
+
+/* A few tokens (T <= QG_DIRECT): each block multiplied as it is
+ * transposed, in registers, with no pass buffer to write and reread (at
+ * n = 1 that traffic is most of the work besides the loads). */
+HKV_VINLINE void qdirect(const hkv_wmat *m, const int q4, const hkv_qact *a, const int T, int64_t r,
+                         int nr, __mmask16 rmask, float *y, int64_t ldy)
+{
+    const int64_t nb = m->cols / HKV_WBLOCK;
+    const int step = q4 ? 4 : 2;
+    __m512 acc[QG_TMAX], sw[16], mw[16];
+    __m512i O[16], W[8];
 #pragma GCC unroll 16
-            for (int t = 0; t < T; t++)
-                is[t] = _mm512_dpbusd_epi32(is[t], wk, _mm512_set1_epi32(act4(aq + t * a->cols + 4 * k)));
-        }
-        const __m512 sw = g->sw[b], mw = g->mw[b];
-#pragma GCC unroll 16
-        for (int t = 0; t < T; t++) {
-            const int64_t so = (t0 + t) * nb + b0 + b;
-            if (!q4) is[t] = _mm512_sub_epi32(is[t], _mm512_set1_epi32(a->sa[so]));
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[t]), _mm512_mul_ps(sw, _mm512_set1_ps(a->d[so])), acc[t]);
-            if (q4) acc[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(a->sx[so]), acc[t]);
+    for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t b16 = 0; b16 < nb; b16 += 16) {
+        const int n16 = nb - b16 < 16 ? (int)(nb - b16) : 16;
+        scales16(m->scale + r * nb + b16, nb, b16, nr, n16, sw);
+        if (q4) scales16(m->min + r * nb + b16, nb, b16, nr, n16, mw);
+        for (int bb = 0; bb < n16; bb += step) {
+            const int nbl = n16 - bb < step ? n16 - bb : step;
+            load_rows(m, q4, r, nr, b16 + bb, nbl, O);
+            for (int L = 0; L < nbl; L++) {
+                block_vectors(O, q4, L, W);
+                block_mac(W, sw[bb + L], mw[bb + L], q4, a, 0, T, b16 + bb + L, acc);
+            }
         }
     }
 #pragma GCC unroll 16
-    for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + (t0 + t) * ldy + r, rmask, acc[t]);
+    for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + t * ldy + r, rmask, acc[t]);
 }
 
 #define QTILE_T(q4, T) \
@@ -262,6 +320,17 @@ HKV_VINLINE void qtile(const qgroup *g, const int q4, const hkv_qact *a, int64_t
 QTILE_FN(qtile_q4, 1)
 QTILE_FN(qtile_q8, 0)
 
+#define QDIRECT_T(q4, T) \
+    case T: if (T <= QG_DIRECT) qdirect(m, q4, a, T, r, nr, rmask, y, ldy); break;
+#define QDIRECT_FN(name, q4)                                                                      \
+    static void name(const hkv_wmat *m, const hkv_qact *a, int n, int64_t r, int nr, __mmask16 rmask, \
+                     float *y, int64_t ldy)                                                       \
+    {                                                                                             \
+        switch (n) { QDIRECT_T(q4, 1) QDIRECT_T(q4, 2) QDIRECT_T(q4, 3) QDIRECT_T(q4, 4) default: break; } \
+    }
+QDIRECT_FN(qdirect_q4, 1)
+QDIRECT_FN(qdirect_q8, 0)
+
 void hkv_qgemm_avx512vnni(const hkv_wmat *m, const hkv_qact *a, int n, float *y, int64_t ldy,
                           int64_t r0, int64_t r1)
 {
@@ -272,6 +341,10 @@ void hkv_qgemm_avx512vnni(const hkv_wmat *m, const hkv_qact *a, int n, float *y,
     for (int64_t r = r0; r < r1; r += RG) {
         const int nr = r1 - r < RG ? (int)(r1 - r) : RG;
         const __mmask16 rmask = (__mmask16)((1u << nr) - 1);
+        if (n <= QG_DIRECT) {
+            (q4 ? qdirect_q4 : qdirect_q8)(m, a, n, r, nr, rmask, y, ldy);
+            continue;
+        }
         for (int64_t b0 = 0; b0 < nb; b0 += QG_CB) {
             const int nbc = nb - b0 < QG_CB ? (int)(nb - b0) : QG_CB;
             decode_group(m, r, nr, b0, nbc, &g);
