@@ -190,6 +190,16 @@ int hkv_matmul(const hkv_cpu_kernels *t, const hkv_wmat *w, const float *x, int6
                float *y, float *ws);
 size_t hkv_matmul_ws_floats(const hkv_wmat *w);
 
+/* Products of np matrices with the same cols on one x, side by side in y:
+ * y[i][off_p + r] = (x[i] . part p's row r), off_p the rows of the parts
+ * before p, y rows ldy >= their sum apart (QKV, gate|up). In FAST (every
+ * part Q4/Q8) x is quantised once and one parallel region runs all parts'
+ * rows; otherwise hkv_matmul per part through ws (which then needs
+ * hkv_matmul_ws_floats of the largest part plus n * the largest part's rows
+ * floats for the staging). Each output is the bits hkv_matmul gives. */
+int hkv_matmul_parts(const hkv_cpu_kernels *t, const hkv_wmat *parts, int np, const float *x,
+                     int64_t n, float *y, int64_t ldy, float *ws, float *stage);
+
 /* Memory-bandwidth probe: read-only streaming over a buffer of `bytes` with
  * all OpenMP threads, best of `reps`. Returns bytes/second, or 0 on failure. */
 double hkv_bandwidth_probe(size_t bytes, int reps);

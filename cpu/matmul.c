@@ -16,6 +16,7 @@
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "kernels_impl.h"
 #include "status.h"
@@ -197,4 +198,69 @@ int hkv_matmul(const hkv_cpu_kernels *t, const hkv_wmat *w, const float *x, int6
                float *ws)
 {
     return hkv_matmul_mode(t, w, x, n, y, ws, HKV_MM_DEFAULT);
+}
+
+/* FAST over several parts: one quantisation of each chunk of tokens, one
+ * parallel region; the threads split the parts' 16-row groups evenly (the
+ * parts share cols, so a group is the same work in each). */
+static int matmul_q8_parts(const hkv_cpu_kernels *t, const hkv_wmat *parts, int np, const float *x,
+                           int64_t n, float *y, int64_t ldy, float *ws)
+{
+    const int64_t cols = parts[0].cols;
+    int64_t groups = 0;
+    for (int p = 0; p < np; p++) groups += (parts[p].rows + 15) / 16;
+    void *buf = (void *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
+    for (int64_t i0 = 0; i0 < n; i0 += QMM_CHUNK) {
+        const int64_t ni = n - i0 < QMM_CHUNK ? n - i0 : QMM_CHUNK;
+        hkv_qact a;
+        hkv_qact_view(&a, buf, cols, ni);
+        const float *xc = x + i0 * cols;
+        float *yc = y + i0 * ldy;
+        #pragma omp parallel
+        {
+            const int nt = omp_get_num_threads(), me = omp_get_thread_num();
+            t->quant_act(xc, ni * me / nt, ni * (me + 1) / nt, &a);
+            #pragma omp barrier
+            /* this thread's groups [g0, g1) of the concatenation */
+            const int64_t g0 = groups * me / nt, g1 = groups * (me + 1) / nt;
+            int64_t gbase = 0, off = 0;
+            for (int p = 0; p < np; p++) {
+                const int64_t pg = (parts[p].rows + 15) / 16;
+                const int64_t lo = g0 > gbase ? g0 - gbase : 0, hi = g1 - gbase < pg ? g1 - gbase : pg;
+                if (lo < hi) {
+                    const int64_t r1 = 16 * hi < parts[p].rows ? 16 * hi : parts[p].rows;
+                    t->qgemm(&parts[p], &a, (int)ni, yc + off, ldy, 16 * lo, r1);
+                }
+                gbase += pg;
+                off += parts[p].rows;
+            }
+        }
+    }
+    return HKV_OK;
+}
+
+int hkv_matmul_parts(const hkv_cpu_kernels *t, const hkv_wmat *parts, int np, const float *x,
+                     int64_t n, float *y, int64_t ldy, float *ws, float *stage)
+{
+    if (!t || !parts || np < 1 || !x || !y || n < 0) return HKV_E_INVAL;
+    int64_t sum = 0;
+    int fast = t->precision == HKV_PREC_FAST && t->qgemm && ws;
+    for (int p = 0; p < np; p++) {
+        sum += parts[p].rows;
+        fast = fast && (parts[p].type == HKV_W_Q4 || parts[p].type == HKV_W_Q8) &&
+               parts[p].cols == parts[0].cols && parts[p].cols % HKV_WBLOCK == 0 && parts[p].rows >= 0;
+    }
+    if (ldy < sum) return HKV_E_INVAL;
+    if (n == 0) return HKV_OK;
+    if (fast) return matmul_q8_parts(t, parts, np, x, n, y, ldy, ws);
+    if (!stage) return HKV_E_INVAL;
+    int64_t off = 0;
+    for (int p = 0; p < np; p++) {
+        int rc = hkv_matmul(t, &parts[p], x, n, stage, ws);
+        if (rc != HKV_OK) return rc;
+        for (int64_t r = 0; r < n; r++)
+            memcpy(y + r * ldy + off, stage + r * parts[p].rows, (size_t)parts[p].rows * sizeof(float));
+        off += parts[p].rows;
+    }
+    return HKV_OK;
 }

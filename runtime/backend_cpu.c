@@ -119,17 +119,12 @@ static int c_matmul(void *self, int dst, int src, int64_t n, int layer, int role
         return hkv_matmul(&e->kern, &parts[0], x, n, y, e->mm_ws) == HKV_OK
                    ? HKV_OK
                    : hkv_seterr(err, HKV_E_INTERNAL, "matrix product failed");
-    /* Parts laid side by side in y's rows, staged through tmp (y != tmp:
+    /* Parts side by side in y's rows: in FAST one quantisation and one
+     * parallel region for all; else each staged through tmp (y != tmp:
      * only QKV and gate|up have parts). */
-    int64_t off = 0;
-    for (int i = 0; i < np; i++) {
-        if (hkv_matmul(&e->kern, &parts[i], x, n, e->tmp, e->mm_ws) != HKV_OK)
-            return hkv_seterr(err, HKV_E_INTERNAL, "matrix product failed");
-        for (int64_t r = 0; r < n; r++)
-            memcpy(y + r * ldy + off, e->tmp + r * parts[i].rows, parts[i].rows * sizeof(float));
-        off += parts[i].rows;
-    }
-    return HKV_OK;
+    return hkv_matmul_parts(&e->kern, parts, np, x, n, y, ldy, e->mm_ws, e->tmp) == HKV_OK
+               ? HKV_OK
+               : hkv_seterr(err, HKV_E_INTERNAL, "matrix product failed");
 }
 
 static int c_bias_rope(void *self, int layer, const int64_t *pos, int64_t n, hkv_err *err) {

@@ -188,6 +188,53 @@ static void test_matmul_fast(const hkv_cpu_kernels *t0, int type, int64_t rows, 
     ref_free_wmat(&m);
 }
 
+/* hkv_matmul_parts: three parts (Q8, the type, Q8; rows not multiples of
+ * 16) side by side in y with spare columns, in FAST and EXACT, bitwise as
+ * hkv_matmul per part, the spare columns untouched. */
+static void test_matmul_parts(const hkv_cpu_kernels *t0, int type, int64_t cols, int n, test_rng *rng)
+{
+    const int64_t rows[3] = {37, 64, 21};
+    const int types[3] = {HKV_W_Q8, type, HKV_W_Q8};
+    ref_wmat m[3];
+    hkv_wmat parts[3];
+    size_t wsf = 0;
+    int64_t sum = 0;
+    for (int p = 0; p < 3; p++) {
+        ref_make_wmat(&m[p], types[p], rows[p], cols, rng);
+        parts[p] = m[p].w;
+        if (hkv_matmul_ws_floats(&parts[p]) > wsf) wsf = hkv_matmul_ws_floats(&parts[p]);
+        sum += rows[p];
+    }
+    const int64_t ldy = sum + 3;
+    float *x = malloc(sizeof(float) * n * cols);
+    fill_x(x, n, cols, rng);
+    float *ws = malloc(sizeof(float) * wsf), *stage = malloc(sizeof(float) * n * 64);
+    float *y = alloc_poisoned((int64_t)n * ldy), *yp = alloc_poisoned((int64_t)n * 64);
+    for (int prec = HKV_PREC_EXACT; prec <= HKV_PREC_FAST; prec++) {
+        hkv_cpu_kernels t = *t0;
+        hkv_cpu_kernels_set_precision(&t, prec);
+        poison(y, (int64_t)n * ldy);
+        int rc = hkv_matmul_parts(&t, parts, 3, x, n, y, ldy, ws, stage);
+        int diff = 0, spare = 0;
+        int64_t off = 0;
+        for (int p = 0; p < 3; p++) {
+            hkv_matmul(&t, &parts[p], x, n, yp, ws);
+            for (int i = 0; i < n; i++)
+                for (int64_t r = 0; r < rows[p]; r++)
+                    diff += memcmp(&y[i * ldy + off + r], &yp[i * rows[p] + r], sizeof(float)) != 0;
+            off += rows[p];
+        }
+        for (int i = 0; i < n; i++)
+            for (int64_t c = sum; c < ldy; c++) spare += !isnan(y[i * ldy + c]);
+        CHECK(rc == HKV_OK && diff == 0 && spare == 0, "%s matmul_parts %s %s n=%d: rc %d, %d outputs differ "
+              "from hkv_matmul, %d spare columns written", hkv_isa_name(t.isa), prec ? "fast" : "exact",
+              tname(type), n, rc, diff, spare);
+    }
+    CHECK(hkv_matmul_parts(t0, parts, 3, x, n, y, sum - 1, ws, stage) == HKV_E_INVAL, "ldy below the parts' rows accepted");
+    free(yp); free(y); free(stage); free(ws); free(x);
+    for (int p = 0; p < 3; p++) ref_free_wmat(&m[p]);
+}
+
 /* No qgemm in the table: FAST is refused and hkv_matmul stays exact. */
 static void test_fallback(const hkv_cpu_kernels *t0, test_rng *rng)
 {
@@ -237,6 +284,8 @@ int main(void)
             test_qgemm_shape(&t, type, 16, 800, 9, &rng, &worst);     /* 25 blocks: Q4 and Q8 load tails */
             test_matmul_fast(&t, type, 131, 576, 37, &rng);
             test_matmul_fast(&t, type, 70, 1536, 150, &rng);         /* > 64: chunks */
+            test_matmul_parts(&t, type, 576, 1, &rng);
+            test_matmul_parts(&t, type, 576, 70, &rng);               /* > 64: chunks */
         }
         printf("%s: worst |fast - exact| / sum|W x| = %.3g\n", hkv_isa_name(isa), worst);
     }
