@@ -70,6 +70,23 @@ void hkv_isa_detect(hkv_isa_info *out)
 
 #endif
 
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#define HKV_ARCH_REQ_XCOMP_PERM 0x1023   /* <asm/prctl.h>, Linux 5.16 */
+#define HKV_XFEATURE_XTILEDATA 18
+#endif
+
+int hkv_amx_request(const hkv_isa_info *info)
+{
+    if (!info || !info->amx_int8 || !info->os_amx) return 0;
+#if defined(__linux__) && defined(__x86_64__)
+    return syscall(SYS_arch_prctl, HKV_ARCH_REQ_XCOMP_PERM, HKV_XFEATURE_XTILEDATA) == 0;
+#else
+    return 0;
+#endif
+}
+
 static const char *const isa_names[] = {"scalar", "avx2", "avx512"};
 
 const char *hkv_isa_name(int isa)

@@ -20,6 +20,11 @@ typedef struct hkv_isa_info {
 
 void hkv_isa_detect(hkv_isa_info *out);
 const char *hkv_isa_name(int isa);
+/* 1 when AMX-INT8 tiles are usable by this process: the CPU has them, the
+ * OS saves their state (XCR0) and, on Linux, grants this process the tile
+ * data on request (arch_prctl ARCH_REQ_XCOMP_PERM; once granted it stays).
+ * Else 0. */
+int hkv_amx_request(const hkv_isa_info *info);
 /* Parse "scalar" | "avx2" | "avx512"; -1 if unknown. */
 int hkv_isa_parse(const char *s);
 

@@ -27,6 +27,7 @@ int hkv_cpu_kernels_init(hkv_cpu_kernels *t, int isa)
     t->precision = HKV_PREC_EXACT;
     t->quant_act = NULL;
     t->qgemm = NULL;
+    t->amx = 0;
     switch (isa) {
 #if defined(__x86_64__)
     case HKV_ISA_AVX512:
@@ -34,6 +35,7 @@ int hkv_cpu_kernels_init(hkv_cpu_kernels *t, int isa)
         if (info.avx512_vnni) {   /* the int8 products exist only with VNNI */
             t->quant_act = hkv_quant_act_avx512vnni;
             t->qgemm = hkv_qgemm_avx512vnni;
+            hkv_cpu_kernels_set_amx(t, 1);   /* AMX tiles where granted: the same bits */
         }
         break;
     case HKV_ISA_AVX2: HKV_FILL_TABLE(t, avx2); break;
@@ -61,6 +63,25 @@ int hkv_cpu_kernels_set_precision(hkv_cpu_kernels *t, int precision)
     t->precision = precision == HKV_PREC_FAST && t->qgemm && t->quant_act ? HKV_PREC_FAST
                                                                            : HKV_PREC_EXACT;
     return t->precision;
+}
+
+int hkv_cpu_kernels_set_amx(hkv_cpu_kernels *t, int on)
+{
+    t->amx = 0;
+    if (!t->qgemm) return 0;
+#if defined(HKV_HAVE_AMX) && defined(__x86_64__)
+    hkv_isa_info info;
+    hkv_isa_detect(&info);
+    if (on && hkv_amx_request(&info)) {
+        t->qgemm = hkv_qgemm_avx512amx;
+        t->amx = 1;
+        return 1;
+    }
+    t->qgemm = hkv_qgemm_avx512vnni;
+#else
+    (void)on;
+#endif
+    return 0;
 }
 
 static const char *const prec_names[] = {"exact", "fast"};

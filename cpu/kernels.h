@@ -111,8 +111,11 @@ typedef struct hkv_cpu_kernels {
      * so a token's output does not depend on its neighbours
      * (batch-invariant by construction). Single-threaded. */
     void (*quant_act)(const float *x, int64_t i0, int64_t i1, const hkv_qact *a);
+    /* qgemm runs 16-token tiles on AMX (1) or vpdpbusd only (0); the
+     * results are the same bits (hkv_cpu_kernels_set_amx). */
     void (*qgemm)(const hkv_wmat *w, const hkv_qact *a, int n, float *y, int64_t ldy,
                   int64_t r0, int64_t r1);
+    int amx;
 
     /* Dequantise rows [r0, r1) of W to float dst[r1-r0][cols]. */
     void (*dequant_rows)(const hkv_wmat *w, int64_t r0, int64_t r1, float *dst);
@@ -157,6 +160,10 @@ enum hkv_precision { HKV_PREC_EXACT = 0, HKV_PREC_FAST = 1 };
 /* Set t->precision; FAST only where the table has qgemm (AVX512-VNNI),
  * else EXACT. Returns the precision in effect. */
 int hkv_cpu_kernels_set_precision(hkv_cpu_kernels *t, int precision);
+/* FAST products on AMX tiles (on = 1, init's choice where AMX-INT8 is
+ * granted) or on vpdpbusd alone (0, for A/B timings): the same results.
+ * Returns t->amx. */
+int hkv_cpu_kernels_set_amx(hkv_cpu_kernels *t, int on);
 const char *hkv_precision_name(int precision);
 /* "exact" | "fast"; -1 if unknown. */
 int hkv_precision_parse(const char *s);

@@ -48,6 +48,11 @@ HKV_DECLARE_ISA_KERNELS(avx512)
 void hkv_quant_act_avx512vnni(const float *x, int64_t i0, int64_t i1, const hkv_qact *a);
 void hkv_qgemm_avx512vnni(const hkv_wmat *w, const hkv_qact *a, int n, float *y, int64_t ldy,
                           int64_t r0, int64_t r1);
+/* The same products, 16-token tiles on AMX (qgemm_amx.c; built where the
+ * compiler has AMX, HKV_HAVE_AMX): bitwise the VNNI kernel's results. In the
+ * table only where hkv_amx_request granted the tile state. */
+void hkv_qgemm_avx512amx(const hkv_wmat *w, const hkv_qact *a, int n, float *y, int64_t ldy,
+                         int64_t r0, int64_t r1);
 
 /* Peak loops for the compute probe (peak.c): `iters` rounds of 16
  * independent instructions each; return a sum that keeps the work alive.
