@@ -65,34 +65,8 @@ size_t hkv_matmul_ws_floats(const hkv_wmat *w)
     return a > b ? a : b;
 }
 
-/* Precision FAST: per chunk of tokens, quantise (threads over tokens), then
- * qgemm with the rows split evenly over the threads in whole 16-row groups, each
- * thread one contiguous stretch of weight bytes. */
-static int matmul_q8(const hkv_cpu_kernels *t, const hkv_wmat *w, const float *x, int64_t n,
-                     float *y, float *ws)
-{
-    const int64_t rows = w->rows, cols = w->cols;
-    void *buf = (void *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
-    for (int64_t i0 = 0; i0 < n; i0 += QMM_CHUNK) {
-        const int64_t ni = n - i0 < QMM_CHUNK ? n - i0 : QMM_CHUNK;
-        hkv_qact a;
-        hkv_qact_view(&a, buf, cols, ni);
-        const float *xc = x + i0 * cols;
-        float *yc = y + i0 * rows;
-        #pragma omp parallel
-        {
-            const int nt = omp_get_num_threads(), me = omp_get_thread_num();
-            /* every thread's share of the tokens (a row is ~1 us: not worth a fork of its own) */
-            t->quant_act(xc, ni * me / nt, ni * (me + 1) / nt, &a);
-            #pragma omp barrier
-            const int64_t groups = (rows + 15) / 16;   /* the kernel's 16-row groups */
-            int64_t r0 = 16 * (groups * me / nt), r1 = 16 * (groups * (me + 1) / nt);
-            if (r1 > rows) r1 = rows;
-            if (r0 < r1) t->qgemm(w, &a, (int)ni, yc, rows, r0, r1);
-        }
-    }
-    return HKV_OK;
-}
+static int matmul_q8_parts(const hkv_cpu_kernels *t, const hkv_wmat *parts, int np, const float *x,
+                           int64_t n, float *y, int64_t ldy, float *ws);
 
 static int sgemm_rows(const float *x, int64_t n, const float *wrows, int64_t nr, int64_t cols,
                       float *y, int64_t ldy)
@@ -173,7 +147,7 @@ int hkv_matmul_mode(const hkv_cpu_kernels *t, const hkv_wmat *w, const float *x,
     if (t->precision == HKV_PREC_FAST && t->qgemm && (w->type == HKV_W_Q4 || w->type == HKV_W_Q8)) {
         /* any n, batch-invariant or not: qgemm's rows never depend on n */
         if (!ws) return HKV_E_INVAL;
-        return matmul_q8(t, w, x, n, y, ws);
+        return matmul_q8_parts(t, w, 1, x, n, y, w->rows, ws);
     }
     if (n <= HKV_GEMV_MAX_N || (t->batch_invariant && n <= INT32_MAX)) {
         /* batch-invariant: gemv_fixed over groups of 8 rows, weights streamed
@@ -200,9 +174,14 @@ int hkv_matmul(const hkv_cpu_kernels *t, const hkv_wmat *w, const float *x, int6
     return hkv_matmul_mode(t, w, x, n, y, ws, HKV_MM_DEFAULT);
 }
 
-/* FAST over several parts: one quantisation of each chunk of tokens, one
- * parallel region; the threads split the parts' 16-row groups evenly (the
- * parts share cols, so a group is the same work in each). */
+/* Precision FAST over one or several parts sharing x: per chunk of tokens
+ * one quantisation and one parallel region; the threads split the parts'
+ * 16-row groups evenly (the parts share cols, so a group is the same work
+ * in each), each a contiguous stretch of weight bytes. A few tokens are
+ * quantised before the region (well under a microsecond each), which
+ * spares the barrier a split quantisation needs: at batch 1 a layer runs
+ * 5 products, and barriers showed as a tenth of the step. */
+#define QUANT_SERIAL_MAX 4
 static int matmul_q8_parts(const hkv_cpu_kernels *t, const hkv_wmat *parts, int np, const float *x,
                            int64_t n, float *y, int64_t ldy, float *ws)
 {
@@ -216,11 +195,15 @@ static int matmul_q8_parts(const hkv_cpu_kernels *t, const hkv_wmat *parts, int 
         hkv_qact_view(&a, buf, cols, ni);
         const float *xc = x + i0 * cols;
         float *yc = y + i0 * ldy;
+        const int serial = ni <= QUANT_SERIAL_MAX;
+        if (serial) t->quant_act(xc, 0, ni, &a);
         #pragma omp parallel
         {
             const int nt = omp_get_num_threads(), me = omp_get_thread_num();
-            t->quant_act(xc, ni * me / nt, ni * (me + 1) / nt, &a);
-            #pragma omp barrier
+            if (!serial) {
+                t->quant_act(xc, ni * me / nt, ni * (me + 1) / nt, &a);
+                #pragma omp barrier
+            }
             /* this thread's groups [g0, g1) of the concatenation */
             const int64_t g0 = groups * me / nt, g1 = groups * (me + 1) / nt;
             int64_t gbase = 0, off = 0;
