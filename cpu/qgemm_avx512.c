@@ -108,7 +108,11 @@ HKV_VINLINE void qdirect(const hkv_wmat *m, const int q4, const hkv_qact *a, con
     static void name(const hkv_wmat *m, const hkv_qact *a, int n, int64_t r, int nr, __mmask16 rmask, \
                      float *y, int64_t ldy)                                                       \
     {                                                                                             \
-        switch (n) { QDIRECT_T(q4, 1) QDIRECT_T(q4, 2) QDIRECT_T(q4, 3) QDIRECT_T(q4, 4) default: break; } \
+        switch (n) {                                                                              \
+            QDIRECT_T(q4, 1) QDIRECT_T(q4, 2) QDIRECT_T(q4, 3) QDIRECT_T(q4, 4)                   \
+            QDIRECT_T(q4, 5) QDIRECT_T(q4, 6) QDIRECT_T(q4, 7) QDIRECT_T(q4, 8)                   \
+        default: break;                                                                           \
+        }                                                                                         \
     }
 QDIRECT_FN(qdirect_q4, 1)
 QDIRECT_FN(qdirect_q8, 0)
