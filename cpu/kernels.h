@@ -201,9 +201,10 @@ size_t hkv_matmul_ws_floats(const hkv_wmat *w);
  * y[i][off_p + r] = (x[i] . part p's row r), off_p the rows of the parts
  * before p, y rows ldy >= their sum apart (QKV, gate|up). In FAST (every
  * part Q4/Q8) x is quantised once and one parallel region runs all parts'
- * rows; otherwise hkv_matmul per part through ws (which then needs
- * hkv_matmul_ws_floats of the largest part plus n * the largest part's rows
- * floats for the staging). Each output is the bits hkv_matmul gives. */
+ * rows; otherwise hkv_matmul per part (ws: hkv_matmul_ws_floats of the
+ * largest part) into y directly where one part fills y's rows, else staged
+ * through stage (n * the largest part's rows floats). Each output is the
+ * bits hkv_matmul gives. */
 int hkv_matmul_parts(const hkv_cpu_kernels *t, const hkv_wmat *parts, int np, const float *x,
                      int64_t n, float *y, int64_t ldy, float *ws, float *stage);
 

@@ -180,7 +180,7 @@ int hkv_matmul(const hkv_cpu_kernels *t, const hkv_wmat *w, const float *x, int6
  * in each), each a contiguous stretch of weight bytes. A few tokens are
  * quantised before the region (well under a microsecond each), which
  * spares the barrier a split quantisation needs: at batch 1 a layer runs
- * 5 products, and barriers showed as a tenth of the step. */
+ * 4 products, and barriers showed as a tenth of the step. */
 #define QUANT_SERIAL_MAX 4
 static int matmul_q8_parts(const hkv_cpu_kernels *t, const hkv_wmat *parts, int np, const float *x,
                            int64_t n, float *y, int64_t ldy, float *ws)
@@ -236,6 +236,7 @@ int hkv_matmul_parts(const hkv_cpu_kernels *t, const hkv_wmat *parts, int np, co
     if (ldy < sum) return HKV_E_INVAL;
     if (n == 0) return HKV_OK;
     if (fast) return matmul_q8_parts(t, parts, np, x, n, y, ldy, ws);
+    if (np == 1 && ldy == parts[0].rows) return hkv_matmul(t, &parts[0], x, n, y, ws);
     if (!stage) return HKV_E_INVAL;
     int64_t off = 0;
     for (int p = 0; p < np; p++) {

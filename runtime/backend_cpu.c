@@ -115,13 +115,9 @@ static int c_matmul(void *self, int dst, int src, int64_t n, int layer, int role
     if (!np || !y || !x) return hkv_seterr(err, HKV_E_INVAL, "matmul: bad buffer or weight role");
     int64_t ldy = 0;
     for (int i = 0; i < np; i++) ldy += parts[i].rows;
-    if (np == 1)
-        return hkv_matmul(&e->kern, &parts[0], x, n, y, e->mm_ws) == HKV_OK
-                   ? HKV_OK
-                   : hkv_seterr(err, HKV_E_INTERNAL, "matrix product failed");
-    /* Parts side by side in y's rows: in FAST one quantisation and one
-     * parallel region for all; else each staged through tmp (y != tmp:
-     * only QKV and gate|up have parts). */
+    /* Parts side by side in y's rows (QKV, gate|up): in FAST one
+     * quantisation and one parallel region for all; else each staged
+     * through tmp (y != tmp). One part: hkv_matmul into y. */
     return hkv_matmul_parts(&e->kern, parts, np, x, n, y, ldy, e->mm_ws, e->tmp) == HKV_OK
                ? HKV_OK
                : hkv_seterr(err, HKV_E_INTERNAL, "matrix product failed");
