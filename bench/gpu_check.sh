@@ -22,6 +22,7 @@
 # line per step: name, exit status, seconds) and the benches' JSON. SECONDS
 # (default 480) bounds the whole run: a step that would start past it is
 # skipped and says so; so is each step named in GPU_CHECK_SKIP (space-separated).
+# GPU_CHECK_PIPELINE adds options to the pipeline step (e.g. "--only laq,speckv").
 # GPU_CHECK_PREDICT names the card for plan --predict (default: from nvidia-smi).
 set -u
 BUILD=${1:-build}
@@ -63,7 +64,9 @@ bench_json bench_llama3_8b_8k_ctkvr_pingpong 90 --synthetic llama3-8b --device c
 bench_json bench_llama3_8b_8k_profile 90 --synthetic llama3-8b --device cuda --ctx 8192 --batch 1 \
     --steps 16 --gpu-profile --configs "'snapkv:budget=1024'"
 # every policy, three cases each, two processes a case: about 5 minutes on an H100
-step pipeline_tiny 300 python3 tests/pipeline/test_pipeline.py --bin-dir "$BUILD/tools"
+# (GPU_CHECK_PIPELINE: more test_pipeline.py options, e.g. "--only laq,speckv")
+# shellcheck disable=SC2086
+step pipeline_tiny 300 python3 tests/pipeline/test_pipeline.py --bin-dir "$BUILD/tools" ${GPU_CHECK_PIPELINE:-}
 # a long prompt on 8 of the 32 layers: the prefill's speed at 16K
 bench_json bench_llama3_8b_l8_16k 90 --synthetic llama3-8b@8 --device cuda --ctx 16384 --batch 1 \
     --steps 8 --configs "'full;ctkvr'"

@@ -70,12 +70,15 @@ static int check_empty(const cuda_be *b, int layer, int64_t n, hkv_err *err) {
     return HKV_OK;
 }
 
-int cb_flush(void *self, hkv_err *err) {
-    cuda_be *b = self;
+/* The deferred host steps in layer order: all of them, or (ready_only)
+ * those at the front whose QKV rows have landed, so that the host does them
+ * while the device works through the layers queued after them. */
+static int df_run(cuda_be *b, int ready_only, hkv_err *err) {
     hkv_kv *kv = &b->e->kv;
     int rc = HKV_OK;
-    for (int i = 0; i < b->df_count && !rc; i++) {
-        const int l = b->df_layer[i];
+    for (; b->df_done < b->df_count && !rc; b->df_done++) {
+        const int i = b->df_done, l = b->df_layer[i];
+        if (ready_only && !hkv_gpu_event_done(b->ev[4 * l])) return HKV_OK;
         const float *hq = (const float *)b->h_qkv.p + (size_t)l * b->df_n * b->qkv_w;
         double t0 = hkv_now();
         if ((rc = hkv_gpu_event_sync(b->ev[4 * l], err))) break;
@@ -91,9 +94,11 @@ int cb_flush(void *self, hkv_err *err) {
                     b->m_len[(int64_t)b->df_segs[k].seq * b->NL + b->df_layer[j]] = -1;
         }
     }
-    b->df_count = 0;
+    b->df_done = b->df_count = 0;   /* all run (or, after an error, dropped) */
     return rc;
 }
+
+int cb_flush(void *self, hkv_err *err) { return df_run(self, 0, err); }
 
 /* The device parts' results the host step of half h reads (recall, kept
  * rows, page selections) in and out of the modules' fields. */
@@ -266,7 +271,7 @@ static int att_begin(cuda_be *b, int mb, int layer, const hkv_seg *segs, int n_s
     /* Each layer's QKV rows in their own slot where they fit (the whole
      * batch only), so that a deferred step's rows stay until the host runs
      * it; a micro-batch's rows sit at their rows in the batch. */
-    const int slotted = mb < 0 && (int64_t)(layer + 1) * n <= b->max_rows;
+    const int slotted = mb < 0 && (int64_t)(layer + 1) * n <= b->qkv_rows;
     if (!slotted && b->df_count && (rc = cb_flush(b, err))) return rc;
     float *hq = (float *)b->h_qkv.p + (slotted ? (size_t)layer * n * b->qkv_w : 0);
     /* Deferrable: decode rows only, mirrors current, every row's context
@@ -317,7 +322,7 @@ static int att_begin(cuda_be *b, int mb, int layer, const hkv_seg *segs, int n_s
             b->m_len[m] = segs[i].pos + 1;
             b->m_epoch[m] = hkv_kv_tiered_seq_epoch(kv, segs[i].seq);
         }
-        return HKV_OK;
+        return df_run(b, 1, err);   /* the earlier layers' host steps whose rows are here */
     }
     /* Host steps stay in layer order: the deferred ones first. */
     if (b->df_count && (rc = cb_flush(b, err))) return rc;

@@ -241,6 +241,7 @@ static int tm_call_end(cuda_be *b, hkv_err *err) {
 static int tm_op_begin(cuda_be *b, int op, int *slot, hkv_err *err) {
     cb_timer *t = &b->tm;
     int rc;
+    if (b->profile) t->host_t0 = hkv_now(), t->host_op = op;
     if (t->n == t->cap) tm_harvest(b);
     if (t->n == t->cap) {
         if ((rc = hkv_gpu_event_sync(t->ev[2 * t->tail + 1], err))) return rc;
@@ -254,6 +255,7 @@ static int tm_op_begin(cuda_be *b, int op, int *slot, hkv_err *err) {
 static int tm_op_end(cuda_be *b, int slot, hkv_err *err) {
     int rc = hkv_gpu_event_record(b->tm.ev[2 * slot + 1], b->st, err);
     if (!rc) b->tm.n++;
+    if (b->profile) b->stats.host_op[b->tm.host_op] += hkv_now() - b->tm.host_t0;
     return rc;
 }
 
@@ -657,7 +659,14 @@ static int alloc_buffers(cuda_be *b, hkv_err *err) {
     b->slot_bytes = R * 8 > 1024 ? R * 8 : 1024;
     b->slot_bytes = (b->slot_bytes + 63) & ~(size_t)63;
     int rc;
-    if ((rc = hkv_pinned_alloc(&b->h_qkv, &b->e->mem, NULL, HKV_TIER_WORKSPACE, R * b->qkv_w * 4, -1,
+    /* QKV rows down: a prompt chunk's, or every layer's of a decode batch
+     * (one row a sequence) so that all of a step's host parts can wait */
+    const size_t qkv_row = (size_t)b->qkv_w * 4;
+    size_t qrows = (size_t)b->NL * S;
+    if (qrows * qkv_row > HKV_DEFER_PINNED_MAX) qrows = HKV_DEFER_PINNED_MAX / qkv_row;
+    if (qrows < R) qrows = R;
+    b->qkv_rows = (int64_t)qrows;
+    if ((rc = hkv_pinned_alloc(&b->h_qkv, &b->e->mem, NULL, HKV_TIER_WORKSPACE, qrows * qkv_row, -1,
                                HKV_PIN_REQUIRE, err)) ||
         (rc = hkv_pinned_alloc(&b->h_fo, &b->e->mem, NULL, HKV_TIER_WORKSPACE, R * b->qd * 4, -1,
                                HKV_PIN_REQUIRE, err)) ||

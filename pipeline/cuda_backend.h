@@ -81,6 +81,10 @@ typedef struct hkv_pipeline_stats {
                                    kernels, the gaps between them, and for attention the
                                    wait for the host's far partial); the products always,
                                    the rest with hkv_cuda_params.profile */
+    double host_op[HKV_DEV_OP_COUNT];  /* s: host time inside each op's call (with the
+                                   profile): the launches and copies it queues, and any
+                                   wait in it; their sum against the step's wall time says
+                                   whether the host's queueing or the device bounds a step */
     uint64_t bytes_d2h, bytes_h2d;   /* per-step copies (QKV down; far partials, mirror, indices up) */
     int64_t near_resyncs;       /* (sequence, layer) near tiers uploaded whole from the host */
     int64_t recall_rows;        /* (decode row, layer) recalls run on the device */

@@ -96,6 +96,11 @@ typedef struct cb_prompt {
  * recorded at its embedding, its end re-recorded after the last layer's
  * residual and after the head's product, and the pair is closed (to be
  * harvested) when the next call starts or the stats are read. */
+/* The most page-locked memory h_qkv takes to keep every layer's QKV rows of
+ * a decode batch for the deferred host steps; a larger batch keeps as many
+ * layers as fit and runs the rest in step (cuda_attention.c). */
+#define HKV_DEFER_PINNED_MAX ((size_t)64 << 20)
+
 typedef struct cb_timer {
     void **ev;                    /* [cap][2] */
     unsigned char *kind;          /* [cap]: enum hkv_dev_op of each pair */
@@ -105,6 +110,8 @@ typedef struct cb_timer {
     int call_cur;                 /* the open pair, -1: none */
     int call_has_end;             /* the open pair's end has been recorded */
     int last_down;                /* the last product was the last layer's down projection */
+    double host_t0;               /* profile: host clock at the open op's begin */
+    int host_op;                  /* and its kind */
 } cb_timer;
 
 /* One micro-batch's attention step between its begin and its end
@@ -159,6 +166,7 @@ typedef struct cuda_be {
     int64_t *m_len;                 /* [max_seqs][NL]: tokens mirrored, -1: not current */
     /* page-locked host buffers: QKV down, far partials up, staging ring */
     hkv_pinned h_qkv, h_fo, h_fl, h_stage;
+    int64_t qkv_rows;             /* rows of h_qkv (deferred steps: below) */
     size_t slot_bytes;
     int slot_next;
     void *slot_ev[STAGE_SLOTS];
@@ -187,9 +195,11 @@ typedef struct cuda_be {
     int64_t *h_pdst, *d_pdst;     /* [max_rows]: append offsets into a copy */
     /* Host steps deferred (cuda_attention.c): layers of the current call
      * whose far partial is empty for every row, so that the device went on
-     * without it; their QKV rows wait in h_qkv at [layer * n][qkv_w]. */
-    int *df_layer;                /* [NL], in layer order */
-    int df_count, df_nsegs;
+     * without it; their QKV rows wait in h_qkv at [layer * n][qkv_w]
+     * (h_qkv holds qkv_rows rows: every layer's of a decode batch of up to
+     * max_seqs rows, where that stays within HKV_DEFER_PINNED_MAX). */
+    int *df_layer;                /* [NL], in layer order; [df_done, df_count) still to run */
+    int df_done, df_count, df_nsegs;
     int64_t df_n;
     hkv_seg *df_segs;             /* [max_seqs]: the call's segments */
     hkv_pipeline_stats stats;

@@ -385,7 +385,12 @@ static int layer_step(tiered *t, int layer, const hkv_seg *segs, int n_segs, con
     int rc = HKV_OK;
     hkv_err local;
     hkv_err_clear(&local);
-#pragma omp parallel for schedule(dynamic, 1)
+    /* A decode batch's rows are a few KB each: copying them costs less than
+     * waking the team (tens of us when its threads sleep between layers, as
+     * under the CUDA pipeline's deferred host steps); prompts go wide. */
+    int64_t rows = 0;
+    for (int i = 0; i < n_segs; i++) rows += segs[i].n;
+#pragma omp parallel for schedule(dynamic, 1) if (rows > HKV_TIERED_SERIAL_ROWS)
     for (int i = 0; i < n_segs; i++) {
         hkv_err e1;
         hkv_err_clear(&e1);

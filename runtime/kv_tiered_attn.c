@@ -238,7 +238,12 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
         pl = po + np * gd, ssel = (int32_t *)(pl + np * g);
     }
     int fail = 0;
-#pragma omp parallel for schedule(dynamic, 1)
+    /* A far-only step over empty far ranges (every row's keys near: the CUDA
+     * pipeline's deferred host steps) writes empty partials: too little for
+     * a team's wake-up. */
+    int wide = !lse_out || nd.far > 0 || t->p.audit;
+    for (int i = 0; i < n_segs && !wide; i++) wide = is_prompt(&segs[i]);
+#pragma omp parallel for schedule(dynamic, 1) if (wide)
     for (int w = 0; w < n_items; w++) {
         float *base = t->scratch + (size_t)omp_get_thread_num() * per;
         float *qb = base, *ob = qb + (size_t)QTILE * g * d, *lb = ob + (size_t)QTILE * g * d;

@@ -4,6 +4,9 @@
 
 #include "kv_tiered.h"
 
+/* Rows a layer step stores without an OpenMP team (a decode batch's). */
+#define HKV_TIERED_SERIAL_ROWS 64
+
 /* The positions a layer holds after a token-selective prefill (fastkv):
  * rows[0..n) ascending, all < end; positions >= end are all present. */
 typedef struct tsp_list {

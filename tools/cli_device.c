@@ -257,10 +257,15 @@ void hkv_device_cli_timeline(json_t *t, const hkv_pipeline_stats *ps, int prompt
     for (int k = 0; k < HKV_DEV_OP_COUNT; k++)
         any |= ps->dev_op[k] > 0 && !(k >= HKV_DEV_OP_QKV && k <= HKV_DEV_OP_HEAD);
     if (!any) return;
-    json_t *ops = json_object();
-    for (int k = 0; k < HKV_DEV_OP_COUNT; k++)
+    json_t *ops = json_object(), *host = json_object();
+    for (int k = 0; k < HKV_DEV_OP_COUNT; k++) {
         hkv_jset(ops, hkv_dev_op_name(k), hkv_jnum(ps->dev_op[k], "%.6f"), bad);
+        hkv_jset(host, hkv_dev_op_name(k), hkv_jnum(ps->host_op[k], "%.6f"), bad);
+    }
     hkv_jset(t, "ops", ops, bad);
+    /* the host's time in each op's call: a step whose sum of these is near its
+     * wall time is bound by the host's queueing, not the device */
+    hkv_jset(t, "ops_host", host, bad);
 }
 
 void hkv_device_cli_json(json_t *o, hkv_engine *e, int *bad) {
