@@ -35,25 +35,36 @@ static int is_prompt(const hkv_seg *sg) {
     return (sg->flags & (HKV_SEG_PROMPT | HKV_SEG_PROMPT_END)) || sg->n > 1;
 }
 
-/* Near attention of the step's decode rows (their index arrays staged). */
+/* Near attention of the step's decode rows (their index arrays staged, and
+ * b->h_rows their rows in the batch). Rows that follow each other (a
+ * decode batch, or a micro-batch of one) take the partial straight into
+ * the attention output and lse: two scatter launches a layer fewer, which
+ * counts where the host's queueing bounds a step. */
 static int near_attend(cuda_be *b, int layer, int n_dec, hkv_err *err) {
     const size_t lofs = (size_t)layer * b->KH * b->NR * b->d;
     /* fewer splits as the batch grows: never more than the workspace's */
     int split = hkv_gpu_attn_decode_splits(hkv_gpu_ctx_sm_count(b->ctx), n_dec, b->H, b->KH, b->NR);
     if (split > b->near_split) split = b->near_split;
+    int dense = n_dec > 0;
+    for (int i = 1; i < n_dec && dense; i++) dense = b->h_rows[i] == b->h_rows[0] + i;
+    const int64_t r = dense ? b->h_rows[0] : 0;
+    float *no = dense ? b->act[HKV_ACT_ATT] + r * b->qd : b->d_no,
+          *nl = dense ? b->d_lse + r * b->H : b->d_nl;
     int rc;
     if ((rc = hkv_gpu_copy_rows(b->d_q, b->qd, NULL, b->act[HKV_ACT_QKV], b->qkv_w, b->d_rows, n_dec,
                                 b->qd, b->st, err)) ||
         (rc = hkv_gpu_attn_decode_split(b->d_q, n_dec, b->H, b->KH, b->d, b->near_k + lofs,
                                         b->near_v + lofs, b->d, (int64_t)b->NR * b->d, 0,
                                         b->d_nrows, b->d_idx, 0, 1.0f / sqrtf((float)b->d),
-                                        b->d_no, b->d_nl, split, b->d_split_ws, b->split_ws_bytes,
+                                        no, nl, split, b->d_split_ws, b->split_ws_bytes,
                                         b->st, err)) ||
-        (rc = cb_keep_attend(b, layer, n_dec, err)) ||
-        (rc = hkv_gpu_copy_rows(b->act[HKV_ACT_ATT], b->qd, b->d_rows, b->d_no, b->qd, NULL, n_dec,
-                                b->qd, b->st, err)) ||
-        (rc = hkv_gpu_copy_rows(b->d_lse, b->H, b->d_rows, b->d_nl, b->H, NULL, n_dec, b->H, b->st,
-                                err)))
+        (rc = cb_keep_attend(b, layer, n_dec, no, nl, err)))
+        return rc;
+    if (!dense &&
+        ((rc = hkv_gpu_copy_rows(b->act[HKV_ACT_ATT], b->qd, b->d_rows, b->d_no, b->qd, NULL, n_dec,
+                                 b->qd, b->st, err)) ||
+         (rc = hkv_gpu_copy_rows(b->d_lse, b->H, b->d_rows, b->d_nl, b->H, NULL, n_dec, b->H, b->st,
+                                 err))))
         return rc;
     return HKV_OK;
 }

@@ -232,12 +232,13 @@ const hkv_recall_rows *cb_recall_result(cuda_be *b, int64_t r0, int64_t n);
  * before the layer's host step, brings the copies of the step's decode rows
  * up to date and stages their row lists (kp.h_from: the host's part);
  * cb_keep_attend queues their kept partials and merges them into the near
- * partials (d_no, d_nl) of the n_dec compact decode rows. */
+ * partials of the n_dec compact decode rows (no [n_dec][H d], nl [n_dec][H]:
+ * d_no and d_nl, or the attention output's rows themselves). */
 int cb_keep_create(cuda_be *b, hkv_err *err);
 void cb_keep_destroy(cuda_be *b);
 int cb_keep_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64_t r0, int64_t n,
                  hkv_err *err);
-int cb_keep_attend(cuda_be *b, int layer, int n_dec, hkv_err *err);
+int cb_keep_attend(cuda_be *b, int layer, int n_dec, float *no, float *nl, hkv_err *err);
 
 /* Page-bounds policies' selection on the device (cuda_pages.c). cb_pages_step,
  * after the layer's QKV and before its near-tier append, brings the copies up

@@ -211,7 +211,7 @@ int cb_keep_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64_t
     return HKV_OK;
 }
 
-int cb_keep_attend(cuda_be *b, int layer, int n_dec, hkv_err *err) {
+int cb_keep_attend(cuda_be *b, int layer, int n_dec, float *no, float *nl, hkv_err *err) {
     cb_keep *k = &b->kp;
     if (!k->n_dec) return HKV_OK;
     const size_t lofs = (size_t)layer * b->KH * k->cap * b->d;
@@ -222,7 +222,7 @@ int cb_keep_attend(cuda_be *b, int layer, int n_dec, hkv_err *err) {
                                         b->d, (int64_t)k->cap * b->d, 0, k->d_nrows, k->d_idx,
                                         k->cap, 1.0f / sqrtf((float)b->d), k->d_o, k->d_l, split,
                                         k->split_ws, k->split_ws_bytes, b->st, err)) ||
-        (rc = hkv_gpu_attn_merge(b->d_no, b->d_nl, k->d_o, k->d_l, (int64_t)n_dec * b->H, b->d,
+        (rc = hkv_gpu_attn_merge(no, nl, k->d_o, k->d_l, (int64_t)n_dec * b->H, b->d,
                                  b->st, err)))
         return rc;
     return HKV_OK;
