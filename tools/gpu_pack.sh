@@ -9,7 +9,8 @@
 # the optional baseline hetkv (bench/gpu_ab.sh), lib/ every shared library they
 # load except glibc's, the C++ runtime and CUDA's (the machine's own are newer
 # or must match its driver), and the gguf wheel of .whl/ when there is one
-# (tests/pipeline). On the GPU machine:
+# (tests/pipeline). On the GPU machine, bench/gpu_remote.sh PACK SECONDS
+# [SCRIPT] does all of it; by hand:
 #
 #     tar xJf PACK.tar.xz -C /tmp/p
 #     export LD_LIBRARY_PATH=/tmp/p/lib:/usr/local/cuda/lib64
