@@ -25,7 +25,8 @@ BUDGET=$2
 SCRIPT=${3:-bench/gpu_check.sh}
 shift $(($# < 3 ? $# : 3))
 mkdir -p /tmp/p && tar xJf "$PACK" -C /tmp/p || exit 1
-whl=$(ls .whl/*.whl /tmp/p/*.whl 2>/dev/null | head -1)
+whl=
+for f in .whl/*.whl /tmp/p/*.whl; do [ -f "$f" ] && whl=$f && break; done
 if [ -n "$whl" ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target /tmp/site "$whl" && export PYTHONPATH=/tmp/site
