@@ -89,6 +89,11 @@ typedef struct cb_prompt {
     int64_t step_end;             /* tokens the copy holds after it (-1: not appended) */
 } cb_prompt;
 
+/* The most page-locked memory h_qkv takes to keep every layer's QKV rows of
+ * a decode batch for the deferred host steps; a larger batch keeps as many
+ * layers as fit and runs the rest in step (cuda_attention.c). */
+#define HKV_DEFER_PINNED_MAX ((size_t)64 << 20)
+
 /* Device time of the products and of whole forward calls, from events on
  * the compute stream, harvested in order as they complete (no host sync;
  * cuda_backend.c). Products: a FIFO ring of (start, end) pairs, one per
@@ -96,11 +101,6 @@ typedef struct cb_prompt {
  * recorded at its embedding, its end re-recorded after the last layer's
  * residual and after the head's product, and the pair is closed (to be
  * harvested) when the next call starts or the stats are read. */
-/* The most page-locked memory h_qkv takes to keep every layer's QKV rows of
- * a decode batch for the deferred host steps; a larger batch keeps as many
- * layers as fit and runs the rest in step (cuda_attention.c). */
-#define HKV_DEFER_PINNED_MAX ((size_t)64 << 20)
-
 typedef struct cb_timer {
     void **ev;                    /* [cap][2] */
     unsigned char *kind;          /* [cap]: enum hkv_dev_op of each pair */
