@@ -82,7 +82,7 @@ typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> pf_a
 
 template <int D>
 static __device__ __forceinline__ void pf_body(const float *__restrict__ q, int64_t ldq, int64_t nq,
-                                               int H, int g, int d, int64_t p0,
+                                               int H, int g, int d, int64_t p0, int64_t nk,
                                                const uint16_t *__restrict__ k,
                                                const uint16_t *__restrict__ v, int64_t ld,
                                                int64_t hs, float qscale, float *__restrict__ out,
@@ -100,7 +100,8 @@ static __device__ __forceinline__ void pf_body(const float *__restrict__ q, int6
     /* the last rows see the most keys: their blocks start first */
     const int64_t r0 = ((int64_t)gridDim.x - 1 - blockIdx.x) * BM;
     const int64_t rend = r0 + BM < nrows ? r0 + BM : nrows;
-    const int64_t kend = p0 + (rend - 1) / g + 1;   /* keys [0, kend) for the block */
+    int64_t kend = p0 + (rend - 1) / g + 1;   /* keys [0, kend) for the block */
+    if (kend > nk) kend = nk;
 
     /* Q tile: q * scale * log2(e) = hi + lo, both fp16 (padding rows 0) */
     for (int i = threadIdx.x; i < BM * d; i += blockDim.x) {
@@ -118,9 +119,11 @@ static __device__ __forceinline__ void pf_body(const float *__restrict__ q, int6
 
     /* this lane's row (two lanes per row) and the keys its warp can see */
     const int64_t wr0 = r0 + 16 * warp, my_r = wr0 + (lane >> 1);
-    const int64_t my_lim = p0 + my_r / g;   /* last key of this row (inclusive) */
+    int64_t my_lim = p0 + my_r / g;   /* last key of this row (inclusive) */
+    if (my_lim > nk - 1) my_lim = nk - 1;
     const int64_t wlast = wr0 + 15 < nrows ? wr0 + 15 : nrows - 1;
-    const int64_t wkey_max = wr0 < nrows ? p0 + wlast / g : -1;
+    int64_t wkey_max = wr0 < nrows ? p0 + wlast / g : -1;
+    if (wkey_max > nk - 1) wkey_max = nk - 1;
     const int half8 = (lane & 1) * 8;
 
     pf_acc o[NF];
@@ -265,11 +268,11 @@ static __device__ __forceinline__ void pf_body(const float *__restrict__ q, int6
 
 #define PF_KERNEL(D)                                                                              \
     static __global__ void __launch_bounds__(pf_cfg<D>::W * 32) k_attn_prefill_d##D(               \
-        const float *q, int64_t ldq, int64_t nq, int H, int g, int d, int64_t p0,                  \
+        const float *q, int64_t ldq, int64_t nq, int H, int g, int d, int64_t p0, int64_t nk,      \
         const uint16_t *k, const uint16_t *v, int64_t ld, int64_t hs, float qscale, float *out,    \
         int64_t ldo, float *lse, int vec16)                                                        \
     {                                                                                              \
-        pf_body<D>(q, ldq, nq, H, g, d, p0, k, v, ld, hs, qscale, out, ldo, lse, vec16);           \
+        pf_body<D>(q, ldq, nq, H, g, d, p0, nk, k, v, ld, hs, qscale, out, ldo, lse, vec16);       \
     }
 PF_KERNEL(64)
 PF_KERNEL(128)
@@ -292,17 +295,18 @@ PF_KERNEL(256)
                                                    (int)smem));                                   \
         dim3 grid((unsigned)bx, (unsigned)n_head_kv);                                             \
         HKV_LAUNCH(k_attn_prefill_d##D, grid, W * 32, smem, hkv_stream(stream))(                  \
-            q, ldq, nq, n_head, g, d, p0, k, v, ld, hs, qscale, out, ldo, lse, vec16);            \
+            q, ldq, nq, n_head, g, d, p0, nk, k, v, ld, hs, qscale, out, ldo, lse, vec16);        \
         HKV_LAUNCH_CHECK(err);                                                                    \
         return HKV_OK;                                                                            \
     } while (0)
 
-extern "C" int hkv_gpu_attn_prefill(const float *q, int64_t ldq, int64_t nq, int n_head,
-                                    int n_head_kv, int d, int64_t p0, const uint16_t *k,
-                                    const uint16_t *v, int64_t ld, int64_t hs, float scale,
-                                    float *out, int64_t ldo, float *lse, void *stream, hkv_err *err)
+extern "C" int hkv_gpu_attn_prefill_keys(const float *q, int64_t ldq, int64_t nq, int n_head,
+                                         int n_head_kv, int d, int64_t p0, int64_t nk,
+                                         const uint16_t *k, const uint16_t *v, int64_t ld,
+                                         int64_t hs, float scale, float *out, int64_t ldo,
+                                         float *lse, void *stream, hkv_err *err)
 {
-    if (!q || !k || !v || !out || !lse || nq < 0 || p0 < 0 || n_head_kv < 1 ||
+    if (!q || !k || !v || !out || !lse || nq < 0 || p0 < 0 || nk < 0 || n_head_kv < 1 ||
         n_head < n_head_kv || n_head % n_head_kv || n_head_kv > 65535 ||
         ldq < (int64_t)n_head * d || ldo < (int64_t)n_head * d)
         return hkv_seterr(err, HKV_E_INVAL, "gpu prefill attention: bad arguments (%lld queries "
@@ -322,4 +326,13 @@ extern "C" int hkv_gpu_attn_prefill(const float *q, int64_t ldq, int64_t nq, int
     if (d <= 64) PF_LAUNCH(64);
     if (d <= 128) PF_LAUNCH(128);
     PF_LAUNCH(256);
+}
+
+extern "C" int hkv_gpu_attn_prefill(const float *q, int64_t ldq, int64_t nq, int n_head,
+                                    int n_head_kv, int d, int64_t p0, const uint16_t *k,
+                                    const uint16_t *v, int64_t ld, int64_t hs, float scale,
+                                    float *out, int64_t ldo, float *lse, void *stream, hkv_err *err)
+{
+    return hkv_gpu_attn_prefill_keys(q, ldq, nq, n_head, n_head_kv, d, p0, INT64_MAX, k, v, ld, hs,
+                                     scale, out, ldo, lse, stream, err);
 }

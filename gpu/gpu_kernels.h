@@ -105,6 +105,14 @@ int hkv_gpu_attn_prefill(const float *q, int64_t ldq, int64_t nq, int n_head, in
                          int d, int64_t p0, const uint16_t *k, const uint16_t *v, int64_t ld,
                          int64_t hs, float scale, float *out, int64_t ldo, float *lse,
                          void *stream, hkv_err *err);
+/* The same with the keys bounded: token t attends keys [0, min(p0+t+1, nk)),
+ * so p0 = nk attends all nk keys with every token (a block of earlier keys,
+ * the streamed prefill of pipeline/cuda_prefill.c); nk = 0 gives every row
+ * (0, -inf), the empty partial. */
+int hkv_gpu_attn_prefill_keys(const float *q, int64_t ldq, int64_t nq, int n_head, int n_head_kv,
+                              int d, int64_t p0, int64_t nk, const uint16_t *k, const uint16_t *v,
+                              int64_t ld, int64_t hs, float scale, float *out, int64_t ldo,
+                              float *lse, void *stream, hkv_err *err);
 
 /* Decode attention, one query token per sequence: q fp32 [n_seq][n_head][d];
  * (sequence s, KV head h) attends n_rows[s*n_head_kv + h] rows (int32,

@@ -725,7 +725,7 @@ int hkv_cuda_backend_create(hkv_backend *be, struct hkv_engine *e, const hkv_cud
     if ((rc = upload_weights(b, err)) || (rc = alloc_buffers(b, err)) ||
         (rc = cb_recall_create(b, err)) || (rc = cb_keep_create(b, err)) ||
         (rc = cb_pages_create(b, err)) ||
-        (rc = cb_prefill_create(b, err)))
+        (rc = cb_prefill_create(b, p, err)))
         goto fail;
     cb_index_attach(b);
     be->ops = p->pingpong ? &cuda_ops_pp : &cuda_ops;

@@ -44,7 +44,16 @@ typedef struct hkv_cuda_params {
                               deferred host step, for A/B measurements) */
     int pingpong;          /* 1: micro-batch ping-pong, a decode batch of 2 or more rows split in
                               two halves whose device and host parts overlap (forward.c) */
+    int64_t prompt_keys;   /* the most prompt tokens whose K/V the device copies while a prompt
+                              is fed (cuda_prefill.c): 0 as many as fit, -1 none; the keys past
+                              the copy stream from the far tier, a block at a time */
+    int64_t prompt_block;  /* keys per streamed block (0: HKV_PROMPT_BLOCK_DEFAULT) */
 } hkv_cuda_params;
+
+/* Keys per block of a streamed prompt: 16 MiB of K and V for each staging
+ * buffer at Llama-3-8B's 8 KV heads of 128, enough attention per block
+ * (4096 keys x the chunk's rows) to hide its PCIe copy behind the last. */
+#define HKV_PROMPT_BLOCK_DEFAULT 4096
 
 /* The backend ops the profile times, each its own row of dev_op (the
  * products by weight role). */
@@ -69,6 +78,8 @@ typedef struct hkv_pipeline_stats {
     int64_t prompt_rows_dev;    /* (prompt row, layer) attended on the device */
     int64_t prompt_rows_host;   /* (prompt row, layer) attended by the host (no room on the
                                    device, a later turn, selected positions) */
+    int64_t prompt_rows_streamed;   /* of prompt_rows_dev, those whose earlier keys came from
+                                   the far tier through the device (no room for the copy) */
     double cpu_busy;            /* s: host far-tier attention (policy select + sparse) */
     double cpu_wait_dev;        /* s: host blocked until the device's QKV arrived */
     double dev_near;            /* s: device near-tier append + attention */

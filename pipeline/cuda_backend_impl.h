@@ -85,9 +85,31 @@ typedef struct cb_prompt {
     size_t bytes;                 /* of each of k, v */
     uint64_t epoch;               /* the sequence's epoch when the prompt started */
     int off;                      /* 1: the host attends the rest of this prompt */
+    int stream;                   /* 1: the copy no longer grows; the keys past it stream from
+                                     the far tier (cuda_prefill_stream.c) */
+    int64_t res;                  /* tokens the copy holds while streaming (every layer) */
     int step_layer;               /* the layer of the last step that saw this prompt, and */
     int64_t step_end;             /* tokens the copy holds after it (-1: not appended) */
 } cb_prompt;
+
+/* A prompt's earlier keys streamed from the far tier through the device
+ * when its copy does not fit (cuda_prefill_stream.c): two staging blocks
+ * (one filled on the copy stream while the compute stream attends the
+ * other), the chunk's own K/V, one block's partial to merge. Allocated
+ * when a prompt first streams, released when none does. */
+typedef struct cb_pstream {
+    void *cst;                    /* the copy stream */
+    uint16_t *k[2], *v[2];        /* staging [KH][blk][d] fp16 */
+    uint16_t *ck, *cv;            /* the chunk's own K/V [KH][max_rows][d] */
+    float *po, *pl;               /* a block's partial [max_rows][qd], [max_rows][H] */
+    int64_t blk;                  /* keys per staging block; 0: nothing allocated */
+    int64_t keys, blk_want;       /* hkv_cuda_params.prompt_keys, prompt_block */
+    size_t stage_bytes, chunk_bytes;
+    void *copied[2], *used[2];    /* block t's copy done; its attention done (t free) */
+    int turn;                     /* the staging block the next copy fills */
+    int active;                   /* prompts streaming */
+    int queued;                   /* copies queued since the copy stream was last waited for */
+} cb_pstream;
 
 /* The most page-locked memory h_qkv takes to keep every layer's QKV rows of
  * a decode batch for the deferred host steps; a larger batch keeps as many
@@ -193,6 +215,7 @@ typedef struct cuda_be {
     char *pp_dev;                 /* [segment]: attended on the device this step */
     int pp_ok;                    /* the head size suits the device attention */
     int64_t *h_pdst, *d_pdst;     /* [max_rows]: append offsets into a copy */
+    cb_pstream ps;
     /* Host steps deferred (cuda_attention.c): layers of the current call
      * whose far partial is empty for every row, so that the device went on
      * without it; their QKV rows wait in h_qkv at [layer * n][qkv_w]
@@ -256,11 +279,24 @@ void cb_pages_result(cuda_be *b, int64_t r0, int64_t n, hkv_recall_rows *rec);
  * any. cb_prefill_attend queues their K/V append and attention;
  * cb_prefill_done records them after the host step and frees a finished
  * prompt's copy. */
-int cb_prefill_create(cuda_be *b, hkv_err *err);
+int cb_prefill_create(cuda_be *b, const hkv_cuda_params *cp, hkv_err *err);
 void cb_prefill_destroy(cuda_be *b);
 int cb_prefill_plan(cuda_be *b, int layer, const hkv_seg *segs, int n_segs);
 int cb_prefill_attend(cuda_be *b, int layer, int n_segs, hkv_err *err);
 int cb_prefill_done(cuda_be *b, int layer, int n_segs, hkv_err *err);
+/* Streaming (cuda_prefill_stream.c): create/destroy with the prefill state;
+ * cb_pstream_reserve allocates the buffers (1, or 0 when the device has no
+ * room: nothing changed); cb_pstream_release frees them stream-ordered;
+ * cb_pstream_attend queues segment sg's attention at `layer` over its own
+ * keys, the copy's p->res and the far tier's [p->res, sg->pos); cb_pstream_wait
+ * returns once the queued copies have read the far tier (before the host may
+ * free or rewrite it). */
+int cb_pstream_create(cuda_be *b, int64_t keys, int64_t blk, hkv_err *err);
+void cb_pstream_destroy(cuda_be *b);
+int cb_pstream_reserve(cuda_be *b);
+void cb_pstream_release(cuda_be *b);
+int cb_pstream_attend(cuda_be *b, int layer, const hkv_seg *sg, const cb_prompt *p, hkv_err *err);
+int cb_pstream_wait(cuda_be *b, hkv_err *err);
 
 /* Index builds on the device at prompt end (cuda_index.c): offered to the
  * tiered cache's policies while the backend lives. */

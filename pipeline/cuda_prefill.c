@@ -11,11 +11,16 @@
  * then uploaded from the host as after any prompt.
  *
  * The copy costs layers x KV heads x d x 4 bytes per prompt token (128 KiB
- * for Llama-3-8B). When the device cannot hold it (the --gpu-mem cap or the
- * device refusing), or the prompt does not start at position 0 (a later turn:
- * its keys are the whole conversation, held by the host), or the segment
- * holds selected positions (token-selective prefill), the host attends the
- * prompt as before; the timeline counts those rows (prompt_rows_host). */
+ * for Llama-3-8B). When it cannot grow (the --gpu-mem cap, the device
+ * refusing, --gpu-prompt-keys), it stays as it is and the keys past it
+ * stream from the far tier through the device (cuda_prefill_stream.c), so a
+ * prompt larger than the device is still attended there; the timeline counts
+ * those rows (prompt_rows_streamed). When the prompt does not start at
+ * position 0 (a later turn: its keys are the whole conversation, the recent
+ * ones only in the near tier; such turns are short, n rows against the
+ * context, the host's kind of work), or the segment holds selected
+ * positions (token-selective prefill), or not even the streaming buffers
+ * fit, the host attends the prompt as before (prompt_rows_host). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,8 +28,9 @@
 #include "cuda_backend_impl.h"
 #include "kv_tiered.h"
 
-int cb_prefill_create(cuda_be *b, hkv_err *err) {
+int cb_prefill_create(cuda_be *b, const hkv_cuda_params *cp, hkv_err *err) {
     b->pp_ok = b->d % 32 == 0 && b->d <= 256;   /* the device attention kernels' shapes */
+    int rc;
     if (!(b->pp = calloc((size_t)b->max_seqs, sizeof *b->pp)) ||
         !(b->pp_len = calloc((size_t)b->max_seqs * b->NL, sizeof *b->pp_len)) ||
         !(b->pp_segs = malloc((size_t)b->max_seqs * sizeof *b->pp_segs)) ||
@@ -33,6 +39,7 @@ int cb_prefill_create(cuda_be *b, hkv_err *err) {
         return hkv_seterr(err, HKV_E_NOMEM, "no host memory for the prompt copies' tables");
     if (!(b->d_pdst = cb_alloc(b, HKV_TIER_WORKSPACE, (size_t)b->max_rows * 8, err)))
         return hkv_err_prefix(err, "device prompt append offsets");
+    if ((rc = cb_pstream_create(b, cp->prompt_keys, cp->prompt_block, err))) return rc;
     return HKV_OK;
 }
 
@@ -46,6 +53,7 @@ static void prompt_free(cuda_be *b, int s) {
 }
 
 void cb_prefill_destroy(cuda_be *b) {
+    cb_pstream_destroy(b);
     for (int s = 0; b->pp && s < b->max_seqs; s++) prompt_free(b, s);
     free(b->pp);
     free(b->pp_len);
@@ -58,9 +66,12 @@ void cb_prefill_destroy(cuda_be *b) {
  * it (the error is not the run's: the host attends instead). */
 static int prompt_room(cuda_be *b, int s, int64_t n) {
     cb_prompt *p = &b->pp[s];
+    const int64_t lim = b->ps.keys;   /* 0: as many as fit, -1: none */
     if (n <= p->cap) return 1;
+    if (lim < 0 || (lim > 0 && n > lim)) return 0;
     int64_t cap = p->cap ? 2 * p->cap : 256;
     while (cap < n) cap *= 2;
+    if (lim > 0 && cap > lim) cap = lim;
     const size_t rows = (size_t)b->NL * b->KH, row = (size_t)b->d * 2;
     const size_t bytes = rows * (size_t)cap * row;
     hkv_err e;
@@ -88,6 +99,28 @@ static int prompt_room(cuda_be *b, int s, int64_t n) {
     return 1;
 }
 
+/* Sequence s's copy (tokens [0, pos) of every layer) stops growing: the
+ * keys past it stream (the copy given up if the buffers need its room). 0
+ * when not even the buffers fit. */
+static int stream_begin(cuda_be *b, int s, int64_t pos) {
+    cb_prompt *p = &b->pp[s];
+    if (!cb_pstream_reserve(b)) {
+        if (!p->cap) return 0;
+        prompt_free(b, s);
+        if (!cb_pstream_reserve(b)) return 0;
+    }
+    p->stream = 1;
+    p->res = p->cap ? pos : 0;
+    b->ps.active++;
+    return 1;
+}
+
+static void stream_end(cuda_be *b, cb_prompt *p) {
+    if (!p->stream) return;
+    p->stream = 0, p->res = 0;
+    if (--b->ps.active == 0) cb_pstream_release(b);
+}
+
 int cb_prefill_plan(cuda_be *b, int layer, const hkv_seg *segs, int n_segs) {
     hkv_kv *kv = &b->e->kv;
     int64_t rows = 0;
@@ -101,20 +134,24 @@ int cb_prefill_plan(cuda_be *b, int layer, const hkv_seg *segs, int n_segs) {
         int64_t *len = b->pp_len + (size_t)s * b->NL;
         const uint64_t ep = hkv_kv_tiered_seq_epoch(kv, s);
         if (sg->pos == 0) {   /* a prompt from the start: a fresh copy, this layer */
-            if (layer == 0) p->off = 0, p->epoch = ep;
+            if (layer == 0) {
+                stream_end(b, p);   /* (one given up before its end) */
+                p->off = 0, p->epoch = ep;
+            }
             len[layer] = 0;
         }
         p->step_layer = layer, p->step_end = -1;
         int dev = b->pp_ok && !p->off && !sg->pos_list && p->epoch == ep && len[layer] == sg->pos;
-        if (dev && !prompt_room(b, s, sg->pos + sg->n)) {
-            p->off = 1;   /* no room: the host attends the rest of this prompt */
+        if (dev && !p->stream && !prompt_room(b, s, sg->pos + sg->n) &&
+            !stream_begin(b, s, sg->pos)) {
+            p->off = 1;   /* no room even to stream: the host attends the rest of this prompt */
             dev = 0;
         }
         if (!dev) {
             b->stats.prompt_rows_host += sg->n;
             continue;
         }
-        p->step_end = sg->pos + sg->n;
+        p->step_end = p->stream ? p->res : sg->pos + sg->n;   /* (what the index build may read) */
         b->pp_segs[i].flags |= HKV_SEG_STORE_ONLY;
         b->pp_dev[i] = 1;
         rows += sg->n;
@@ -130,6 +167,12 @@ int cb_prefill_attend(cuda_be *b, int layer, int n_segs, hkv_err *err) {
         if (!b->pp_dev[i]) continue;
         const hkv_seg *sg = &b->pp_segs[i];
         cb_prompt *p = &b->pp[sg->seq];
+        if (p->stream) {
+            if ((rc = cb_pstream_attend(b, layer, sg, p, err))) return rc;
+            b->stats.prompt_rows_dev += sg->n;
+            b->stats.prompt_rows_streamed += sg->n;
+            continue;
+        }
         const size_t lofs = (size_t)layer * KH * p->cap * d;
         for (int64_t r = 0; r < sg->n; r++) b->h_pdst[r] = (sg->pos + r) * d;
         if ((rc = cb_stage(b, -1, b->d_pdst, b->h_pdst, (size_t)sg->n * 8, err)) ||
@@ -148,13 +191,18 @@ int cb_prefill_attend(cuda_be *b, int layer, int n_segs, hkv_err *err) {
 
 int cb_prefill_done(cuda_be *b, int layer, int n_segs, hkv_err *err) {
     int rc, synced = 0;
+    /* the call's last layer: no copy may still read a far tier that the
+     * caller could free or rewrite once the call returns */
+    if (layer == b->NL - 1 && (rc = cb_pstream_wait(b, err))) return rc;
     for (int i = 0; i < n_segs; i++) {
         const hkv_seg *sg = &b->pp_segs[i];
+        cb_prompt *p = &b->pp[sg->seq];
         if (b->pp_dev[i]) b->pp_len[(size_t)sg->seq * b->NL + layer] = sg->pos + sg->n;
-        if ((sg->flags & HKV_SEG_PROMPT_END) && layer == b->NL - 1 && b->pp[sg->seq].cap) {
+        if ((sg->flags & HKV_SEG_PROMPT_END) && layer == b->NL - 1 && (p->cap || p->stream)) {
             if (!synced && (rc = hkv_gpu_sync(b->st, err))) return rc;   /* in use until then */
             synced = 1;
             prompt_free(b, sg->seq);   /* the prompt is in */
+            stream_end(b, p);
         }
     }
     return HKV_OK;

@@ -89,6 +89,8 @@ typedef struct hkv_device_cli {
     int profile;              /* --gpu-profile: every backend op timed on the device */
     int lockstep;             /* --gpu-lockstep: no host step deferred (A/B baseline) */
     int pingpong;             /* --gpu-pingpong: micro-batch ping-pong */
+    int64_t prompt_keys;      /* --gpu-prompt-keys N: N, or -1 for 0; 0: not given (as many as fit) */
+    int64_t prompt_block;     /* --gpu-prompt-block N; 0: not given */
 } hkv_device_cli;
 void hkv_device_cli_init(hkv_device_cli *d);
 /* 1 when argv[*i] was one of the options (value consumed), 0 if not, < 0 on error. */

@@ -34,6 +34,10 @@ const char hkv_device_cli_help[] =
     "                        step runs behind the device): the baseline for A/B timings\n"
     "      --gpu-pingpong    micro-batch ping-pong: a decode batch of 2+ rows in two halves,\n"
     "                        one's host far-tier part overlapping the other's device products\n"
+    "      --gpu-prompt-keys N  the most prompt tokens whose K/V the device keeps while a prompt\n"
+    "                        is fed (default: as many as fit); each chunk attends the keys past\n"
+    "                        them from the far tier, streamed through the device in blocks\n"
+    "      --gpu-prompt-block N  keys per streamed block (default 4096)\n"
     "      --synthetic NAME  random weights of a real shape instead of -m: llama3-8b,\n"
     "                        llama3.1-8b, yi-9b, qwen2.5-7b, smollm2-135m (no tokenizer);\n"
     "                        NAME@L keeps the first L layers (e.g. llama3-8b@2)\n"
@@ -61,9 +65,18 @@ int hkv_device_cli_parse(hkv_device_cli *d, int argc, char **argv, int *i, hkv_e
         return 1;
     }
     if (strcmp(a, "--device") && strcmp(a, "--gpu-mem") && strcmp(a, "--synthetic") &&
-        strcmp(a, "--synthetic-weights") && strcmp(a, "--gpu-gemm"))
+        strcmp(a, "--synthetic-weights") && strcmp(a, "--gpu-gemm") &&
+        strcmp(a, "--gpu-prompt-keys") && strcmp(a, "--gpu-prompt-block"))
         return 0;
     if ((rc = hkv_arg_value(argc, argv, i, &v, err))) return rc;
+    if (!strcmp(a, "--gpu-prompt-keys") || !strcmp(a, "--gpu-prompt-block")) {
+        const int keys = !strcmp(a, "--gpu-prompt-keys");
+        long long x;
+        if ((rc = hkv_arg_int(a, v, keys ? 0 : 1, (long long)1 << 40, &x, err))) return rc;
+        if (keys) d->prompt_keys = x ? x : -1;
+        else d->prompt_block = x;
+        return 1;
+    }
     if (!strcmp(a, "--device")) {
         if (strcmp(v, "cpu") && strcmp(v, "cuda"))
             return hkv_seterr(err, HKV_E_INVAL, "--device: '%s' is not cpu or cuda", v);
@@ -127,6 +140,9 @@ int hkv_device_cli_cap(const hkv_device_cli *d, uint64_t *cap, char *desc, size_
             return hkv_seterr(err, HKV_E_INVAL, "--gpu-lockstep orders the GPU pipeline: it needs --device cuda");
         if (d->pingpong)
             return hkv_seterr(err, HKV_E_INVAL, "--gpu-pingpong splits the GPU pipeline's batch: it needs --device cuda");
+        if (d->prompt_keys || d->prompt_block)
+            return hkv_seterr(err, HKV_E_INVAL, "--gpu-prompt-keys and --gpu-prompt-block shape the GPU's "
+                              "prompt attention: they need --device cuda");
         return HKV_OK;
     }
     hkv_gpu_device dev[1];
@@ -221,7 +237,8 @@ int hkv_device_cli_attach(const hkv_device_cli *d, hkv_engine *e, hkv_err *err) 
     if (rc) return rc;
     hkv_cuda_params cp = {.device = 0, .gpu_mem = (size_t)cap, .gemm = d->gemm,
                           .profile = d->profile, .lockstep = d->lockstep,
-                          .pingpong = d->pingpong};
+                          .pingpong = d->pingpong, .prompt_keys = d->prompt_keys,
+                          .prompt_block = d->prompt_block};
     hkv_backend be;
     if ((rc = hkv_cuda_backend_create(&be, e, &cp, err)))
         return hkv_err_prefix(err, "--device cuda (%s)", desc);
@@ -246,6 +263,7 @@ void hkv_device_cli_timeline(json_t *t, const hkv_pipeline_stats *ps, int prompt
     if (prompt_rows) {
         hkv_jset(t, "prompt_rows_device", json_integer(ps->prompt_rows_dev), bad);
         hkv_jset(t, "prompt_rows_host", json_integer(ps->prompt_rows_host), bad);
+        hkv_jset(t, "prompt_rows_streamed", json_integer(ps->prompt_rows_streamed), bad);
         hkv_jset(t, "index_builds_device", json_integer(ps->index_builds_dev), bad);
         hkv_jset(t, "index_builds_host", json_integer(ps->index_builds_host), bad);
     }
@@ -309,8 +327,8 @@ void hkv_device_cli_summary(FILE *f, hkv_engine *e) {
             "attention %.3f s, CPU waiting for the device %.3f s; device near attention %.3f s, "
             "device waiting for the CPU %.3f s, device products %.3f s, device forward calls "
             "%.3f s; copied %s down, %s up; %lld near-tier resyncs; "
-            "%lld recalls on the device; prompt attention %lld rows on the device, %lld on the "
-            "host; index builds %lld on the device, %lld on the host; kept rows attended on the device "
+            "%lld recalls on the device; prompt attention %lld rows on the device (%lld with "
+            "keys streamed from the far tier), %lld on the host; index builds %lld on the device, %lld on the host; kept rows attended on the device "
             "%lld times (%lld copies up); far selections on the device %lld; device peak %s%s\n",
             hkv_gpu_backend(), (long long)ps.layer_steps,
             (long long)ps.decode_rows, (long long)ps.prompt_rows, (long long)ps.host_deferred,
@@ -319,7 +337,7 @@ void hkv_device_cli_summary(FILE *f, hkv_engine *e) {
             ps.dev_near, ps.dev_wait_cpu, ps.dev_products, ps.dev_total, down, up,
             (long long)ps.near_resyncs,
             (long long)ps.recall_rows, (long long)ps.prompt_rows_dev,
-            (long long)ps.prompt_rows_host, (long long)ps.index_builds_dev,
+            (long long)ps.prompt_rows_streamed, (long long)ps.prompt_rows_host, (long long)ps.index_builds_dev,
             (long long)ps.index_builds_host, (long long)ps.keep_rows, (long long)ps.keep_resyncs,
             (long long)ps.device_selects, pk,
             strcmp(hkv_gpu_backend(), "cuda-emu") ? "" : " (emulated: structure, not GPU speed)");

@@ -29,7 +29,8 @@ static const char usage[] =
     "                       [-t THREADS] [--isa scalar|avx2|avx512] [--rows N]\n"
     "                       [--kv plain|tiered] [--policy NAME] [--policy-arg K=V] [--sink N] [--local N]\n"
     "                       [--device cpu|cuda] [--gpu-mem SIZE] [--synthetic NAME] [--synthetic-weights T]\n"
-    "Writes little-endian float32 logits [n_tokens][vocab].\n";
+    "Writes little-endian float32 logits [n_tokens][vocab]; with --device cuda, the pipeline's\n"
+    "timeline as a JSON line on stdout.\n";
 
 #define MAXTOK 65536
 
@@ -187,6 +188,16 @@ int main(int argc, char **argv) {
         goto out_lr;
     }
     if (fclose(f)) rc = hkv_seterr(&err, HKV_E_IO, "cannot write '%s'", out_path);
+    if (!rc && dc.cuda) {   /* the pipeline's timeline, a JSON line on stdout (tests read it) */
+        json_t *o = json_object();
+        int bad = 0;
+        hkv_device_cli_json(o, e, &bad);
+        char *js = bad ? NULL : json_dumps(o, JSON_COMPACT);
+        if (js) printf("%s\n", js);
+        else rc = hkv_seterr(&err, HKV_E_NOMEM, "no memory for the timeline's JSON");
+        free(js);
+        json_decref(o);
+    }
 out_lr:
     free(lr);
 out:

@@ -7,7 +7,8 @@
  *    KV head, K/V rows only 4-byte aligned (the 32-bit load path), logits
  *    scaled up to stress the online softmax, keys growing along the sequence
  *    (the running max keeps growing: O rescaled many times), a long chunk at
- *    a large p0; and the arguments it must refuse;
+ *    a large p0; keys bounded by a count (all of a block for every token, a
+ *    bound inside the diagonal, none); and the arguments it must refuse;
  *  - decode over contiguous rows and over gathered rows, n = 0 (out 0, lse
  *    -inf), 1, tile edges, several sequences;
  *  - merge against cpu/merge.c, including empty partials, and the split
@@ -67,7 +68,7 @@ static int prefill_head_ok(const float *o, float l, const double *ro, double rl,
  * later keys score higher and each row's running max keeps growing. ld_pad:
  * K/V row stride d + ld_pad (8: 16-byte rows; 2: only 4-byte aligned). */
 static void test_prefill_x(hkv_gpu_ctx *ctx, const shape *sh, int64_t p0, int64_t nq, float amp,
-                           float rise, int ld_pad, test_rng *rng)
+                           float rise, int ld_pad, int64_t nk, test_rng *rng)
 {
     void *st = hkv_gpu_ctx_stream(ctx);
     const int H = sh->H, KH = sh->KH, d = sh->d, g = H / KH;
@@ -88,8 +89,12 @@ static void test_prefill_x(hkv_gpu_ctx *ctx, const shape *sh, int64_t p0, int64_
     float *dq = gpu_put(ctx, q, nq * ldq * 4);
     float *dout = gpu_poisoned(ctx, nq * ldo), *dlse = gpu_poisoned(ctx, nq * H);
     const float scale = 1.0f / sqrtf((float)d);
-    GPU_OK(hkv_gpu_attn_prefill(dq, ldq, nq, H, KH, d, p0, dk, dv, ld, hs, scale, dout, ldo, dlse,
-                                st, err));
+    if (nk < 0)
+        GPU_OK(hkv_gpu_attn_prefill(dq, ldq, nq, H, KH, d, p0, dk, dv, ld, hs, scale, dout, ldo,
+                                    dlse, st, err));
+    else
+        GPU_OK(hkv_gpu_attn_prefill_keys(dq, ldq, nq, H, KH, d, p0, nk, dk, dv, ld, hs, scale, dout,
+                                         ldo, dlse, st, err));
     gpu_get(ctx, out, dout, (nq * ldo + HKV_TEST_GUARD) * 4);
     gpu_get(ctx, lse, dlse, (nq * H + HKV_TEST_GUARD) * 4);
     double ro[256], rabs[256], rl, rla;
@@ -98,37 +103,39 @@ static void test_prefill_x(hkv_gpu_ctx *ctx, const shape *sh, int64_t p0, int64_
     for (int64_t t = 0; t < nq; t++) {
         for (int qh = 0; qh < H; qh++) {
             const int h = qh / g;
-            ref_attn(q + t * ldq + qh * d, 1, d, k + h * hs, v + h * hs, ld, NULL, p0 + t + 1, scale,
-                     ro, &rl);
-            ref_attn(q + t * ldq + qh * d, 1, d, k + h * hs, va + h * hs, ld, NULL, p0 + t + 1,
-                     scale, rabs, &rla);
+            const int64_t n = nk >= 0 && nk < p0 + t + 1 ? nk : p0 + t + 1;   /* its keys */
+            ref_attn(q + t * ldq + qh * d, 1, d, k + h * hs, v + h * hs, ld, NULL, n, scale, ro,
+                     &rl);
+            ref_attn(q + t * ldq + qh * d, 1, d, k + h * hs, va + h * hs, ld, NULL, n, scale, rabs,
+                     &rla);
             double smax = -INFINITY;
-            for (int64_t j = 0; j <= p0 + t; j++) {
+            for (int64_t j = 0; j < n; j++) {
                 double dot = 0;
                 for (int c = 0; c < d; c++)
                     dot += (double)q[t * ldq + qh * d + c] * half_to_double(k[h * hs + j * ld + c]);
                 smax = fmax(smax, dot * scale);
             }
-            const double sub = (double)(p0 + t + 1) * ldexp(1, -25) * exp(smax - rl);
+            const double sub = n ? (double)n * ldexp(1, -25) * exp(smax - rl) : 0;
             bad += !prefill_head_ok(out + t * ldo + qh * d, lse[t * H + qh], ro, rl, rabs, d, sub,
                                     &w);
         }
         for (int64_t c = (int64_t)H * d; c < ldo; c++) stray += !isnan(out[t * ldo + c]);
     }
     CHECK(bad == 0 && stray == 0 && guard_intact(out, nq * ldo) && guard_intact(lse, nq * H),
-          "prefill H=%d KH=%d d=%d p0=%lld nq=%lld amp %g rise %g ld +%d: %d heads off (worst "
-          "%.3g of max|ref|, %.3g of the bound, lse %.3g), %d stray", H, KH, d, (long long)p0,
-          (long long)nq, amp, rise, ld_pad, bad, w.rel, w.of_bound, w.lse, stray);
-    printf("prefill H=%d KH=%d d=%d p0=%lld nq=%lld amp %g rise %g ld +%d: worst out error "
-           "%.2e of max|ref| (%.2f of the bound), lse %.2e\n", H, KH, d, (long long)p0,
-           (long long)nq, amp, rise, ld_pad, w.rel, w.of_bound, w.lse);
+          "prefill H=%d KH=%d d=%d p0=%lld nq=%lld nk=%lld amp %g rise %g ld +%d: %d heads off "
+          "(worst %.3g of max|ref|, %.3g of the bound, lse %.3g), %d stray", H, KH, d,
+          (long long)p0, (long long)nq, (long long)nk, amp, rise, ld_pad, bad, w.rel, w.of_bound,
+          w.lse, stray);
+    printf("prefill H=%d KH=%d d=%d p0=%lld nq=%lld nk=%lld amp %g rise %g ld +%d: worst out "
+           "error %.2e of max|ref| (%.2f of the bound), lse %.2e\n", H, KH, d, (long long)p0,
+           (long long)nq, (long long)nk, amp, rise, ld_pad, w.rel, w.of_bound, w.lse);
     free(k), free(v), free(va), free(q), free(out), free(lse);
 }
 
 static void test_prefill(hkv_gpu_ctx *ctx, const shape *sh, int64_t p0, int64_t nq, float amp,
                          test_rng *rng)
 {
-    test_prefill_x(ctx, sh, p0, nq, amp, 0, 8, rng);
+    test_prefill_x(ctx, sh, p0, nq, amp, 0, 8, -1, rng);
 }
 
 /* What the prefill launcher must refuse, each with a message. */
@@ -300,10 +307,16 @@ int main(void)
         test_prefill(ctx, &odd[i], 0, 1, 1.0f, &rng);
         test_prefill(ctx, &odd[i], 17, 1, 1.0f, &rng);   /* one token at an odd position */
         test_prefill(ctx, &odd[i], 13, 49, 2.0f, &rng);
-        test_prefill_x(ctx, &odd[i], 70, 21, 1.0f, 0, 2, &rng);   /* 4-byte aligned K/V rows */
+        test_prefill_x(ctx, &odd[i], 70, 21, 1.0f, 0, 2, -1, &rng);   /* 4-byte aligned K/V rows */
     }
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
-        test_prefill_x(ctx, &shapes[i], 31, 90, 3.0f, 8.0f, 8, &rng);   /* a max that keeps growing */
+        test_prefill_x(ctx, &shapes[i], 31, 90, 3.0f, 8.0f, 8, -1, &rng);   /* a max that keeps growing */
+        /* keys bounded (the streamed prefill's blocks): all nk keys for every
+         * token (p0 = nk, off a tile multiple), a bound inside the chunk's
+         * diagonal, none at all (the empty partial) */
+        test_prefill_x(ctx, &shapes[i], 77, 40, 2.0f, 0, 8, 77, &rng);
+        test_prefill_x(ctx, &shapes[i], 20, 50, 1.0f, 0, 8, 45, &rng);
+        test_prefill_x(ctx, &shapes[i], 0, 19, 1.0f, 0, 8, 0, &rng);
         test_prefill(ctx, &shapes[i], 5, 40, 30.0f, &rng);             /* nearly one-hot rows */
     }
     /* a long prefill in chunks (p0 advancing), as a 128K prompt would run */

@@ -86,7 +86,13 @@ def dump(a, model, ids, mode, extra, device, vocab, tmp):
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[:3])} ... --device {device} failed ({p.returncode}): "
                            f"{p.stderr.strip()[-400:]}")
+    if device == "cuda":   # its timeline, a JSON line on stdout
+        LAST_TIMELINE.clear()
+        LAST_TIMELINE.update(json.loads(p.stdout.strip().splitlines()[-1])["device"]["timeline"])
     return np.fromfile(out, dtype="<f4").reshape(len(ids), -1)
+
+
+LAST_TIMELINE: dict = {}   # the last --device cuda dump's pipeline timeline
 
 
 def compare(c, g, tol):
@@ -147,6 +153,10 @@ def main(argv=None) -> int:
     ap.add_argument("--expect-pingpong", action="store_true",
                     help="with --device-args=--gpu-pingpong: hetkv bench --device cuda at batch 4 "
                          "must run micro-batch steps (pingpong_steps > 0) for each policy")
+    ap.add_argument("--expect-streamed", action="store_true",
+                    help="with --device-args '--gpu-prompt-keys N': every prompt-mode case must "
+                         "attend prompt rows on the device with keys streamed from the far tier "
+                         "(prompt_rows_streamed > 0), the logits still the CPU path's")
     ap.add_argument("--timeout", type=float, default=900)
     a = ap.parse_args(argv)
     global NEAR
@@ -203,6 +213,11 @@ def main(argv=None) -> int:
                     c = dump(a, model, ids, "prompt", extra + mode_args, "cpu", vocab, tmp)
                     g = dump(a, model, ids, "prompt", extra + mode_args, "cuda", vocab, tmp)
                     ok, msg = compare(c, g, tol)
+                    if a.expect_streamed:
+                        st = LAST_TIMELINE.get("prompt_rows_streamed", 0)
+                        ok = ok and st > 0
+                        msg += (f"; {st} of {LAST_TIMELINE.get('prompt_rows_device')} device prompt "
+                                "rows streamed keys from the far tier")
                     res.report(ok, label, msg)
                 except (RuntimeError, subprocess.TimeoutExpired) as e:
                     res.report(False, label, str(e))
