@@ -9,10 +9,14 @@
  * and slots go up, gpu/ctkvr_build.cu ranks the keys, and the lists come
  * down into the policy's own arrays, which stay the index decode reads. The
  * device's ranking equals the host's except where float32 scores tie at the
- * rho-th place (tests/gpu/test_gpu_ctkvr.c). Only first builds (each KV
- * head's slots 0..n-1) are taken; a later turn's partial rebuild, a prompt
- * the device holds no copy of, or no room for the scratch leave the build to
- * the host (counted: index_builds_device / index_builds_host). */
+ * rho-th place (tests/gpu/test_gpu_ctkvr.c). When the device holds no copy
+ * of the layer's keys (a prompt too large for it, whose keys streamed:
+ * cuda_prefill_stream.c), the layer's far keys go up from the far tier for
+ * the build alone: KV heads x n_far x d x 2 bytes (256 MiB for Llama-3-8B at
+ * 128K, one layer at a time) against a host build of minutes at that size.
+ * Only first builds (each KV head's slots 0..n-1) are taken; a later turn's
+ * partial rebuild or no room for the scratch leave the build to the host
+ * (counted: index_builds_device / index_builds_host). */
 #include <string.h>
 
 #include "cuda_backend_impl.h"
@@ -46,9 +50,9 @@ static int top_lists(const hkv_far_accel *a, int layer, const hkv_far_view *far,
         n > n_slots || rho < 1 || far->n_head_kv != KH || far->head_dim != d || far->rows)
         return HKV_E_UNSUPPORTED;
     const cb_prompt *p = &b->pp[s];
-    if (!p->cap || p->step_layer != layer || p->step_end < far->hi || far->lo < 0 ||
-        far->hi <= far->lo)
-        goto host;   /* no copy of these keys on the device */
+    if (far->lo < 0 || far->hi <= far->lo || far->ld != d) goto host;
+    /* the prompt's copy holds these keys, or they go up for the build */
+    const int copy = p->cap && p->step_layer == layer && p->step_end >= far->hi;
     for (int h = 0; h < KH; h++)
         for (int64_t i = 0; i < n; i++)
             if (slot[(size_t)h * n + i] != i) goto host;   /* not a first build */
@@ -59,9 +63,11 @@ static int top_lists(const hkv_far_accel *a, int layer, const hkv_far_view *far,
     bscratch sc = {0};
     hkv_gpu_ctkvr ix = {.n_seq = 1, .n_head = H, .n_head_kv = KH, .d = d, .C = n, .rho = rho};
     int32_t *dslot;
-    uint16_t *dq;
+    uint16_t *dq, *dk = NULL;
     void *dws;
-    if (!(ix.cent = bs_alloc(b, &sc, (size_t)n * H * d * 2)) ||
+    const size_t krow = (size_t)far->hi * d;   /* an uploaded head's rows [0, hi) (lo.. used) */
+    if ((!copy && !(dk = bs_alloc(b, &sc, (size_t)KH * krow * 2))) ||
+        !(ix.cent = bs_alloc(b, &sc, (size_t)n * H * d * 2)) ||
         !(ix.ivf = bs_alloc(b, &sc, (size_t)KH * n * rho * 4)) ||
         !(ix.len = bs_alloc(b, &sc, (size_t)KH * n * 4)) ||
         !(ix.fifo = bs_alloc(b, &sc, (size_t)KH * 2 * 4)) ||
@@ -76,9 +82,15 @@ static int top_lists(const hkv_far_accel *a, int layer, const hkv_far_view *far,
     for (int64_t i = 0; !rc && ldq != (int64_t)H * d && i < n; i++)
         rc = hkv_gpu_upload(dq + (size_t)i * H * d, q + i * ldq, (size_t)H * d * 2, b->st, err);
     const size_t lofs = (size_t)layer * KH * p->cap * d;
+    const uint16_t *keys = copy ? p->k + lofs : dk;
+    const int64_t khs = copy ? p->cap * d : (int64_t)krow;
+    const size_t fbytes = (size_t)(far->hi - far->lo) * d * 2;
+    for (int h = 0; !rc && !copy && h < KH; h++)   /* page-locked far rows, asynchronously */
+        rc = hkv_gpu_upload(dk + h * krow + (size_t)far->lo * d, far->k[h] + far->lo * far->ld,
+                            fbytes, b->st, err);
     if (!rc && !(rc = hkv_gpu_upload(dslot, slot, (size_t)KH * n * 4, b->st, err)))
-        rc = hkv_gpu_ctkvr_build(&ix, 0, dq, (int64_t)H * d, n, dslot, p->k + lofs, d,
-                                 p->cap * d, far->lo, far->hi, dws, ws, b->st, err);
+        rc = hkv_gpu_ctkvr_build(&ix, 0, dq, (int64_t)H * d, n, dslot, keys, d, khs, far->lo,
+                                 far->hi, dws, ws, b->st, err);
     for (int h = 0; !rc && h < KH; h++)   /* each head's n lists into its first n slots */
         if (!(rc = hkv_gpu_download(ivf + (size_t)h * n_slots * rho, ix.ivf + (size_t)h * n * rho,
                                     (size_t)n * rho * 4, b->st, err)))
@@ -87,7 +99,7 @@ static int top_lists(const hkv_far_accel *a, int layer, const hkv_far_view *far,
     if (!rc) rc = hkv_gpu_sync(b->st, err);
     bs_free(b, &sc);
     if (rc) return hkv_err_prefix(err, "device index build, sequence %d layer %d", s, layer);
-    b->stats.bytes_h2d += (size_t)n * H * d * 2 + (size_t)KH * n * 4;
+    b->stats.bytes_h2d += (size_t)n * H * d * 2 + (size_t)KH * n * 4 + (copy ? 0 : KH * fbytes);
     b->stats.bytes_d2h += (size_t)KH * n * (rho + 1) * 4;
     b->stats.index_builds_dev++;
     return HKV_OK;

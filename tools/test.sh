@@ -53,7 +53,7 @@ if [ "${HKV_TEST_QUICK:-0}" != 1 ]; then
                 --suite plan)
         dirs="tests/gpu tests/emu tests/cpu tests/gguf tests/tokenizer tests/index tests/plan tests/model"
         named=(pipeline_sanitized pipeline_asan_long pipeline_asan_policies pipeline_asan_pingpong
-               "${asan_model[@]}")   # meson: suites and names do not mix
+               pipeline_asan_stream "${asan_model[@]}")   # meson: suites and names do not mix
         # gpu_ctkvr's host reference reads a struct on the main thread's stack
         # from OpenMP workers; when TSan cannot restore the worker's stack the
         # OpenMP suppression does not match and the join it cannot see is

@@ -218,6 +218,10 @@ def main(argv=None) -> int:
                         ok = ok and st > 0
                         msg += (f"; {st} of {LAST_TIMELINE.get('prompt_rows_device')} device prompt "
                                 "rows streamed keys from the far tier")
+                        if name.split()[0] == "ctkvr":   # its index built on the device all the same
+                            ib = LAST_TIMELINE.get("index_builds_device", 0)
+                            ok = ok and ib > 0
+                            msg += f", {ib} index builds on the device"
                     res.report(ok, label, msg)
                 except (RuntimeError, subprocess.TimeoutExpired) as e:
                     res.report(False, label, str(e))
