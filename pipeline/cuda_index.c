@@ -24,7 +24,7 @@
 
 /* Scratch of one build, freed in reverse; stream-ordered, so a build inside
  * a prompt's last step never waits for the whole device. */
-typedef struct bscratch { void *p[7]; size_t n[7]; int k; } bscratch;
+typedef struct bscratch { void *p[8]; size_t n[8]; int k; } bscratch;
 
 static void *bs_alloc(cuda_be *b, bscratch *s, size_t bytes) {
     hkv_err e;
