@@ -270,6 +270,15 @@ extern "C" int hkv_gpu_copy_2d(void *dst, size_t dpitch, const void *src, size_t
     return HKV_OK;
 }
 
+extern "C" int hkv_gpu_upload_2d(void *dst, size_t dpitch, const void *src, size_t spitch,
+                                  size_t width, size_t height, void *stream, hkv_err *err)
+{
+    if (!width || !height) return HKV_OK;
+    HKV_CUDA_TRY(err, cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height,
+                                        cudaMemcpyHostToDevice, hkv_stream(stream)));
+    return HKV_OK;
+}
+
 extern "C" int hkv_gpu_copy(void *dst, const void *src, size_t bytes, void *stream, hkv_err *err)
 {
     if (!bytes) return HKV_OK;

@@ -77,6 +77,10 @@ int hkv_gpu_memset(void *dst, int byte, size_t bytes, void *stream, hkv_err *err
  * to dst + i*dpitch. */
 int hkv_gpu_copy_2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                     size_t height, void *stream, hkv_err *err);
+/* Host to device: height rows of width bytes, row i from host src + i*spitch
+ * to dst + i*dpitch. */
+int hkv_gpu_upload_2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                      size_t height, void *stream, hkv_err *err);
 /* Device to device, bytes from src to dst (no overlap). */
 int hkv_gpu_copy(void *dst, const void *src, size_t bytes, void *stream, hkv_err *err);
 int hkv_gpu_sync(void *stream, hkv_err *err);

@@ -279,6 +279,13 @@ int hkv_gpu_quest_select(const uint16_t *bounds, int64_t np_cap, int n_head_kv, 
 int hkv_gpu_rocketkv_bounds(const int32_t *cand, int64_t cap, const int32_t *n_cand, int n_head_kv,
                             int d, int64_t page, int64_t pcap, int64_t pg_from, const uint16_t *k,
                             int64_t ld, int64_t hs, uint16_t *bnd, void *stream, hkv_err *err);
+/* push: far position pos appended to every list (n_cand[h] < cap; a full
+ * list is left alone), key row k + h*hs (fp16 [d]) folded into its last
+ * page, a page starting at it afresh: the host's on_far_append, from the
+ * device's own copy of the token (pcap >= cap/page + 1). */
+int hkv_gpu_rocketkv_push(int32_t *cand, int64_t cap, int32_t *n_cand, int n_head_kv, int d,
+                          int64_t page, int64_t pcap, uint16_t *bnd, const uint16_t *k, int64_t hs,
+                          int64_t pos, void *stream, hkv_err *err);
 size_t hkv_gpu_rocketkv_hsa_ws_bytes(int n_head_kv, int g, int64_t cap, int64_t page);
 int hkv_gpu_rocketkv_hsa(const uint16_t *bnd, int64_t pcap, const int32_t *cand, int64_t cap,
                          const int32_t *n_cand, int n_head_kv, int g, int d, int64_t page,

@@ -61,6 +61,12 @@ int hkv_gpu_copy_2d(void *dst, size_t dpitch, const void *src, size_t spitch, si
     (void)dst, (void)dpitch, (void)src, (void)spitch, (void)width, (void)height, (void)stream;
     return NO_CUDA(err, "GPU copy");
 }
+int hkv_gpu_upload_2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                      size_t height, void *stream, hkv_err *err)
+{
+    (void)dst, (void)dpitch, (void)src, (void)spitch, (void)width, (void)height, (void)stream;
+    return NO_CUDA(err, "GPU upload");
+}
 int hkv_gpu_copy(void *dst, const void *src, size_t bytes, void *stream, hkv_err *err)
 {
     (void)dst, (void)src, (void)bytes, (void)stream;
@@ -307,6 +313,14 @@ int hkv_gpu_rocketkv_bounds(const int32_t *cand, int64_t cap, const int32_t *n_c
     (void)cand, (void)cap, (void)n_cand, (void)n_head_kv, (void)d, (void)page, (void)pcap;
     (void)pg_from, (void)k, (void)ld, (void)hs, (void)bnd, (void)stream;
     return NO_CUDA(err, "gpu rocketkv bounds");
+}
+int hkv_gpu_rocketkv_push(int32_t *cand, int64_t cap, int32_t *n_cand, int n_head_kv, int d,
+                          int64_t page, int64_t pcap, uint16_t *bnd, const uint16_t *k, int64_t hs,
+                          int64_t pos, void *stream, hkv_err *err)
+{
+    (void)cand, (void)cap, (void)n_cand, (void)n_head_kv, (void)d, (void)page, (void)pcap;
+    (void)bnd, (void)k, (void)hs, (void)pos, (void)stream;
+    return NO_CUDA(err, "gpu rocketkv push");
 }
 size_t hkv_gpu_rocketkv_hsa_ws_bytes(int n_head_kv, int g, int64_t cap, int64_t page)
 {

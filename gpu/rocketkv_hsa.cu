@@ -62,6 +62,31 @@ static __global__ void k_hsa_bounds(const int32_t *cand, int64_t cap, const int3
     b[(int64_t)(d + e) * pcap + pg] = mn;
 }
 
+/* grid KH: far position pos appended to every list, its key row (k + h*hs)
+ * folded into the list's last page (a page starting at it afresh), as the
+ * host's list_push; a full list is left as it is (the caller sizes cap). */
+static __global__ void k_hsa_push(int32_t *cand, int64_t cap, int32_t *n_cand, int d, int64_t page,
+                                  int64_t pcap, uint16_t *bnd, const uint16_t *k, int64_t hs,
+                                  int32_t pos)
+{
+    const int h = blockIdx.x;
+    const int64_t i = n_cand[h], pg = i / page;
+    const bool first = i % page == 0;
+    if (i >= cap) return;   /* block-uniform */
+    uint16_t *mx = bnd + (int64_t)h * 2 * d * pcap + pg, *mn = mx + (int64_t)d * pcap;
+    for (int e = threadIdx.x; e < d; e += blockDim.x) {
+        const uint16_t v = k[(int64_t)h * hs + e], o = r_ord16(v);
+        uint16_t *a = mx + (int64_t)e * pcap, *b = mn + (int64_t)e * pcap;
+        if (first || o > r_ord16(*a)) *a = v;
+        if (first || o < r_ord16(*b)) *b = v;
+    }
+    __syncthreads();   /* every thread has read n_cand[h] */
+    if (threadIdx.x == 0) {
+        cand[(int64_t)h * cap + i] = pos;
+        n_cand[h] = (int32_t)(i + 1);
+    }
+}
+
 /* Block reductions over HSA_THREADS threads (red holds HSA_THREADS / 32). */
 static __device__ float blk_max(float x, float *red)
 {
@@ -191,6 +216,22 @@ extern "C" int hkv_gpu_rocketkv_bounds(const int32_t *cand, int64_t cap, const i
                           "call", (long long)items);
     HKV_LAUNCH(k_hsa_bounds, grid, 256, 0, hkv_stream(stream))(
         cand, cap, n_cand, d, page, pcap, pg_from, k, ld, hs, bnd);
+    HKV_LAUNCH_CHECK(err);
+    return HKV_OK;
+}
+
+extern "C" int hkv_gpu_rocketkv_push(int32_t *cand, int64_t cap, int32_t *n_cand, int n_head_kv,
+                                     int d, int64_t page, int64_t pcap, uint16_t *bnd,
+                                     const uint16_t *k, int64_t hs, int64_t pos, void *stream,
+                                     hkv_err *err)
+{
+    if (!cand || !n_cand || !bnd || !k || n_head_kv < 1 || n_head_kv > 65535 || d < 1 ||
+        page < 1 || cap < 1 || pcap < cap / page + 1 || pos < 0 || pos > 2147483647)
+        return hkv_seterr(err, HKV_E_INVAL, "gpu rocketkv push: bad arguments (lists of %lld, "
+                          "pages of %lld, %lld page columns, d=%d, position %lld)", (long long)cap,
+                          (long long)page, (long long)pcap, d, (long long)pos);
+    HKV_LAUNCH(k_hsa_push, (unsigned)n_head_kv, d < 256 ? 32 * ((d + 31) / 32) : 256, 0,
+               hkv_stream(stream))(cand, cap, n_cand, d, page, pcap, bnd, k, hs, (int32_t)pos);
     HKV_LAUNCH_CHECK(err);
     return HKV_OK;
 }

@@ -167,6 +167,26 @@ typedef struct hkv_page_table {
     uint64_t version;
 } hkv_page_table;
 
+/* A two-stage policy's candidate lists for a device that runs stage 2
+ * itself (pipeline/cuda_rocket.c; rocketkv with rerank = 1). Per layer and
+ * KV head an ascending list of far positions cand[h*cap ..][0..n[h]) and its
+ * page bounds bnd [n_head_kv][2d][pcap] fp16 (rows 0..d-1 the max of each
+ * page of `page` entries, d..2d-1 the min). As each far token arrives the
+ * policy appends it to every list and folds its key into the last page (a
+ * page starting at it afresh); a device copy does the same from its own
+ * copy of the token, so only a version change (a prompt end, a regrown
+ * block) uploads it again. select for KV head h returns the entries of the
+ * k best estimates as gpu/rocketkv_hsa.cu computes them (the whole list
+ * when it has at most k entries). */
+typedef struct hkv_cand_table {
+    const int32_t *cand;      /* [n_head_kv][cap] */
+    const int64_t *n;         /* [n_head_kv] */
+    const uint16_t *bnd;      /* [n_head_kv][2d][pcap] */
+    int64_t cap, pcap, page, dims, k;
+    int64_t list_hi;          /* far positions >= list_hi are not listed yet */
+    uint64_t version;
+} hkv_cand_table;
+
 typedef struct hkv_policy_ops {
     /* Prompt end for one layer: the far tier is [lo, hi) and the last
      * queries are in qv (n may be less than asked for a short prompt).
@@ -221,6 +241,10 @@ typedef struct hkv_policy_ops {
      * hkv_page_table): HKV_OK with *out filled once the layer's pages are
      * built. Not concurrent with select. */
     int (*page_table)(void *self, int layer, hkv_page_table *out);
+    /* A two-stage policy's candidate lists (NULL for others; hkv_cand_table):
+     * HKV_OK with *out filled while the device can run its stage 2 for the
+     * layer. Not concurrent with select. */
+    int (*cand_table)(void *self, int layer, hkv_cand_table *out);
     /* Statistics line for reports (may be NULL). */
     void (*describe)(void *self, char *buf, size_t cap);
     void (*destroy)(void *self);

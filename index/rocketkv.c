@@ -73,6 +73,7 @@ typedef struct rk_layer {
     uint16_t *bnd;          /* [KH][2d][pcap] fp16: rows 0..d-1 max, d..2d-1 min */
     size_t bytes;
     int oom;                /* a list could not grow: select reports it */
+    uint64_t version;       /* moves with every new block (hkv_cand_table) */
 } rk_layer;
 
 typedef struct rocketkv {
@@ -83,6 +84,7 @@ typedef struct rocketkv {
     double split;
     rk_layer *lay;
     int64_t *steps, *cands;   /* [L*KH] statistics for describe */
+    uint64_t version;         /* the last block version handed out */
     size_t lay_b, stat_b;
 } rocketkv;
 
@@ -149,7 +151,7 @@ static void list_push(const rocketkv *s, rk_layer *ly, int h, const hkv_far_view
 
 /* Room for `more` entries per list: a bigger block, the lists copied over
  * (their page columns keep their indices, the rows get the new stride). */
-static int grow(const rocketkv *s, rk_layer *ly, int64_t more, hkv_err *err)
+static int grow(rocketkv *s, rk_layer *ly, int64_t more, hkv_err *err)
 {
     int64_t need = 0;
     for (int h = 0; h < s->KH; h++) need = ly->n[h] + more > need ? ly->n[h] + more : need;
@@ -167,6 +169,7 @@ static int grow(const rocketkv *s, rk_layer *ly, int64_t more, hkv_err *err)
                    ly->bnd + ((int64_t)h * 2 * s->d + r) * ly->pcap, (size_t)np * 2);
     }
     block_free(s, ly);
+    nb.version = ++s->version;   /* a new block: device copies upload it again */
     *ly = nb;
     return HKV_OK;
 }
@@ -249,6 +252,7 @@ static int stage1(rocketkv *s, int layer, const hkv_far_view *far, const hkv_que
     if (ly->built) block_free(s, ly);
     nb.built = 1;
     nb.list_hi = far->hi;
+    nb.version = ++s->version;
     *ly = nb;
     return HKV_OK;
 }
@@ -385,6 +389,19 @@ static int64_t rocketkv_select(void *self, int layer, int kvh, const float *q,
     return mk;
 }
 
+/* The device's stage 2 is the rerank = 1 select (gpu/rocketkv_hsa.cu). */
+static int rocketkv_cand_table(void *self, int layer, hkv_cand_table *out)
+{
+    const rocketkv *s = self;
+    if (layer < 0 || layer >= s->L || s->rerank != 1) return HKV_E_UNSUPPORTED;
+    const rk_layer *ly = &s->lay[layer];
+    if (!ly->built || ly->oom) return HKV_E_UNSUPPORTED;
+    *out = (hkv_cand_table){.cand = ly->cand, .n = ly->n, .bnd = ly->bnd, .cap = ly->cap,
+                            .pcap = ly->pcap, .page = ly->sp.page, .dims = ly->sp.dims,
+                            .k = ly->sp.k, .list_hi = ly->list_hi, .version = ly->version};
+    return HKV_OK;
+}
+
 /* ---- lifetime, reports, access ------------------------------------------------- */
 
 static void rocketkv_describe(void *self, char *buf, size_t cap)
@@ -422,6 +439,7 @@ static const hkv_policy_ops rocketkv_ops = {
     .select = rocketkv_select,
     .max_select = rocketkv_max_select,
     .scratch_need = rocketkv_scratch_need,
+    .cand_table = rocketkv_cand_table,
     .describe = rocketkv_describe,
     .destroy = rocketkv_destroy,
 };

@@ -295,7 +295,7 @@ static int att_begin(cuda_be *b, int mb, int layer, const hkv_seg *segs, int n_s
     float *qkv = b->act[HKV_ACT_QKV] + r0 * b->qkv_w;
     if ((rc = hkv_gpu_download(hq + r0 * b->qkv_w, qkv, (size_t)n * b->qkv_w * 4, b->st, err)) ||
         (rc = cb_recall_step(b, layer, segs, n_segs, r0, n, err)) ||
-        (rc = cb_pages_step(b, layer, segs, n_segs, r0, n, err)) ||
+        (rc = cb_select_step(b, layer, segs, n_segs, r0, n, err)) ||
         (rc = hkv_gpu_event_record(ev[0], b->st, err)))
         return rc;
     b->kp.n_dec = 0;

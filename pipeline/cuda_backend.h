@@ -102,8 +102,10 @@ typedef struct hkv_pipeline_stats {
     int64_t recall_resyncs;     /* (sequence, layer) recall tables uploaded whole */
     int64_t keep_rows;          /* (decode row, layer) whose policy's kept rows the device attends */
     int64_t keep_resyncs;       /* (sequence, layer) kept sets copied up (prompt end, re-selection) */
-    int64_t device_selects;     /* (decode row, layer) far selections made on the device (quest) */
-    int64_t page_resyncs;       /* (sequence, layer) page bounds uploaded whole */
+    int64_t device_selects;     /* (decode row, layer) far selections made on the device (quest's
+                                   pages, rocketkv's stage 2) */
+    int64_t page_resyncs;       /* (sequence, layer) page bounds (quest) or candidate lists
+                                   (rocketkv) uploaded whole */
     int64_t index_builds_dev;   /* (sequence, layer) prompt-end index builds on the device */
     int64_t index_builds_host;  /* offered to the device but built by the host (no copy of
                                    the keys, a later turn, no room) */

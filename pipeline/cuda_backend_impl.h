@@ -78,6 +78,18 @@ typedef struct cb_pages {
     int n_rows;                   /* decode rows selected on the device this step */
 } cb_pages;
 
+/* The device's copy of two-stage policies' candidate lists (cuda_rocket.c). */
+typedef struct cb_rocket {
+    int64_t cap, pcap;            /* entries and page columns per (sequence, layer, KV head);
+                                     0: no arena */
+    int32_t *cand, *n;            /* device [max_seqs][NL][KH][cap], [max_seqs][NL][KH] */
+    uint16_t *bnd;                /* device [max_seqs][NL][KH][2d][pcap] fp16 */
+    size_t cand_bytes, n_bytes, bnd_bytes, ws_bytes;
+    void *ws;                     /* one row's estimate */
+    uint64_t *ver, *epoch;        /* [max_seqs][NL]: lists' version and epoch copied (0: none) */
+    int32_t *h_n;                 /* [KH]: a resync's list lengths */
+} cb_rocket;
+
 /* A sequence's copy of its prompt's K/V while the prompt is fed (cuda_prefill.c). */
 typedef struct cb_prompt {
     uint16_t *k, *v;              /* device [NL][KH][cap][d] fp16 */
@@ -209,6 +221,7 @@ typedef struct cuda_be {
     cb_recall rc;
     cb_keep kp;
     cb_pages pg;
+    cb_rocket rk;
     cb_prompt *pp;                /* [max_seqs] */
     int64_t *pp_len;              /* [max_seqs][NL]: tokens in the copy per layer */
     hkv_seg *pp_segs;             /* the step's segments as the host gets them */
@@ -263,15 +276,26 @@ int cb_keep_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64_t
                  hkv_err *err);
 int cb_keep_attend(cuda_be *b, int layer, int n_dec, float *no, float *nl, hkv_err *err);
 
-/* Page-bounds policies' selection on the device (cuda_pages.c). cb_pages_step,
- * after the layer's QKV and before its near-tier append, brings the copies up
- * to date, folds the tokens leaving the ring and queues the selection and its
- * download; cb_pages_result, after that download, fills rec's sel fields. */
+/* Far selections on the device (cuda_pages.c: quest's pages; cuda_rocket.c:
+ * rocketkv's lists). cb_select_step, after the layer's QKV and before its
+ * near-tier append, brings the copies up to date, folds the tokens leaving
+ * the ring and queues the selections and their download; cb_pages_result,
+ * after that download, fills rec's sel fields. */
 int cb_pages_create(cuda_be *b, hkv_err *err);
 void cb_pages_destroy(cuda_be *b);
-int cb_pages_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64_t r0, int64_t n,
-                  hkv_err *err);
+int cb_select_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64_t r0, int64_t n,
+                   hkv_err *err);
 void cb_pages_result(cuda_be *b, int64_t r0, int64_t n, hkv_recall_rows *rec);
+
+/* Two-stage policies' stage 2 on the device (cuda_rocket.c), run by
+ * cb_select_step into its output: cb_rocket_sel_need, the positions a row
+ * of the step selects at most (0: no row has lists); cb_rocket_step, the
+ * lists brought up to date, this step's far token pushed, the selections
+ * queued. */
+int cb_rocket_create(cuda_be *b, hkv_err *err);
+void cb_rocket_destroy(cuda_be *b);
+int64_t cb_rocket_sel_need(cuda_be *b, int layer, const hkv_seg *segs, int n_segs);
+int cb_rocket_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, hkv_err *err);
 
 /* Prompt attention on the device (cuda_prefill.c). cb_prefill_plan: which
  * prompt segments of the step the device attends (b->pp_segs gets the

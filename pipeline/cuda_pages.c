@@ -16,7 +16,12 @@
  *           will be after this step; the positions come down with the QKV
  *           rows (hkv_recall_rows.sel: the host attends them).
  * A row whose near mirror is not current (the first step after a prompt)
- * selects on the host, and its copy is uploaded again at the next step. */
+ * selects on the host, and its copy is uploaded again at the next step.
+ *
+ * The step's device selections, whichever policy made them (quest here,
+ * rocketkv's stage 2 in cuda_rocket.c), come down in one buffer
+ * ([row][KV head][sel_ld] positions, a count per (row, KV head)), sized
+ * for every row of the step before any selection is queued. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,55 +38,80 @@ int cb_pages_create(cuda_be *b, hkv_err *err) {
     return HKV_OK;
 }
 
-static void free_arena(cuda_be *b) {
+static void free_bounds(cuda_be *b) {
     cb_pages *g = &b->pg;
-    const size_t out = (size_t)b->max_rows * b->KH * g->sel_ld;
     hkv_gpu_free_async(b->ctx, HKV_TIER_INDEX, g->bounds, g->bytes, b->st);
     hkv_gpu_free_async(b->ctx, HKV_TIER_WORKSPACE, g->ws, g->ws_bytes, b->st);
+    g->bounds = NULL, g->ws = NULL;
+    g->np_cap = 0, g->bytes = g->ws_bytes = 0;
+}
+
+static void free_out(cuda_be *b) {
+    cb_pages *g = &b->pg;
+    const size_t out = (size_t)b->max_rows * b->KH * g->sel_ld;
     hkv_gpu_free_async(b->ctx, HKV_TIER_WORKSPACE, g->d_sel, out * 4, b->st);
     hkv_gpu_free_async(b->ctx, HKV_TIER_WORKSPACE, g->d_n, (size_t)b->max_rows * b->KH * 4, b->st);
     hkv_pinned_free(&g->h_out, &b->e->mem, NULL);
-    g->bounds = NULL, g->ws = NULL, g->d_sel = g->d_n = NULL;
-    g->np_cap = g->sel_ld = 0, g->bytes = g->ws_bytes = 0;
+    g->d_sel = g->d_n = NULL;
+    g->sel_ld = 0;
 }
 
 void cb_pages_destroy(cuda_be *b) {
     cb_pages *g = &b->pg;
-    if (g->np_cap) free_arena(b);
+    if (g->np_cap) free_bounds(b);
+    if (g->sel_ld) free_out(b);
     free(g->ver);
     free(g->epoch);
     free(g->has);
 }
 
-/* Room for np_cap pages per (sequence, layer, KV head) of 2d, sel_ld
- * positions per (row, KV head). A growth waits for the stream (the device
- * may still read the old arena, the page-locked output too) and uploads
- * every copy again. */
-static int ensure_arena(cuda_be *b, int64_t np_cap, int64_t sel_ld, hkv_err *err) {
+/* Room for np_cap pages per (sequence, layer, KV head) of 2d. A growth
+ * waits for the stream (the device may still read the old arena) and
+ * uploads every copy again. */
+static int ensure_bounds(cuda_be *b, int64_t np_cap, hkv_err *err) {
     cb_pages *g = &b->pg;
-    if (np_cap <= g->np_cap && sel_ld <= g->sel_ld) return HKV_OK;
-    if (np_cap < g->np_cap) np_cap = g->np_cap;
-    if (sel_ld < g->sel_ld) sel_ld = g->sel_ld;
+    if (np_cap <= g->np_cap) return HKV_OK;
     int rc = HKV_OK;
-    if (g->np_cap) {   /* the other micro-batch's host step reads the old results first */
+    if (g->np_cap) {   /* the other micro-batch's selection reads the old bounds first */
         if ((rc = cb_settle_halves(b, err)) || (rc = hkv_gpu_sync(b->st, err))) return rc;
-        free_arena(b);
+        free_bounds(b);
     }
     memset(g->ver, 0, (size_t)b->max_seqs * b->NL * sizeof *g->ver);
-    const size_t R = (size_t)b->max_rows, KH = (size_t)b->KH, out = R * KH * (size_t)sel_ld;
-    g->np_cap = np_cap, g->sel_ld = sel_ld;   /* free_arena frees with these sizes */
-    g->bytes = (size_t)b->max_seqs * b->NL * KH * (size_t)np_cap * 2 * b->d * 2;
+    g->np_cap = np_cap;   /* free_bounds frees with these sizes */
+    g->bytes = (size_t)b->max_seqs * b->NL * b->KH * (size_t)np_cap * 2 * b->d * 2;
     g->ws_bytes = hkv_gpu_quest_select_ws_bytes(b->KH, np_cap, 1, np_cap);
     if (!(g->bounds = hkv_gpu_alloc_async(b->ctx, HKV_TIER_INDEX, g->bytes, b->st, err)) ||
-        !(g->ws = hkv_gpu_alloc_async(b->ctx, HKV_TIER_WORKSPACE, g->ws_bytes, b->st, err)) ||
-        !(g->d_sel = hkv_gpu_alloc_async(b->ctx, HKV_TIER_WORKSPACE, out * 4, b->st, err)) ||
+        !(g->ws = hkv_gpu_alloc_async(b->ctx, HKV_TIER_WORKSPACE, g->ws_bytes, b->st, err))) {
+        rc = err && err->code ? err->code : HKV_E_NOMEM;
+        free_bounds(b);
+        hkv_err_prefix(err, "device page bounds of %lld pages for %d sequences x %d layers",
+                       (long long)np_cap, b->max_seqs, b->NL);
+        return rc;
+    }
+    return HKV_OK;
+}
+
+/* Room for sel_ld positions per (row, KV head) in the selections' output,
+ * device and page-locked. A growth waits for the other micro-batch's host
+ * step (it reads the old output) and the stream. */
+static int ensure_out(cuda_be *b, int64_t sel_ld, hkv_err *err) {
+    cb_pages *g = &b->pg;
+    if (sel_ld <= g->sel_ld) return HKV_OK;
+    int rc = HKV_OK;
+    if (g->sel_ld) {
+        if ((rc = cb_settle_halves(b, err)) || (rc = hkv_gpu_sync(b->st, err))) return rc;
+        free_out(b);
+    }
+    const size_t R = (size_t)b->max_rows, KH = (size_t)b->KH, out = R * KH * (size_t)sel_ld;
+    g->sel_ld = sel_ld;   /* free_out frees with it */
+    if (!(g->d_sel = hkv_gpu_alloc_async(b->ctx, HKV_TIER_WORKSPACE, out * 4, b->st, err)) ||
         !(g->d_n = hkv_gpu_alloc_async(b->ctx, HKV_TIER_WORKSPACE, R * KH * 4, b->st, err)) ||
         (rc = hkv_pinned_alloc(&g->h_out, &b->e->mem, NULL, HKV_TIER_WORKSPACE, out * 4 + R * KH * 4,
                                -1, HKV_PIN_REQUIRE, err))) {
         rc = err && err->code ? err->code : HKV_E_NOMEM;
-        free_arena(b);
-        hkv_err_prefix(err, "device page bounds of %lld pages for %d sequences x %d layers",
-                       (long long)np_cap, b->max_seqs, b->NL);
+        free_out(b);
+        hkv_err_prefix(err, "device selections of %lld positions for %d rows x %d KV heads",
+                       (long long)sel_ld, b->max_rows, b->KH);
         return rc;
     }
     return HKV_OK;
@@ -98,15 +128,16 @@ static int decode_pages(cuda_be *b, const hkv_seg *sg, int layer, hkv_page_table
     return pol.ops->page_table && pol.ops->page_table(pol.self, layer, t) == HKV_OK;
 }
 
-int cb_pages_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64_t r0, int64_t n,
-                  hkv_err *err) {
+int cb_select_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64_t r0, int64_t n,
+                   hkv_err *err) {
     cb_pages *g = &b->pg;
     hkv_kv *kv = &b->e->kv;
     const int NL = b->NL, KH = b->KH, d = b->d, NR = b->NR;
     const int64_t Li = b->e->p.tiered.L_init, Ll = b->e->p.tiered.L_local;
     int rc;
     g->n_rows = 0;
-    /* The arena first, sized for every row of the step that selects here. */
+    for (int64_t i = r0 * KH; i < (r0 + n) * KH; i++) g->has[i] = 0;
+    /* The arenas first, sized for every row of the step that selects here. */
     int64_t np_need = 0, sel_need = 0;
     for (int i = 0; i < n_segs; i++) {
         hkv_page_table t;
@@ -117,9 +148,12 @@ int cb_pages_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64_
         if (t.np_cap > np_need) np_need = t.np_cap;
         if (t.K * t.P > sel_need) sel_need = t.K * t.P;
     }
-    if (!np_need) return HKV_OK;
-    if ((rc = ensure_arena(b, np_need, sel_need, err))) return rc;
-    for (int64_t i = r0 * KH; i < (r0 + n) * KH; i++) g->has[i] = 0;
+    const int64_t rk_need = cb_rocket_sel_need(b, layer, segs, n_segs);
+    if (rk_need > sel_need) sel_need = rk_need;
+    if (!sel_need) return HKV_OK;
+    if ((rc = ensure_out(b, sel_need, err)) || (rc = ensure_bounds(b, np_need, err)) ||
+        (rc = cb_rocket_step(b, layer, segs, n_segs, err)))
+        return rc;
     const size_t tab = (size_t)KH * g->np_cap * 2 * d;   /* elements of one (sequence, layer) */
     for (int i = 0; i < n_segs; i++) {
         const hkv_seg *sg = &segs[i];
@@ -172,7 +206,7 @@ int cb_pages_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64_
         g->n_rows++;
     }
     if (!g->n_rows) return HKV_OK;
-    /* Down with the QKV rows: the host attends what was selected. */
+    /* Down with the QKV rows: the host attends what was selected (both kinds). */
     const size_t ne = (size_t)n * KH * g->sel_ld, e0 = (size_t)r0 * KH * g->sel_ld;
     int32_t *h_sel = g->h_out.p, *h_n = h_sel + (size_t)b->max_rows * KH * g->sel_ld;
     if ((rc = hkv_gpu_download(h_sel + e0, g->d_sel + e0, ne * 4, b->st, err)) ||

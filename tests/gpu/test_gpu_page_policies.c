@@ -7,7 +7,8 @@
  *  - rocketkv stage 1 as window scores -> max pool (63) -> keep: the host
  *    policy's candidate lists, except entries whose pooled score sits within
  *    1e-4 of the cut; stage 2: list page bounds bit-equal to a reference
- *    built here, the HSA estimate's top k equal to the host's select except
+ *    built here, before and after far tokens are pushed onto the lists on
+ *    the device (filling a page and opening the next), the HSA estimate's top k equal to the host's select except
  *    at float64 page ties by the cut (at most 25% of steps).
  * The float64 references (quest bounds' top K, the HSA estimate) are checked
  * against the host policies first, without a device; the rest exits 77
@@ -423,6 +424,49 @@ static void rocketkv_check(hkv_gpu_ctx *ctx, const world *Wd, int64_t budget, te
                 bnd_bad += hb[((int64_t)h * 2 * d + e) * pcap + pg] != rb[((int64_t)h * 2 * d + e) * pcap + pg];
     }
     CHECK(bnd_bad == 0, "rocketkv page bounds on the device: %d of the reference's differ", bnd_bad);
+    {   /* far tokens arriving: pushed onto every list on the device (into a copy
+         * with room), against the reference bounds of the lists so extended */
+        const int64_t more = page + 2, cap2 = cap + more, pcap2 = cap2 / page + 1;
+        const size_t bb2 = (size_t)KH * 2 * d * pcap2 * 2;
+        int32_t *cl2 = calloc((size_t)KH * cap2, 4), cn2[8];
+        uint16_t *b2 = malloc(bb2), *hb2 = malloc(bb2), *rb2 = calloc(bb2, 1);
+        for (int h = 0; h < KH; h++) {
+            memcpy(cl2 + (int64_t)h * cap2, hl[h], (size_t)hn[h] * 4);
+            cn2[h] = (int32_t)hn[h];
+            for (int e = 0; e < 2 * d; e++)
+                memcpy(b2 + ((int64_t)h * 2 * d + e) * pcap2, hb + ((int64_t)h * 2 * d + e) * pcap,
+                       (size_t)pcap * 2);
+        }
+        int32_t *dcl2 = gpu_put(ctx, cl2, (size_t)KH * cap2 * 4), *dcn2 = gpu_put(ctx, cn2, (size_t)KH * 4);
+        uint16_t *dbnd2 = gpu_put(ctx, b2, bb2), *krow = gpu_put(ctx, NULL, (size_t)KH * d * 2);
+        for (int64_t j = 0; j < more; j++) {   /* any keys do (a repeated position too) */
+            const int64_t p = Wd->hi - more + j;
+            for (int h = 0; h < KH; h++)
+                GPU_OK(hkv_gpu_upload(krow + (size_t)h * d, Wd->kp[h] + p * d, (size_t)d * 2, st, err));
+            GPU_OK(hkv_gpu_rocketkv_push(dcl2, cap2, dcn2, KH, d, page, pcap2, dbnd2, krow, d, p, st,
+                                         err));
+            for (int h = 0; h < KH; h++) cl2[(int64_t)h * cap2 + hn[h] + j] = (int32_t)p;
+        }
+        int32_t gn[8], *gl = malloc((size_t)KH * cap2 * 4);
+        gpu_get(ctx, gn, dcn2, (size_t)KH * 4);
+        gpu_get(ctx, gl, dcl2, (size_t)KH * cap2 * 4);
+        gpu_get(ctx, hb2, dbnd2, bb2);
+        int push_bad = 0;
+        for (int h = 0; h < KH; h++) {
+            const int64_t n2 = hn[h] + more;
+            push_bad += gn[h] != n2 || memcmp(gl + (int64_t)h * cap2, cl2 + (int64_t)h * cap2, (size_t)n2 * 4);
+            rk_ref_bounds(Wd, h, cl2 + (int64_t)h * cap2, n2, page, pcap2, rb2 + (int64_t)h * 2 * d * pcap2);
+            for (int64_t pg = 0; pg * page < n2; pg++)
+                for (int e = 0; e < 2 * d; e++)
+                    push_bad += hb2[((int64_t)h * 2 * d + e) * pcap2 + pg] !=
+                                rb2[((int64_t)h * 2 * d + e) * pcap2 + pg];
+        }
+        CHECK(push_bad == 0, "rocketkv push of %lld far tokens on the device: %d list entries or "
+              "bounds differ from the reference", (long long)more, push_bad);
+        gpu_drop(ctx, dcl2, (size_t)KH * cap2 * 4), gpu_drop(ctx, dcn2, (size_t)KH * 4);
+        gpu_drop(ctx, dbnd2, bb2), gpu_drop(ctx, krow, (size_t)KH * d * 2);
+        free(cl2), free(b2), free(hb2), free(rb2), free(gl);
+    }
     const size_t hwsb = hkv_gpu_rocketkv_hsa_ws_bytes(KH, g, cap, page);
     void *hws = gpu_put(ctx, NULL, hwsb);
     float *q = malloc((size_t)H * d * 4), *dq = gpu_put(ctx, NULL, (size_t)H * d * 4);

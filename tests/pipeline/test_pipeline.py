@@ -290,7 +290,7 @@ def main(argv=None) -> int:
             return 1 if res.failed else 0
         # greedy generation through hetkv run, both devices
         for name in (() if a.synthetic else ("full", "ctkvr", "quest budget=16", "snapkv budget=12",
-                                                 "laq budget=8")):
+                                                 "rocketkv budget=12", "laq budget=8")):
             pol = cases[name]
             toks = {}
             for dev in ("cpu", "cuda"):
@@ -322,9 +322,10 @@ def main(argv=None) -> int:
                             and 0 < tl.get("kept_resyncs", 0) < tl.get("layer_steps", 0)
                     else:
                         recalls_ok = recalls_ok and tl.get("device_kept_rows", 1) == 0
-                    # quest selects its pages on the device (pipeline/cuda_pages.c) from
-                    # the second decode step on (the first follows the prompt end)
-                    if name.startswith("quest"):
+                    # quest selects its pages on the device (pipeline/cuda_pages.c), and
+                    # rocketkv its stage 2 (pipeline/cuda_rocket.c), from the second decode
+                    # step on (the first follows the prompt end)
+                    if name.split()[0] in ("quest", "rocketkv"):
                         recalls_ok = recalls_ok and tl.get("device_selects", 0) > 0 \
                             and 0 < tl.get("page_resyncs", 0) < tl.get("layer_steps", 0)
                     else:
