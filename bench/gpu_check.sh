@@ -70,6 +70,11 @@ step pipeline_tiny 300 python3 tests/pipeline/test_pipeline.py --bin-dir "$BUILD
 # a long prompt on 8 of the 32 layers: the prefill's speed at 16K
 bench_json bench_llama3_8b_l8_16k 90 --synthetic llama3-8b@8 --device cuda --ctx 16384 --batch 1 \
     --steps 8 --configs "'full;ctkvr'"
+# the same prompt with the device's copy capped at 4K tokens: every later
+# chunk attends the rest from the far tier, streamed through the device in
+# 4096-key blocks (pipeline/cuda_prefill_stream.c); against the run above
+bench_json bench_llama3_8b_l8_16k_stream 90 --synthetic llama3-8b@8 --device cuda --ctx 16384 \
+    --batch 1 --steps 8 --gpu-prompt-keys 4096 --configs "'full;ctkvr'"
 bench_json bench_smollm2_cuda 60 --synthetic smollm2-135m --device cuda --ctx 8192 --batch 1,16 \
     --steps 16 --configs "'full;ctkvr'"
 bench_json bench_smollm2_cpu 60 --synthetic smollm2-135m --device cpu --ctx 8192 --batch 1,16 \

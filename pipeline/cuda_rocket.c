@@ -60,6 +60,7 @@ void cb_rocket_destroy(cuda_be *b) {
 static int decode_lists(cuda_be *b, const hkv_seg *sg, int layer, hkv_cand_table *t,
                         hkv_err *err) {
     if ((sg->flags & (HKV_SEG_PROMPT | HKV_SEG_PROMPT_END)) || sg->n > 1) return 0;
+    if (b->d > 256 || b->H / b->KH > 64) return 0;   /* the estimate kernel's shapes */
     hkv_policy pol;
     int rc = hkv_kv_tiered_seq_instance(&b->e->kv, sg->seq, NULL, &pol, err);
     if (rc) return rc;

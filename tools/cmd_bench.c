@@ -62,6 +62,8 @@ typedef struct point {
     double ttft_s;         /* time to first token (prefill + first token); < 0: not measured */
     int has_pl;            /* --device cuda: the pipeline's timeline over the decode steps */
     hkv_pipeline_stats pl;
+    int has_pre;           /* and over the shared prefill (where the prompt was attended) */
+    hkv_pipeline_stats pre;
 } point;
 
 static void synth_prompt(int32_t *t, int64_t n, int vocab) {
@@ -239,6 +241,7 @@ int hkv_cmd_bench(int argc, char **argv) {
     for (int ci = 0; ci < n_ctx; ci++) {
         long long L = ctxs[ci];
         if ((rc = ops->seq_open(e->kv.self, 0, L + steps + 1, &err))) goto out;
+        if (hkv_backend_is_cuda(&e->be)) hkv_cuda_backend_stats_reset(&e->be);
         double t0 = hkv_now();
         hkv_progress pg;   /* a long prompt's progress on stderr */
         hkv_progress_init(&pg, "prefill", "tokens");
@@ -248,6 +251,8 @@ int hkv_cmd_bench(int argc, char **argv) {
         e->prefill_progress = NULL;
         double t_pre = hkv_now() - t0;
         if (rc) goto out;
+        hkv_pipeline_stats pre;   /* the prompt's attention: on the device, streamed, on the host */
+        const int has_pre = hkv_backend_is_cuda(&e->be) && !hkv_cuda_backend_stats(&e->be, &pre, &err);
         memcpy(first, logits, (size_t)c->vocab * sizeof *first);   /* for the forks' prep */
         int64_t base = L;   /* where the forks continue (specpc: the compressed length) */
         for (int ci2 = 0; ci2 < n_pcfg; ci2++) {
@@ -322,6 +327,8 @@ int hkv_cmd_bench(int argc, char **argv) {
                 point *p = &pts[np];
                 p->has_pl = hkv_backend_is_cuda(&e->be) &&
                             !hkv_cuda_backend_stats(&e->be, &p->pl, &err);
+                p->has_pre = has_pre;
+                if (has_pre) p->pre = pre;
                 np++;
                 for (int s = 1; s <= B; s++) ops->seq_close(e->kv.self, s);
                 p->ctx = L;
@@ -478,6 +485,17 @@ int hkv_cmd_bench(int argc, char **argv) {
                 hkv_jset(t, "steps", json_integer(steps + 1), &bad);
                 hkv_device_cli_timeline(t, &q->pl, 0, &bad);
                 hkv_jset(r, "timeline", t, &bad);
+            }
+            if (q->has_pre) {   /* the shared prefill: where its (prompt row, layer)s were attended */
+                json_t *t = json_object();
+                hkv_jset(t, "prompt_rows_device", json_integer(q->pre.prompt_rows_dev), &bad);
+                hkv_jset(t, "prompt_rows_streamed", json_integer(q->pre.prompt_rows_streamed), &bad);
+                hkv_jset(t, "prompt_rows_host", json_integer(q->pre.prompt_rows_host), &bad);
+                hkv_jset(t, "index_builds_device", json_integer(q->pre.index_builds_dev), &bad);
+                hkv_jset(t, "index_builds_host", json_integer(q->pre.index_builds_host), &bad);
+                hkv_jset(t, "bytes_h2d", json_integer((json_int_t)q->pre.bytes_h2d), &bad);
+                hkv_jset(t, "bytes_d2h", json_integer((json_int_t)q->pre.bytes_d2h), &bad);
+                hkv_jset(r, "prefill_timeline", t, &bad);
             }
             hkv_jpush(res, r, &bad);
         }
