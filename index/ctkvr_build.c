@@ -359,9 +359,10 @@ int hkv_ctkvr_prefill_end(void *self, int layer, const hkv_far_view *far,
             .n_threads = s->n_threads,
         };
         if (far->hi > far->lo) {   /* on the device when it offers, else here */
-            rc = far->accel ? far->accel->top_lists(far->accel, layer, far, b.q, b.ldq, m, H,
-                                                    s->c.rho, slot, ly->ivf, ly->len, C, err)
-                            : HKV_E_UNSUPPORTED;
+            const hkv_far_accel *acc = far->accel && far->accel->top_lists ? far->accel : NULL;
+            rc = acc ? acc->top_lists(acc, layer, far, b.q, b.ldq, m, H, s->c.rho, slot, ly->ivf,
+                                      ly->len, C, err)
+                     : HKV_E_UNSUPPORTED;
             if (rc == HKV_E_UNSUPPORTED) rc = hkv_ctkvr_build_lists(s->kern, &b, s->mem, err);
         }
         hkv_host_free(s->mem, HKV_TIER_WORKSPACE, slot, bytes);

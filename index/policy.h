@@ -76,11 +76,18 @@ typedef struct hkv_far_view {
  * Returns HKV_E_UNSUPPORTED, with nothing written and err untouched, when
  * the device cannot (no copy of these keys, no room, slots it does not
  * take): the policy then builds on the host. */
+struct hkv_ws_job;
 typedef struct hkv_far_accel {
     int (*top_lists)(const struct hkv_far_accel *a, int layer, const hkv_far_view *far,
                      const uint16_t *q, int64_t ldq, int64_t n, int n_head, int64_t rho,
                      const int32_t *slot, int32_t *ivf, int32_t *len, int64_t n_slots,
                      hkv_err *err);
+    /* index/window_scores.h's hkv_ws_window_scores of job (its far view the
+     * one this accel came with) on the device: the eviction policies' prompt
+     * end. HKV_E_UNSUPPORTED, nothing written, when the device cannot: the
+     * host scores. */
+    int (*window_scores)(const struct hkv_far_accel *a, const struct hkv_ws_job *job,
+                         hkv_err *err);
     void *ud;
     int seq;
 } hkv_far_accel;

@@ -153,6 +153,10 @@ int hkv_ws_window_scores(const hkv_cpu_kernels *kern, const hkv_ws_job *j,
                           "d=%d, %lld window rows", j->n_head, KH, d, (long long)j->qv->n);
     const int g = j->n_head / KH;
     const int64_t W = j->qv->n, R = W * g;
+    if (W > 0 && far->accel && far->accel->window_scores) {   /* a device holding the keys */
+        const int rc = far->accel->window_scores(far->accel, j, err);
+        if (rc != HKV_E_UNSUPPORTED) return rc;
+    }
     int64_t ntask = 0;
     for (int h = 0; h < KH; h++) {
         int64_t n = j->rows ? j->n_rows[h] : far->hi - far->lo;

@@ -109,6 +109,10 @@ typedef struct hkv_pipeline_stats {
     int64_t index_builds_dev;   /* (sequence, layer) prompt-end index builds on the device */
     int64_t index_builds_host;  /* offered to the device but built by the host (no copy of
                                    the keys, a later turn, no room) */
+    int64_t window_scores_dev;  /* (sequence, layer) prompt-end window scores on the device
+                                   (snapkv, rocketkv's stage 1, fastkv, laq, speckv) */
+    int64_t window_scores_host; /* offered to the device but scored by the host (absent
+                                   positions after a token-selective prefill, no room) */
     size_t dev_peak, dev_in_use;     /* device bytes, all tiers */
     size_t dev_tier[5];              /* in use per tier (enum hkv_tier) */
 } hkv_pipeline_stats;

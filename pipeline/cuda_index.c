@@ -1,4 +1,5 @@
-/* Index builds on the device at prompt end (index/policy.h, hkv_far_accel).
+/* A policy's prompt-end work on the device (index/policy.h, hkv_far_accel):
+ * ctkvr's index build and the eviction policies' window scores.
  *
  * ctkvr's prompt end ranks every far key for each of C centroids per KV
  * head: C x n_far x n_head x d multiply-adds per layer (550 GFLOP per layer
@@ -16,11 +17,24 @@
  * 128K, one layer at a time) against a host build of minutes at that size.
  * Only first builds (each KV head's slots 0..n-1) are taken; a later turn's
  * partial rebuild or no room for the scratch leave the build to the host
- * (counted: index_builds_device / index_builds_host). */
+ * (counted: index_builds_device / index_builds_host).
+ *
+ * The window scores of snapkv, rocketkv's stage 1, fastkv, laq and speckv
+ * (index/window_scores.h: each window query's softmax over the far keys,
+ * summed or maxed over the window and the group) are window x n_far x
+ * n_head x d x 4 flops a layer, 67 GFLOP for Llama-3-8B at a 128K prompt and
+ * the default 32-row window: the far keys go up from the page-locked far
+ * tier (KV heads x n_far x d x 2 bytes, K only), gpu/window_scores.cu scores
+ * them and the scores come down; pooling and the top-k stay with the policy
+ * (O(n_far)). A far view with absent positions (after a token-selective
+ * prefill) or no room leave them to the host (window_scores_device /
+ * window_scores_host). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda_backend_impl.h"
 #include "kv_tiered.h"
+#include "window_scores.h"
 
 /* Scratch of one build, freed in reverse; stream-ordered, so a build inside
  * a prompt's last step never waits for the whole device. */
@@ -108,8 +122,79 @@ host:
     return HKV_E_UNSUPPORTED;
 }
 
+static int window_scores(const hkv_far_accel *a, const hkv_ws_job *j, hkv_err *err) {
+    cuda_be *b = a->ud;
+    const hkv_far_view *far = j->far;
+    const hkv_query_view *qv = j->qv;
+    const int KH = b->KH, H = b->H, d = b->d;
+    const int64_t lo = far->lo, n_all = far->hi - far->lo, W = qv->n;
+    if (far->n_head_kv != KH || far->head_dim != d || j->n_head != H || far->rows ||
+        far->ld != d || n_all < 1 || W < 1 || !qv->q || (d & 1) || d > 256 ||
+        W * (H / KH) > 65535)
+        goto host;
+    int64_t nmax = 0;   /* scored keys per KV head */
+    for (int h = 0; h < KH; h++) {
+        const int64_t n = j->rows ? j->n_rows[h] : n_all;
+        if (n > nmax) nmax = n;
+    }
+    if (nmax < 1) goto host;
+    bscratch sc = {0};
+    uint16_t *dk, *dq;
+    float *dout, *dw = NULL;
+    int32_t *drows = NULL, *dn = NULL, *hrows = NULL;
+    void *dws;
+    const size_t wsb = hkv_gpu_window_scores_ws_bytes(W, H, nmax), krow = (size_t)far->hi * d;
+    if (!(dk = bs_alloc(b, &sc, (size_t)KH * krow * 2)) ||
+        !(dq = bs_alloc(b, &sc, (size_t)W * H * d * 2)) ||
+        !(dout = bs_alloc(b, &sc, (size_t)KH * nmax * 4)) || !(dws = bs_alloc(b, &sc, wsb)) ||
+        (j->q_weight && !(dw = bs_alloc(b, &sc, (size_t)W * 4))) ||
+        (j->rows && (!(drows = bs_alloc(b, &sc, (size_t)KH * nmax * 4)) ||
+                     !(dn = bs_alloc(b, &sc, (size_t)KH * 4)) ||
+                     !(hrows = malloc((size_t)KH * (nmax + 1) * 4))))) {
+        bs_free(b, &sc);
+        goto host;   /* no room now */
+    }
+    /* Keys of [lo, hi) where the far view has them (rows [0, lo) unused) */
+    int rc = HKV_OK;
+    for (int h = 0; !rc && h < KH; h++)
+        rc = hkv_gpu_upload(dk + h * krow + (size_t)lo * d, far->k[h] + lo * far->ld,
+                            (size_t)n_all * d * 2, b->st, err);
+    for (int64_t r = 0; !rc && r < W; r++)
+        rc = hkv_gpu_upload(dq + (size_t)r * H * d, qv->q + r * qv->ld, (size_t)H * d * 2, b->st,
+                            err);
+    if (!rc && dw) rc = hkv_gpu_upload(dw, j->q_weight, (size_t)W * 4, b->st, err);
+    if (!rc && hrows) {
+        int32_t *hn = hrows + (size_t)KH * nmax;
+        for (int h = 0; h < KH; h++) {
+            hn[h] = (int32_t)j->n_rows[h];
+            for (int64_t i = 0; i < j->n_rows[h]; i++)
+                hrows[(size_t)h * nmax + i] = j->rows[h][i];
+        }
+        if (!(rc = hkv_gpu_upload(drows, hrows, (size_t)KH * nmax * 4, b->st, err)))
+            rc = hkv_gpu_upload(dn, hn, (size_t)KH * 4, b->st, err);
+    }
+    if (!rc)
+        rc = hkv_gpu_window_scores(dq, (int64_t)H * d, W, qv->pos0, H, KH, d, dk, d,
+                                   (int64_t)krow, lo, j->rows ? nmax : n_all, drows, nmax, dn, dw,
+                                   j->reduce_max, dout, nmax, dws, wsb, b->st, err);
+    for (int h = 0; !rc && h < KH; h++)
+        rc = hkv_gpu_download(j->out + (size_t)h * j->ld_out, dout + (size_t)h * nmax,
+                              (size_t)(j->rows ? j->n_rows[h] : n_all) * 4, b->st, err);
+    if (!rc) rc = hkv_gpu_sync(b->st, err);   /* (the host copies above are read by then) */
+    bs_free(b, &sc);
+    free(hrows);
+    if (rc) return hkv_err_prefix(err, "device window scores, sequence %d", a->seq);
+    b->stats.bytes_h2d += (size_t)KH * n_all * d * 2 + (size_t)W * H * d * 2;
+    b->stats.bytes_d2h += (size_t)KH * nmax * 4;
+    b->stats.window_scores_dev++;
+    return HKV_OK;
+host:
+    b->stats.window_scores_host++;
+    return HKV_E_UNSUPPORTED;
+}
+
 void cb_index_attach(cuda_be *b) {
-    const hkv_far_accel a = {.top_lists = top_lists, .ud = b};
+    const hkv_far_accel a = {.top_lists = top_lists, .window_scores = window_scores, .ud = b};
     hkv_kv_tiered_set_accel(&b->e->kv, &a);
 }
 

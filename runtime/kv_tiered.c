@@ -263,7 +263,7 @@ int tiered_prompt_end(tiered *t, tseq *q, int layer, int64_t end, hkv_err *err) 
     tiered_far_view(t, q, layer, &fv);
     hkv_far_accel acc = t->accel;
     acc.seq = (int)(q - t->seqs);
-    if (acc.top_lists) fv.accel = &acc;
+    if (acc.top_lists || acc.window_scores) fv.accel = &acc;
     int rc = q->pol.ops->prefill_end(q->pol.self, layer, &fv, &qv, err);
     free(lin);
     return rc ? hkv_err_prefix(err, "policy '%s' at prompt end, layer %d", q->def->name, layer) : HKV_OK;

@@ -266,6 +266,8 @@ void hkv_device_cli_timeline(json_t *t, const hkv_pipeline_stats *ps, int prompt
         hkv_jset(t, "prompt_rows_streamed", json_integer(ps->prompt_rows_streamed), bad);
         hkv_jset(t, "index_builds_device", json_integer(ps->index_builds_dev), bad);
         hkv_jset(t, "index_builds_host", json_integer(ps->index_builds_host), bad);
+        hkv_jset(t, "window_scores_device", json_integer(ps->window_scores_dev), bad);
+        hkv_jset(t, "window_scores_host", json_integer(ps->window_scores_host), bad);
     }
     hkv_jset(t, "device_kept_rows", json_integer(ps->keep_rows), bad);
     hkv_jset(t, "kept_resyncs", json_integer(ps->keep_resyncs), bad);

@@ -157,6 +157,12 @@ def main(argv=None) -> int:
                     help="with --device-args '--gpu-prompt-keys N': every prompt-mode case must "
                          "attend prompt rows on the device with keys streamed from the far tier "
                          "(prompt_rows_streamed > 0), the logits still the CPU path's")
+    ap.add_argument("--policy-arg", action="append", default=[], metavar="K=V",
+                    help="one more argument for every selected policy case (e.g. window=4: an "
+                         "observation window shorter than the prompt, so that scores decide)")
+    ap.add_argument("--expect-device-scores", action="store_true",
+                    help="every prompt-mode case's prompt-end window scores ran on the device "
+                         "(window_scores_device > 0, none declined to the host)")
     ap.add_argument("--timeout", type=float, default=900)
     a = ap.parse_args(argv)
     global NEAR
@@ -202,6 +208,8 @@ def main(argv=None) -> int:
         if a.synthetic:
             cases = {k: v for k, v in cases.items() if "--draft" not in v}
         only = set(a.only.split(",")) if a.only else None
+        for kv in a.policy_arg:
+            cases = {k: v + ["--policy-arg", kv] for k, v in cases.items()}
         for name, pol in cases.items():
             if only and name.split()[0] not in only:
                 continue
@@ -222,6 +230,11 @@ def main(argv=None) -> int:
                             ib = LAST_TIMELINE.get("index_builds_device", 0)
                             ok = ok and ib > 0
                             msg += f", {ib} index builds on the device"
+                    if a.expect_device_scores:
+                        sd = LAST_TIMELINE.get("window_scores_device", 0)
+                        sh = LAST_TIMELINE.get("window_scores_host", 0)
+                        ok = ok and sd > 0 and sh == 0
+                        msg += f"; window scores: {sd} on the device, {sh} on the host"
                     res.report(ok, label, msg)
                 except (RuntimeError, subprocess.TimeoutExpired) as e:
                     res.report(False, label, str(e))
@@ -317,9 +330,11 @@ def main(argv=None) -> int:
                     # (pipeline/cuda_keep.c), copied up once per selection
                     # (laq: stage 1, then the re-selection after its lookahead)
                     evicts = name.split()[0] in ("snapkv", "laq")
-                    if evicts:
+                    if evicts:   # their prompt-end window scores too (cuda_index.c)
                         recalls_ok = recalls_ok and tl.get("device_kept_rows", 0) > 0 \
-                            and 0 < tl.get("kept_resyncs", 0) < tl.get("layer_steps", 0)
+                            and 0 < tl.get("kept_resyncs", 0) < tl.get("layer_steps", 0) \
+                            and tl.get("window_scores_device", 0) > 0 \
+                            and tl.get("window_scores_host", 1) == 0
                     else:
                         recalls_ok = recalls_ok and tl.get("device_kept_rows", 1) == 0
                     # quest selects its pages on the device (pipeline/cuda_pages.c), and
