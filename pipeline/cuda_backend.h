@@ -13,9 +13,10 @@
  *
  * so the device's near attention runs while the CPU attends the far tier,
  * and the two partials merge exactly on the device. Prompt rows are attended
- * by the host over the far tier (which holds the whole prompt while it is
- * fed). The device keeps a mirror of each (sequence, layer) near tier that
- * it appends to as decode steps go; when the host's changed in another way
+ * on the device over its copy of the prompt's K/V, the keys past that copy
+ * streamed from the far tier (cuda_prefill.c, cuda_prefill_stream.c); a later
+ * turn's prompt by the host over the far tier. The device keeps a mirror of
+ * each (sequence, layer) near tier that it appends to as decode steps go; when the host's changed in another way
  * (a prompt ended, a rewind, a copy: hkv_kv_tiered_seq_epoch), the host's
  * copy is uploaded whole before the device attends it. With micro-batch
  * ping-pong (hkv_cuda_params.pingpong) a decode batch runs as two halves,
