@@ -20,6 +20,7 @@
 
 #include "kernels_impl.h"
 #include "status.h"
+#include "work_split.h"
 
 #define HKV_MM_DEFAULT HKV_MM_THREAD_PANEL
 
@@ -174,20 +175,43 @@ int hkv_matmul(const hkv_cpu_kernels *t, const hkv_wmat *w, const float *x, int6
     return hkv_matmul_mode(t, w, x, n, y, ws, HKV_MM_DEFAULT);
 }
 
+/* Groups [g0, g1) of the parts' concatenation (16-row groups; the parts
+ * share cols, so a group is the same work in each). */
+static void q8_groups(const hkv_cpu_kernels *t, const hkv_wmat *parts, int np, const hkv_qact *a,
+                      int64_t ni, float *yc, int64_t ldy, int64_t g0, int64_t g1)
+{
+    int64_t gbase = 0, off = 0;
+    for (int p = 0; p < np && gbase < g1; p++) {
+        const int64_t pg = (parts[p].rows + 15) / 16;
+        const int64_t lo = g0 > gbase ? g0 - gbase : 0, hi = g1 - gbase < pg ? g1 - gbase : pg;
+        if (lo < hi) {
+            const int64_t r1 = 16 * hi < parts[p].rows ? 16 * hi : parts[p].rows;
+            t->qgemm(&parts[p], a, (int)ni, yc + off, ldy, 16 * lo, r1);
+        }
+        gbase += pg;
+        off += parts[p].rows;
+    }
+}
+
 /* Precision FAST over one or several parts sharing x: per chunk of tokens
  * one quantisation and one parallel region; the threads split the parts'
- * 16-row groups evenly (the parts share cols, so a group is the same work
- * in each), each a contiguous stretch of weight bytes. A few tokens are
- * quantised before the region (well under a microsecond each), which
- * spares the barrier a split quantisation needs: at batch 1 a layer runs
- * 4 products, and barriers showed as a tenth of the step. */
+ * groups (cpu/work_split.h: each its own contiguous stretch of weight bytes,
+ * stealing chunks of the others' at the end). A few tokens are quantised
+ * before the region (well under a microsecond each), which spares the
+ * barrier a split quantisation needs: at batch 1 a layer runs 4 products,
+ * and barriers showed as a tenth of the step. */
 #define QUANT_SERIAL_MAX 4
+#define SPLIT_CHUNK_BYTES 32768   /* ~1-2 µs of one core's stream: a CAS each is noise */
 static int matmul_q8_parts(const hkv_cpu_kernels *t, const hkv_wmat *parts, int np, const float *x,
                            int64_t n, float *y, int64_t ldy, float *ws)
 {
     const int64_t cols = parts[0].cols;
     int64_t groups = 0;
     for (int p = 0; p < np; p++) groups += (parts[p].rows + 15) / 16;
+    const int64_t gbytes = 16 * cols * (parts[0].type == HKV_W_Q4 ? 5 : 9) / 8;   /* ~ per group */
+    const int64_t chunk = SPLIT_CHUNK_BYTES / gbytes > 1 ? SPLIT_CHUNK_BYTES / gbytes : 1;
+    const int nr = omp_get_max_threads();
+    hkv_split_range ranges[nr];
     void *buf = (void *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
     for (int64_t i0 = 0; i0 < n; i0 += QMM_CHUNK) {
         const int64_t ni = n - i0 < QMM_CHUNK ? n - i0 : QMM_CHUNK;
@@ -197,6 +221,7 @@ static int matmul_q8_parts(const hkv_cpu_kernels *t, const hkv_wmat *parts, int 
         float *yc = y + i0 * ldy;
         const int serial = ni <= QUANT_SERIAL_MAX;
         if (serial) t->quant_act(xc, 0, ni, &a);
+        hkv_split_init(ranges, nr, groups);
         #pragma omp parallel
         {
             const int nt = omp_get_num_threads(), me = omp_get_thread_num();
@@ -204,19 +229,9 @@ static int matmul_q8_parts(const hkv_cpu_kernels *t, const hkv_wmat *parts, int 
                 t->quant_act(xc, ni * me / nt, ni * (me + 1) / nt, &a);
                 #pragma omp barrier
             }
-            /* this thread's groups [g0, g1) of the concatenation */
-            const int64_t g0 = groups * me / nt, g1 = groups * (me + 1) / nt;
-            int64_t gbase = 0, off = 0;
-            for (int p = 0; p < np; p++) {
-                const int64_t pg = (parts[p].rows + 15) / 16;
-                const int64_t lo = g0 > gbase ? g0 - gbase : 0, hi = g1 - gbase < pg ? g1 - gbase : pg;
-                if (lo < hi) {
-                    const int64_t r1 = 16 * hi < parts[p].rows ? 16 * hi : parts[p].rows;
-                    t->qgemm(&parts[p], &a, (int)ni, yc + off, ldy, 16 * lo, r1);
-                }
-                gbase += pg;
-                off += parts[p].rows;
-            }
+            int64_t g0, g1;
+            while (hkv_split_next(ranges, me, nr, chunk, &g0, &g1))
+                q8_groups(t, parts, np, &a, ni, yc, ldy, g0, g1);
         }
     }
     return HKV_OK;
