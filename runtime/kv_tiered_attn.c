@@ -25,11 +25,14 @@
 typedef struct item { int seg, kvh, q0, nq; } item;
 
 /* A decode item's far work, kept from selection to the merge when the step
- * is split across threads by pieces. */
+ * is split across threads by pieces; the near rows are a piece of their own
+ * then (n_near > 0), so that no thread waits on another's near attention. */
 typedef struct far_work {
     const uint16_t *k, *v;   /* this KV head's far rows */
     int64_t ld, p0, n_sel;   /* sel == NULL: rows p0 .. p0 + n_sel - 1 */
     const int32_t *sel;
+    const uint16_t *nk, *nv;   /* the near rows (ld d) */
+    int64_t n_near;
 } far_work;
 
 /* Attention over pieces [a, b) of a decode item's far selection. */
@@ -212,11 +215,13 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
     const int64_t max_pieces = n_pieces(nd.max_sel > nd.far ? nd.max_sel : nd.far);
     const int split = n_dec > 0 && n_dec < 4 * nth && max_pieces > 1 && !t->p.audit;
     int *dec_of = NULL;      /* item -> its decode slot (split) */
+    int *pending = NULL;     /* decode slot -> its pieces not yet computed */
     far_work *fw = NULL;
+    const int64_t P1 = max_pieces + 1;   /* a decode slot's pieces: near, then far */
     float *sq = NULL, *so = NULL, *sl = NULL, *po = NULL, *pl = NULL;
     int32_t *ssel = NULL;
     if (split) {
-        const size_t gd = (size_t)g * d, np = (size_t)n_dec * max_pieces;
+        const size_t gd = (size_t)g * d, np = (size_t)n_dec * P1;
         const size_t fl = (size_t)n_dec * (2 * gd + g) + np * (gd + g) + (size_t)n_dec * nd.max_sel;
         if (t->split_bytes < fl * sizeof(float)) {
             hkv_host_free(t->mem, HKV_TIER_WORKSPACE, t->split, t->split_bytes);
@@ -227,13 +232,14 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
             }
             t->split_bytes = fl * sizeof(float);
         }
-        dec_of = malloc((size_t)n_items * sizeof *dec_of);
+        dec_of = malloc((size_t)(n_items + n_dec) * sizeof *dec_of);
         fw = calloc((size_t)n_dec, sizeof *fw);
         if (!dec_of || !fw) {
             free(dec_of), free(fw), free(items);
             return hkv_seterr(err, HKV_E_NOMEM, "no memory for %d split attention items", n_dec);
         }
         for (int w = 0, k = 0; w < n_items; w++) dec_of[w] = is_prompt(&segs[items[w].seg]) ? -1 : k++;
+        pending = dec_of + n_items;
         sq = t->split, so = sq + n_dec * gd, sl = so + n_dec * gd, po = sl + (size_t)n_dec * g;
         pl = po + np * gd, ssel = (int32_t *)(pl + np * g);
     }
@@ -279,10 +285,20 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
                             d, scale, ob, (int64_t)g * d, lb);
         } else {
             int64_t n_near = sg->pos + 1 < t->NR ? sg->pos + 1 : t->NR;
-            if (lse_out) {   /* far only: start from the empty partial */
+            if (lse_out || split) {   /* far only, or near as a piece: the empty partial */
                 memset(ob, 0, (size_t)g * d * sizeof(float));
                 for (int j = 0; j < g; j++) lb[j] = -INFINITY;
-            } else {
+            }
+            if (split) {
+                far_work *f = &fw[dec_of[w]];
+                *f = (far_work){0};
+                if (!lse_out) {
+                    f->nk = near_rows(t, q, q->near_k, layer, I->kvh);
+                    f->nv = near_rows(t, q, q->near_v, layer, I->kvh);
+                    f->n_near = n_near;
+                    __atomic_fetch_add(&t->bytes_read, (uint64_t)n_near * d * 4, __ATOMIC_RELAXED);
+                }
+            } else if (!lse_out) {
                 kn->attn_dense(qb, g, d, near_rows(t, q, q->near_k, layer, I->kvh),
                                near_rows(t, q, q->near_v, layer, I->kvh), d, n_near, scale, ob, lb);
                 __atomic_fetch_add(&t->bytes_read, (uint64_t)n_near * d * 4, __ATOMIC_RELAXED);
@@ -337,13 +353,15 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
                  * so is the range past a kept set the caller attends. */
                 const int64_t p0 = n_sel == fv.hi - fv.lo ? fv.lo : range_from;
                 const int contiguous = n_sel == fv.hi - fv.lo || range_from >= 0;
-                far_work f = {fv.k[I->kvh], fv.v[I->kvh], fv.ld, p0, n_sel, contiguous ? NULL : sel};
+                far_work f = {.k = fv.k[I->kvh], .v = fv.v[I->kvh], .ld = fv.ld, .p0 = p0,
+                              .n_sel = n_sel, .sel = contiguous ? NULL : sel};
                 if (split) {   /* the pieces run after every selection is made */
                     const int k = dec_of[w];
                     if (f.sel) {
                         memcpy(ssel + (size_t)k * nd.max_sel, sel, (size_t)n_sel * sizeof *sel);
                         f.sel = ssel + (size_t)k * nd.max_sel;
                     }
+                    f.nk = fw[k].nk, f.nv = fw[k].nv, f.n_near = fw[k].n_near;
                     fw[k] = f;
                 } else {
                     for (int64_t a = 0; a < n_sel; a += FAR_PIECE) {
@@ -353,12 +371,15 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
                     }
                 }
             }
-            if (split) {   /* the query and the near partial, for the pieces and the merge */
+            if (split) {   /* the query and the empty partial, for the pieces and the merge */
                 const int k = dec_of[w];
-                memcpy(sq + (size_t)k * g * d, qb, (size_t)g * d * sizeof(float));
-                memcpy(so + (size_t)k * g * d, ob, (size_t)g * d * sizeof(float));
-                memcpy(sl + (size_t)k * g, lb, (size_t)g * sizeof(float));
-                continue;
+                pending[k] = (fw[k].n_near > 0) + (int)n_pieces(fw[k].n_sel);
+                if (pending[k]) {   /* (none: a far-only row with nothing far, written below) */
+                    memcpy(sq + (size_t)k * g * d, qb, (size_t)g * d * sizeof(float));
+                    memcpy(so + (size_t)k * g * d, ob, (size_t)g * d * sizeof(float));
+                    memcpy(sl + (size_t)k * g, lb, (size_t)g * sizeof(float));
+                    continue;
+                }
             }
             if (t->p.audit) {
                 int64_t nf = nd.far;
@@ -376,30 +397,44 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
                        lb + (size_t)r * g, (size_t)g * sizeof(float));
     }
     if (split && !fail) {
+        /* Every piece, near and far, side by side; the thread that finishes
+         * a slot's last piece merges them in order (near, far 0, 1, ...): the
+         * same arithmetic whichever thread runs which piece. */
         const size_t gd = (size_t)g * d;
-        const int64_t np = (int64_t)n_dec * max_pieces;
+        const int64_t np = (int64_t)n_dec * P1;
 #pragma omp parallel for schedule(dynamic, 1)
         for (int64_t u = 0; u < np; u++) {
-            const int k = (int)(u / max_pieces);
-            const int64_t a = (u % max_pieces) * FAR_PIECE, n = fw[k].n_sel;
-            if (a < n)
-                far_piece(kn, sq + k * gd, g, d, &fw[k], a, a + FAR_PIECE < n ? a + FAR_PIECE : n, scale,
+            const int k = (int)(u / P1);
+            const int64_t j = u % P1;
+            const far_work *f = &fw[k];
+            if (j == 0) {
+                if (!f->n_near) continue;
+                kn->attn_dense(sq + k * gd, g, d, f->nk, f->nv, d, f->n_near, scale, po + u * gd,
+                               pl + u * g);
+            } else {
+                const int64_t a = (j - 1) * FAR_PIECE, n = f->n_sel;
+                if (a >= n) continue;
+                far_piece(kn, sq + k * gd, g, d, f, a, a + FAR_PIECE < n ? a + FAR_PIECE : n, scale,
                           po + u * gd, pl + u * g);
+            }
+            if (__atomic_sub_fetch(&pending[k], 1, __ATOMIC_ACQ_REL)) continue;
+            float *ob = so + (size_t)k * gd, *lb = sl + (size_t)k * g;
+            if (f->n_near) hkv_attn_merge(ob, lb, po + k * P1 * gd, pl + k * P1 * g, g, d);
+            for (int64_t i = 0; i < n_pieces(f->n_sel); i++) {
+                const int64_t v = (int64_t)k * P1 + 1 + i;
+                hkv_attn_merge(ob, lb, po + v * gd, pl + v * g, g, d);
+            }
         }
-#pragma omp parallel for schedule(static)
+        /* the merged slots to their rows (a few KB: no team) */
         for (int w = 0; w < n_items; w++) {
             const int k = dec_of[w];
-            if (k < 0) continue;
+            if (k < 0 || !((fw[k].n_near > 0) + n_pieces(fw[k].n_sel))) continue;
             const hkv_seg *sg = &segs[items[w].seg];
-            float *ob = so + (size_t)k * gd, *lb = sl + (size_t)k * g;
-            for (int64_t j = 0; j < n_pieces(fw[k].n_sel); j++) {
-                const int64_t u = (int64_t)k * max_pieces + j;
-                hkv_attn_merge(ob, lb, po + u * gd, pl + u * g, g, d);
-            }
             const int kvh = items[w].kvh;
-            memcpy(out + sg->row * ld_out + (size_t)kvh * gd, ob, gd * sizeof(float));
+            memcpy(out + sg->row * ld_out + (size_t)kvh * gd, so + (size_t)k * gd, gd * sizeof(float));
             if (lse_out)
-                memcpy(lse_out + sg->row * t->s.n_head + (size_t)kvh * g, lb, (size_t)g * sizeof(float));
+                memcpy(lse_out + sg->row * t->s.n_head + (size_t)kvh * g, sl + (size_t)k * g,
+                       (size_t)g * sizeof(float));
         }
     }
     free(dec_of);
