@@ -291,6 +291,14 @@ int hkv_gpu_rocketkv_hsa(const uint16_t *bnd, int64_t pcap, const int32_t *cand,
                          const int32_t *n_cand, int n_head_kv, int g, int d, int64_t page,
                          int64_t dims, int64_t k, const float *q, int32_t *out, int64_t out_ld,
                          int32_t *n_out, void *ws, size_t ws_bytes, void *stream, hkv_err *err);
+/* hsa's two kernels one at a time, for the benchmark (bench_gpu_policy.c):
+ * part 1 the page estimates and softmax partials into ws, part 2 the top k
+ * from them (the same arguments and ws as the part 1 before it), 3 both. */
+int hkv_gpu_rocketkv_hsa_part(const uint16_t *bnd, int64_t pcap, const int32_t *cand, int64_t cap,
+                              const int32_t *n_cand, int n_head_kv, int g, int d, int64_t page,
+                              int64_t dims, int64_t k, const float *q, int32_t *out, int64_t out_ld,
+                              int32_t *n_out, void *ws, size_t ws_bytes, int part, void *stream,
+                              hkv_err *err);
 
 #ifdef __cplusplus
 }

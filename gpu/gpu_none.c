@@ -337,6 +337,17 @@ int hkv_gpu_rocketkv_hsa(const uint16_t *bnd, int64_t pcap, const int32_t *cand,
     (void)ws_bytes, (void)stream;
     return NO_CUDA(err, "gpu rocketkv hsa");
 }
+int hkv_gpu_rocketkv_hsa_part(const uint16_t *bnd, int64_t pcap, const int32_t *cand, int64_t cap,
+                              const int32_t *n_cand, int n_head_kv, int g, int d, int64_t page,
+                              int64_t dims, int64_t k, const float *q, int32_t *out, int64_t out_ld,
+                              int32_t *n_out, void *ws, size_t ws_bytes, int part, void *stream,
+                              hkv_err *err)
+{
+    (void)bnd, (void)pcap, (void)cand, (void)cap, (void)n_cand, (void)n_head_kv, (void)g, (void)d;
+    (void)page, (void)dims, (void)k, (void)q, (void)out, (void)out_ld, (void)n_out, (void)ws;
+    (void)ws_bytes, (void)part, (void)stream;
+    return NO_CUDA(err, "gpu rocketkv hsa");
+}
 
 int hkv_gpu_qmat_upload(hkv_gpu_ctx *ctx, const hkv_wmat *src, hkv_gpu_qmat *dst, void *stream,
                         hkv_err *err)

@@ -1,34 +1,53 @@
 /* RocketKV stage 2 on the device (index/rocketkv.c's select with rerank=1,
- * the paper's Hybrid Sparse Attention estimate) and the page bounds it reads.
+ * the paper's Hybrid Sparse Attention estimate) over the candidate lists
+ * and page bounds of rocketkv_lists.cu (same layout).
  *
- * Layout as the host's rk_layer: candidate lists int32 [KH][cap] (ascending
- * far positions, n_cand[h] valid), bounds fp16 [KH][2d][pcap] (rows 0..d-1
- * the element-wise max of each page of `page` list entries, rows d..2d-1
- * the min), so a host-built index uploads as is.
+ * Per step and KV head: the top `dims` coordinates of sum_j |q_j| (ties to
+ * the lower coordinate, hkv_topk's rule), the sign of sum_j q_j picks the
+ * max or min row, z_j[p] = q_j[dims] . rows[p], per-head softmax over the
+ * list's tokens at SparQ's temperature tau_j = sqrt(d |q_j[dims]|_1 /
+ * |q_j|_1) summed over the group into a page score; the top k tokens by
+ * their page's score (ties to the lower list index), positions ascending.
  *
- * Per step and KV head (k_hsa_pages, one block): the top `dims` coordinates
- * of sum_j |q_j| (ties to the lower coordinate, hkv_topk's rule), the sign
- * of sum_j q_j picks the max or min row, z_j[p] = q_j[dims] . rows[p],
- * per-head softmax over the list's tokens at SparQ's temperature
- * tau_j = sqrt(d |q_j[dims]|_1 / |q_j|_1) summed over the group into a page
- * score; then every token gets its page's score and hkv_gpu_keep takes the
- * top k (ties to the lower list index), positions ascending. fp32 sums run
- * in another order than the host's, so pages whose scores tie within
- * rounding may swap. */
+ * Two kernels, both sized for a batch-1 step's latency (one block per KV
+ * head left 124 of an H100's 132 SMs idle and ran the dims and tau loops
+ * on one thread):
+ *  - k_hsa_z, grid (blocks of HZ_PAGES pages, KH): each block redoes the
+ *    head's dims and tau (q is 2 KB; cheaper than a launch), z for its
+ *    pages (HZ_SLICES threads a page, each a slice of the dims), and its
+ *    (max, sum exp) per query head: the softmax's partials;
+ *  - k_hsa_keep, one block per KV head: merges the partials into each
+ *    head's max and sum, page scores into shared memory, then keep_core's
+ *    top k with the page as the item (no per-token score array).
+ * fp32 sums run in another order than the host's, so pages whose scores
+ * tie within rounding may swap.
+ *
+ * PREDICTION (data sheet: H100 3.35 TB/s, ~2 us a launch in a stream;
+ * Llama-3-8B 8K, KH 8, g 4, d 128, n 5261, page 2, dims 100, k 1024):
+ * k_hsa_z reads the chosen bound rows once, 8 x 100 x 2631 x 2 B = 4.2 MB,
+ * 1.3 us at the sheet's bandwidth, ~3-4 us with its blocks' latency;
+ * k_hsa_keep ~4-6 us; ~10-12 us a layer with the two launches, against
+ * ~700 us for the one-block-per-head kernels. MEASURED on an H100
+ * (bench kernels --only policy, 2026-11-27): z 15.0 us, keep 22.7 us
+ * (7 us of it the merge and page scores), 39.1 us a layer both (156.5 us
+ * for 4 sequences): latency-bound still, each block a chain of dependent
+ * steps (a 32-wide-page z geometry measured 21 us, worse). */
 #include <math.h>
 
 #include "gpu_internal.cuh"
+#include "keep_core.cuh"
 
 extern "C" {
 #include "gpu_kernels.h"
 }
 
-#define HSA_THREADS 256
-
-static __device__ __forceinline__ uint16_t r_ord16(uint16_t h)
-{
-    return (h & 0x8000) ? (uint16_t)~h : (uint16_t)(h | 0x8000);
-}
+#define HZ_PAGES 64                          /* pages per z block */
+#define HZ_SLICES 4                          /* threads per page: dims split four ways */
+#define HZ_THREADS (HZ_PAGES * HZ_SLICES)    /* >= d (256): a thread per coordinate */
+#define HZ_JC (HZ_THREADS / 32)              /* query heads per pass: a warp each for the stats */
+#define HK_THREADS 1024
+#define HK_SMEM_PAGES 8192                   /* page scores in shared memory up to here (32 KB) */
+#define HSA_GMAX 64                          /* the group's bound */
 
 static __device__ __forceinline__ uint32_t r_key(float x)
 {
@@ -37,210 +56,229 @@ static __device__ __forceinline__ uint32_t r_key(float x)
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-/* grid (page blocks, KH): thread per (page, element) of pages >= pg_from. */
-static __global__ void k_hsa_bounds(const int32_t *cand, int64_t cap, const int32_t *n_cand,
-                                    int d, int64_t page, int64_t pcap, int64_t pg_from,
-                                    const uint16_t *k, int64_t ld, int64_t hs, uint16_t *bnd)
+/* grid (page blocks, KH). Workspace: z [KH][g][np_ld], per block b the
+ * partials pm (max) / ps (sum of exp((z - max) / tau) x tokens) at
+ * [(h*nzb_ld + b)*g + j], tau [KH][HSA_GMAX] (block 0). */
+static __global__ void __launch_bounds__(HZ_THREADS)
+k_hsa_z(const uint16_t *bnd, int64_t pcap, const int32_t *n_cand, int g, int d, int64_t page,
+        int64_t dims, int64_t k, const float *q, float *zw, int64_t np_ld, float *pm, double *ps,
+        int64_t nzb_ld, float *tau_out)
 {
-    const int h = blockIdx.y;
-    const int64_t n = n_cand[h], np = (n + page - 1) / page;
-    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    const int64_t pg = pg_from + t / d;
-    const int e = (int)(t % d);
-    if (pg >= np) return;
-    const int32_t *c = cand + (int64_t)h * cap;
-    const uint16_t *kh = k + h * hs;
-    const int64_t i1 = (pg + 1) * page < n ? (pg + 1) * page : n;
-    uint16_t mx = kh[(int64_t)c[pg * page] * ld + e], mn = mx;
-    for (int64_t i = pg * page + 1; i < i1; i++) {
-        const uint16_t v = kh[(int64_t)c[i] * ld + e], o = r_ord16(v);
-        if (o > r_ord16(mx)) mx = v;
-        if (o < r_ord16(mn)) mn = v;
-    }
-    uint16_t *b = bnd + (int64_t)h * 2 * d * pcap;
-    b[(int64_t)e * pcap + pg] = mx;
-    b[(int64_t)(d + e) * pcap + pg] = mn;
-}
-
-/* grid KH: far position pos appended to every list, its key row (k + h*hs)
- * folded into the list's last page (a page starting at it afresh), as the
- * host's list_push; a full list is left as it is (the caller sizes cap). */
-static __global__ void k_hsa_push(int32_t *cand, int64_t cap, int32_t *n_cand, int d, int64_t page,
-                                  int64_t pcap, uint16_t *bnd, const uint16_t *k, int64_t hs,
-                                  int32_t pos)
-{
-    const int h = blockIdx.x;
-    const int64_t i = n_cand[h], pg = i / page;
-    const bool first = i % page == 0;
-    if (i >= cap) return;   /* block-uniform */
-    uint16_t *mx = bnd + (int64_t)h * 2 * d * pcap + pg, *mn = mx + (int64_t)d * pcap;
-    for (int e = threadIdx.x; e < d; e += blockDim.x) {
-        const uint16_t v = k[(int64_t)h * hs + e], o = r_ord16(v);
-        uint16_t *a = mx + (int64_t)e * pcap, *b = mn + (int64_t)e * pcap;
-        if (first || o > r_ord16(*a)) *a = v;
-        if (first || o < r_ord16(*b)) *b = v;
-    }
-    __syncthreads();   /* every thread has read n_cand[h] */
-    if (threadIdx.x == 0) {
-        cand[(int64_t)h * cap + i] = pos;
-        n_cand[h] = (int32_t)(i + 1);
-    }
-}
-
-/* Block reductions over HSA_THREADS threads (red holds HSA_THREADS / 32). */
-static __device__ float blk_max(float x, float *red)
-{
-    x = hkv_warp_max(x);
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = x;
-    __syncthreads();
-    float m = -INFINITY;
-    for (int i = 0; i < HSA_THREADS / 32; i++) m = fmaxf(m, red[i]);
-    __syncthreads();
-    return m;
-}
-static __device__ double blk_sum_d(double x, double *red)
-{
-    x = hkv_warp_sum_d(x);
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = x;
-    __syncthreads();
-    double s = 0;
-    for (int i = 0; i < HSA_THREADS / 32; i++) s += red[i];
-    __syncthreads();
-    return s;
-}
-
-/* One block per KV head: page scores S [KH][np_ld], per-head z in zw [KH][g][np_ld]. */
-static __global__ void __launch_bounds__(HSA_THREADS)
-k_hsa_pages(const uint16_t *bnd, int64_t pcap, const int32_t *n_cand, int g, int d, int64_t page,
-            int64_t dims, const float *q, float *zw, float *S, int64_t np_ld)
-{
-    __shared__ float a[256];
-    __shared__ int dim_c[256], dim_row[256];
-    __shared__ float tau[64];
-    __shared__ float redf[HSA_THREADS / 32];
-    __shared__ double redd[HSA_THREADS / 32];
-    __shared__ int m1_s;
-    const int h = blockIdx.x;
-    const int64_t n = n_cand[h], np = (n + page - 1) / page, last = n - (np - 1) * page;
+    __shared__ float a_s[HZ_THREADS], tau_s[HSA_GMAX];
+    __shared__ int on_s[HZ_THREADS], dim_c[HZ_THREADS], dim_row[HZ_THREADS], wcnt[HZ_THREADS / 32];
+    __shared__ float qs[HZ_JC][HZ_THREADS];
+    __shared__ float part[HZ_SLICES][HZ_JC][HZ_PAGES];
+    const int h = blockIdx.y, tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    const int64_t n = n_cand[h], np = (n + page - 1) / page, p0 = (int64_t)blockIdx.x * HZ_PAGES;
+    if (n <= k || p0 >= np) return;   /* block-uniform: a list within k comes back whole */
+    const int64_t last = n - (np - 1) * page;
     const float *qh = q + (int64_t)h * g * d;
-    for (int c = threadIdx.x; c < d; c += blockDim.x) {
-        float v = 0;
-        for (int j = 0; j < g; j++) v += fabsf(qh[j * d + c]);
-        a[c] = v;
+    int row = 0;
+    bool on = false;
+    if (tid < d) {
+        float v = 0, sg = 0;
+        for (int j = 0; j < g; j++) {
+            const float x = qh[j * d + tid];
+            v += fabsf(x), sg += x;
+        }
+        a_s[tid] = v;
+        row = sg > 0 ? tid : d + tid;   /* q > 0 meets the max, else the min */
     }
     __syncthreads();
-    for (int c = threadIdx.x; c < d; c += blockDim.x) {   /* rank of each coordinate */
-        const uint32_t kc = r_key(a[c]);
+    if (tid < d) {   /* rank among the coordinates: on when in the top dims */
+        const uint32_t kc = r_key(a_s[tid]);
         int rank = 0;
         for (int c2 = 0; c2 < d; c2++) {
-            const uint32_t k2 = r_key(a[c2]);
-            rank += k2 > kc || (k2 == kc && c2 < c);
+            const uint32_t k2 = r_key(a_s[c2]);
+            rank += k2 > kc || (k2 == kc && c2 < tid);
         }
-        dim_row[c] = rank;
+        on = rank < dims;
     }
+    const unsigned bal = __ballot_sync(0xffffffffu, on);   /* chosen ones in coordinate order */
+    if (lane == 0) wcnt[w] = __popc(bal);
+    on_s[tid] = on;
     __syncthreads();
-    if (threadIdx.x == 0) {   /* the top dims coordinates, in coordinate order */
-        int m1 = 0;
-        for (int c = 0; c < d; c++) {
-            if (dim_row[c] < dims) {   /* m1 <= c: overwrites only ranks already read */
-                float sg = 0;
-                for (int j = 0; j < g; j++) sg += qh[j * d + c];
-                dim_c[m1] = c;
-                dim_row[m1] = sg > 0 ? c : d + c;   /* q > 0 meets the max, else the min */
-                m1++;
+    int m1 = 0, before = 0;
+    for (int i = 0; i < HZ_THREADS / 32; i++) {
+        if (i < w) before += wcnt[i];
+        m1 += wcnt[i];
+    }
+    if (on) {
+        const int t = before + __popc(bal & ((1u << lane) - 1u));
+        dim_c[t] = tid, dim_row[t] = row;
+    }
+    for (int j = w; j < g; j += HZ_THREADS / 32) {   /* tau: a warp per query head */
+        double pa = 0, al = 0;
+        for (int c = lane; c < d; c += 32) {
+            const double x = fabsf(qh[j * d + c]);
+            al += x;
+            if (on_s[c]) pa += x;
+        }
+        pa = hkv_warp_sum_d(pa), al = hkv_warp_sum_d(al);
+        if (lane == 0) tau_s[j] = pa > 0 && al > 0 ? (float)sqrt((double)d * pa / al) : 1.0f;
+    }
+    const int pl = tid % HZ_PAGES, sl = tid / HZ_PAGES;
+    const int64_t p = p0 + pl;
+    const uint16_t *b = bnd + (int64_t)h * 2 * d * pcap + p;
+    for (int j0 = 0; j0 < g; j0 += HZ_JC) {
+        const int jn = g - j0 < HZ_JC ? g - j0 : HZ_JC;
+        __syncthreads();   /* dims, tau ready; the last pass's qs and part read */
+        for (int i = tid; i < HZ_JC * m1; i += HZ_THREADS) {
+            const int jj = i / m1, t = i % m1;
+            qs[jj][t] = jj < jn ? qh[(j0 + jj) * d + dim_c[t]] : 0.0f;
+        }
+        __syncthreads();
+        float acc[HZ_JC];
+#pragma unroll
+        for (int jj = 0; jj < HZ_JC; jj++) acc[jj] = 0.0f;
+        if (p < np) {
+#pragma unroll 4
+            for (int t = sl; t < m1; t += HZ_SLICES) {
+                const float bv = hkv_h2f(b[(int64_t)dim_row[t] * pcap]);
+#pragma unroll
+                for (int jj = 0; jj < HZ_JC; jj++) acc[jj] += qs[jj][t] * bv;
             }
         }
-        m1_s = m1;
-        for (int j = 0; j < g; j++) {
-            double part = 0, all = 0;
-            for (int t = 0; t < m1; t++) part += fabsf(qh[j * d + dim_c[t]]);
-            for (int c = 0; c < d; c++) all += fabsf(qh[j * d + c]);
-            tau[j] = part > 0 && all > 0 ? (float)sqrt((double)d * part / all) : 1.0f;
+#pragma unroll
+        for (int jj = 0; jj < HZ_JC; jj++) part[sl][jj][pl] = acc[jj];
+        __syncthreads();
+        if (w < jn) {   /* warp w: query head j0 + w over the block's pages */
+            const int j = j0 + w;
+            const float tau = tau_s[j];
+            float zr[HZ_PAGES / 32], mx = -INFINITY;
+#pragma unroll
+            for (int r = 0; r < HZ_PAGES / 32; r++) {
+                const int pp = lane + 32 * r;
+                float z = 0.0f;
+                for (int s = 0; s < HZ_SLICES; s++) z += part[s][w][pp];
+                zr[r] = p0 + pp < np ? z : -INFINITY;
+                if (p0 + pp < np) zw[((int64_t)h * g + j) * np_ld + p0 + pp] = z;
+                mx = fmaxf(mx, zr[r]);
+            }
+            mx = hkv_warp_max(mx);
+            double sum = 0;
+#pragma unroll
+            for (int r = 0; r < HZ_PAGES / 32; r++) {
+                const int64_t pp = p0 + lane + 32 * r;
+                if (pp < np) sum += (double)expf((zr[r] - mx) / tau) * (double)(pp == np - 1 ? last : page);
+            }
+            sum = hkv_warp_sum_d(sum);
+            if (lane == 0) {
+                pm[((int64_t)h * nzb_ld + blockIdx.x) * g + j] = mx;
+                ps[((int64_t)h * nzb_ld + blockIdx.x) * g + j] = sum;
+            }
         }
     }
-    __syncthreads();
-    const int m1 = m1_s;
-    const uint16_t *b = bnd + (int64_t)h * 2 * d * pcap;
-    float *z = zw + (int64_t)h * g * np_ld, *Sh = S + (int64_t)h * np_ld;
-    for (int64_t p = threadIdx.x; p < np; p += blockDim.x) {
-        Sh[p] = 0.0f;
-        for (int j = 0; j < g; j++) {
-            float acc = 0.0f;
-            for (int t = 0; t < m1; t++) acc += qh[j * d + dim_c[t]] * hkv_h2f(b[(int64_t)dim_row[t] * pcap + p]);
-            z[(int64_t)j * np_ld + p] = acc;
-        }
+    if (blockIdx.x == 0 && tid < g) tau_out[h * HSA_GMAX + tid] = tau_s[tid];
+}
+
+/* One block per KV head: the head's softmax from the partials, the page
+ * scores (shared memory, or S [KH][np_ld] when smem is 0), the top k. */
+static __global__ void __launch_bounds__(HK_THREADS, 1)
+k_hsa_keep(const float *zw, int64_t np_ld, const float *pm, const double *ps, int64_t nzb_ld,
+           const float *tau_in, const int32_t *cand, int64_t cap, const int32_t *n_cand, int g,
+           int64_t page, int64_t k, int smem, float *S_g, int32_t *out, int64_t out_ld,
+           int32_t *n_out)
+{
+    HKV_DYN_SHARED(float, S_s);
+    __shared__ float mx_s[HSA_GMAX], inv_s[HSA_GMAX], tau_s[HSA_GMAX];
+    const int h = blockIdx.x, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int64_t n = n_cand[h], np = (n + page - 1) / page, nzb = (np + HZ_PAGES - 1) / HZ_PAGES;
+    const int32_t *c = cand + (int64_t)h * cap;
+    int32_t *o = out + (int64_t)h * out_ld;
+    if (threadIdx.x == 0) n_out[h] = (int32_t)(n < k ? n : k);
+    if (n <= k) {   /* block-uniform: the list whole (ascending, as the host's copy) */
+        for (int64_t i = threadIdx.x; i < n; i += blockDim.x) o[i] = c[i];
+        return;
     }
-    __syncthreads();
-    for (int j = 0; j < g; j++) {
-        const float *zj = z + (int64_t)j * np_ld;
+    for (int j = w; j < g; j += HK_THREADS / 32) {   /* a warp per query head merges its partials */
+        const float *mj = pm + (int64_t)h * nzb_ld * g + j;
+        const double *sj = ps + (int64_t)h * nzb_ld * g + j;
+        const float tau = tau_in[h * HSA_GMAX + j];
         float mx = -INFINITY;
-        for (int64_t p = threadIdx.x; p < np; p += blockDim.x) mx = fmaxf(mx, zj[p]);
-        mx = blk_max(mx, redf);
+        for (int64_t b = lane; b < nzb; b += 32) mx = fmaxf(mx, mj[b * g]);
+        mx = hkv_warp_max(mx);
         double Z = 0;
-        for (int64_t p = threadIdx.x; p < np; p += blockDim.x)
-            Z += (double)expf((zj[p] - mx) / tau[j]) * (double)(p == np - 1 ? last : page);
-        Z = blk_sum_d(Z, redd);
-        const float inv = (float)(1.0 / Z);
-        for (int64_t p = threadIdx.x; p < np; p += blockDim.x)
-            Sh[p] += expf((zj[p] - mx) / tau[j]) * inv;   /* the thread owns p across j */
+        for (int64_t b = lane; b < nzb; b += 32) Z += sj[b * g] * (double)expf((mj[b * g] - mx) / tau);
+        Z = hkv_warp_sum_d(Z);
+        if (lane == 0) mx_s[j] = mx, inv_s[j] = (float)(1.0 / Z), tau_s[j] = tau;
     }
+    __syncthreads();
+    float *S = smem ? S_s : S_g + (int64_t)h * np_ld;
+    const float *z = zw + (int64_t)h * g * np_ld;
+    for (int64_t p = threadIdx.x; p < np; p += blockDim.x) {
+        float v = 0.0f;
+        for (int j = 0; j < g; j++) v += expf((z[(int64_t)j * np_ld + p] - mx_s[j]) / tau_s[j]) * inv_s[j];
+        S[p] = v;
+    }
+    __syncthreads();   /* S (shared or global) visible to the block */
+    kc_keep(S, np, page, n, c, 0, k, INT64_MAX, o);
 }
 
-/* ts[h][x] = S[h][x / page], x < n_cand[h]. */
-static __global__ void k_hsa_tokens(const float *S, int64_t np_ld, const int32_t *n_cand,
-                                    int64_t page, float *ts, int64_t ts_ld)
-{
-    const int h = blockIdx.y;
-    const int64_t n = n_cand[h];
-    for (int64_t x = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; x < n;
-         x += (int64_t)gridDim.x * blockDim.x)
-        ts[(int64_t)h * ts_ld + x] = S[(int64_t)h * np_ld + x / page];
-}
+/* Workspace pieces for lists of cap entries in pages of `page`. */
+typedef struct hsa_ws {
+    double *ps;
+    float *pm, *tau, *zw, *S;
+    int64_t np, nzb;
+    size_t bytes;
+} hsa_ws;
 
-extern "C" int hkv_gpu_rocketkv_bounds(const int32_t *cand, int64_t cap, const int32_t *n_cand,
-                                       int n_head_kv, int d, int64_t page, int64_t pcap,
-                                       int64_t pg_from, const uint16_t *k, int64_t ld, int64_t hs,
-                                       uint16_t *bnd, void *stream, hkv_err *err)
+static hsa_ws hsa_layout(void *ws, int n_head_kv, int g, int64_t cap, int64_t page)
 {
-    if (!cand || !n_cand || !k || !bnd || n_head_kv < 1 || n_head_kv > 65535 || d < 1 ||
-        page < 1 || cap < 1 || pcap < (cap + page - 1) / page || pg_from < 0 || ld < d)
-        return hkv_seterr(err, HKV_E_INVAL, "gpu rocketkv bounds: bad arguments (lists of %lld, "
-                          "pages of %lld, %lld page columns, d=%d)", (long long)cap,
-                          (long long)page, (long long)pcap, d);
-    const int64_t np = (cap + page - 1) / page;
-    if (pg_from >= np) return HKV_OK;
-    const int64_t items = (np - pg_from) * d;
-    dim3 grid(hkv_grid1(items, 256), (unsigned)n_head_kv);
-    if ((int64_t)grid.x * 256 < items)
-        return hkv_seterr(err, HKV_E_UNSUPPORTED, "gpu rocketkv bounds: %lld page elements in one "
-                          "call", (long long)items);
-    HKV_LAUNCH(k_hsa_bounds, grid, 256, 0, hkv_stream(stream))(
-        cand, cap, n_cand, d, page, pcap, pg_from, k, ld, hs, bnd);
-    HKV_LAUNCH_CHECK(err);
-    return HKV_OK;
-}
-
-extern "C" int hkv_gpu_rocketkv_push(int32_t *cand, int64_t cap, int32_t *n_cand, int n_head_kv,
-                                     int d, int64_t page, int64_t pcap, uint16_t *bnd,
-                                     const uint16_t *k, int64_t hs, int64_t pos, void *stream,
-                                     hkv_err *err)
-{
-    if (!cand || !n_cand || !bnd || !k || n_head_kv < 1 || n_head_kv > 65535 || d < 1 ||
-        page < 1 || cap < 1 || pcap < cap / page + 1 || pos < 0 || pos > 2147483647)
-        return hkv_seterr(err, HKV_E_INVAL, "gpu rocketkv push: bad arguments (lists of %lld, "
-                          "pages of %lld, %lld page columns, d=%d, position %lld)", (long long)cap,
-                          (long long)page, (long long)pcap, d, (long long)pos);
-    HKV_LAUNCH(k_hsa_push, (unsigned)n_head_kv, d < 256 ? 32 * ((d + 31) / 32) : 256, 0,
-               hkv_stream(stream))(cand, cap, n_cand, d, page, pcap, bnd, k, hs, (int32_t)pos);
-    HKV_LAUNCH_CHECK(err);
-    return HKV_OK;
+    hsa_ws l;
+    l.np = (cap + page - 1) / page, l.nzb = (l.np + HZ_PAGES - 1) / HZ_PAGES;
+    const size_t KH = (size_t)n_head_kv, part = KH * (size_t)l.nzb * g;
+    char *p = (char *)ws;   /* the doubles first: ws is the allocator's alignment */
+    l.ps = (double *)p, p += part * sizeof(double);
+    l.pm = (float *)p, p += part * sizeof(float);
+    l.tau = (float *)p, p += KH * HSA_GMAX * sizeof(float);
+    l.zw = (float *)p, p += KH * g * (size_t)l.np * sizeof(float);
+    l.S = (float *)p, p += l.np > HK_SMEM_PAGES ? KH * (size_t)l.np * sizeof(float) : 0;
+    l.bytes = (size_t)(p - (char *)ws);
+    return l;
 }
 
 extern "C" size_t hkv_gpu_rocketkv_hsa_ws_bytes(int n_head_kv, int g, int64_t cap, int64_t page)
 {
     if (n_head_kv < 1 || g < 1 || cap < 1 || page < 1) return 0;
-    const int64_t np = (cap + page - 1) / page;
-    return (size_t)n_head_kv * ((size_t)(g + 1) * np + (size_t)cap) * sizeof(float);
+    return hsa_layout(NULL, n_head_kv, g, cap, page).bytes;
+}
+
+extern "C" int hkv_gpu_rocketkv_hsa_part(const uint16_t *bnd, int64_t pcap, const int32_t *cand,
+                                         int64_t cap, const int32_t *n_cand, int n_head_kv, int g,
+                                         int d, int64_t page, int64_t dims, int64_t k,
+                                         const float *q, int32_t *out, int64_t out_ld,
+                                         int32_t *n_out, void *ws, size_t ws_bytes, int part,
+                                         void *stream, hkv_err *err)
+{
+    if (!bnd || !cand || !n_cand || !q || !out || !n_out || n_head_kv < 1 ||
+        n_head_kv > 65535 || g < 1 || g > HSA_GMAX || d < 1 || d > HZ_THREADS || page < 1 ||
+        cap < 1 || pcap < (cap + page - 1) / page || dims < 1 || k < 1 ||
+        out_ld < (k < cap ? k : cap) || cap > 2147483647 || part < 1 || part > 3)
+        return hkv_seterr(err, HKV_E_INVAL, "gpu rocketkv hsa: bad arguments (lists of %lld, "
+                          "pages of %lld, dims %lld, k %lld, group %d up to 64, d=%d up to 256)",
+                          (long long)cap, (long long)page, (long long)dims, (long long)k, g, d);
+    const size_t need = hkv_gpu_rocketkv_hsa_ws_bytes(n_head_kv, g, cap, page);
+    if (!ws || ws_bytes < need)
+        return hkv_seterr(err, HKV_E_INVAL, "gpu rocketkv hsa: workspace of %zu bytes, %zu needed",
+                          ws_bytes, need);
+    cudaStream_t st = hkv_stream(stream);
+    const hsa_ws l = hsa_layout(ws, n_head_kv, g, cap, page);
+    if (part & 1) {
+        if (l.nzb > 2147483647)
+            return hkv_seterr(err, HKV_E_UNSUPPORTED, "gpu rocketkv hsa: %lld pages", (long long)l.np);
+        HKV_LAUNCH(k_hsa_z, dim3((unsigned)l.nzb, (unsigned)n_head_kv), HZ_THREADS, 0, st)(
+            bnd, pcap, n_cand, g, d, page, dims, k, q, l.zw, l.np, l.pm, l.ps, l.nzb, l.tau);
+        HKV_LAUNCH_CHECK(err);
+    }
+    if (part & 2) {
+        const int smem = l.np <= HK_SMEM_PAGES;
+        HKV_LAUNCH(k_hsa_keep, (unsigned)n_head_kv, HK_THREADS, smem ? (size_t)l.np * sizeof(float) : 0,
+                   st)(l.zw, l.np, l.pm, l.ps, l.nzb, l.tau, cand, cap, n_cand, g, page, k, smem, l.S,
+                       out, out_ld, n_out);
+        HKV_LAUNCH_CHECK(err);
+    }
+    return HKV_OK;
 }
 
 extern "C" int hkv_gpu_rocketkv_hsa(const uint16_t *bnd, int64_t pcap, const int32_t *cand,
@@ -249,28 +287,6 @@ extern "C" int hkv_gpu_rocketkv_hsa(const uint16_t *bnd, int64_t pcap, const int
                                     int32_t *out, int64_t out_ld, int32_t *n_out, void *ws,
                                     size_t ws_bytes, void *stream, hkv_err *err)
 {
-    if (!bnd || !cand || !n_cand || !q || !out || !n_out || n_head_kv < 1 ||
-        n_head_kv > 65535 || g < 1 || g > 64 || d < 1 || d > 256 || page < 1 || cap < 1 ||
-        pcap < (cap + page - 1) / page || dims < 1 || k < 1 || out_ld < (k < cap ? k : cap) ||
-        cap > 2147483647)
-        return hkv_seterr(err, HKV_E_INVAL, "gpu rocketkv hsa: bad arguments (lists of %lld, "
-                          "pages of %lld, dims %lld, k %lld, group %d, d=%d up to 256)",
-                          (long long)cap, (long long)page, (long long)dims, (long long)k, g, d);
-    const size_t need = hkv_gpu_rocketkv_hsa_ws_bytes(n_head_kv, g, cap, page);
-    if (!ws || ws_bytes < need)
-        return hkv_seterr(err, HKV_E_INVAL, "gpu rocketkv hsa: workspace of %zu bytes, %zu needed",
-                          ws_bytes, need);
-    cudaStream_t st = hkv_stream(stream);
-    const int64_t np = (cap + page - 1) / page;
-    float *zw = (float *)ws, *S = zw + (size_t)n_head_kv * g * np, *ts = S + (size_t)n_head_kv * np;
-    HKV_LAUNCH(k_hsa_pages, (unsigned)n_head_kv, HSA_THREADS, 0, st)(
-        bnd, pcap, n_cand, g, d, page, dims, q, zw, S, np);
-    HKV_LAUNCH_CHECK(err);
-    dim3 grid(hkv_grid1(cap, 256) > 4096 ? 4096u : hkv_grid1(cap, 256), (unsigned)n_head_kv);
-    HKV_LAUNCH(k_hsa_tokens, grid, 256, 0, st)(S, np, n_cand, page, ts, cap);
-    HKV_LAUNCH_CHECK(err);
-    /* lists within k come back whole (ascending, as the host's copy) */
-    int rc = hkv_gpu_keep(ts, cap, n_head_kv, cap, n_cand, cand, cap, 0, k, INT64_MAX, out, out_ld,
-                          n_out, stream, err);
-    return rc ? hkv_err_prefix(err, "gpu rocketkv hsa") : HKV_OK;
+    return hkv_gpu_rocketkv_hsa_part(bnd, pcap, cand, cap, n_cand, n_head_kv, g, d, page, dims, k,
+                                     q, out, out_ld, n_out, ws, ws_bytes, 3, stream, err);
 }

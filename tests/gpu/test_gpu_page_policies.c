@@ -9,7 +9,10 @@
  *    1e-4 of the cut; stage 2: list page bounds bit-equal to a reference
  *    built here, before and after far tokens are pushed onto the lists on
  *    the device (filling a page and opening the next), the HSA estimate's top k equal to the host's select except
- *    at float64 page ties by the cut (at most 25% of steps).
+ *    at float64 page ties by the cut (at most 25% of steps); at other k (1, within a page, past a
+ *    list) against the float64 estimate, with q = 0 (all pages tie: the first k entries), with a
+ *    short best last page, and with the page scores in global memory (8193 pages) equal to the
+ *    shared-memory run.
  * The float64 references (quest bounds' top K, the HSA estimate) are checked
  * against the host policies first, without a device; the rest exits 77
  * (skipped) where none is usable. */
@@ -342,6 +345,109 @@ static void rocketkv_host_check(const world *Wd, int64_t budget, test_rng *r)
     pol.ops->destroy(pol.self);
 }
 
+/* Stage 2 at other k (within a page: its first entries; 1; past the
+ * shortest list) against the float64 estimate; q = 0 (every page ties: the
+ * first k entries of each list); lists cut to a last page of one entry
+ * whose bounds (+-8) make it the best page (the keep weighs pages by their
+ * entries); and page scores in global memory (lists with room for more
+ * pages than the keep's shared memory holds) equal to the shared-memory
+ * run's. */
+static void rocketkv_k_checks(hkv_gpu_ctx *ctx, const world *Wd, const int32_t *const *hl,
+                              const int64_t *hn, int64_t cap, int64_t page, int64_t pcap,
+                              const uint16_t *rb, int64_t dims, test_rng *r)
+{
+    void *st = hkv_gpu_ctx_stream(ctx);
+    const int KH = Wd->KH, d = Wd->d, g = Wd->g, H = Wd->H;
+    int64_t nmin = hn[0];
+    for (int h = 1; h < KH; h++) nmin = hn[h] < nmin ? hn[h] : nmin;
+    /* the big copy: 8193 pages (HK_SMEM_PAGES + 1 in rocketkv_hsa.cu) */
+    const int64_t capb = 8192 * page + 1, pcapb = (capb + page - 1) / page;
+    int32_t *cl = calloc((size_t)KH * capb, 4), cn[8];
+    uint16_t *bb = calloc((size_t)KH * 2 * d * pcapb, 2);
+    for (int h = 0; h < KH; h++) {
+        memcpy(cl + (int64_t)h * capb, hl[h], (size_t)hn[h] * 4), cn[h] = (int32_t)hn[h];
+        for (int e = 0; e < 2 * d; e++)
+            memcpy(bb + ((int64_t)h * 2 * d + e) * pcapb, rb + ((int64_t)h * 2 * d + e) * pcap,
+                   (size_t)pcap * 2);
+    }
+    const size_t clb = (size_t)KH * capb * 4, bbb = (size_t)KH * 2 * d * pcapb * 2;
+    int32_t *dcl = gpu_put(ctx, cl, clb), *dcn = gpu_put(ctx, cn, (size_t)KH * 4);
+    uint16_t *dbb = gpu_put(ctx, bb, bbb);
+    int32_t *dcls = gpu_put(ctx, cl, clb);   /* the same lists at stride cap */
+    for (int h = 0; h < KH; h++)
+        GPU_OK(hkv_gpu_upload(dcls + (int64_t)h * cap, hl[h], (size_t)hn[h] * 4, st, err));
+    uint16_t *dbs = gpu_put(ctx, rb, (size_t)KH * 2 * d * pcap * 2);
+    uint16_t *rs = malloc((size_t)KH * 2 * d * pcap * 2);   /* the cut lists' bounds */
+    int32_t cs[8];
+    int64_t ns[8];
+    memcpy(rs, rb, (size_t)KH * 2 * d * pcap * 2);
+    for (int h = 0; h < KH; h++) {
+        ns[h] = hn[h] - (hn[h] - 1) % page, cs[h] = (int32_t)ns[h];
+        for (int e = 0; e < 2 * d; e++)
+            rs[((int64_t)h * 2 * d + e) * pcap + (ns[h] - 1) / page] = e < d ? 0x4800 : 0xc800;
+    }
+    uint16_t *dbc = gpu_put(ctx, rs, (size_t)KH * 2 * d * pcap * 2);
+    int32_t *dcs = gpu_put(ctx, cs, (size_t)KH * 4);
+    const size_t wsb = hkv_gpu_rocketkv_hsa_ws_bytes(KH, g, capb, page);
+    void *ws = gpu_put(ctx, NULL, wsb);
+    float *q = malloc((size_t)H * d * 4), *dq = gpu_put(ctx, NULL, (size_t)H * d * 4);
+    const int64_t ol = cap + 1;   /* k up to the longest list + 1 */
+    int32_t *dout = gpu_put(ctx, NULL, (size_t)KH * ol * 4), *dno = gpu_put(ctx, NULL, KH * 4);
+    int32_t *sel = malloc((size_t)KH * ol * 4), *selb = malloc((size_t)KH * ol * 4), no[8], nob[8];
+    int32_t *tok = malloc((size_t)cap * 4);
+    tok_s *ts = malloc((size_t)cap * sizeof *ts);
+    double *S = malloc((size_t)(pcap + 1) * 8);
+    const int64_t ks[] = {2 * page + 1, 1, nmin / 2 + 1, nmin + 1};
+    int steps = 0, bad = 0, ties = 0, zero_bad = 0, big_bad = 0;
+    for (int ki = 0; ki < 4; ki++)
+        for (int v = 0; v < 3; v++) {   /* random q, q = 0, the cut lists */
+            const int64_t k = ks[ki];
+            for (int64_t i = 0; i < (int64_t)H * d; i++) q[i] = v == 1 ? 0.0f : rng_uniform(r, -1.5f, 1.5f);
+            GPU_OK(hkv_gpu_upload(dq, q, (size_t)H * d * 4, st, err));
+            GPU_OK(hkv_gpu_rocketkv_hsa(v == 2 ? dbc : dbs, pcap, dcls, cap, v == 2 ? dcs : dcn, KH,
+                                        g, d, page, dims, k, dq, dout, ol, dno, ws, wsb, st, err));
+            gpu_get(ctx, no, dno, (size_t)KH * 4);
+            gpu_get(ctx, sel, dout, (size_t)KH * ol * 4);
+            if (v < 2)
+                GPU_OK(hkv_gpu_rocketkv_hsa(dbb, pcapb, dcl, capb, dcn, KH, g, d, page, dims, k, dq, dout,
+                                            ol, dno, ws, wsb, st, err));
+            if (v < 2) gpu_get(ctx, nob, dno, (size_t)KH * 4);
+            if (v < 2) gpu_get(ctx, selb, dout, (size_t)KH * ol * 4);
+            for (int h = 0; h < KH; h++) {
+                const int64_t n = v == 2 ? ns[h] : hn[h], kk = k < n ? k : n;
+                const int32_t *o = sel + (int64_t)h * ol;
+                if (v < 2) big_bad += nob[h] != no[h] || memcmp(selb + (int64_t)h * ol, o, (size_t)kk * 4);
+                if (v == 1) {   /* every page ties: the first k entries */
+                    zero_bad += no[h] != kk || memcmp(o, hl[h], (size_t)kk * 4);
+                    continue;
+                }
+                hsa_ref((v == 2 ? rs : rb) + (int64_t)h * 2 * d * pcap, pcap, n, page, dims,
+                        q + (int64_t)h * g * d, g, d, S);
+                for (int64_t x = 0; x < n; x++) ts[x] = (tok_s){S[x / page], (int32_t)x};
+                qsort(ts, (size_t)n, sizeof *ts, cmp_tok);
+                for (int64_t i = 0; i < kk; i++) tok[i] = hl[h][ts[i].x];
+                qsort(tok, (size_t)kk, 4, cmp_i32);
+                steps++;
+                if (no[h] == kk && !memcmp(tok, o, (size_t)kk * 4)) continue;
+                if (no[h] == kk && k < n && hsa_near_tie(S, n, page, k)) ties++;
+                else bad++;
+            }
+        }
+    CHECK(bad == 0 && ties * 4 <= steps, "rocketkv stage 2 at k %lld, 1, %lld, %lld (page %lld): "
+          "%d of %d selections differ from the float64 estimate's without a tie, %d at ties",
+          (long long)ks[0], (long long)ks[2], (long long)ks[3], (long long)page, bad, steps, ties);
+    CHECK(zero_bad == 0, "rocketkv stage 2 with q = 0 (every page ties): %d of %d selections are "
+          "not the lists' first k entries", zero_bad, 4 * KH);
+    CHECK(big_bad == 0, "rocketkv stage 2 with page scores in global memory (%lld pages): %d of "
+          "%d selections differ from the shared-memory run's", (long long)pcapb, big_bad, 8 * KH);
+    gpu_drop(ctx, dcl, clb), gpu_drop(ctx, dcn, (size_t)KH * 4), gpu_drop(ctx, dbb, bbb);
+    gpu_drop(ctx, dcls, clb), gpu_drop(ctx, dbs, (size_t)KH * 2 * d * pcap * 2);
+    gpu_drop(ctx, dbc, (size_t)KH * 2 * d * pcap * 2), gpu_drop(ctx, dcs, (size_t)KH * 4);
+    gpu_drop(ctx, ws, wsb), gpu_drop(ctx, dq, (size_t)H * d * 4);
+    gpu_drop(ctx, dout, (size_t)KH * ol * 4), gpu_drop(ctx, dno, KH * 4);
+    free(cl), free(bb), free(q), free(sel), free(selb), free(tok), free(ts), free(S), free(rs);
+}
+
 static void rocketkv_check(hkv_gpu_ctx *ctx, const world *Wd, int64_t budget, test_rng *r)
 {
     void *st = hkv_gpu_ctx_stream(ctx);
@@ -499,6 +605,7 @@ static void rocketkv_check(hkv_gpu_ctx *ctx, const world *Wd, int64_t budget, te
     CHECK(s2_bad == 0 && s2_ties * 4 <= steps, "rocketkv stage 2 (page %lld, dims %lld, k %lld): "
           "%d of %d selections differ from the host's without a float tie, %d at ties",
           (long long)page, (long long)sp.dims, (long long)sp.k, s2_bad, steps, s2_ties);
+    rocketkv_k_checks(ctx, Wd, hl, hn, cap, page, pcap, rb, sp.dims, r);
     gpu_drop(ctx, dk, kb), gpu_drop(ctx, dq16, qb), gpu_drop(ctx, dsc, (size_t)KH * nfar * 4);
     gpu_drop(ctx, dpool, (size_t)KH * nfar * 4), gpu_drop(ctx, ws, wsb);
     gpu_drop(ctx, dkeep, (size_t)KH * nfar * 4), gpu_drop(ctx, dn, KH * 4);
