@@ -242,12 +242,14 @@ static const char usage[] =
     "of N reps, default 10; --quick: 5 and smaller cold sets): a device-to-device copy (the\n"
     "probe), pinned PCIe copies, the weight products through hkv_gpu_qmat_matmul (Q4, Q8,\n"
     "F16 at Llama-3-8B's shapes; n = 1..8 GEMV, 64 and 512 in each --gpu-gemm mode), the\n"
-    "near-tier decode attention and the prefill attention. Per row: us per call, the bytes\n"
-    "a call must move once and GB/s, TFLOP/s, shares of the probe (probe%), of the card's\n"
-    "data sheet (sheet%, '-' for a card not in the table) and of its peak for the unit\n"
-    "(flop%), and the host's enqueue time per call. Under the CUDA emulator: a small\n"
-    "subset, every row labelled 'emulated: not a speed'. --only q4,q8,f16,attention: those\n"
-    "rows (a comma list; the copies always run, they are the probe).\n";
+    "near-tier decode attention, the prefill attention, and rocketkv's stage 2 (its two\n"
+    "kernels together and alone, the list push, the token keep; Llama-3-8B 8K, budget 1024;\n"
+    "1 and 4 sequences). Per row: us per call, the bytes a call must move once and GB/s,\n"
+    "TFLOP/s, shares of the probe (probe%), of the card's data sheet (sheet%, '-' for a\n"
+    "card not in the table) and of its peak for the unit (flop%), and the host's enqueue\n"
+    "time per call. Under the CUDA emulator: a small subset, every row labelled 'emulated:\n"
+    "not a speed'. --only q4,q8,f16,attention,policy: those rows (a comma list; the copies\n"
+    "always run, they are the probe).\n";
 
 int hkv_bench_gpu_main(int argc, char **argv)
 {
@@ -269,16 +271,16 @@ int hkv_bench_gpu_main(int argc, char **argv)
         } else if (!strcmp(a, "--json")) {
             b.json = 1;
         } else if (!strcmp(a, "--only") && i + 1 < argc) {
-            static const char *const names[] = {"q4", "q8", "f16", "attention"};
+            static const char *const names[] = {"q4", "q8", "f16", "attention", "policy"};
             b.only = 0;
             for (char *list = argv[++i], *tok = list; tok && *tok;) {
                 char *comma = strchr(tok, ',');
                 const size_t len = comma ? (size_t)(comma - tok) : strlen(tok);
                 int k = 0;
-                while (k < 4 && !(strlen(names[k]) == len && !strncmp(names[k], tok, len))) k++;
-                if (k == 4) {
+                while (k < 5 && !(strlen(names[k]) == len && !strncmp(names[k], tok, len))) k++;
+                if (k == 5) {
                     fprintf(stderr, "hetkv: error: bench kernels: --only %s: '%.*s' is not one of "
-                            "q4, q8, f16, attention\n", list, (int)len, tok);
+                            "q4, q8, f16, attention, policy\n", list, (int)len, tok);
                     return 2;
                 }
                 b.only |= 1u << k;
@@ -338,7 +340,7 @@ int hkv_bench_gpu_main(int argc, char **argv)
                "us/call", "MB", "GB/s", "TFLOP/s", "probe%", "sheet%", "flop%", "enq us");
     }
     if ((rc = bg_run_copies(&b, &err)) || (rc = bg_run_products(&b, &err)) ||
-        (rc = bg_run_attention(&b, &err)))
+        (rc = bg_run_attention(&b, &err)) || (rc = bg_run_policy(&b, &err)))
         goto out;
     if (b.json) rc = print_json(&b, &dev[0], &err);
 out:

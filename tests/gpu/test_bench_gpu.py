@@ -8,7 +8,8 @@ JSON names the device and holds the rows each group promises (the
 device-to-device probe and pinned copies both ways; Q4, Q8 and F16 products
 through the GEMV and through each GEMM mode, split, fp16 and fp32; decode
 attention with rows in order and through an index list; prefill attention at
-two positions), each with a time, bytes and GB/s, and the probe's share where
+two positions; rocketkv's stage 2, its two kernels alone, the push and the
+token keep), each with a time, bytes and GB/s, and the probe's share where
 its bytes are DRAM's. On a GPU: every shape and width of the full set. Under
 the emulator: the subset, every row "emulated": true, no data sheet, and
 every row printed (on stderr, with --json) labelled "emulated: not a speed".
@@ -66,7 +67,7 @@ def main(argv=None) -> int:
               "the emulator has no data sheet")
         printed = [ln for ln in p.stderr.splitlines()
                    if ln.split()[:1] and ln.split()[0] in ("copy", "product", "attn_decode",
-                                                          "attn_prefill")]
+                                                          "attn_prefill", "policy")]
         check(len(printed) == len(rows) and all("emulated: not a speed" in ln for ln in printed),
               f"{len(printed)} rows printed on stderr, each labelled 'emulated: not a speed'")
 
@@ -93,11 +94,20 @@ def main(argv=None) -> int:
     pre = [r for r in rows if r["group"] == "attn_prefill"]
     check(len(pre) == 2 and pre[0]["p0"] == 0 and pre[1]["p0"] > 0,
           f"prefill attention: {len(pre)} rows at {[r['p0'] for r in pre]}")
+    pol = [r for r in rows if r["group"] == "policy"]
+    want = {("rocketkv hsa", 1), ("rocketkv hsa z", 1), ("rocketkv hsa keep", 1), ("keep tokens", 1),
+            ("rocketkv push", 1)} | (set() if emu else {("rocketkv hsa", 4)})
+    check({(r["kernel"], r["seqs"]) for r in pol} == want and len(pol) == len(want)
+          and all(r["n_head_kv"] == 8 and r["g"] == 4 and r["d"] == 128 and r["n"] == 5261
+                  and r["page"] == 2 and r["dims"] == 100 and r["k"] == 1024 for r in pol),
+          f"rocketkv stage 2: {sorted((r['kernel'], r['seqs']) for r in pol)}")
     bad = [r["kernel"] + " " + r["shape"] for r in rows
            if not (r["us"] > 0 and r["bytes"] > 0 and r["gbs"] > 0 and r["reps"] >= 1
                    and (r["link"] == "pcie" or r["probe_frac"] is not None)
-                   and (r["group"] == "copy" or r["flops"] > 0))]
-    check(not bad, f"every row has a time, bytes, GB/s, its probe share and FLOPs: {bad[:3]}")
+                   and (r["group"] == "copy" or (r["group"] == "policy" and r["unit"] == "none")
+                        or r["flops"] > 0))]
+    check(not bad, f"every row has a time, bytes, GB/s, its probe share and FLOPs (a keep or push "
+          f"none): {bad[:3]}")
     print(f"test_bench_gpu: {len(rows)} rows, {len(fails)} failed")
     return 1 if fails else 0
 
