@@ -64,13 +64,11 @@ MUTANTS = [
         "        __syncthreads();   /* the previous tile is consumed (and qw written, first time) */\n",
         "")]),
     M("sync-keep-hist", "dropped __syncthreads",
-      "keep radix select: the barrier between the histogram and thread 0's bin scan removed",
-      [("gpu/pool_keep.cu",
-        "                if ((u & mask) == prefix) atomicAdd(&hist[(u >> shift) & 255u], 1u);\n"
-        "            }\n"
-        "            __syncthreads();\n",
-        "                if ((u & mask) == prefix) atomicAdd(&hist[(u >> shift) & 255u], 1u);\n"
-        "            }\n")]),
+      "keep radix select: the barrier between the histogram and the first warp's bin scan removed",
+      [("gpu/keep_core.cuh",
+        "        __syncthreads();\n"
+        "        if (threadIdx.x < 32) {   /* lane l: bins",
+        "        if (threadIdx.x < 32) {   /* lane l: bins")]),
     M("sync-build-select", "dropped __syncthreads",
       "ctkvr build radix select: the barrier after thread 0 picks the bin removed (the next "
       "pass zeroes the histogram it is scanning)",
@@ -109,12 +107,19 @@ MUTANTS = [
     M("early-return-barrier", "divergent barrier",
       "prefill: warps without a query row return before the block's tile barriers",
       [("gpu/attn_prefill.cu",
-        "    hkv_att_block(k + h * hs, v + h * hs, ld, NULL, kend,",
-        "    if (!active) return;\n    hkv_att_block(k + h * hs, v + h * hs, ld, NULL, kend,")]),
+        "        __syncthreads();   /* the previous tile is consumed (and Q written, the first time) */",
+        "        if (wr0 >= nrows) return;\n"
+        "        __syncthreads();   /* the previous tile is consumed (and Q written, the first time) */")]),
     # ---- tails, bounds, grids ----------------------------------------------------------
     M("tail-load-oob", "off-by-one on a tail tile", "attention tile load: `j < nt` -> `j <= nt` "
       "(one key row past the end is loaded; the scores mask it)",
-      [("gpu/attn_common.cuh", "            if (j < nt) {\n", "            if (j <= nt) {\n")],
+      [("gpu/attn_common.cuh",
+        "                if (j < nt) {\n"
+        "                    const int64_t r = idx ? (int64_t)idx[t0 + j] : t0 + j;\n"
+        "                    kx =",
+        "                if (j <= nt) {\n"
+        "                    const int64_t r = idx ? (int64_t)idx[t0 + j] : t0 + j;\n"
+        "                    kx =")],
       san="asan",
       blind="the extra row is loaded into the tile but masked from the scores, so results do "
             "not change; only the read past the K/V buffer is wrong"),
@@ -124,9 +129,9 @@ MUTANTS = [
       [("gpu/attn_common.cuh", "        if (lane < nt && t0 + lane < klim) {\n",
         "        if (lane < nt && t0 + lane <= klim) {\n")]),
     M("grid-floor-prefill", "grid computed with floor",
-      "prefill: blocks = nq*g / 8 instead of ceil(nq*g / 8) (the last rows get no block)",
-      [("gpu/attn_prefill.cu", "    const int64_t bx = (nq * g + ATT_WARPS - 1) / ATT_WARPS;\n",
-        "    const int64_t bx = nq * g / ATT_WARPS;\n")]),
+      "prefill: blocks = nq*g / (16 W) instead of the ceiling (the last rows get no block)",
+      [("gpu/attn_prefill.cu", "const int64_t bx = (nq * g + 16 * W - 1) / (16 * W);",
+        "const int64_t bx = nq * g / (16 * W);")]),
     M("oob-embed-vocab", "out-of-bounds global read",
       "embedding: token id check `t < vocab` -> `t <= vocab` (id = vocab reads the row past "
       "the table)",
@@ -164,14 +169,16 @@ MUTANTS = [
       "another lane's probability)",
       [("gpu/attn_common.cuh", "__shfl_sync(0xffffffffu, p, j);",
         "__shfl_sync(0xffffffffu, p, j, 16);")]),
-    M("ballot-mask", "wrong __ballot_sync mask",
-      "keep: the tie ballot's mask 0xffffffff -> 0x0000ffff (lanes 16-31 call it unnamed)",
-      [("gpu/pool_keep.cu", "__ballot_sync(0xffffffffu, eq);", "__ballot_sync(0x0000ffffu, eq);")]),
+    M("ballot-mask", "wrong warp-collective mask",
+      "keep: the histogram's __match_any_sync mask 0xffffffff -> 0x0000ffff (lanes 16-31 call "
+      "it unnamed)",
+      [("gpu/keep_core.cuh", "__match_any_sync(0xffffffffu, bin);",
+        "__match_any_sync(0x0000ffffu, bin);")]),
     # ---- atomics and shared-memory initialisation --------------------------------------
     M("atomic-to-rmw", "atomic turned into a plain read-modify-write",
-      "keep radix select histogram: `atomicAdd(&hist[b], 1u)` -> `hist[b] += 1u`",
-      [("gpu/pool_keep.cu", "atomicAdd(&hist[(u >> shift) & 255u], 1u);",
-        "hist[(u >> shift) & 255u] += 1u;")],
+      "keep radix select histogram: `atomicAdd(&hist[bin], c)` -> `hist[bin] += c`",
+      [("gpu/keep_core.cuh", "atomicAdd(&hist[bin], (uint32_t)(",
+        "(void)0, hist[bin] += ((uint32_t)(")],
       blind="the threads of a block are fibers on one OS thread that switch only at barriers "
             "and warp collectives, so the load, add and store of `+=` never interleave with "
             "another thread's; ThreadSanitizer is told every fiber switch synchronises"),
