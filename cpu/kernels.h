@@ -182,6 +182,8 @@ void hkv_attn_merge(float *out_a, float *lse_a, const float *out_b, const float 
 /* Indices of the k largest of s[0..n) into idx (unordered); returns
  * min(k, n). Ties broken towards the lower index. scratch holds n int32. */
 int64_t hkv_topk(const float *s, int64_t n, int64_t k, int32_t *idx, int32_t *scratch);
+/* The same set, its indices ascending, by radix select (faster; cpu/topk.c). */
+int64_t hkv_topk_asc(const float *s, int64_t n, int64_t k, int32_t *idx, int32_t *scratch);
 
 /* Matrix product y[n][rows] = x[n][cols] W^T, parallel over rows (OpenMP).
  * Small n runs the table's gemv; large n dequantises row panels into ws and

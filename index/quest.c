@@ -175,7 +175,7 @@ static int64_t quest_select(void *self, int layer, int kvh, const float *q, cons
     for (int64_t i = 0; i < np; i++) pg[i] = (int32_t)i;
     s->kern->score_max(qpm, g, 2 * d, page_row(s, layer, kvh, 0), 2 * (int64_t)d, pg, np, sc);
     ws->bytes += (uint64_t)np * 2 * d * 2;   /* every page's fp16 min and max keys */
-    int64_t m = hkv_topk(sc, np, s->K, sel, tmp);
+    int64_t m = hkv_topk_asc(sc, np, s->K, sel, tmp);
     qsort(sel, (size_t)m, sizeof *sel, cmp_i32);   /* position order: sequential gathers */
     int64_t c = 0;
     for (int64_t t = 0; t < m; t++) {

@@ -376,7 +376,7 @@ static int64_t rocketkv_select(void *self, int layer, int kvh, const float *q,
         for (int64_t p = 0; p < np; p++) S[p] += e[p] * inv;
     }
     for (int64_t x = 0; x < n; x++) ts[x] = S[x / page];
-    int64_t m = hkv_topk(ts, n, kk, idx, scr);
+    int64_t m = hkv_topk_asc(ts, n, kk, idx, scr);
     if (kk <= k) {
         for (int64_t i = 0; i < m; i++) out[i] = cand[idx[i]];
         return m;
@@ -384,7 +384,7 @@ static int64_t rocketkv_select(void *self, int layer, int kvh, const float *q,
     for (int64_t i = 0; i < m; i++) rows[i] = cand[idx[i]];   /* exact rerank of the top kk */
     s->kern->score_max(q, g, d, far->k[kvh], far->ld, rows, m, sc);
     ws->bytes += (uint64_t)m * d * 2;   /* the reranked keys */
-    int64_t mk = hkv_topk(sc, m, k, idx, scr);
+    int64_t mk = hkv_topk_asc(sc, m, k, idx, scr);
     for (int64_t i = 0; i < mk; i++) out[i] = rows[idx[i]];
     return mk;
 }

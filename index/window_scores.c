@@ -279,7 +279,7 @@ int64_t hkv_ws_keep(float *s, const int32_t *rows, int64_t lo, int64_t n, int64_
     if (k <= 0 || n <= 0) return 0;
     for (int64_t i = 0; i < n; i++)
         if ((rows ? rows[i] : lo + i) >= force_from) s[i] = INFINITY;
-    int64_t m = hkv_topk(s, n, k, idx, scratch);
+    int64_t m = hkv_topk_asc(s, n, k, idx, scratch);
     qsort(idx, (size_t)m, sizeof *idx, cmp_i32);   /* rows ascend, so positions do */
     for (int64_t i = 0; i < m; i++) out[i] = rows ? rows[idx[i]] : (int32_t)(lo + idx[i]);
     return m;

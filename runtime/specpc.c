@@ -49,7 +49,7 @@ int64_t hkv_specpc_select(const float *r, int64_t n, int64_t C, int64_t window, 
         for (int64_t j = a; j <= b; j++) m = r[j] > m ? r[j] : m;
         sm[i] = m;
     }
-    int64_t m = hkv_topk(sm, n, C, idx, scr);
+    int64_t m = hkv_topk_asc(sm, n, C, idx, scr);
     for (int64_t i = 0; i < m; i++) rk[i] = (ranked){sm[idx[i]], idx[i]};
     qsort(rk, (size_t)m, sizeof *rk, cmp_rank);
     /* offsets -(nb-1)/2 .. nb-1-(nb-1)/2 by |offset|, the negative one first on ties

@@ -1,10 +1,10 @@
-/* hkv_attn_merge and hkv_topk:
+/* hkv_attn_merge, hkv_topk and hkv_topk_asc:
  *  - merge: attention over a random split of the keys into two disjoint
  *    sets, merged, equals attention over the union (<= 1e-5 relative, lse
  *    <= 1e-5); an empty side (lse -inf, either side) gives the other side
  *    exactly; both empty give out 0 and lse -inf; merging is symmetric;
- *  - topk: against a full sort by (value desc, index asc), for n from 0 to
- *    5000, k = 0, 1, n/2, n-1, n, > n, with many ties (values from a small
+ *  - topk and topk_asc (its indices also ascending): against a full sort by
+ *    (value desc, index asc), for n from 0 to 5000, k = 0, 1, n/2, n-1, n, > n, with many ties (values from a small
  *    set), -inf entries, sorted and reverse-sorted input; the result must be
  *    exactly the reference set, with no duplicates. */
 #include "ref.h"
@@ -27,8 +27,10 @@ static void check_topk(const float *s, int64_t n, int64_t k, const char *what)
     cmp_s = s;
     qsort(order, n, sizeof *order, cmp_desc);
     int64_t want = k < 0 ? 0 : k < n ? k : n;
-    int64_t got = hkv_topk(s, n, k, idx, scratch);
+    for (int asc = 0; asc < 2; asc++) {
+    int64_t got = asc ? hkv_topk_asc(s, n, k, idx, scratch) : hkv_topk(s, n, k, idx, scratch);
     int ok = got == want;
+    for (int64_t i = 1; asc && ok && i < got; i++) ok = idx[i] > idx[i - 1];   /* ascending */
     if (ok) {
         char *mark = calloc(n + 1, 1);
         for (int64_t i = 0; i < want; i++) mark[order[i]] = 1;
@@ -38,7 +40,9 @@ static void check_topk(const float *s, int64_t n, int64_t k, const char *what)
         }
         free(mark);
     }
-    CHECK(ok, "topk %s n=%lld k=%lld: got %lld", what, (long long)n, (long long)k, (long long)got);
+    CHECK(ok, "topk%s %s n=%lld k=%lld: got %lld", asc ? "_asc" : "", what, (long long)n,
+          (long long)k, (long long)got);
+    }
     free(idx); free(scratch); free(order);
 }
 
