@@ -140,12 +140,6 @@ static void quest_scratch_need(void *self, int64_t n_far, int64_t *nf, int64_t *
     *ni = 3 * np;
 }
 
-static int cmp_i32(const void *a, const void *b)
-{
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    return (x > y) - (x < y);
-}
-
 static int64_t quest_select(void *self, int layer, int kvh, const float *q, const hkv_far_view *far,
                             int32_t *out, hkv_policy_scratch *ws)
 {
@@ -175,8 +169,7 @@ static int64_t quest_select(void *self, int layer, int kvh, const float *q, cons
     for (int64_t i = 0; i < np; i++) pg[i] = (int32_t)i;
     s->kern->score_max(qpm, g, 2 * d, page_row(s, layer, kvh, 0), 2 * (int64_t)d, pg, np, sc);
     ws->bytes += (uint64_t)np * 2 * d * 2;   /* every page's fp16 min and max keys */
-    int64_t m = hkv_topk_asc(sc, np, s->K, sel, tmp);
-    qsort(sel, (size_t)m, sizeof *sel, cmp_i32);   /* position order: sequential gathers */
+    int64_t m = hkv_topk_asc(sc, np, s->K, sel, tmp);   /* ascending: sequential gathers */
     int64_t c = 0;
     for (int64_t t = 0; t < m; t++) {
         const int64_t a = lo + (int64_t)sel[t] * s->P, b = a + s->P < hi ? a + s->P : hi;

@@ -267,20 +267,13 @@ void hkv_ws_pool(float *s, int64_t n, int kernel, int avg, float *tmp)
     }
 }
 
-static int cmp_i32(const void *a, const void *b)
-{
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    return (x > y) - (x < y);
-}
-
 int64_t hkv_ws_keep(float *s, const int32_t *rows, int64_t lo, int64_t n, int64_t k,
                     int64_t force_from, int32_t *out, int32_t *idx, int32_t *scratch)
 {
     if (k <= 0 || n <= 0) return 0;
     for (int64_t i = 0; i < n; i++)
         if ((rows ? rows[i] : lo + i) >= force_from) s[i] = INFINITY;
-    int64_t m = hkv_topk_asc(s, n, k, idx, scratch);
-    qsort(idx, (size_t)m, sizeof *idx, cmp_i32);   /* rows ascend, so positions do */
+    int64_t m = hkv_topk_asc(s, n, k, idx, scratch);   /* rows ascend, so positions do */
     for (int64_t i = 0; i < m; i++) out[i] = rows ? rows[idx[i]] : (int32_t)(lo + idx[i]);
     return m;
 }
