@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 static const char *const tier_names[HKV_TIER_COUNT] = {
@@ -38,6 +39,17 @@ void hkv_fmt_bytes(double b, char *buf, size_t cap) {
     snprintf(buf, cap, i ? "%.2f %s" : "%.0f %s", b, u[i]);
 }
 
+void hkv_host_advise_huge(void *p, size_t bytes) {
+#ifdef MADV_HUGEPAGE
+    /* Only the whole 2 MiB pages inside [p, p + bytes) can be huge. */
+    const uintptr_t a = ((uintptr_t)p + HKV_HUGE_PAGE - 1) & ~(uintptr_t)(HKV_HUGE_PAGE - 1);
+    const uintptr_t e = ((uintptr_t)p + bytes) & ~(uintptr_t)(HKV_HUGE_PAGE - 1);
+    if (e > a) (void)madvise((void *)a, e - a, MADV_HUGEPAGE);   /* advice: refused is no error */
+#else
+    (void)p, (void)bytes;
+#endif
+}
+
 void *hkv_host_alloc(hkv_mem_account *acc, int tier, size_t bytes, hkv_err *err) {
     if (tier < 0 || tier >= HKV_TIER_COUNT) {
         hkv_seterr(err, HKV_E_INTERNAL, "allocation for unknown memory tier %d", tier);
@@ -46,7 +58,9 @@ void *hkv_host_alloc(hkv_mem_account *acc, int tier, size_t bytes, hkv_err *err)
     size_t rounded = (bytes + 63) & ~(size_t)63;
     if (bytes == 0 || rounded < bytes) rounded = 64;
     void *p = NULL;
-    if (bytes > SIZE_MAX / 2 || posix_memalign(&p, 64, rounded) != 0) p = NULL;
+    const int huge = bytes >= HKV_HUGE_PAGE;
+    if (bytes > SIZE_MAX / 2 || posix_memalign(&p, huge ? HKV_HUGE_PAGE : 64, rounded) != 0) p = NULL;
+    if (p && huge) hkv_host_advise_huge(p, rounded);
     if (!p) {
         char want[32], have[32];
         hkv_fmt_bytes((double)bytes, want, sizeof want);

@@ -26,7 +26,17 @@ typedef struct hkv_mem_account {
 
 const char *hkv_tier_name(int tier);
 
-/* 64-byte aligned; NULL on failure with err naming the tier, the size asked
+/* Buffers of at least this size start on a 2 MiB boundary and are advised
+ * onto transparent huge pages: a streamed read then costs one TLB entry per
+ * 2 MiB, not per 4 KiB (docs/ARCHITECTURE.md, "Huge pages"). */
+#define HKV_HUGE_PAGE ((size_t)2 << 20)
+
+/* madvise(MADV_HUGEPAGE) over the whole 2 MiB pages of [p, p + bytes); a
+ * kernel that refuses (THP "never", no THP) keeps 4 KiB pages: same bytes,
+ * same results, so a refusal is not an error. */
+void hkv_host_advise_huge(void *p, size_t bytes);
+
+/* 64-byte aligned (2 MiB from HKV_HUGE_PAGE up); NULL on failure with err naming the tier, the size asked
  * for and the free memory. acc may be NULL (not accounted). */
 void *hkv_host_alloc(hkv_mem_account *acc, int tier, size_t bytes, hkv_err *err);
 /* Same, zero-filled. */

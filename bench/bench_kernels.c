@@ -26,6 +26,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "host_mem.h"
 #include "kernels.h"
 #include "kernels_impl.h"
 #include "peak.h"
@@ -104,6 +105,7 @@ static void *xalloc(size_t bytes)
         fprintf(stderr, "hkv-bench-kernels: cannot allocate %.2f GiB\n", bytes / GIB);
         exit(1);
     }
+    hkv_host_advise_huge(p, bytes);   /* the pages the runtime's buffers and the probe get */
     return p;
 }
 

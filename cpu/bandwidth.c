@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "host_mem.h"
 #include "kernels_impl.h"
 
 typedef double (*stream_read_fn)(const void *buf, size_t bytes);
@@ -30,6 +31,9 @@ double hkv_bandwidth_probe(size_t bytes, int reps)
     const size_t total = slice * (size_t)nt;
     char *buf = NULL;
     if (posix_memalign((void **)&buf, 2u << 20, total) != 0) return 0.0;
+    /* The same huge pages as the runtime's buffers (host_mem.c): the probe
+     * is the ceiling they are measured against. */
+    hkv_host_advise_huge(buf, total);
     stream_read_fn reader = pick_reader();
 
     #pragma omp parallel num_threads(nt)

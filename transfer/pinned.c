@@ -77,6 +77,7 @@ static void *map_on_node(size_t bytes, int node, size_t *mapped, int tier, hkv_e
         fail(err, HKV_E_NOMEM, "NUMA-bound memory", tier, bytes, why);
         return NULL;
     }
+    hkv_host_advise_huge(p, len);   /* before the first touch faults pages in */
     *mapped = len;
     return p;
 }
