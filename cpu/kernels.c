@@ -28,6 +28,7 @@ int hkv_cpu_kernels_init(hkv_cpu_kernels *t, int isa)
     t->quant_act = NULL;
     t->qgemm = NULL;
     t->amx = 0;
+    t->attn_causal_fast = NULL;
     switch (isa) {
 #if defined(__x86_64__)
     case HKV_ISA_AVX512:
@@ -36,6 +37,10 @@ int hkv_cpu_kernels_init(hkv_cpu_kernels *t, int isa)
             t->quant_act = hkv_quant_act_avx512vnni;
             t->qgemm = hkv_qgemm_avx512vnni;
             hkv_cpu_kernels_set_amx(t, 1);   /* AMX tiles where granted: the same bits */
+#if defined(HKV_HAVE_AMX_BF16)
+            if (info.amx_bf16 && info.avx512_bf16 && hkv_amx_request(&info))
+                t->attn_causal_fast = hkv_attn_causal_amxbf16;
+#endif
         }
         break;
     case HKV_ISA_AVX2: HKV_FILL_TABLE(t, avx2); break;

@@ -139,6 +139,14 @@ typedef struct hkv_cpu_kernels {
                         const uint16_t *k, const uint16_t *v, int64_t ld, float scale,
                         float *out, int64_t ldo, float *lse);
 
+    /* attn_causal on AMX-BF16 tiles (attn_causal_amx.c): Q, K, V and the
+     * probabilities in bf16, sums in fp32; used at precision FAST
+     * (hkv_attn_causal_for). NULL where the CPU lacks AMX-BF16 or the OS
+     * did not grant the tiles. */
+    void (*attn_causal_fast)(const float *q, int64_t ldq, int nq, int g, int d, int64_t p0,
+                             const uint16_t *k, const uint16_t *v, int64_t ld, float scale,
+                             float *out, int64_t ldo, float *lse);
+
     /* Rerank scores: s[i] = max over the g heads of q_h . k[idx[i]] (unscaled). */
     void (*score_max)(const float *q, int g, int d, const uint16_t *k, int64_t ld,
                       const int32_t *idx, int64_t n, float *s);
@@ -152,6 +160,10 @@ typedef struct hkv_cpu_kernels {
      * exp(88.37), smaller ones (and -inf) give exactly 0. Scalar: expf. */
     void (*exp)(const float *x, float *y, int64_t n);
 } hkv_cpu_kernels;
+
+/* The prefill's causal attention at the table's precision. */
+#define hkv_attn_causal_for(t) \
+    ((t)->precision == HKV_PREC_FAST && (t)->attn_causal_fast ? (t)->attn_causal_fast : (t)->attn_causal)
 
 #define HKV_GEMV_MAX_N 8
 

@@ -54,6 +54,13 @@ void hkv_qgemm_avx512vnni(const hkv_wmat *w, const hkv_qact *a, int n, float *y,
 void hkv_qgemm_avx512amx(const hkv_wmat *w, const hkv_qact *a, int n, float *y, int64_t ldy,
                          int64_t r0, int64_t r1);
 
+/* attn_causal on AMX-BF16 tiles (attn_causal_amx.c, built where the compiler
+ * has AMX-BF16: HKV_HAVE_AMX_BF16); heads larger than 128 and calls of
+ * fewer than 16 query rows go to the AVX-512 fp32 kernel. */
+void hkv_attn_causal_amxbf16(const float *q, int64_t ldq, int nq, int g, int d, int64_t p0,
+                             const uint16_t *k, const uint16_t *v, int64_t ld, float scale,
+                             float *out, int64_t ldo, float *lse);
+
 /* Peak loops for the compute probe (peak.c): `iters` rounds of 16
  * independent instructions each; return a sum that keeps the work alive.
  * The vnni and bf16 ones exist only on x86_64 and run only where the CPU

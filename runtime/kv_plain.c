@@ -168,7 +168,7 @@ static int plain_layer_step(void *self, int layer, const hkv_seg *segs, int n_se
         if (I->nq == 1)
             kn->attn_dense(qbuf, g, d, K, V, d, p0 + 1, scale, obuf, lse);
         else
-            kn->attn_causal(qbuf, (int64_t)g * d, I->nq, g, d, p0, K, V, d, scale, obuf,
+            hkv_attn_causal_for(kn)(qbuf, (int64_t)g * d, I->nq, g, d, p0, K, V, d, scale, obuf,
                             (int64_t)g * d, lse);
         for (int t = 0; t < I->nq; t++)
             memcpy(out + (sg->row + I->q0 + t) * ld_out + (size_t)I->kvh * g * d,

@@ -280,7 +280,7 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
                                 ob + (size_t)r * g * d, lb + (size_t)r * g);
             }
         } else if (is_prompt(sg)) {
-            kn->attn_causal(qb, (int64_t)g * d, I->nq, g, d, sg->pos + I->q0,
+            hkv_attn_causal_for(kn)(qb, (int64_t)g * d, I->nq, g, d, sg->pos + I->q0,
                             far_rows(t, q, q->far_k, layer, I->kvh), far_rows(t, q, q->far_v, layer, I->kvh),
                             d, scale, ob, (int64_t)g * d, lb);
         } else {
