@@ -410,8 +410,12 @@ static void bench_sparse(const bk *b, const hkv_cpu_kernels *t, double probe, in
 
 /* ---- causal prefill attention ------------------------------------------- */
 
+typedef void (*causal_fn)(const float *q, int64_t ldq, int nq, int g, int d, int64_t p0,
+                          const uint16_t *k, const uint16_t *v, int64_t ld, float scale, float *out,
+                          int64_t ldo, float *lse);
+
 typedef struct {
-    const hkv_cpu_kernels *t;
+    causal_fn fn;
     const uint16_t *kv;
     const float *q;
     float *out, *lse;
@@ -427,7 +431,7 @@ static void causal_step(void *p)
         int me = omp_get_thread_num();
         size_t kvn = (size_t)c->nq * c->d, qn = (size_t)c->nq * c->g * c->d;
         const uint16_t *k = c->kv + 2 * kvn * me, *v = k + kvn;
-        c->t->attn_causal(c->q + qn * me, (int64_t)c->g * c->d, c->nq, c->g, c->d, 0, k, v, c->d, 0.088f,
+        c->fn(c->q + qn * me, (int64_t)c->g * c->d, c->nq, c->g, c->d, 0, k, v, c->d, 0.088f,
                           c->out + qn * me, (int64_t)c->g * c->d, c->lse + (size_t)c->nq * c->g * me);
     }
 }
@@ -436,11 +440,15 @@ static void bench_causal(const bk *b, const hkv_cpu_kernels *t)
 {
     const int nq = 2048;
     const int nthreads = omp_get_max_threads();
-    printf("\nattn_causal, %d tokens from position 0 (GFLOP/s; 4*g*d per query-key pair)\n", nq);
-    printf("%3s %2s %10s %10s %10s\n", "d", "g", "ms/head", "1 thread", "N threads");
-    const int cfg[][2] = {{128, 4}, {128, 8}, {64, 4}};
-    for (int i = 0; i < 3; i++) {
-        int d = cfg[i][0], g = cfg[i][1];
+    printf("\nattn_causal, %d tokens from position 0 (GFLOP/s; 4*g*d per query-key pair);\n"
+           "fp32: the exact path's kernel, amx-bf16: the fast path's (where this CPU has it)\n", nq);
+    printf("%-9s %3s %2s %10s %10s %10s\n", "kernel", "d", "g", "ms/head", "1 thread", "N threads");
+    const int cfg[][2] = {{128, 4}, {128, 8}, {64, 4}, {64, 3}};
+    for (int i = 0; i < 8; i++) {
+        const int fast = i >= 4;
+        const causal_fn fn = fast ? t->attn_causal_fast : t->attn_causal;
+        if (!fn) continue;
+        int d = cfg[i % 4][0], g = cfg[i % 4][1];
         size_t kvn = (size_t)nq * d;
         uint16_t *kv = xalloc(2 * kvn * 2 * nthreads);
         fill_half(kv, 2 * kvn * nthreads, 5);
@@ -451,13 +459,13 @@ static void bench_causal(const bk *b, const hkv_cpu_kernels *t)
         double flops = 4.0 * g * d * (double)nq * (nq + 1) / 2;
         double res[2], ms = 0;
         for (int par = 0; par < 2; par++) {
-            causal_ctx c = {t, kv, q, out, lse, nq, d, g, par ? nthreads : 1};
+            causal_ctx c = {fn, kv, q, out, lse, nq, d, g, par ? nthreads : 1};
             double calls = best_rate(b, causal_step, &c) * c.nt;
             double dt = 1.0 / calls;
             res[par] = flops * calls / 1e9;
             if (!par) ms = dt * 1e3;
         }
-        printf("%3d %2d %10.1f %10.1f %10.1f\n", d, g, ms, res[0], res[1]);
+        printf("%-9s %3d %2d %10.1f %10.1f %10.1f\n", fast ? "amx-bf16" : "fp32", d, g, ms, res[0], res[1]);
         free(kv);
         free(q);
         free(out);

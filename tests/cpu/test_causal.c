@@ -19,7 +19,7 @@ typedef void (*causal_fn)(const float *q, int64_t ldq, int nq, int g, int d, int
                           const uint16_t *k, const uint16_t *v, int64_t ld, float scale, float *out,
                           int64_t ldo, float *lse);
 
-static void check_causal_fn(const hkv_cpu_kernels *t, causal_fn fn, double tol, const char *name,
+static void check_causal_fn(causal_fn fn, double tol, const char *name,
                             int nq, int64_t p0, int g, int d, test_rng *rng)
 {
     int64_t ld = d + 8, nk = p0 + nq;
@@ -66,7 +66,7 @@ static void check_causal_fn(const hkv_cpu_kernels *t, causal_fn fn, double tol, 
 
 static void check_causal(const hkv_cpu_kernels *t, int nq, int64_t p0, int g, int d, test_rng *rng)
 {
-    check_causal_fn(t, t->attn_causal, 1e-4, hkv_isa_name(t->isa), nq, p0, g, d, rng);
+    check_causal_fn(t->attn_causal, 1e-4, hkv_isa_name(t->isa), nq, p0, g, d, rng);
 }
 
 /* Tokens [0, nq) in one call, then as calls of [0, cut) and [cut, nq): the
@@ -108,10 +108,10 @@ int main(void)
         if (isa == isa_best) check_causal(&t, 600, 0, 4, 128, &rng);   /* many tiles */
         if (isa == isa_best && t.attn_causal_fast) {
             for (unsigned i = 0; i < sizeof cases / sizeof *cases; i++)
-                check_causal_fn(&t, t.attn_causal_fast, 2e-2, "amx-bf16", cases[i].nq, cases[i].p0,
+                check_causal_fn(t.attn_causal_fast, 2e-2, "amx-bf16", cases[i].nq, cases[i].p0,
                                 cases[i].g, cases[i].d, &rng);
-            check_causal_fn(&t, t.attn_causal_fast, 2e-2, "amx-bf16", 600, 0, 3, 64, &rng);
-            check_causal_fn(&t, t.attn_causal_fast, 2e-2, "amx-bf16", 300, 500, 4, 128, &rng);
+            check_causal_fn(t.attn_causal_fast, 2e-2, "amx-bf16", 600, 0, 3, 64, &rng);
+            check_causal_fn(t.attn_causal_fast, 2e-2, "amx-bf16", 300, 500, 4, 128, &rng);
             check_split_invariant(t.attn_causal_fast, 200, 77, 3, 64, &rng);
             check_split_invariant(t.attn_causal_fast, 150, 33, 4, 128, &rng);
         }
