@@ -436,13 +436,14 @@ static void causal_step(void *p)
     }
 }
 
-static void bench_causal(const bk *b, const hkv_cpu_kernels *t)
+static void bench_causal(const bk *b, const hkv_cpu_kernels *t, const hkv_peak *pk)
 {
     const int nq = 2048;
     const int nthreads = omp_get_max_threads();
     printf("\nattn_causal, %d tokens from position 0 (GFLOP/s; 4*g*d per query-key pair);\n"
-           "fp32: the exact path's kernel, amx-bf16: the fast path's (where this CPU has it)\n", nq);
-    printf("%-9s %3s %2s %10s %10s %10s\n", "kernel", "d", "g", "ms/head", "1 thread", "N threads");
+           "fp32: the exact path's kernel, amx-bf16: the fast path's (where this CPU has it);\n"
+           "peak%%: N threads against the family's peak (fp32 FMA or AMX bf16)\n", nq);
+    printf("%-9s %3s %2s %10s %10s %10s %6s\n", "kernel", "d", "g", "ms/head", "1 thread", "N threads", "peak%");
     const int cfg[][2] = {{128, 4}, {128, 8}, {64, 4}, {64, 3}};
     for (int i = 0; i < 8; i++) {
         const int fast = i >= 4;
@@ -465,7 +466,9 @@ static void bench_causal(const bk *b, const hkv_cpu_kernels *t)
             res[par] = flops * calls / 1e9;
             if (!par) ms = dt * 1e3;
         }
-        printf("%-9s %3d %2d %10.1f %10.1f %10.1f\n", fast ? "amx-bf16" : "fp32", d, g, ms, res[0], res[1]);
+        const double peak = fast ? pk->amx_bf16_flops : pk->fp32_flops;
+        printf("%-9s %3d %2d %10.1f %10.1f %10.1f %5.0f%%\n", fast ? "amx-bf16" : "fp32", d, g, ms, res[0],
+               res[1], peak > 0 ? 100 * res[1] * 1e9 / peak : 0);
         free(kv);
         free(q);
         free(out);
@@ -538,8 +541,9 @@ int hkv_bench_kernels_main(int argc, char **argv)
     hkv_peak pk;
     hkv_compute_peak(&pk, used, 5);
     printf("compute peaks (all threads, best of 5): int8 vpdpbusd %.0f GOP/s, bf16 vdpbf16ps %.0f GFLOP/s, "
-           "fp32 FMA %.0f GFLOP/s (0: not on this CPU)\n", pk.int8_ops / 1e9, pk.bf16_flops / 1e9,
-           pk.fp32_flops / 1e9);
+           "fp32 FMA %.0f GFLOP/s, AMX int8 tdpbssd %.0f GOP/s, AMX bf16 tdpbf16ps %.0f GFLOP/s "
+           "(0: not on this CPU)\n", pk.int8_ops / 1e9, pk.bf16_flops / 1e9, pk.fp32_flops / 1e9,
+           pk.amx_int8_ops / 1e9, pk.amx_bf16_flops / 1e9);
     if (only_qmm) {
         bench_qmm(&b, &t, probe, &pk, quick);
         return 0;
@@ -547,7 +551,7 @@ int hkv_bench_kernels_main(int argc, char **argv)
     bench_gemv(&b, &t, probe, &pk);
     bench_qmm(&b, &t, probe, &pk, quick);
     bench_sparse(&b, &t, probe, quick);
-    bench_causal(&b, &t);
+    bench_causal(&b, &t, &pk);
     bench_matmul(&b, &t, quick);
     double probe2 = hkv_bandwidth_probe((size_t)2 << 30, 8) / 1e9;
     printf("\nbandwidth probe again at the end: %.2f GB/s\n", probe2);

@@ -69,6 +69,10 @@ double hkv_peak_loop_fma_avx2(long iters);
 double hkv_peak_loop_fma_avx512(long iters);
 double hkv_peak_loop_vnni(long iters);
 double hkv_peak_loop_bf16(long iters);
+/* AMX tiles (peak_amx.c, built with HKV_HAVE_AMX_BF16): iters / 16 rounds of
+ * 16 tile instructions. */
+double hkv_peak_loop_amx_int8(long iters);
+double hkv_peak_loop_amx_bf16(long iters);
 
 /* hkv_matmul with an explicit large-n schedule (see matmul.c), for the
  * benchmark that chose the default. */

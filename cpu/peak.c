@@ -63,6 +63,13 @@ int hkv_compute_peak(hkv_peak *out, int isa, int reps)
         out->int8_ops = run_peak(hkv_peak_loop_vnni, 2.0 * 64, reps);
     if (info.best >= HKV_ISA_AVX512 && info.avx512_bf16)
         out->bf16_flops = run_peak(hkv_peak_loop_bf16, 2.0 * 32, reps);
+#if defined(HKV_HAVE_AMX_BF16)
+    /* a loop is iters / 16 rounds of 16 tile ops: ops per "instruction" / 16 */
+    if (hkv_amx_request(&info) && info.amx_bf16) {
+        out->amx_int8_ops = run_peak(hkv_peak_loop_amx_int8, 2.0 * 16 * 16 * 64 / 16, reps);
+        out->amx_bf16_flops = run_peak(hkv_peak_loop_amx_bf16, 2.0 * 16 * 16 * 32 / 16, reps);
+    }
+#endif
     if (isa >= HKV_ISA_AVX512)
         out->fp32_flops = run_peak(hkv_peak_loop_fma_avx512, 2.0 * 16, reps);
     else if (isa >= HKV_ISA_AVX2)
@@ -70,5 +77,5 @@ int hkv_compute_peak(hkv_peak *out, int isa, int reps)
 #else
     (void)isa;
 #endif
-    return out->int8_ops > 0 || out->bf16_flops > 0 || out->fp32_flops > 0 ? 0 : -1;
+    return out->int8_ops > 0 || out->bf16_flops > 0 || out->fp32_flops > 0 || out->amx_int8_ops > 0 ? 0 : -1;
 }

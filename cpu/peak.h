@@ -10,6 +10,8 @@ typedef struct hkv_peak {
     double int8_ops;    /* vpdpbusd on zmm (AVX512-VNNI): u8 x s8 -> s32 */
     double bf16_flops;  /* vdpbf16ps on zmm (AVX512-BF16): bf16 x bf16 -> f32 */
     double fp32_flops;  /* vfmadd on the widest vectors the table uses (zmm or ymm) */
+    double amx_int8_ops;    /* tdpbssd (AMX-INT8, the FAST products' tiles) */
+    double amx_bf16_flops;  /* tdpbf16ps (AMX-BF16, the FAST prefill attention) */
 } hkv_peak;
 
 /* Fills *out; isa caps the vector width of the fp32 loop (enum hkv_isa, as

@@ -462,6 +462,8 @@ int hkv_cmd_bench(int argc, char **argv) {
         hkv_jset(o, "probe_gbs", hkv_jnum(probe / 1e9, "%.3f"), &bad);
         hkv_jset(o, "peak_int8_gops", hkv_jnum(peak.int8_ops / 1e9, "%.1f"), &bad);
         hkv_jset(o, "peak_bf16_gflops", hkv_jnum(peak.bf16_flops / 1e9, "%.1f"), &bad);
+        hkv_jset(o, "peak_amx_int8_gops", hkv_jnum(peak.amx_int8_ops / 1e9, "%.1f"), &bad);
+        hkv_jset(o, "peak_amx_bf16_gflops", hkv_jnum(peak.amx_bf16_flops / 1e9, "%.1f"), &bad);
         hkv_jset(o, "peak_fp32_gflops", hkv_jnum(peak.fp32_flops / 1e9, "%.1f"), &bad);
         json_t *res = json_array();
         for (int i = 0; i < np; i++) {
@@ -510,9 +512,10 @@ int hkv_cmd_bench(int argc, char **argv) {
         rc = hkv_json_emit(stdout, o, bad, &err);
     } else {
         fprintf(stderr, "bandwidth probe: %.2f GB/s (read, %d threads, %lld MiB); compute peaks: int8 %.0f GOP/s, "
-                "bf16 %.0f GFLOP/s, fp32 %.0f GFLOP/s (0: not on this CPU)\n", probe / 1e9,
-                hkv_threads_count(e->threads), probe_mib, peak.int8_ops / 1e9, peak.bf16_flops / 1e9,
-                peak.fp32_flops / 1e9);
+                "bf16 %.0f GFLOP/s, fp32 %.0f GFLOP/s, AMX int8 %.0f GOP/s, AMX bf16 %.0f GFLOP/s "
+                "(0: not on this CPU)\n", probe / 1e9, hkv_threads_count(e->threads), probe_mib,
+                peak.int8_ops / 1e9, peak.bf16_flops / 1e9, peak.fp32_flops / 1e9,
+                peak.amx_int8_ops / 1e9, peak.amx_bf16_flops / 1e9);
         hkv_device_cli_summary(stderr, e);
     }
 out:

@@ -1,0 +1,72 @@
+/* AMX peak loops for the compute probe (peak.c): tdpbssd (int8, 16 x 16 x 64
+ * multiply-adds) and tdpbf16ps (bf16, 16 x 16 x 32) into four independent C
+ * tiles, A and B tiles loop-invariant. Compiled with AMX-INT8 and AMX-BF16;
+ * called only where the CPU has them and hkv_amx_request granted the tile
+ * state. An AMX instruction is 16-64x a vector one, so a loop runs
+ * iters / 16 rounds of 16 instructions (peak.c counts the ops accordingly). */
+#include <immintrin.h>
+
+#include "kernels_impl.h"
+
+typedef struct tilecfg {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tilecfg;
+
+/* The tile configuration is per thread: each loop sets its own. */
+static void tiles_config(void)
+{
+    tilecfg c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    for (int t = 0; t < 6; t++) c.rows[t] = 16, c.colsb[t] = 64;
+    _tile_loadconfig(&c);
+}
+
+static double tile_sum(void)
+{
+    _Alignas(64) float c[16][16];
+    _tile_stored(0, c, 64);
+    double s = 0;
+    for (int i = 0; i < 16; i++)
+        for (int j = 0; j < 16; j++) s += c[i][j];
+    return s;
+}
+
+#define ROUND(OP)                                           \
+    do {                                                    \
+        OP(0, 4, 5); OP(1, 4, 5); OP(2, 4, 5); OP(3, 4, 5); \
+    } while (0)
+
+double hkv_peak_loop_amx_bf16(long iters)
+{
+    _Alignas(64) static const uint16_t zero[16 * 32];   /* 0 x 0: sums stay 0 */
+    tiles_config();
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    _tile_loadd(4, zero, 64);
+    _tile_loadd(5, zero, 64);
+    for (long it = 0; it < iters / 16; it++) {
+        ROUND(_tile_dpbf16ps); ROUND(_tile_dpbf16ps); ROUND(_tile_dpbf16ps); ROUND(_tile_dpbf16ps);
+    }
+    return tile_sum();
+}
+
+double hkv_peak_loop_amx_int8(long iters)
+{
+    _Alignas(64) static const uint8_t zero[16 * 64];
+    tiles_config();
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    _tile_loadd(4, zero, 64);
+    _tile_loadd(5, zero, 64);
+    for (long it = 0; it < iters / 16; it++) {
+        ROUND(_tile_dpbssd); ROUND(_tile_dpbssd); ROUND(_tile_dpbssd); ROUND(_tile_dpbssd);
+    }
+    return tile_sum();
+}
