@@ -26,6 +26,7 @@
 #include <immintrin.h>
 #include <math.h>
 
+#include "amx_tiles.h"
 #include "kernels_impl.h"
 #include "simd_avx512.h"
 
@@ -34,23 +35,6 @@
 #define SB 128            /* keys repacked at a time */
 #define OT_FLOATS 8192    /* a group's O state: rows x d floats (32 KB) */
 #define MAX_D 128         /* larger heads: the fp32 kernel */
-
-typedef struct tilecfg {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} tilecfg;
-
-/* tmm0, tmm1: S (16 x 16 fp32 each); tmm2: A (Q or P, 16 x 32 bf16);
- * tmm3: B (K or V pairs); tmm4: an O tile (16 x 16 fp32). */
-static void tiles_config(void)
-{
-    tilecfg c;
-    memset(&c, 0, sizeof c);
-    c.palette = 1;
-    for (int t = 0; t < 5; t++) c.rows[t] = 16, c.colsb[t] = 64;
-    _tile_loadconfig(&c);
-}
 
 /* 32 floats (lo: elements 0..15, hi: 16..31) to 32 bf16, in order. */
 HKV_VINLINE __m512i to_bf16(vf lo, vf hi) { return (__m512i)_mm512_cvtne2ps_pbh(hi, lo); }
@@ -82,33 +66,6 @@ static void transpose16_epi32(__m512i x[16])
             x[i | s] = _mm512_permutex2var_epi32(a, ih, c);
         }
     }
-}
-
-/* Lane j = max of the lanes of v[j]: vf_reduce_vl's tree with max. */
-HKV_VINLINE vf max_l1(vf a, vf b)
-{
-    return _mm512_max_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
-}
-HKV_VINLINE vf max_l2(vf a, vf b)
-{
-    return _mm512_max_ps(_mm512_shuffle_f32x4(a, b, 0x88), _mm512_shuffle_f32x4(a, b, 0xDD));
-}
-HKV_VINLINE vf max_l3(vf a, vf b)
-{
-    return _mm512_max_ps(_mm512_shuffle_ps(a, b, 0x44), _mm512_shuffle_ps(a, b, 0xEE));
-}
-HKV_VINLINE vf max_l4(vf a, vf b)
-{
-    return _mm512_max_ps(_mm512_shuffle_ps(a, b, 0x88), _mm512_shuffle_ps(a, b, 0xDD));
-}
-static vf reduce_max16(const vf *v)
-{
-    vf ab = max_l1(v[0], v[4]), cd = max_l1(v[8], v[12]);
-    vf ef = max_l1(v[1], v[5]), gh = max_l1(v[9], v[13]);
-    vf ij = max_l1(v[2], v[6]), kl = max_l1(v[10], v[14]);
-    vf mn = max_l1(v[3], v[7]), op = max_l1(v[11], v[15]);
-    vf a_d = max_l2(ab, cd), e_h = max_l2(ef, gh), i_l = max_l2(ij, kl), m_p = max_l2(mn, op);
-    return max_l4(max_l3(a_d, e_h), max_l3(i_l, m_p));
 }
 
 /* Keys [k0, k0 + SB) repacked, zero past kend:
@@ -189,7 +146,7 @@ static void tile_block(int d, const uint16_t *qa, const uint16_t *kt, const uint
         }
         rm[m] = vf_max(s0, s1);
     }
-    const vf mold = vf_load(mrun), mn = vf_max(mold, reduce_max16(rm));
+    const vf mold = vf_load(mrun), mn = vf_max(mold, vf_reduce_max_vl(rm));
     const vf corr = vf_exp(vf_sub(mold, mn));   /* 0 on the first block: mold is -inf */
     vf_store(mrun, mn);
     vf_store(mnew, mn);
@@ -279,7 +236,7 @@ void hkv_attn_causal_amxbf16(const float *q, int64_t ldq, int nq, int g, int d, 
         hkv_attn_causal_avx512(q, ldq, nq, g, d, p0, k, v, ld, scale, out, ldo, lse);
         return;
     }
-    tiles_config();
+    hkv_tiles_full(5);   /* tmm0, 1: S; tmm2: A (Q or P); tmm3: B (K or V pairs); tmm4: an O tile */
     const int max_rows = OT_FLOATS / d / QT * QT;   /* padded to whole tiles */
     for (int h0 = 0; h0 < g; h0 += QT) {
         const int gh = g - h0 < QT ? g - h0 : QT;

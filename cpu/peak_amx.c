@@ -6,23 +6,8 @@
  * iters / 16 rounds of 16 instructions (peak.c counts the ops accordingly). */
 #include <immintrin.h>
 
+#include "amx_tiles.h"
 #include "kernels_impl.h"
-
-typedef struct tilecfg {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} tilecfg;
-
-/* The tile configuration is per thread: each loop sets its own. */
-static void tiles_config(void)
-{
-    tilecfg c;
-    memset(&c, 0, sizeof c);
-    c.palette = 1;
-    for (int t = 0; t < 6; t++) c.rows[t] = 16, c.colsb[t] = 64;
-    _tile_loadconfig(&c);
-}
 
 static double tile_sum(void)
 {
@@ -42,7 +27,7 @@ static double tile_sum(void)
 double hkv_peak_loop_amx_bf16(long iters)
 {
     _Alignas(64) static const uint16_t zero[16 * 32];   /* 0 x 0: sums stay 0 */
-    tiles_config();
+    hkv_tiles_full(6);
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);
@@ -58,7 +43,7 @@ double hkv_peak_loop_amx_bf16(long iters)
 double hkv_peak_loop_amx_int8(long iters)
 {
     _Alignas(64) static const uint8_t zero[16 * 64];
-    tiles_config();
+    hkv_tiles_full(6);
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);

@@ -17,22 +17,17 @@
  * Linux hands out the tile data state only on request
  * (arch_prctl(ARCH_REQ_XCOMP_PERM)): hkv_amx_request (isa.c) makes it
  * before the table takes this kernel. */
+#include "amx_tiles.h"
 #include "qgemm_vnni.h"
 
 #define TOK 16   /* tokens a tile: the A tile's rows */
 
-/* ldtilecfg's 64-byte operand (palette 1). */
-typedef struct tilecfg {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} tilecfg;
 
 /* tmm0, tmm3: C (16 tokens x 16 rows of int32); tmm1: A (16 tokens x 32
  * bytes); tmm2: B (8 rows of 64 bytes: 4 bytes of each of 16 rows). */
 static void tiles_config(void)
 {
-    tilecfg c;
+    hkv_tilecfg c;
     memset(&c, 0, sizeof c);
     c.palette = 1;
     c.rows[0] = c.rows[3] = TOK, c.colsb[0] = c.colsb[3] = 64;

@@ -70,40 +70,49 @@ HKV_VINLINE vf vf_exp(vf x)
     return _mm512_maskz_scalef_ps((__mmask16)~under, p, n);
 }
 
-/* The levels of the reduction tree: each adds lanes l and l + 8 (L1), l + 4
- * (L2), l + 2 (L3), l + 1 (L4) of each of its two inputs, so every input
- * vector is summed in the same association whatever its position in the
- * tree (attn_reg_avx512.inc relies on it: its scores equal tile_dot's). */
-HKV_VINLINE vf vf_tree_l1(vf a, vf b)
-{
-    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
-}
-HKV_VINLINE vf vf_tree_l2(vf a, vf b)
-{
-    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x88), _mm512_shuffle_f32x4(a, b, 0xDD));
-}
-HKV_VINLINE vf vf_tree_l3(vf a, vf b)
-{
-    return _mm512_add_ps(_mm512_shuffle_ps(a, b, 0x44), _mm512_shuffle_ps(a, b, 0xEE));
-}
-HKV_VINLINE vf vf_tree_l4(vf a, vf b)
-{
-    return _mm512_add_ps(_mm512_shuffle_ps(a, b, 0x88), _mm512_shuffle_ps(a, b, 0xDD));
-}
+/* The levels of the reduction tree: each combines (op: add or max) lanes l
+ * and l + 8 (L1), l + 4 (L2), l + 2 (L3), l + 1 (L4) of each of its two
+ * inputs, so every input vector is reduced in the same association whatever
+ * its position in the tree (attn_reg_avx512.inc relies on it: its scores
+ * equal tile_dot's; attn_causal_amx.c: a row's sum does not depend on the
+ * rows beside it). vf_tree_l1..l4 add, vf_maxtree_l1..l4 take maxima. */
+#define HKV_TREE_LEVELS(pfx, op)                                                               \
+    HKV_VINLINE vf pfx##_l1(vf a, vf b)                                                        \
+    {                                                                                          \
+        return op(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));         \
+    }                                                                                          \
+    HKV_VINLINE vf pfx##_l2(vf a, vf b)                                                        \
+    {                                                                                          \
+        return op(_mm512_shuffle_f32x4(a, b, 0x88), _mm512_shuffle_f32x4(a, b, 0xDD));         \
+    }                                                                                          \
+    HKV_VINLINE vf pfx##_l3(vf a, vf b)                                                        \
+    {                                                                                          \
+        return op(_mm512_shuffle_ps(a, b, 0x44), _mm512_shuffle_ps(a, b, 0xEE));               \
+    }                                                                                          \
+    HKV_VINLINE vf pfx##_l4(vf a, vf b)                                                        \
+    {                                                                                          \
+        return op(_mm512_shuffle_ps(a, b, 0x88), _mm512_shuffle_ps(a, b, 0xDD));               \
+    }
 
-/* out lane j = sum of the lanes of v[j], j < 16: a 4-level shuffle/add tree
- * (45 ops for 16 sums instead of 16 separate reductions). The input order
+/* out lane j = the reduction of the lanes of v[j], j < 16: a 4-level tree
+ * (45 ops for 16 reductions instead of 16 separate ones). The input order
  * is permuted so that the tree's output lanes come out in key order. */
-HKV_VINLINE vf vf_reduce_vl(const vf *v)
-{
-    vf ab = vf_tree_l1(v[0], v[4]), cd = vf_tree_l1(v[8], v[12]);
-    vf ef = vf_tree_l1(v[1], v[5]), gh = vf_tree_l1(v[9], v[13]);
-    vf ij = vf_tree_l1(v[2], v[6]), kl = vf_tree_l1(v[10], v[14]);
-    vf mn = vf_tree_l1(v[3], v[7]), op = vf_tree_l1(v[11], v[15]);
-    vf a_d = vf_tree_l2(ab, cd), e_h = vf_tree_l2(ef, gh), i_l = vf_tree_l2(ij, kl),
-       m_p = vf_tree_l2(mn, op);
-    return vf_tree_l4(vf_tree_l3(a_d, e_h), vf_tree_l3(i_l, m_p));
-}
+#define HKV_TREE_REDUCE(name, pfx)                                                             \
+    HKV_VINLINE vf name(const vf *v)                                                           \
+    {                                                                                          \
+        vf ab = pfx##_l1(v[0], v[4]), cd = pfx##_l1(v[8], v[12]);                              \
+        vf ef = pfx##_l1(v[1], v[5]), gh = pfx##_l1(v[9], v[13]);                              \
+        vf ij = pfx##_l1(v[2], v[6]), kl = pfx##_l1(v[10], v[14]);                             \
+        vf mn = pfx##_l1(v[3], v[7]), op = pfx##_l1(v[11], v[15]);                             \
+        vf a_d = pfx##_l2(ab, cd), e_h = pfx##_l2(ef, gh), i_l = pfx##_l2(ij, kl),             \
+           m_p = pfx##_l2(mn, op);                                                             \
+        return pfx##_l4(pfx##_l3(a_d, e_h), pfx##_l3(i_l, m_p));                               \
+    }
+
+HKV_TREE_LEVELS(vf_tree, _mm512_add_ps)
+HKV_TREE_LEVELS(vf_maxtree, _mm512_max_ps)
+HKV_TREE_REDUCE(vf_reduce_vl, vf_tree)         /* sums */
+HKV_TREE_REDUCE(vf_reduce_max_vl, vf_maxtree)  /* maxima */
 
 /* ---- weight block decoding (32 weights = 2 vectors) -------------------- */
 
