@@ -130,8 +130,7 @@ static void tile_block(int d, const uint16_t *qa, const uint16_t *kt, const uint
     _tile_stored(0, &st[0][0], KBLK * 4);
     _tile_stored(1, &st[0][16], KBLK * 4);
 
-    _Alignas(64) float lane[16];
-    for (int j = 0; j < 16; j++) lane[j] = (float)j;
+    static const float lane[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
     const vf neg_inf = vf_set1(-INFINITY), kp0 = vf_add(vf_load(lane), vf_set1((float)kb0)),
              kp1 = vf_add(kp0, vf_set1(16.0f));
     vf rm[QT];

@@ -24,34 +24,24 @@ static double tile_sum(void)
         OP(0, 4, 5); OP(1, 4, 5); OP(2, 4, 5); OP(3, 4, 5); \
     } while (0)
 
-double hkv_peak_loop_amx_bf16(long iters)
-{
-    _Alignas(64) static const uint16_t zero[16 * 32];   /* 0 x 0: sums stay 0 */
-    hkv_tiles_full(6);
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
-    _tile_loadd(4, zero, 64);
-    _tile_loadd(5, zero, 64);
-    for (long it = 0; it < iters / 16; it++) {
-        ROUND(_tile_dpbf16ps); ROUND(_tile_dpbf16ps); ROUND(_tile_dpbf16ps); ROUND(_tile_dpbf16ps);
+/* One loop per family: four C tiles zeroed, A and B tiles of zeros loaded
+ * once (0 x 0: the sums stay 0), iters / 16 rounds of 16 OP. */
+#define AMX_PEAK_LOOP(name, OP)                                                                 \
+    double name(long iters)                                                                     \
+    {                                                                                           \
+        _Alignas(64) static const uint8_t zero[16 * 64];                                        \
+        hkv_tiles_full(6);                                                                      \
+        _tile_zero(0);                                                                          \
+        _tile_zero(1);                                                                          \
+        _tile_zero(2);                                                                          \
+        _tile_zero(3);                                                                          \
+        _tile_loadd(4, zero, 64);                                                               \
+        _tile_loadd(5, zero, 64);                                                               \
+        for (long it = 0; it < iters / 16; it++) {                                              \
+            ROUND(OP); ROUND(OP); ROUND(OP); ROUND(OP);                                         \
+        }                                                                                       \
+        return tile_sum();                                                                      \
     }
-    return tile_sum();
-}
 
-double hkv_peak_loop_amx_int8(long iters)
-{
-    _Alignas(64) static const uint8_t zero[16 * 64];
-    hkv_tiles_full(6);
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
-    _tile_loadd(4, zero, 64);
-    _tile_loadd(5, zero, 64);
-    for (long it = 0; it < iters / 16; it++) {
-        ROUND(_tile_dpbssd); ROUND(_tile_dpbssd); ROUND(_tile_dpbssd); ROUND(_tile_dpbssd);
-    }
-    return tile_sum();
-}
+AMX_PEAK_LOOP(hkv_peak_loop_amx_bf16, _tile_dpbf16ps)
+AMX_PEAK_LOOP(hkv_peak_loop_amx_int8, _tile_dpbssd)

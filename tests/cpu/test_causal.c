@@ -19,18 +19,28 @@ typedef void (*causal_fn)(const float *q, int64_t ldq, int nq, int g, int d, int
                           const uint16_t *k, const uint16_t *v, int64_t ld, float scale, float *out,
                           int64_t ldo, float *lse);
 
+/* Random fp16 K and V of nk rows (stride ld) and queries of nq tokens
+ * (stride ldq). */
+static void random_kvq(int64_t nk, int64_t ld, int nq, int64_t ldq, test_rng *rng, uint16_t **k,
+                       uint16_t **v, float **q)
+{
+    *k = malloc(nk * ld * 2), *v = malloc(nk * ld * 2);
+    for (int64_t i = 0; i < nk * ld; i++) {
+        (*k)[i] = rng_half(rng, -1, 1);
+        (*v)[i] = rng_half(rng, -1, 1);
+    }
+    *q = malloc(nq * ldq * sizeof **q);
+    for (int64_t i = 0; i < nq * ldq; i++) (*q)[i] = rng_nonzero(rng, -2, 2);
+}
+
 static void check_causal_fn(causal_fn fn, double tol, const char *name,
                             int nq, int64_t p0, int g, int d, test_rng *rng)
 {
     int64_t ld = d + 8, nk = p0 + nq;
     int64_t ldq = (int64_t)g * d + 5, ldo = (int64_t)g * d + 3;
-    uint16_t *k = malloc(nk * ld * 2), *v = malloc(nk * ld * 2);
-    for (int64_t i = 0; i < nk * ld; i++) {
-        k[i] = rng_half(rng, -1, 1);
-        v[i] = rng_half(rng, -1, 1);
-    }
-    float *q = malloc(nq * ldq * sizeof *q);
-    for (int64_t i = 0; i < nq * ldq; i++) q[i] = rng_nonzero(rng, -2, 2);
+    uint16_t *k, *v;
+    float *q;
+    random_kvq(nk, ld, nq, ldq, rng, &k, &v, &q);
     float *out = alloc_poisoned(nq * ldo), *lse = alloc_poisoned((size_t)nq * g);
     float scale = 1.0f / sqrtf((float)d);
     fn(q, ldq, nq, g, d, p0, k, v, ld, scale, out, ldo, lse);
@@ -74,13 +84,9 @@ static void check_causal(const hkv_cpu_kernels *t, int nq, int64_t p0, int g, in
 static void check_split_invariant(causal_fn fn, int nq, int cut, int g, int d, test_rng *rng)
 {
     int64_t ld = d, ldq = (int64_t)g * d;
-    uint16_t *k = malloc(nq * ld * 2), *v = malloc(nq * ld * 2);
-    for (int64_t i = 0; i < nq * ld; i++) {
-        k[i] = rng_half(rng, -1, 1);
-        v[i] = rng_half(rng, -1, 1);
-    }
-    float *q = malloc(nq * ldq * sizeof *q);
-    for (int64_t i = 0; i < nq * ldq; i++) q[i] = rng_nonzero(rng, -2, 2);
+    uint16_t *k, *v;
+    float *q;
+    random_kvq(nq, ld, nq, ldq, rng, &k, &v, &q);
     float *o1 = calloc(nq * ldq, sizeof *o1), *o2 = calloc(nq * ldq, sizeof *o2);
     float *l1 = calloc((size_t)nq * g, sizeof *l1), *l2 = calloc((size_t)nq * g, sizeof *l2);
     const float scale = 1.0f / sqrtf((float)d);
