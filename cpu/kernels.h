@@ -192,9 +192,12 @@ void hkv_attn_merge(float *out_a, float *lse_a, const float *out_b, const float 
                     int h, int d);
 
 /* Indices of the k largest of s[0..n) into idx (unordered); returns
- * min(k, n). Ties broken towards the lower index. scratch holds n int32. */
+ * min(k, n). Ties broken towards the lower index. scratch holds
+ * HKV_TOPK_SCRATCH(n) int32 (n 8-byte ranks, aligned inside it). */
+#define HKV_TOPK_SCRATCH(n) (2 * (int64_t)(n) + 2)
 int64_t hkv_topk(const float *s, int64_t n, int64_t k, int32_t *idx, int32_t *scratch);
-/* The same set, its indices ascending, by radix select (faster; cpu/topk.c). */
+/* The same set, its indices ascending, by radix select (faster; cpu/topk.c);
+ * scratch holds n int32. */
 int64_t hkv_topk_asc(const float *s, int64_t n, int64_t k, int32_t *idx, int32_t *scratch);
 
 /* Matrix product y[n][rows] = x[n][cols] W^T, parallel over rows (OpenMP).

@@ -13,37 +13,40 @@
  * ascending, so callers' gathers of the chosen rows walk memory forwards.
  * hkv_topk was a tenth of a batch-1 ctkvr step at 8K (bench/cpu_kernels.md).
  *
- * hkv_topk: quickselect over an index array, the order its partitions leave.
+ * hkv_topk: quickselect over the elements' 64-bit ranks (key, then index),
+ * the order its partitions leave.
  * ctkvr keeps it: with the ascending order its CPU and CUDA-emulator paths
  * parted on a near-tie after 700 tokens (pipeline_prompt_growth, 7e-3 against
  * the 2e-3 bound), which the order of its rerank lists should not decide; not
  * yet understood, so that path is left as it was. */
+#include <stdint.h>
 #include <string.h>
 
 #include "kernels.h"
 
-static inline uint64_t rank_of(const float *s, int32_t i)
+/* The rank of s[i]: the value's sort key above, the index below it so that
+ * the lower index ranks higher on ties; distinct for distinct i. */
+static inline uint64_t rank_of(const float *s, int64_t i)
 {
     float f = s[i];
     uint32_t b;
     if (f == 0.0f) f = 0.0f;
     memcpy(&b, &f, 4);
     b = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-    /* larger rank = better: value first, then the lower index */
     return ((uint64_t)b << 32) | (uint32_t)(0x7fffffff - i);
 }
 
-static inline void swap_i32(int32_t *a, int32_t *b)
+static inline void swap_u64(uint64_t *a, uint64_t *b)
 {
-    int32_t t = *a;
+    uint64_t t = *a;
     *a = *b;
     *b = t;
 }
 
-/* Index (into a) of the median rank of a[i], a[j], a[l]. */
-static int64_t median3(const float *s, const int32_t *a, int64_t i, int64_t j, int64_t l)
+/* Index (into r) of the median of r[i], r[j], r[l]. */
+static int64_t median3(const uint64_t *r, int64_t i, int64_t j, int64_t l)
 {
-    uint64_t x = rank_of(s, a[i]), y = rank_of(s, a[j]), z = rank_of(s, a[l]);
+    uint64_t x = r[i], y = r[j], z = r[l];
     if (x < y) {
         if (y < z) return j;
         return x < z ? l : i;
@@ -52,6 +55,9 @@ static int64_t median3(const float *s, const int32_t *a, int64_t i, int64_t j, i
     return y < z ? l : j;
 }
 
+/* The ranks themselves are partitioned (written once, n x 8 bytes), not an
+ * index array whose every compare loads and converts a score: the same
+ * compares and swaps, so the same order out, at half the time. */
 int64_t hkv_topk(const float *s, int64_t n, int64_t k, int32_t *idx, int32_t *scratch)
 {
     if (k <= 0 || n <= 0) return 0;
@@ -59,8 +65,8 @@ int64_t hkv_topk(const float *s, int64_t n, int64_t k, int32_t *idx, int32_t *sc
         for (int64_t i = 0; i < n; i++) idx[i] = (int32_t)i;
         return n;
     }
-    int32_t *a = scratch;
-    for (int64_t i = 0; i < n; i++) a[i] = (int32_t)i;
+    uint64_t *a = (uint64_t *)(((uintptr_t)scratch + 7) & ~(uintptr_t)7);
+    for (int64_t i = 0; i < n; i++) a[i] = rank_of(s, i);
 
     /* Invariant: everything in [0, lo) ranks above everything in [lo, n),
      * everything in [hi, n) below everything in [0, hi), and lo <= k <= hi. */
@@ -69,18 +75,17 @@ int64_t hkv_topk(const float *s, int64_t n, int64_t k, int32_t *idx, int32_t *sc
         int64_t mid = lo + (hi - lo) / 2, p;
         if (hi - lo > 1024) {   /* ninther: keeps sorted or patterned input O(n) */
             int64_t e = (hi - lo) / 8;
-            p = median3(s, a, median3(s, a, lo, lo + e, lo + 2 * e),
-                        median3(s, a, mid - e, mid, mid + e),
-                        median3(s, a, hi - 1 - 2 * e, hi - 1 - e, hi - 1));
+            p = median3(a, median3(a, lo, lo + e, lo + 2 * e), median3(a, mid - e, mid, mid + e),
+                        median3(a, hi - 1 - 2 * e, hi - 1 - e, hi - 1));
         } else {
-            p = median3(s, a, lo, mid, hi - 1);
+            p = median3(a, lo, mid, hi - 1);
         }
-        swap_i32(&a[p], &a[hi - 1]);
-        uint64_t pr = rank_of(s, a[hi - 1]);
+        swap_u64(&a[p], &a[hi - 1]);
+        const uint64_t pr = a[hi - 1];
         int64_t store = lo;
         for (int64_t j = lo; j < hi - 1; j++)
-            if (rank_of(s, a[j]) > pr) swap_i32(&a[store++], &a[j]);
-        swap_i32(&a[store], &a[hi - 1]);   /* pivot in its final place */
+            if (a[j] > pr) swap_u64(&a[store++], &a[j]);
+        swap_u64(&a[store], &a[hi - 1]);   /* pivot in its final place */
         if (store == k || store + 1 == k) {
             lo = hi = k;
             break;
@@ -90,16 +95,15 @@ int64_t hkv_topk(const float *s, int64_t n, int64_t k, int32_t *idx, int32_t *sc
     }
     /* small range: insertion sort by rank, best first */
     for (int64_t i = lo + 1; i < hi; i++) {
-        int32_t v = a[i];
-        uint64_t r = rank_of(s, v);
+        const uint64_t r = a[i];
         int64_t j = i;
-        while (j > lo && rank_of(s, a[j - 1]) < r) {
+        while (j > lo && a[j - 1] < r) {
             a[j] = a[j - 1];
             j--;
         }
-        a[j] = v;
+        a[j] = r;
     }
-    memcpy(idx, a, (size_t)k * sizeof *idx);
+    for (int64_t i = 0; i < k; i++) idx[i] = (int32_t)(0x7fffffff - (uint32_t)a[i]);
     return k;
 }
 

@@ -114,7 +114,7 @@ static void ctkvr_scratch_need(void *self, int64_t n_far, int64_t *nf, int64_t *
     const ctkvr *s = self;
     n_far = hkv_max64(n_far, 0);
     const int64_t nc = cand_bound(s, n_far), C = s->c.C;
-    *ni = (n_far + 31) / 32 + C + s->c.Cp + hkv_max64(C, nc) + 3 * nc;
+    *ni = (n_far + 31) / 32 + C + s->c.Cp + HKV_TOPK_SCRATCH(hkv_max64(C, nc)) + 3 * nc;
     *nf = (int64_t)s->g * s->d + 2 * C + 2 * nc;
 }
 
@@ -172,8 +172,8 @@ static int64_t select_impl(ctkvr *s, int layer, int kvh, const float *q, const h
     uint32_t *bm = (uint32_t *)ws->i;          /* [W] far positions seen */
     int32_t *slots = ws->i + W;                /* [C] valid centroid slots */
     int32_t *sel = slots + C;                  /* [Cp] */
-    int32_t *tsc = sel + s->c.Cp;              /* [max(C, NC)] hkv_topk scratch */
-    int32_t *cand = tsc + hkv_max64(C, NC);        /* [NC] sorted candidate positions */
+    int32_t *tsc = sel + s->c.Cp;              /* hkv_topk scratch for max(C, NC) */
+    int32_t *cand = tsc + HKV_TOPK_SCRATCH(hkv_max64(C, NC));   /* [NC] candidate positions, sorted */
     int32_t *ia = cand + NC, *ib = ia + NC;    /* [NC] each: top-k picks */
     float *qn = ws->f, *cs = qn + (int64_t)g * d, *ct = cs + C, *sc = ct + C, *sb = sc + NC;
 

@@ -301,7 +301,7 @@ static void rocketkv_scratch_need(void *self, int64_t n_far, int64_t *nf, int64_
     const rocketkv *s = self;
     const int64_t n = n_far > 0 ? n_far : 0, kk = s->rerank * s->budget;
     *nf = 2 * (int64_t)s->d + (int64_t)(s->g + 3) * (n + 1) + kk;
-    *ni = 2 * (int64_t)s->d + 2 * n + 2 * kk + s->budget;
+    *ni = 2 * (int64_t)s->d + 2 * n + 2 * kk + s->budget + HKV_TOPK_SCRATCH(s->d);
 }
 
 static int64_t rocketkv_select(void *self, int layer, int kvh, const float *q,
@@ -338,7 +338,8 @@ static int64_t rocketkv_select(void *self, int layer, int kvh, const float *q,
     const int64_t kk = s->rerank * k < n ? s->rerank * k : n;
     float *a = ws->f, *tau = a + d, *z = tau + g, *e = z + (int64_t)g * np, *S = e + np;
     float *ts = S + np, *sc = ts + n;
-    int32_t *i1 = ws->i, *scr = i1 + d, *idx = scr + (n > d ? n : d), *rows = idx + kk;
+    const int64_t nscr = n > HKV_TOPK_SCRATCH(d) ? n : HKV_TOPK_SCRATCH(d);   /* both selects' scratch */
+    int32_t *i1 = ws->i, *scr = i1 + d, *idx = scr + nscr, *rows = idx + kk;
     /* head dimensions: the top `dims` of sum_j |q_j| */
     for (int c = 0; c < d; c++) {
         float v = 0;

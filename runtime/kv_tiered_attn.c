@@ -62,7 +62,7 @@ static size_t per_thread_floats(const tiered *t, const need *nd) {
     size_t f = 2 * (size_t)QTILE * g * d + QTILE * (size_t)g;   /* q tile, out tile, lse */
     f += 5 * (size_t)g * d + 5 * (size_t)g;                      /* partials */
     f += (size_t)nd->max_sel + (size_t)nd->pol_f + (size_t)nd->pol_i + (size_t)nd->tsp_idx;
-    if (t->p.audit) f += 5 * (size_t)nd->far;                    /* scores + 4 int arrays */
+    if (t->p.audit) f += 4 * (size_t)nd->far + HKV_TOPK_SCRATCH(nd->far); /* scores, 3 int arrays, topk's */
     return (f + 15) & ~(size_t)15;
 }
 
@@ -76,77 +76,236 @@ static int ensure_scratch(tiered *t, size_t bytes, hkv_err *err) {
     return HKV_OK;
 }
 
-static void audit_row(tiered *t, tseq *q, int layer, int kvh, const float *qv, const float *o_pol,
-                      const float *o_near, const float *lse_near, const int32_t *sel, int64_t n_sel,
-                      const hkv_far_view *fv, float *tmp_o, float *tmp_l, float *scores,
-                      int32_t *rows, int32_t *top, int32_t *work, int32_t *mark) {
-    const int g = t->s.n_head / t->s.n_head_kv, d = t->s.head_dim;
+
+/* A layer's attention step, shared by the threads of its one parallel
+ * region: the items, then (split) the decode rows' pieces. */
+typedef struct layer_step {
+    tiered *t;
+    int layer, KH, g, d, split;
+    float scale;
+    need nd;
+    const hkv_seg *segs;
+    const hkv_recall_rows *rec;
+    const float *qkv;
+    int64_t ld_qkv, ld_out;
+    float *out, *lse_out;
+    const item *items;
+    int n_items, n_dec;
+    const int *dec_of;
+    int *pending, *ready;
+    far_work *fw;
+    int64_t P1;                        /* pieces a decode slot: near, then far */
+    float *sq, *so, *sl, *po, *pl;     /* queries, partials, pieces' partials */
+    int32_t *ssel;                     /* the slots' selections */
+    int next_item, fail;               /* shared: the next item to claim; a failed selection */
+    int64_t next_piece;
+} layer_step;
+
+static inline void spin_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+/* One attention item: a prompt tile's causal attention, or a decode row's
+ * near and far attention and its merge; with split, the decode row's
+ * selection and the pieces it leaves for run_pieces. base: the thread's
+ * scratch. */
+static void attend_item(layer_step *st, int w, float *base) {
+    tiered *t = st->t;
+    const int layer = st->layer, KH = st->KH, g = st->g, d = st->d, split = st->split;
+    const float scale = st->scale;
     const hkv_cpu_kernels *kn = t->kern;
-    const int64_t n_span = fv->hi - fv->lo;
-    const float scale = 1.0f / sqrtf((float)d);
-    (void)layer;
-    /* The far tokens present: all of [lo, hi), or after a token-selective
-     * prefill the propagated ones and those after (kv_tiered_tsp.c). */
-    int64_t n_far = 0;
-    if (fv->rows) {
-        for (int64_t i = 0; i < fv->n_rows; i++)
-            if (fv->rows[i] >= fv->lo && fv->rows[i] < fv->hi) rows[n_far++] = fv->rows[i];
-        for (int64_t p = fv->rows_end > fv->lo ? fv->rows_end : fv->lo; p < fv->hi; p++)
-            rows[n_far++] = (int32_t)p;
-    } else {
-        for (int64_t i = 0; i < n_span; i++) rows[n_far++] = (int32_t)(fv->lo + i);
-    }
-    /* Dense reference: near + every far token. */
-    memcpy(tmp_o, o_near, (size_t)g * d * sizeof(float));
-    memcpy(tmp_l, lse_near, (size_t)g * sizeof(float));
-    float *of = tmp_o + (size_t)g * d, *lf = tmp_l + g;
-    if (fv->rows)
-        kn->attn_sparse(qv, g, d, fv->k[kvh], fv->v[kvh], fv->ld, rows, n_far, scale, of, lf);
-    else
-        kn->attn_dense(qv, g, d, fv->k[kvh] + fv->lo * fv->ld, fv->v[kvh] + fv->lo * fv->ld, fv->ld,
-                       n_far, scale, of, lf);
-    hkv_attn_merge(tmp_o, tmp_l, of, lf, g, d);
-    double err_sum = 0;
-    for (int h = 0; h < g; h++) {
-        double num = 0, den = 0;
-        for (int i = 0; i < d; i++) {
-            double a = o_pol[h * d + i], b = tmp_o[h * d + i];
-            num += (a - b) * (a - b);
-            den += b * b;
+    const need nd = st->nd;
+    const hkv_seg *segs = st->segs;
+    const hkv_recall_rows *rec = st->rec;
+    const float *qkv = st->qkv;
+    const int64_t ld_qkv = st->ld_qkv, ld_out = st->ld_out;
+    float *out = st->out, *lse_out = st->lse_out;
+    const item *items = st->items;
+    const int *dec_of = st->dec_of;
+    int *pending = st->pending;
+    far_work *fw = st->fw;
+    float *sq = st->sq, *so = st->so, *sl = st->sl;
+    int32_t *ssel = st->ssel;
+    float *qb = base, *ob = qb + (size_t)QTILE * g * d, *lb = ob + (size_t)QTILE * g * d;
+    float *o2 = lb + (size_t)QTILE * g, *l2 = o2 + (size_t)g * d;      /* far partial */
+    float *o_near = l2 + g, *l_near = o_near + (size_t)g * d;            /* audit: near copy */
+    float *ta = l_near + g, *tl = ta + 2 * (size_t)g * d;                /* audit: dense ref */
+    int32_t *sel = (int32_t *)(tl + 2 * (size_t)g);
+    hkv_policy_scratch ps = {.f = (float *)(sel + nd.max_sel), .nf = nd.pol_f,
+                             .i = (int32_t *)((float *)(sel + nd.max_sel) + nd.pol_f), .ni = nd.pol_i};
+    float *au = (float *)(ps.i + nd.pol_i);
+    int32_t *tidx = (int32_t *)(au + (t->p.audit ? 4 * (size_t)nd.far + HKV_TOPK_SCRATCH(nd.far) : 0));
+    const item *I = &items[w];
+    const hkv_seg *sg = &segs[I->seg];
+    tseq *q = &t->seqs[sg->seq];
+    for (int r = 0; r < I->nq; r++)
+        memcpy(qb + (size_t)r * g * d, qkv + (sg->row + I->q0 + r) * ld_qkv + (size_t)I->kvh * g * d,
+               (size_t)g * d * sizeof(float));
+    const tsp_list *tsl = q->tsp && q->tsp[layer].rows ? &q->tsp[layer] : NULL;
+    if (is_prompt(sg) && tsl) {
+        /* After a token-selective prefill: causal over the present
+         * positions only; each query sees a prefix of the tile's list. */
+        int64_t n_idx = tiered_tsp_rows_upto(tsl, seg_pos(sg, I->q0 + I->nq - 1), tidx), c = 0;
+        for (int r = 0; r < I->nq; r++) {
+            int64_t p = seg_pos(sg, I->q0 + r);
+            while (c < n_idx && tidx[c] <= p) c++;
+            kn->attn_sparse(qb + (size_t)r * g * d, g, d, far_rows(t, q, q->far_k, layer, I->kvh),
+                            far_rows(t, q, q->far_v, layer, I->kvh), d, tidx, c, scale,
+                            ob + (size_t)r * g * d, lb + (size_t)r * g);
         }
-        err_sum += den > 0 ? sqrt(num / den) : 0;
-    }
-    double recall = 1;
-    if (n_far > 0) {
-        kn->score_max(qv, g, d, fv->k[kvh], fv->ld, rows, n_far, scores);
-        int64_t k = t->p.audit_k < n_far ? t->p.audit_k : n_far;
-        int64_t m = hkv_topk(scores, n_far, k, top, work);
-        memset(mark, 0, (size_t)n_span * sizeof *mark);
-        for (int64_t i = 0; i < m; i++) mark[rows[top[i]] - fv->lo] = 1;
-        int64_t hit = 0;
-        for (int64_t i = 0; i < n_sel; i++) {
-            int64_t r = sel[i] - fv->lo;
-            if (r >= 0 && r < n_span && mark[r]) {
-                hit++;
-                mark[r] = 0;
+    } else if (is_prompt(sg)) {
+        hkv_attn_causal_for(kn)(qb, (int64_t)g * d, I->nq, g, d, sg->pos + I->q0,
+                        far_rows(t, q, q->far_k, layer, I->kvh), far_rows(t, q, q->far_v, layer, I->kvh),
+                        d, scale, ob, (int64_t)g * d, lb);
+    } else {
+        int64_t n_near = sg->pos + 1 < t->NR ? sg->pos + 1 : t->NR;
+        if (lse_out || split) {   /* far only, or near as a piece: the empty partial */
+            memset(ob, 0, (size_t)g * d * sizeof(float));
+            for (int j = 0; j < g; j++) lb[j] = -INFINITY;
+        }
+        if (split) {
+            far_work *f = &fw[dec_of[w]];
+            *f = (far_work){0};
+            if (!lse_out) {
+                f->nk = near_rows(t, q, q->near_k, layer, I->kvh);
+                f->nv = near_rows(t, q, q->near_v, layer, I->kvh);
+                f->n_near = n_near;
+                __atomic_fetch_add(&t->bytes_read, (uint64_t)n_near * d * 4, __ATOMIC_RELAXED);
+            }
+        } else if (!lse_out) {
+            kn->attn_dense(qb, g, d, near_rows(t, q, q->near_k, layer, I->kvh),
+                           near_rows(t, q, q->near_v, layer, I->kvh), d, n_near, scale, ob, lb);
+            __atomic_fetch_add(&t->bytes_read, (uint64_t)n_near * d * 4, __ATOMIC_RELAXED);
+        }
+        hkv_far_view fv;
+        tiered_far_view(t, q, layer, &fv);
+        if (t->p.audit) {
+            memcpy(o_near, ob, (size_t)g * d * sizeof(float));
+            memcpy(l_near, lb, (size_t)g * sizeof(float));
+        }
+        int64_t n_sel = 0;
+        if (fv.hi > fv.lo) {
+            const int64_t at = sg->row * KH + I->kvh;
+            int64_t range_from = -1;   /* >= 0: sel is [range_from, hi) */
+            if (rec && rec->far_from && rec->far_from[at] >= 0) {
+                /* the kept set is the caller's: the tokens past it only */
+                range_from = rec->far_from[at] > fv.lo ? rec->far_from[at] : fv.lo;
+                n_sel = 0;
+                for (int64_t p = range_from; p < fv.hi; p++) sel[n_sel++] = (int32_t)p;
+            } else if (rec && rec->sel_n && rec->sel_n[at] >= 0) {
+                /* selected by the caller: in range, or the step fails */
+                const int32_t *ps = rec->sel + at * rec->sel_ld;
+                n_sel = rec->sel_n[at] <= nd.max_sel ? rec->sel_n[at] : HKV_E_RANGE;
+                for (int64_t i = 0; n_sel > 0 && i < n_sel; i++) {
+                    if (ps[i] < fv.lo || ps[i] >= fv.hi) {
+                        n_sel = HKV_E_RANGE;
+                        break;
+                    }
+                    sel[i] = ps[i];
+                }
+            } else if (rec && rec->n && rec->n[at] >= 0 && q->pol.ops->select_recalled) {
+                const hkv_recalled r = {rec->slot + at * rec->ld, rec->score + at * rec->ld,
+                                        rec->n[at]};
+                ps.bytes = 0;
+                n_sel = q->pol.ops->select_recalled(q->pol.self, layer, I->kvh, qb, &fv, &r,
+                                                    sel, &ps);
+            } else {
+                ps.bytes = 0;
+                n_sel = q->pol.ops->select(q->pol.self, layer, I->kvh, qb, &fv, sel, &ps);
+            }
+            if (n_sel < 0) {
+__atomic_store_n(&st->fail, (int)n_sel, __ATOMIC_RELAXED);
+                return;
+            }
+            /* K and V of each row attended (2 d fp16 each), and the selection's reads */
+            __atomic_fetch_add(&t->bytes_read, (uint64_t)n_sel * d * 4 + ps.bytes,
+                               __ATOMIC_RELAXED);
+            ps.bytes = 0;
+            /* select returns unique positions in [lo, hi): as many as the range
+             * means the whole range, read contiguously rather than gathered;
+             * so is the range past a kept set the caller attends. */
+            const int64_t p0 = n_sel == fv.hi - fv.lo ? fv.lo : range_from;
+            const int contiguous = n_sel == fv.hi - fv.lo || range_from >= 0;
+            far_work f = {.k = fv.k[I->kvh], .v = fv.v[I->kvh], .ld = fv.ld, .p0 = p0,
+                          .n_sel = n_sel, .sel = contiguous ? NULL : sel};
+            if (split) {   /* the pieces run after every selection is made */
+                const int k = dec_of[w];
+                if (f.sel) {
+                    memcpy(ssel + (size_t)k * nd.max_sel, sel, (size_t)n_sel * sizeof *sel);
+                    f.sel = ssel + (size_t)k * nd.max_sel;
+                }
+                f.nk = fw[k].nk, f.nv = fw[k].nv, f.n_near = fw[k].n_near;
+                fw[k] = f;
+            } else {
+                for (int64_t a = 0; a < n_sel; a += FAR_PIECE) {
+                    far_piece(kn, qb, g, d, &f, a, a + FAR_PIECE < n_sel ? a + FAR_PIECE : n_sel,
+                              scale, o2, l2);
+                    hkv_attn_merge(ob, lb, o2, l2, g, d);
+                }
             }
         }
-        recall = m ? (double)hit / (double)m : 1;
+        if (split) {   /* the query and the empty partial, for the pieces and the merge */
+            const int k = dec_of[w];
+            pending[k] = (fw[k].n_near > 0) + (int)n_pieces(fw[k].n_sel);
+            if (pending[k]) {   /* (none: a far-only row with nothing far, written below) */
+                memcpy(sq + (size_t)k * g * d, qb, (size_t)g * d * sizeof(float));
+                memcpy(so + (size_t)k * g * d, ob, (size_t)g * d * sizeof(float));
+                memcpy(sl + (size_t)k * g, lb, (size_t)g * sizeof(float));
+                return;
+            }
+        }
+        if (t->p.audit) {
+            int64_t nf = nd.far;
+            int32_t *ai = (int32_t *)(au + nf);
+            tiered_audit_row(t, q, layer, I->kvh, qb, ob, o_near, l_near, sel, n_sel, &fv, ta, tl, au,
+                             ai, ai + nf, ai + 3 * nf, ai + 2 * nf);   /* work last: topk's */
+        }
     }
-#pragma omp atomic
-    q->audit.n += g;
-#pragma omp atomic
-    q->audit.rel_err_sum += err_sum;
-    if (n_far > 0) {
-#pragma omp atomic
-        q->audit.recall_sum += recall;
-#pragma omp atomic
-        q->audit.n_recall += 1;
+    for (int r = 0; r < I->nq; r++)
+        memcpy(out + (sg->row + I->q0 + r) * ld_out + (size_t)I->kvh * g * d, ob + (size_t)r * g * d,
+               (size_t)g * d * sizeof(float));
+    if (lse_out)
+        for (int r = 0; r < I->nq; r++)
+            memcpy(lse_out + (sg->row + I->q0 + r) * t->s.n_head + (size_t)I->kvh * g,
+                   lb + (size_t)r * g, (size_t)g * sizeof(float));
+}
+
+/* The split step's pieces, near and far, as their rows' selections finish:
+ * a thread with no selection left to make starts on the pieces of the rows
+ * already selected instead of waiting at a barrier for the last selection.
+ * The thread that finishes a slot's last piece merges them in order (near,
+ * far 0, 1, ...): the same arithmetic whichever thread runs which piece. */
+static void run_pieces(layer_step *st) {
+    const int g = st->g, d = st->d;
+    const size_t gd = (size_t)g * d;
+    const int64_t P1 = st->P1, np = (int64_t)st->n_dec * P1;
+    const hkv_cpu_kernels *kn = st->t->kern;
+    for (int64_t u; (u = __atomic_fetch_add(&st->next_piece, 1, __ATOMIC_RELAXED)) < np;) {
+        const int k = (int)(u / P1);
+        const int64_t j = u % P1;
+        while (!__atomic_load_n(&st->ready[k], __ATOMIC_ACQUIRE)) spin_pause();
+        if (__atomic_load_n(&st->fail, __ATOMIC_RELAXED)) continue;   /* the step fails whole */
+        const far_work *f = &st->fw[k];
+        const float *qv = st->sq + k * gd;
+        if (j == 0) {
+            if (!f->n_near) continue;
+            kn->attn_dense(qv, g, d, f->nk, f->nv, d, f->n_near, st->scale, st->po + u * gd,
+                           st->pl + u * g);
+        } else {
+            const int64_t a = (j - 1) * FAR_PIECE, n = f->n_sel;
+            if (a >= n) continue;
+            far_piece(kn, qv, g, d, f, a, a + FAR_PIECE < n ? a + FAR_PIECE : n, st->scale,
+                      st->po + u * gd, st->pl + u * g);
+        }
+        if (__atomic_sub_fetch(&st->pending[k], 1, __ATOMIC_ACQ_REL)) continue;
+        float *ob = st->so + (size_t)k * gd, *lb = st->sl + (size_t)k * g;
+        if (f->n_near) hkv_attn_merge(ob, lb, st->po + k * P1 * gd, st->pl + k * P1 * g, g, d);
+        for (int64_t i = 0; i < n_pieces(f->n_sel); i++) {
+            const int64_t v = (int64_t)k * P1 + 1 + i;
+            hkv_attn_merge(ob, lb, st->po + v * gd, st->pl + v * g, g, d);
+        }
     }
-#pragma omp atomic
-    q->audit.selected_sum += (double)n_sel;
-#pragma omp atomic
-    q->audit.far_sum += (double)n_far;
 }
 
 int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const float *qkv,
@@ -154,7 +313,6 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
                   const hkv_recall_rows *rec, hkv_err *err) {
     const int KH = t->s.n_head_kv, d = t->s.head_dim, g = t->s.n_head / KH;
     const float scale = 1.0f / sqrtf((float)d);
-    const hkv_cpu_kernels *kn = t->kern;
     need nd = {0};
     int n_items = 0;
     for (int i = 0; i < n_segs; i++) {
@@ -216,6 +374,7 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
     const int split = n_dec > 0 && n_dec < 4 * nth && max_pieces > 1 && !t->p.audit;
     int *dec_of = NULL;      /* item -> its decode slot (split) */
     int *pending = NULL;     /* decode slot -> its pieces not yet computed */
+    int *ready = NULL;       /* decode slot -> selected, its pieces may run */
     far_work *fw = NULL;
     const int64_t P1 = max_pieces + 1;   /* a decode slot's pieces: near, then far */
     float *sq = NULL, *so = NULL, *sl = NULL, *po = NULL, *pl = NULL;
@@ -232,200 +391,42 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
             }
             t->split_bytes = fl * sizeof(float);
         }
-        dec_of = malloc((size_t)(n_items + n_dec) * sizeof *dec_of);
+        dec_of = calloc((size_t)n_items + 2 * (size_t)n_dec, sizeof *dec_of);
         fw = calloc((size_t)n_dec, sizeof *fw);
         if (!dec_of || !fw) {
             free(dec_of), free(fw), free(items);
             return hkv_seterr(err, HKV_E_NOMEM, "no memory for %d split attention items", n_dec);
         }
         for (int w = 0, k = 0; w < n_items; w++) dec_of[w] = is_prompt(&segs[items[w].seg]) ? -1 : k++;
-        pending = dec_of + n_items;
+        pending = dec_of + n_items, ready = pending + n_dec;
         sq = t->split, so = sq + n_dec * gd, sl = so + n_dec * gd, po = sl + (size_t)n_dec * g;
         pl = po + np * gd, ssel = (int32_t *)(pl + np * g);
-    }
-    int fail = 0;
-    /* A far-only step over empty far ranges (every row's keys near: the CUDA
+    }    /* A far-only step over empty far ranges (every row's keys near: the CUDA
      * pipeline's deferred host steps) writes empty partials: too little for
      * a team's wake-up. */
     int wide = !lse_out || nd.far > 0 || t->p.audit;
     for (int i = 0; i < n_segs && !wide; i++) wide = is_prompt(&segs[i]);
-#pragma omp parallel for schedule(dynamic, 1) if (wide)
-    for (int w = 0; w < n_items; w++) {
+    layer_step st = {.t = t, .layer = layer, .KH = KH, .g = g, .d = d, .split = split,
+                     .scale = scale, .nd = nd, .segs = segs, .rec = rec, .qkv = qkv,
+                     .ld_qkv = ld_qkv, .ld_out = ld_out, .out = out, .lse_out = lse_out,
+                     .items = items, .n_items = n_items, .n_dec = n_dec, .dec_of = dec_of,
+                     .pending = pending, .ready = ready, .fw = fw, .P1 = P1, .sq = sq, .so = so,
+                     .sl = sl, .po = po, .pl = pl, .ssel = ssel};
+    /* Items are claimed in order, one at a time (a prompt tile or a decode
+     * row's KV head); with split, each thread then goes on to the pieces. */
+#pragma omp parallel if (wide)
+    {
         float *base = t->scratch + (size_t)omp_get_thread_num() * per;
-        float *qb = base, *ob = qb + (size_t)QTILE * g * d, *lb = ob + (size_t)QTILE * g * d;
-        float *o2 = lb + (size_t)QTILE * g, *l2 = o2 + (size_t)g * d;      /* far partial */
-        float *o_near = l2 + g, *l_near = o_near + (size_t)g * d;            /* audit: near copy */
-        float *ta = l_near + g, *tl = ta + 2 * (size_t)g * d;                /* audit: dense ref */
-        int32_t *sel = (int32_t *)(tl + 2 * (size_t)g);
-        hkv_policy_scratch ps = {.f = (float *)(sel + nd.max_sel), .nf = nd.pol_f,
-                                 .i = (int32_t *)((float *)(sel + nd.max_sel) + nd.pol_f), .ni = nd.pol_i};
-        float *au = (float *)(ps.i + nd.pol_i);
-        int32_t *tidx = (int32_t *)(au + (t->p.audit ? 5 * (size_t)nd.far : 0));
-        const item *I = &items[w];
-        const hkv_seg *sg = &segs[I->seg];
-        tseq *q = &t->seqs[sg->seq];
-        for (int r = 0; r < I->nq; r++)
-            memcpy(qb + (size_t)r * g * d, qkv + (sg->row + I->q0 + r) * ld_qkv + (size_t)I->kvh * g * d,
-                   (size_t)g * d * sizeof(float));
-        const tsp_list *tsl = q->tsp && q->tsp[layer].rows ? &q->tsp[layer] : NULL;
-        if (is_prompt(sg) && tsl) {
-            /* After a token-selective prefill: causal over the present
-             * positions only; each query sees a prefix of the tile's list. */
-            int64_t n_idx = tiered_tsp_rows_upto(tsl, seg_pos(sg, I->q0 + I->nq - 1), tidx), c = 0;
-            for (int r = 0; r < I->nq; r++) {
-                int64_t p = seg_pos(sg, I->q0 + r);
-                while (c < n_idx && tidx[c] <= p) c++;
-                kn->attn_sparse(qb + (size_t)r * g * d, g, d, far_rows(t, q, q->far_k, layer, I->kvh),
-                                far_rows(t, q, q->far_v, layer, I->kvh), d, tidx, c, scale,
-                                ob + (size_t)r * g * d, lb + (size_t)r * g);
-            }
-        } else if (is_prompt(sg)) {
-            hkv_attn_causal_for(kn)(qb, (int64_t)g * d, I->nq, g, d, sg->pos + I->q0,
-                            far_rows(t, q, q->far_k, layer, I->kvh), far_rows(t, q, q->far_v, layer, I->kvh),
-                            d, scale, ob, (int64_t)g * d, lb);
-        } else {
-            int64_t n_near = sg->pos + 1 < t->NR ? sg->pos + 1 : t->NR;
-            if (lse_out || split) {   /* far only, or near as a piece: the empty partial */
-                memset(ob, 0, (size_t)g * d * sizeof(float));
-                for (int j = 0; j < g; j++) lb[j] = -INFINITY;
-            }
-            if (split) {
-                far_work *f = &fw[dec_of[w]];
-                *f = (far_work){0};
-                if (!lse_out) {
-                    f->nk = near_rows(t, q, q->near_k, layer, I->kvh);
-                    f->nv = near_rows(t, q, q->near_v, layer, I->kvh);
-                    f->n_near = n_near;
-                    __atomic_fetch_add(&t->bytes_read, (uint64_t)n_near * d * 4, __ATOMIC_RELAXED);
-                }
-            } else if (!lse_out) {
-                kn->attn_dense(qb, g, d, near_rows(t, q, q->near_k, layer, I->kvh),
-                               near_rows(t, q, q->near_v, layer, I->kvh), d, n_near, scale, ob, lb);
-                __atomic_fetch_add(&t->bytes_read, (uint64_t)n_near * d * 4, __ATOMIC_RELAXED);
-            }
-            hkv_far_view fv;
-            tiered_far_view(t, q, layer, &fv);
-            if (t->p.audit) {
-                memcpy(o_near, ob, (size_t)g * d * sizeof(float));
-                memcpy(l_near, lb, (size_t)g * sizeof(float));
-            }
-            int64_t n_sel = 0;
-            if (fv.hi > fv.lo) {
-                const int64_t at = sg->row * KH + I->kvh;
-                int64_t range_from = -1;   /* >= 0: sel is [range_from, hi) */
-                if (rec && rec->far_from && rec->far_from[at] >= 0) {
-                    /* the kept set is the caller's: the tokens past it only */
-                    range_from = rec->far_from[at] > fv.lo ? rec->far_from[at] : fv.lo;
-                    n_sel = 0;
-                    for (int64_t p = range_from; p < fv.hi; p++) sel[n_sel++] = (int32_t)p;
-                } else if (rec && rec->sel_n && rec->sel_n[at] >= 0) {
-                    /* selected by the caller: in range, or the step fails */
-                    const int32_t *ps = rec->sel + at * rec->sel_ld;
-                    n_sel = rec->sel_n[at] <= nd.max_sel ? rec->sel_n[at] : HKV_E_RANGE;
-                    for (int64_t i = 0; n_sel > 0 && i < n_sel; i++) {
-                        if (ps[i] < fv.lo || ps[i] >= fv.hi) {
-                            n_sel = HKV_E_RANGE;
-                            break;
-                        }
-                        sel[i] = ps[i];
-                    }
-                } else if (rec && rec->n && rec->n[at] >= 0 && q->pol.ops->select_recalled) {
-                    const hkv_recalled r = {rec->slot + at * rec->ld, rec->score + at * rec->ld,
-                                            rec->n[at]};
-                    ps.bytes = 0;
-                    n_sel = q->pol.ops->select_recalled(q->pol.self, layer, I->kvh, qb, &fv, &r,
-                                                        sel, &ps);
-                } else {
-                    ps.bytes = 0;
-                    n_sel = q->pol.ops->select(q->pol.self, layer, I->kvh, qb, &fv, sel, &ps);
-                }
-                if (n_sel < 0) {
-#pragma omp atomic write
-                    fail = (int)n_sel;
-                    continue;
-                }
-                /* K and V of each row attended (2 d fp16 each), and the selection's reads */
-                __atomic_fetch_add(&t->bytes_read, (uint64_t)n_sel * d * 4 + ps.bytes,
-                                   __ATOMIC_RELAXED);
-                ps.bytes = 0;
-                /* select returns unique positions in [lo, hi): as many as the range
-                 * means the whole range, read contiguously rather than gathered;
-                 * so is the range past a kept set the caller attends. */
-                const int64_t p0 = n_sel == fv.hi - fv.lo ? fv.lo : range_from;
-                const int contiguous = n_sel == fv.hi - fv.lo || range_from >= 0;
-                far_work f = {.k = fv.k[I->kvh], .v = fv.v[I->kvh], .ld = fv.ld, .p0 = p0,
-                              .n_sel = n_sel, .sel = contiguous ? NULL : sel};
-                if (split) {   /* the pieces run after every selection is made */
-                    const int k = dec_of[w];
-                    if (f.sel) {
-                        memcpy(ssel + (size_t)k * nd.max_sel, sel, (size_t)n_sel * sizeof *sel);
-                        f.sel = ssel + (size_t)k * nd.max_sel;
-                    }
-                    f.nk = fw[k].nk, f.nv = fw[k].nv, f.n_near = fw[k].n_near;
-                    fw[k] = f;
-                } else {
-                    for (int64_t a = 0; a < n_sel; a += FAR_PIECE) {
-                        far_piece(kn, qb, g, d, &f, a, a + FAR_PIECE < n_sel ? a + FAR_PIECE : n_sel,
-                                  scale, o2, l2);
-                        hkv_attn_merge(ob, lb, o2, l2, g, d);
-                    }
-                }
-            }
-            if (split) {   /* the query and the empty partial, for the pieces and the merge */
-                const int k = dec_of[w];
-                pending[k] = (fw[k].n_near > 0) + (int)n_pieces(fw[k].n_sel);
-                if (pending[k]) {   /* (none: a far-only row with nothing far, written below) */
-                    memcpy(sq + (size_t)k * g * d, qb, (size_t)g * d * sizeof(float));
-                    memcpy(so + (size_t)k * g * d, ob, (size_t)g * d * sizeof(float));
-                    memcpy(sl + (size_t)k * g, lb, (size_t)g * sizeof(float));
-                    continue;
-                }
-            }
-            if (t->p.audit) {
-                int64_t nf = nd.far;
-                int32_t *ai = (int32_t *)(au + nf);
-                audit_row(t, q, layer, I->kvh, qb, ob, o_near, l_near, sel, n_sel, &fv, ta, tl, au,
-                          ai, ai + nf, ai + 2 * nf, ai + 3 * nf);
-            }
+        for (int w; (w = __atomic_fetch_add(&st.next_item, 1, __ATOMIC_RELAXED)) < n_items;) {
+            attend_item(&st, w, base);
+            if (split && dec_of[w] >= 0) __atomic_store_n(&ready[dec_of[w]], 1, __ATOMIC_RELEASE);
         }
-        for (int r = 0; r < I->nq; r++)
-            memcpy(out + (sg->row + I->q0 + r) * ld_out + (size_t)I->kvh * g * d, ob + (size_t)r * g * d,
-                   (size_t)g * d * sizeof(float));
-        if (lse_out)
-            for (int r = 0; r < I->nq; r++)
-                memcpy(lse_out + (sg->row + I->q0 + r) * t->s.n_head + (size_t)I->kvh * g,
-                       lb + (size_t)r * g, (size_t)g * sizeof(float));
+        if (split) run_pieces(&st);
     }
+    const int fail = st.fail;
     if (split && !fail) {
-        /* Every piece, near and far, side by side; the thread that finishes
-         * a slot's last piece merges them in order (near, far 0, 1, ...): the
-         * same arithmetic whichever thread runs which piece. */
-        const size_t gd = (size_t)g * d;
-        const int64_t np = (int64_t)n_dec * P1;
-#pragma omp parallel for schedule(dynamic, 1)
-        for (int64_t u = 0; u < np; u++) {
-            const int k = (int)(u / P1);
-            const int64_t j = u % P1;
-            const far_work *f = &fw[k];
-            if (j == 0) {
-                if (!f->n_near) continue;
-                kn->attn_dense(sq + k * gd, g, d, f->nk, f->nv, d, f->n_near, scale, po + u * gd,
-                               pl + u * g);
-            } else {
-                const int64_t a = (j - 1) * FAR_PIECE, n = f->n_sel;
-                if (a >= n) continue;
-                far_piece(kn, sq + k * gd, g, d, f, a, a + FAR_PIECE < n ? a + FAR_PIECE : n, scale,
-                          po + u * gd, pl + u * g);
-            }
-            if (__atomic_sub_fetch(&pending[k], 1, __ATOMIC_ACQ_REL)) continue;
-            float *ob = so + (size_t)k * gd, *lb = sl + (size_t)k * g;
-            if (f->n_near) hkv_attn_merge(ob, lb, po + k * P1 * gd, pl + k * P1 * g, g, d);
-            for (int64_t i = 0; i < n_pieces(f->n_sel); i++) {
-                const int64_t v = (int64_t)k * P1 + 1 + i;
-                hkv_attn_merge(ob, lb, po + v * gd, pl + v * g, g, d);
-            }
-        }
         /* the merged slots to their rows (a few KB: no team) */
+        const size_t gd = (size_t)g * d;
         for (int w = 0; w < n_items; w++) {
             const int k = dec_of[w];
             if (k < 0 || !((fw[k].n_near > 0) + n_pieces(fw[k].n_sel))) continue;

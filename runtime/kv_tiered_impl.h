@@ -93,6 +93,13 @@ int64_t tiered_tsp_rows_upto(const tsp_list *tl, int64_t p_last, int32_t *idx);
 static inline int64_t seg_pos(const hkv_seg *sg, int64_t i) {
     return sg->pos_list ? sg->pos_list[i] : sg->pos + i;
 }
+/* Audit of one decode row (kv_tiered_audit.c): the policy's partial o_pol
+ * against near + every far row, and its recall of the top-k; rows, top,
+ * mark hold the far range's size, work HKV_TOPK_SCRATCH of it. */
+void tiered_audit_row(tiered *t, tseq *q, int layer, int kvh, const float *qv, const float *o_pol,
+                      const float *o_near, const float *lse_near, const int32_t *sel, int64_t n_sel,
+                      const hkv_far_view *fv, float *tmp_o, float *tmp_l, float *scores,
+                      int32_t *rows, int32_t *top, int32_t *work, int32_t *mark);
 /* Attention of all segments (after their K/V are in place). With lse_out
  * (far-only mode, hkv_kv_ops.layer_step_far) decode rows get only the far
  * partial and every row's lse goes to lse_out[row * n_head + head]. */

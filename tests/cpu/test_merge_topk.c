@@ -21,7 +21,8 @@ static int cmp_desc(const void *a, const void *b)
 
 static void check_topk(const float *s, int64_t n, int64_t k, const char *what)
 {
-    int32_t *idx = malloc((k > 0 ? k : 1) * sizeof *idx + 64), *scratch = malloc((n + 1) * sizeof *scratch);
+    int32_t *idx = malloc((k > 0 ? k : 1) * sizeof *idx + 64);
+    int32_t *scratch = malloc(HKV_TOPK_SCRATCH(n + 1) * sizeof *scratch);
     int32_t *order = malloc((n + 1) * sizeof *order);
     for (int64_t i = 0; i < n; i++) order[i] = (int32_t)i;
     cmp_s = s;
