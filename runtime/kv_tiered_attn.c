@@ -106,6 +106,7 @@ static inline void spin_pause(void) {
     __builtin_ia32_pause();
 #endif
 }
+
 /* One attention item: a prompt tile's causal attention, or a decode row's
  * near and far attention and its merge; with split, the decode row's
  * selection and the pieces it leaves for run_pieces. base: the thread's
