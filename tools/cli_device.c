@@ -181,7 +181,10 @@ int hkv_device_cli_check(const hkv_device_cli *d, const char *model_path, const 
     hkv_plan_params pp = {.cfg = &cfg, .batch = batch, .n_ctx = n_ctx > 0 ? n_ctx : cfg.ctx_train,
                           .L_init = ep->tiered.L_init, .L_local = ep->tiered.L_local,
                           .policy = ep->tiered.policy, .args = &ep->tiered.args,
-                          .max_rows = ep->max_rows};
+                          .max_rows = ep->max_rows,
+                          /* the pipeline recalls ctkvr's centroids on the device and reads
+                           * its IVF lists where the host reranks (pipeline/cuda_recall.c) */
+                          .index_on_host = ep->tiered.policy == &hkv_policy_ctkvr};
     hkv_plan plan;
     if ((rc = hkv_plan_compute(&pp, &plan, err))) return hkv_err_prefix(err, "--device cuda (%s)", desc);
     /* The device holds the weights in their repacked formats (pipeline/), not

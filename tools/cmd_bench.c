@@ -31,6 +31,8 @@ static const char bench_usage[] =
     "      --ctx LIST        context lengths (default 1024,8192)\n"
     "      --batch LIST      batch sizes (default 1,8)\n"
     "      --steps N         timed decode steps per point (default 32)\n"
+    "      --chunk N         prompt rows per forward call of the prefill (default 256); larger\n"
+    "                        chunks feed the device's prompt attention and products more rows\n"
     "  -t, --threads N       CPU threads (default: one per core)\n"
     "      --isa NAME        scalar, avx2, avx512 (default: best)\n"
     "      --probe-mib N     bandwidth probe buffer (default 1024); compute peaks (int8,\n"
@@ -43,6 +45,9 @@ static const char bench_usage[] =
     "      --budgets LIST    budgets as a sweep axis, e.g. 1%,3%,10%,1024: every config whose\n"
     "                        policy takes a budget and sets none is run at each (default\n"
     "                        configs then: full;ctkvr;quest;snapkv)\n"
+    "      --admit-only      check that the GPU memory plan admits every configuration at\n"
+    "                        the largest context and batch, then exit (0: admitted, 1: refused,\n"
+    "                        naming what each tier needs); nothing is loaded\n"
     "      --json            one JSON object on stdout\n"
     "  -o, --output-format F md, csv, json or jsonl: one self-describing row per measured\n"
     "                        point on stdout (model, policy and parameters, budget, context,\n"
@@ -59,7 +64,10 @@ typedef struct point {
     int dense_full;        /* measured under the full policy: the speedup reference */
     double prefill_tok_s, step_s, decode_tok_s, bytes_per_step, gbs, matmul_frac, attn_frac, vs_full;
     int measured;   /* bytes_per_step counted by the cache (the host path), not a formula */
+    double host_bytes_step; /* K/V rows and index bytes the host's attention read a step (the
+                             * tiered cache's counter; on the device path: the far part) */
     double ttft_s;         /* time to first token (prefill + first token); < 0: not measured */
+    double fork_s;         /* the batch's first sequence: copy of the prompt and policy build */
     int has_pl;            /* --device cuda: the pipeline's timeline over the decode steps */
     hkv_pipeline_stats pl;
     int has_pre;           /* and over the shared prefill (where the prompt was attended) */
@@ -85,14 +93,85 @@ static size_t model_weight_bytes(const hkv_model *m) {
     return b;
 }
 
+/* What every row shares: the run's model, threads, device and probe. */
+typedef struct row_ctx {
+    const char *model_name, *model_file, *isa, *precision, *device;
+    char date[32];
+    long long steps, chunk;
+    int threads;
+    double probe, gpu_mem;
+} row_ctx;
+
+/* One measured point as a flat, self-describing row (docs/BENCH_ROWS.md). */
+static json_t *point_row(const point *q, const row_ctx *x) {
+    const int dense = q->bytes_per_step > 0;
+    json_t *r = json_object();
+    if (!r) return NULL;
+    json_object_set_new(r, "model", json_string(x->model_name));
+    json_object_set_new(r, "model_file", json_string(x->model_file));
+    json_object_set_new(r, "config", json_string(q->config));
+    json_object_set_new(r, "spec", json_string(q->spec));
+    json_object_set_new(r, "policy", json_string(q->policy));
+    json_object_set_new(r, "budget", q->budget > 0 ? json_integer(q->budget) : json_null());
+    json_object_set_new(r, "ctx", json_integer(q->ctx));
+    json_object_set_new(r, "batch", json_integer(q->batch));
+    json_object_set_new(r, "steps", json_integer(x->steps));
+    json_object_set_new(r, "threads", json_integer(x->threads));
+    json_object_set_new(r, "isa", json_string(x->isa));
+    json_object_set_new(r, "precision", json_string(x->precision));
+    json_object_set_new(r, "device", json_string(x->device));
+    json_object_set_new(r, "commit", json_string(hkv_build_commit()));
+    json_object_set_new(r, "date", json_string(x->date));
+    json_object_set_new(r, "probe_gbs", json_real(x->probe / 1e9));
+    json_object_set_new(r, "prefill_tok_s", json_real(q->prefill_tok_s));
+    json_object_set_new(r, "decode_tok_s", json_real(q->decode_tok_s));
+    json_object_set_new(r, "step_ms", json_real(q->step_s * 1e3));
+    /* the device path's selection policies: not counted (null, not 0) */
+    json_object_set_new(r, "bytes_per_step", dense ? json_real(q->bytes_per_step) : json_null());
+    json_object_set_new(r, "bytes_counted", json_boolean(q->measured));
+    json_object_set_new(r, "gbs", dense ? json_real(q->gbs) : json_null());
+    json_object_set_new(r, "frac_of_probe",
+                        dense && x->probe > 0 ? json_real(q->gbs * 1e9 / x->probe) : json_null());
+    json_object_set_new(r, "matmul_frac", json_real(q->matmul_frac));
+    json_object_set_new(r, "attn_frac", json_real(q->attn_frac));
+    json_object_set_new(r, "vs_full", q->vs_full > 0 ? json_real(q->vs_full) : json_null());
+    json_object_set_new(r, "ttft_s", q->ttft_s >= 0 ? json_real(q->ttft_s) : json_null());
+    json_object_set_new(r, "fork_s", json_real(q->fork_s));
+    json_object_set_new(r, "chunk", json_integer(x->chunk));
+    json_object_set_new(r, "gpu_mem", x->gpu_mem > 0 ? json_real(x->gpu_mem) : json_null());
+    /* the host's reads a token, and the tokens/s the probe allows at that rate */
+    const double hbt = q->batch > 0 ? q->host_bytes_step / (double)q->batch : 0;
+    json_object_set_new(r, "host_bytes_per_step", json_real(q->host_bytes_step));
+    json_object_set_new(r, "host_bytes_per_token", json_real(hbt));
+    json_object_set_new(r, "host_roofline_tok_s", hbt > 0 ? json_real(x->probe / hbt) : json_null());
+    const hkv_pipeline_stats *pl = q->has_pl ? &q->pl : NULL;
+    /* the device's timeline per timed decode step (null on the CPU path) */
+    const double ns = (double)x->steps;
+#define PL(name, expr) json_object_set_new(r, name, pl ? json_real((expr) / ns) : json_null())
+    PL("dev_cpu_busy_ms", pl->cpu_busy * 1e3);
+    PL("dev_cpu_wait_ms", pl->cpu_wait_dev * 1e3);
+    PL("dev_wait_cpu_ms", pl->dev_wait_cpu * 1e3);
+    PL("dev_near_ms", pl->dev_near * 1e3);
+    PL("dev_products_ms", pl->dev_products * 1e3);
+    PL("dev_total_ms", pl->dev_total * 1e3);
+    PL("dev_h2d_mb", pl->bytes_h2d / 1e6);
+    PL("dev_d2h_mb", pl->bytes_d2h / 1e6);
+#undef PL
+    const hkv_pipeline_stats *pp = q->has_pre ? &q->pre : NULL;   /* the shared prefill */
+    json_object_set_new(r, "prefill_h2d_gb", pp ? json_real(pp->bytes_h2d / 1e9) : json_null());
+    json_object_set_new(r, "prefill_rows_streamed",
+                        pp ? json_integer(pp->prompt_rows_streamed) : json_null());
+    return r;
+}
+
 int hkv_cmd_bench(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "kernels")) return hkv_bench_kernels_main(argc - 1, argv + 1);
     hkv_err err;
     hkv_err_clear(&err);
     const char *model = NULL;
     long long ctxs[MAXL] = {1024, 8192}, batches[MAXL] = {1, 8};
-    int n_ctx = 2, n_batch = 2, json = 0, isa = -1, rows_fmt = HKV_ROWS_NONE;
-    long long steps = 32, threads = 0, probe_mib = 1024;
+    int n_ctx = 2, n_batch = 2, json = 0, isa = -1, rows_fmt = HKV_ROWS_NONE, admit_only = 0;
+    long long steps = 32, threads = 0, probe_mib = 1024, chunk = 256;
     const char *configs = NULL, *budgets = NULL;
     eval_config cfg[EVAL_MAX_CONFIGS];
     int n_cfg = 0;
@@ -119,6 +198,8 @@ int hkv_cmd_bench(int argc, char **argv) {
             fputs(hkv_kv_cli_help, stdout);
             fputs(hkv_device_cli_help, stdout);
             return 0;
+        } else if (!strcmp(a, "--admit-only")) {
+            admit_only = 1;
         } else if (!strcmp(a, "--json")) {
             json = 1;
         } else if ((rc = hkv_arg_value(argc, argv, &i, &v, &err))) {
@@ -133,6 +214,8 @@ int hkv_cmd_bench(int argc, char **argv) {
         } else if (!strcmp(a, "--batch")) {
             n_batch = MAXL;
             rc = hkv_arg_int_list(a, v, 1, 4095, batches, &n_batch, &err);
+        } else if (!strcmp(a, "--chunk")) {
+            rc = hkv_arg_int(a, v, 1, 65536, &chunk, &err);
         } else if (!strcmp(a, "--steps")) {
             rc = hkv_arg_int(a, v, 1, 100000, &steps, &err);
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
@@ -167,7 +250,7 @@ int hkv_cmd_bench(int argc, char **argv) {
     ep.isa = isa;
     ep.max_seqs = (int)max_batch + 1;     /* seq 0 keeps the prefilled prompt */
     ep.n_ctx = max_ctx + steps + 1;
-    ep.max_rows = 256;
+    ep.max_rows = (int)chunk;
     if (!rc) rc = hkv_kv_cli_apply(&kc, &ep, &err);
     if (!rc && configs && (kc.policy || kc.n_pargs || kc.kv))
         rc = hkv_seterr(&err, HKV_E_INVAL, "bench: give --configs or --policy/--kv, not both");
@@ -187,6 +270,12 @@ int hkv_cmd_bench(int argc, char **argv) {
         hkv_err_report(&err, stderr);
         return 2;
     }
+    /* One configuration at one batch size: the prompt's own sequence is the
+     * batch's first, so the device holds B sequences, not B + 1 (a dense
+     * baseline whose whole context fits the cap once, not twice). */
+    const hkv_policy_def *only = configs ? (n_cfg == 1 ? cfg[0].def : NULL) : ep.tiered.policy;
+    const int in_place = !ep.kv_plain && n_batch == 1 && only && only->prep == HKV_PREP_NONE;
+    if (in_place) ep.max_seqs = (int)max_batch;
     /* --device cuda and only full measured: the whole context near when it
      * fits (hkv_device_cli_check_near), as run, batch and serve do */
     int all_full = !ep.kv_plain && !strcmp(ep.tiered.policy->name, "full");
@@ -205,6 +294,12 @@ int hkv_cmd_bench(int argc, char **argv) {
     if (rc) {
         hkv_err_report(&err, stderr);
         return 1;
+    }
+    if (admit_only) {
+        printf("admitted: context %lld, batch %lld, %s%s\n", max_ctx, max_batch,
+               dc.cuda ? "--device cuda" : "--device cpu (nothing to plan)",
+               in_place ? ", the prompt's sequence decoding in the batch" : "");
+        return 0;
     }
     hkv_engine *e = NULL;
     int n_pcfg = configs ? n_cfg : 1;
@@ -237,6 +332,12 @@ int hkv_cmd_bench(int argc, char **argv) {
     const double wbytes = (double)model_weight_bytes(&e->model);
     const hkv_kv_ops *ops = e->kv.ops;
     synth_prompt(prompt, max_ctx, c->vocab);
+    row_ctx rx = {.model_name = c->name, .model_file = model ? model : "synthetic",
+                  .isa = hkv_isa_name(e->kern.isa), .precision = hkv_precision_name(e->kern.precision),
+                  .device = hkv_backend_is_cuda(&e->be) ? hkv_gpu_backend() : "cpu",
+                  .steps = steps, .chunk = e->max_rows, .threads = hkv_threads_count(e->threads),
+                  .probe = probe, .gpu_mem = dc.cuda ? (double)dc.gpu_mem : 0};
+    hkv_rows_date(rx.date, sizeof rx.date);
 
     for (int ci = 0; ci < n_ctx; ci++) {
         long long L = ctxs[ci];
@@ -270,12 +371,21 @@ int hkv_cmd_bench(int argc, char **argv) {
             for (int bi = 0; bi < n_batch; bi++) {
                 long long B = batches[bi];
                 double t_prep = 0;   /* the first fork's prep (lookahead, draft compression) */
-                for (int s = 1; s <= B; s++) {
+                double t_fork = 0;   /* the first sequence's copy and policy build (its index) */
+                const int s0 = in_place ? 0 : 1;   /* the batch is sequences s0 .. s0 + B - 1 */
+                if (in_place && configs) {
+                    double a = hkv_now();
+                    if ((rc = hkv_kv_tiered_set_policy(&e->kv, 0, cfg[ci2].def, &cargs, &err))) goto out;
+                    t_fork = hkv_now() - a;
+                }
+                for (int s = 1; s < s0 + B; s++) {
+                    const double f0 = hkv_now();
                     if (configs && (rc = hkv_kv_tiered_set_policy(&e->kv, s, cfg[ci2].def, &cargs, &err)))
                         goto out;
                     if ((rc = ops->seq_open(e->kv.self, s, L + steps + 1 + hkv_lookahead_room(e, s), &err)) ||
                         (rc = ops->seq_copy(e->kv.self, s, 0, &err)))
                         goto out;
+                    if (s == 1 && !in_place) t_fork = hkv_now() - f0;
                     /* the policy's prep on the fork (laq/speckv lookahead, specpc compression) */
                     memcpy(first_c, first, (size_t)c->vocab * sizeof *first);
                     double a = hkv_now();
@@ -303,6 +413,9 @@ int hkv_cmd_bench(int argc, char **argv) {
                 /* laq/speckv: the shared prefill + the lookahead; specpc: its fork's
                  * prep is the whole of it (draft, then the compressed prefill) */
                 const int prep = configs ? cfg[ci2].def->prep : ep.tiered.policy->prep;
+                if (configs && prep == HKV_PREP_NONE && ttft < 0)
+                    ttft = t_pre + t_fork;   /* the prompt, then its index (an upper bound
+                                              * when the fork's copy of the prompt is in it) */
                 if (prep == HKV_PREP_LOOKAHEAD_TARGET || prep == HKV_PREP_LOOKAHEAD_DRAFT)
                     ttft = t_pre + t_prep;
                 else if (prep == HKV_PREP_COMPRESS_DRAFT)
@@ -313,7 +426,7 @@ int hkv_cmd_bench(int argc, char **argv) {
                 for (long long st = 0; st < steps + 1; st++) {
                     for (int s = 0; s < B; s++) {
                         toks[s] = prompt[(L + st * 7 + s) % L];
-                        segs[s] = (hkv_seg){.seq = s + 1, .n = 1, .pos = base + st, .row = s};
+                        segs[s] = (hkv_seg){.seq = s0 + s, .n = 1, .pos = base + st, .row = s};
                     }
                     int64_t lr[4096];
                     for (int s = 0; s < B; s++) lr[s] = s;
@@ -330,8 +443,9 @@ int hkv_cmd_bench(int argc, char **argv) {
                 p->has_pre = has_pre;
                 if (has_pre) p->pre = pre;
                 np++;
-                for (int s = 1; s <= B; s++) ops->seq_close(e->kv.self, s);
+                for (int s = 1; s < s0 + B; s++) ops->seq_close(e->kv.self, s);
                 p->ctx = L;
+                p->fork_s = t_fork;
                 p->batch = B;
                 snprintf(p->config, sizeof p->config, "%s", label);
                 p->policy = ep.kv_plain ? "plain" : configs ? cfg[ci2].def->name : ep.tiered.policy->name;
@@ -350,8 +464,9 @@ int hkv_cmd_bench(int argc, char **argv) {
                 int dense = ep.kv_plain || pdef == &hkv_policy_full;
                 const int cuda = hkv_backend_is_cuda(&e->be);
                 double kv = (double)B * c->n_layer * c->n_head_kv * (L + steps / 2.0) * c->head_dim * 2 * 2;
-                if (!ep.kv_plain && !cuda)
-                    kv = (double)(hkv_kv_tiered_bytes_read(&e->kv) - kv_read0) / (double)(steps + 1);
+                p->host_bytes_step = ep.kv_plain ? 0 :
+                    (double)(hkv_kv_tiered_bytes_read(&e->kv) - kv_read0) / (double)(steps + 1);
+                if (!ep.kv_plain && !cuda) kv = p->host_bytes_step;
                 p->measured = !ep.kv_plain && !cuda;
                 p->bytes_per_step = dense || p->measured ? wbytes + kv : 0;
                 p->gbs = p->bytes_per_step / p->step_s / 1e9;
@@ -388,63 +503,29 @@ int hkv_cmd_bench(int argc, char **argv) {
                         fprintf(stderr, "\n");
                     }
                 }
+                if (rows_fmt == HKV_ROWS_JSONL) {   /* each row as it is measured: a run
+                                                      * stopped part-way keeps its rows */
+                    json_t *one = json_array(), *r = point_row(p, &rx);
+                    if (!one || !r || json_array_append_new(one, r)) {
+                        json_decref(one);
+                        rc = hkv_seterr(&err, HKV_E_NOMEM, "no memory for a row");
+                        goto out;
+                    }
+                    rc = hkv_rows_write(stdout, rows_fmt, one, &err);
+                    json_decref(one);
+                    fflush(stdout);
+                    if (rc) goto out;
+                }
             }
         }
         ops->seq_close(e->kv.self, 0);
     }
     if (rows_fmt == HKV_ROWS_JSON) json = 1;   /* the one JSON object, as --json */
-    if (rows_fmt && rows_fmt != HKV_ROWS_JSON) {
-        char date[32];
-        hkv_rows_date(date, sizeof date);
-        const char *dev = hkv_backend_is_cuda(&e->be) ? hkv_gpu_backend() : "cpu";
+    if (rows_fmt && rows_fmt != HKV_ROWS_JSON && rows_fmt != HKV_ROWS_JSONL) {
         json_t *rows = json_array();
         for (int i = 0; rows && i < np; i++) {
-            const point *q = &pts[i];
-            const int dense = q->bytes_per_step > 0;
-            json_t *r = json_object();
+            json_t *r = point_row(&pts[i], &rx);
             if (!r) break;
-            json_object_set_new(r, "model", json_string(c->name));
-            json_object_set_new(r, "model_file", json_string(model ? model : "synthetic"));
-            json_object_set_new(r, "config", json_string(q->config));
-            json_object_set_new(r, "spec", json_string(q->spec));
-            json_object_set_new(r, "policy", json_string(q->policy));
-            json_object_set_new(r, "budget", q->budget > 0 ? json_integer(q->budget) : json_null());
-            json_object_set_new(r, "ctx", json_integer(q->ctx));
-            json_object_set_new(r, "batch", json_integer(q->batch));
-            json_object_set_new(r, "steps", json_integer(steps));
-            json_object_set_new(r, "threads", json_integer(hkv_threads_count(e->threads)));
-            json_object_set_new(r, "isa", json_string(hkv_isa_name(e->kern.isa)));
-            json_object_set_new(r, "precision", json_string(hkv_precision_name(e->kern.precision)));
-            json_object_set_new(r, "device", json_string(dev));
-            json_object_set_new(r, "commit", json_string(hkv_build_commit()));
-            json_object_set_new(r, "date", json_string(date));
-            json_object_set_new(r, "probe_gbs", json_real(probe / 1e9));
-            json_object_set_new(r, "prefill_tok_s", json_real(q->prefill_tok_s));
-            json_object_set_new(r, "decode_tok_s", json_real(q->decode_tok_s));
-            json_object_set_new(r, "step_ms", json_real(q->step_s * 1e3));
-            /* the device path's selection policies: not counted (null, not 0) */
-            json_object_set_new(r, "bytes_per_step", dense ? json_real(q->bytes_per_step) : json_null());
-            json_object_set_new(r, "bytes_counted", json_boolean(q->measured));
-            json_object_set_new(r, "gbs", dense ? json_real(q->gbs) : json_null());
-            json_object_set_new(r, "frac_of_probe",
-                                dense && probe > 0 ? json_real(q->gbs * 1e9 / probe) : json_null());
-            json_object_set_new(r, "matmul_frac", json_real(q->matmul_frac));
-            json_object_set_new(r, "attn_frac", json_real(q->attn_frac));
-            json_object_set_new(r, "vs_full", q->vs_full > 0 ? json_real(q->vs_full) : json_null());
-            json_object_set_new(r, "ttft_s", q->ttft_s >= 0 ? json_real(q->ttft_s) : json_null());
-            const hkv_pipeline_stats *pl = q->has_pl ? &q->pl : NULL;
-            /* the device's timeline per decode step (null on the CPU path) */
-            const double ns = (double)(steps + 1);
-#define PL(name, expr) json_object_set_new(r, name, pl ? json_real((expr) / ns) : json_null())
-            PL("dev_cpu_busy_ms", pl->cpu_busy * 1e3);
-            PL("dev_cpu_wait_ms", pl->cpu_wait_dev * 1e3);
-            PL("dev_wait_cpu_ms", pl->dev_wait_cpu * 1e3);
-            PL("dev_near_ms", pl->dev_near * 1e3);
-            PL("dev_products_ms", pl->dev_products * 1e3);
-            PL("dev_total_ms", pl->dev_total * 1e3);
-            PL("dev_h2d_mb", pl->bytes_h2d / 1e6);
-            PL("dev_d2h_mb", pl->bytes_d2h / 1e6);
-#undef PL
             json_array_append_new(rows, r);
         }
         if (!rows) rc = hkv_seterr(&err, HKV_E_NOMEM, "no memory for the rows");
@@ -482,9 +563,10 @@ int hkv_cmd_bench(int argc, char **argv) {
             hkv_jset(r, "attn_frac", hkv_jnum(q->attn_frac, "%.3f"), &bad);
             hkv_jset(r, "vs_full", hkv_jnum(q->vs_full, "%.3f"), &bad);
             hkv_jset(r, "ttft_s", q->ttft_s >= 0 ? hkv_jnum(q->ttft_s, "%.4f") : json_null(), &bad);
+            hkv_jset(r, "host_bytes_per_step", hkv_jint(q->host_bytes_step), &bad);
             if (q->has_pl) {   /* the pipeline over this point's decode steps */
                 json_t *t = json_object();
-                hkv_jset(t, "steps", json_integer(steps + 1), &bad);
+                hkv_jset(t, "steps", json_integer(steps), &bad);
                 hkv_device_cli_timeline(t, &q->pl, 0, &bad);
                 hkv_jset(r, "timeline", t, &bad);
             }

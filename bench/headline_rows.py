@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""Gather a headline run's rows (bench/gpu_headline.sh) into one file.
+
+    python3 bench/headline_rows.py OUT_DIR
+
+Reads OUT_DIR/split_*.jsonl and dense_*.jsonl (`hetkv bench -o jsonl` rows)
+and plan_predict.jsonl (`hetkv plan --predict -o jsonl`), writes
+OUT_DIR/headline.json ({"rows": [...], "ratios": [...]}: per row the config,
+context, batch, GPU cap, decode tokens/s, time to first token, the step's
+timeline per decode step and the host's bytes per token; per context the best
+split tokens/s over the best dense tokens/s) and OUT_DIR/headline.md (the same
+as Markdown tables). Rows come from whatever the run measured: a step stopped
+by its time limit leaves the rows it wrote."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import sys
+
+KEEP = ["config", "policy", "budget", "ctx", "batch", "gpu_mem", "decode_tok_s", "step_ms",
+        "ttft_s", "prefill_tok_s", "fork_s", "chunk", "dev_cpu_busy_ms", "dev_cpu_wait_ms",
+        "dev_wait_cpu_ms", "dev_near_ms", "dev_products_ms", "dev_total_ms", "dev_h2d_mb",
+        "dev_d2h_mb", "host_bytes_per_token", "host_roofline_tok_s", "probe_gbs",
+        "prefill_h2d_gb", "prefill_rows_streamed", "threads", "device", "commit", "date"]
+
+
+def read_jsonl(path: str) -> list[dict]:
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if line.startswith("{"):
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError:
+                    pass   # a line cut by the step's time limit
+    return rows
+
+
+def fmt(v, nd=1) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.{nd}f}"
+    return str(v)
+
+
+def main() -> int:
+    if len(sys.argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    out = sys.argv[1]
+    rows = []
+    for kind in ("split", "dense"):
+        for path in sorted(glob.glob(os.path.join(out, f"{kind}_*.jsonl"))):
+            for r in read_jsonl(path):
+                row = {"kind": kind, "file": os.path.basename(path)}
+                row.update({k: r.get(k) for k in KEEP})
+                rows.append(row)
+    pred = {}
+    ppath = os.path.join(out, "plan_predict.jsonl")
+    if os.path.exists(ppath):
+        for p in read_jsonl(ppath):
+            if p.get("fits") and p.get("built_tok_s") is not None:
+                pred[(p["policy"], p["ctx"], p["batch"])] = p["built_tok_s"]
+    for row in rows:
+        # full is predicted with the whole KV on the device: the dense rows only
+        key = (row["policy"], row["ctx"], row["batch"])
+        if row["policy"] == "full" and row["kind"] != "dense":
+            key = None
+        row["predicted_tok_s"] = pred.get(key) if key else None
+    ratios = []
+    for ctx in sorted({r["ctx"] for r in rows}):
+        split = [r for r in rows if r["ctx"] == ctx and r["kind"] == "split"]
+        dense = [r for r in rows if r["ctx"] == ctx and r["kind"] == "dense"]
+        bs = max(split, key=lambda r: r["decode_tok_s"], default=None)
+        bd = max(dense, key=lambda r: r["decode_tok_s"], default=None)
+        bc = max((r for r in split if r["policy"] == "ctkvr"), key=lambda r: r["decode_tok_s"],
+                 default=None)
+        ratios.append({
+            "ctx": ctx,
+            "best_split": bs and {"config": bs["config"], "batch": bs["batch"],
+                                  "decode_tok_s": bs["decode_tok_s"]},
+            "best_ctkvr": bc and {"config": bc["config"], "batch": bc["batch"],
+                                  "decode_tok_s": bc["decode_tok_s"]},
+            "best_dense": bd and {"batch": bd["batch"], "decode_tok_s": bd["decode_tok_s"]},
+            "split_over_dense": bs["decode_tok_s"] / bd["decode_tok_s"] if bs and bd else None,
+            "ctkvr_over_dense": bc["decode_tok_s"] / bd["decode_tok_s"] if bc and bd else None,
+        })
+    with open(os.path.join(out, "headline.json"), "w", encoding="utf-8") as f:
+        json.dump({"rows": rows, "ratios": ratios}, f, indent=1)
+    md = ["| kind | config | ctx | batch | decode tok/s | predicted | TTFT s | step ms | host busy | "
+          "host waits | device waits | device products | near | PCIe up/down MB | host MB/token | "
+          "host roofline tok/s |", "|" + "---|" * 16]
+    for r in rows:
+        md.append("| " + " | ".join([
+            r["kind"], r["config"] or "-", str(r["ctx"]), str(r["batch"]), fmt(r["decode_tok_s"]),
+            fmt(r["predicted_tok_s"]), fmt(r["ttft_s"]), fmt(r["step_ms"], 2),
+            fmt(r["dev_cpu_busy_ms"], 2), fmt(r["dev_cpu_wait_ms"], 2), fmt(r["dev_wait_cpu_ms"], 2),
+            fmt(r["dev_products_ms"], 2), fmt(r["dev_near_ms"], 2),
+            f"{fmt(r['dev_h2d_mb'])} / {fmt(r['dev_d2h_mb'])}",
+            fmt(r["host_bytes_per_token"] / 1e6 if r["host_bytes_per_token"] else None),
+            fmt(r["host_roofline_tok_s"])]) + " |")
+    md += ["", "| ctx | best split (config, batch, tok/s) | best ctkvr | best dense (batch, tok/s) | "
+           "split / dense | ctkvr / dense |", "|---|---|---|---|---|---|"]
+    for q in ratios:
+        bs, bc, bd = q["best_split"], q["best_ctkvr"], q["best_dense"]
+        md.append("| " + " | ".join([
+            str(q["ctx"]),
+            f"{bs['config']}, {bs['batch']}, {bs['decode_tok_s']:.1f}" if bs else "-",
+            f"{bc['batch']}, {bc['decode_tok_s']:.1f}" if bc else "-",
+            f"{bd['batch']}, {bd['decode_tok_s']:.1f}" if bd else "-",
+            fmt(q["split_over_dense"], 2), fmt(q["ctkvr_over_dense"], 2)]) + " |")
+    with open(os.path.join(out, "headline.md"), "w", encoding="utf-8") as f:
+        f.write("\n".join(md) + "\n")
+    print("\n".join(md))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
