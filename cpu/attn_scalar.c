@@ -89,6 +89,21 @@ void hkv_score_max_scalar(const float *q, int g, int d, const uint16_t *k, int64
     }
 }
 
+void hkv_score_max_i8_scalar(const float *q, int g, int d, const int8_t *k, int64_t ld,
+                             const float *scale, const int32_t *idx, int64_t n, float *s)
+{
+    for (int64_t i = 0; i < n; i++) {
+        const int8_t *row = k + (int64_t)idx[i] * ld;
+        float best = -INFINITY;
+        for (int h = 0; h < g; h++) {
+            float v = 0;
+            for (int e = 0; e < d; e++) v += q[(int64_t)h * d + e] * (float)row[e];
+            if (v > best) best = v;
+        }
+        s[i] = scale[idx[i]] * best;
+    }
+}
+
 void hkv_f16_to_f32_scalar(const uint16_t *src, float *dst, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) dst[i] = hkv_half_to_float(src[i]);

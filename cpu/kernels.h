@@ -151,6 +151,13 @@ typedef struct hkv_cpu_kernels {
     void (*score_max)(const float *q, int g, int d, const uint16_t *k, int64_t ld,
                       const int32_t *idx, int64_t n, float *s);
 
+    /* score_max over int8 key sketches: s[i] = scale[idx[i]] * max over the g
+     * heads of q_h . k[idx[i]] (k rows of d int8 codes, stride ld). Each dot
+     * product is formed in fp32 from exact int8-to-float conversions; the
+     * ctkvr rerank bounds the sketch's error around it (index/ctkvr.c). */
+    void (*score_max_i8)(const float *q, int g, int d, const int8_t *k, int64_t ld,
+                         const float *scale, const int32_t *idx, int64_t n, float *s);
+
     /* fp16 <-> f32 rows (round to nearest even, as F16C does). */
     void (*f16_to_f32)(const uint16_t *src, float *dst, int64_t n);
     void (*f32_to_f16)(const float *src, uint16_t *dst, int64_t n);

@@ -55,6 +55,11 @@ HKV_VINLINE void vf_store_f16(uint16_t *p, vf a)
 {
     _mm_storeu_si128((__m128i *)p, _mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT));
 }
+/* VL int8 values as float (exact) */
+HKV_VINLINE vf vf_load_i8(const int8_t *p)
+{
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+}
 
 /* exp(x): same algorithm, range and error bound as the AVX-512 version;
  * 2^n is built in the exponent field, valid because the clamp keeps n in

@@ -45,6 +45,11 @@ HKV_VINLINE void vf_store_f16(uint16_t *p, vf a)
 {
     _mm256_storeu_si256((__m256i *)p, _mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT));
 }
+/* VL int8 values as float (exact) */
+HKV_VINLINE vf vf_load_i8(const int8_t *p)
+{
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
+}
 
 /* exp(x) with Cephes' degree-6 polynomial on [-ln2/2, ln2/2] after a
  * round-to-nearest range reduction (two-part ln2). Relative error within

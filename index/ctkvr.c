@@ -39,7 +39,7 @@
 
 #include "ctkvr_impl.h"
 
-enum { P_C, P_CP, P_RHO, P_RHOP, P_DCU, P_DCU_COS, P_TAIL, P_COUNT };
+enum { P_C, P_CP, P_RHO, P_RHOP, P_DCU, P_DCU_COS, P_TAIL, P_SKETCH, P_COUNT };
 
 static const hkv_param_def ctkvr_params[P_COUNT] = {
     {"C", NAN, 1, 65536, 1,
@@ -57,6 +57,11 @@ static const hkv_param_def ctkvr_params[P_COUNT] = {
                               "recalled instead of pushing a new one"},
     {"tail", 1024, 0, 1 << 24, 1,
      "most recent unindexed far tokens (decode spill, later turns) always reranked"},
+    {"sketch", 0, 0, 1, 1,
+     "1: the rerank scores every candidate on an int8 copy of its key (per-row scale, d + 4 "
+     "bytes a far token and KV head, kept by the policy) and reads the fp16 key only where the "
+     "copy's error bound reaches the cut, so the attended rho' are the fp16 rerank's; the DCU "
+     "list is then the top rho by the int8 score"},
 };
 
 static double arg_of(const hkv_policy_args *a, int i)
@@ -87,6 +92,7 @@ static int resolve(const hkv_policy_args *a, int64_t n_ctx, ct_conf *c, hkv_err 
     c->dcu = (int)arg_of(a, P_DCU);
     c->dcu_cos = (float)arg_of(a, P_DCU_COS);
     c->tail = (int64_t)arg_of(a, P_TAIL);
+    c->sketch = (int)arg_of(a, P_SKETCH);
     return HKV_OK;
 }
 
@@ -114,7 +120,8 @@ static void ctkvr_scratch_need(void *self, int64_t n_far, int64_t *nf, int64_t *
     const ctkvr *s = self;
     n_far = hkv_max64(n_far, 0);
     const int64_t nc = cand_bound(s, n_far), C = s->c.C;
-    *ni = (n_far + 31) / 32 + C + s->c.Cp + HKV_TOPK_SCRATCH(hkv_max64(C, nc)) + 3 * nc;
+    *ni = (n_far + 31) / 32 + C + s->c.Cp + HKV_TOPK_SCRATCH(hkv_max64(C, nc)) + 4 * nc +
+          (nc + 31) / 32;
     *nf = (int64_t)s->g * s->d + 2 * C + 2 * nc;
 }
 
@@ -153,6 +160,130 @@ static void dcu_push(ctkvr *s, ct_layer *ly, int kvh, const float *qn, const int
     ly->len[(int64_t)kvh * C + sl] = (int32_t)n;
 }
 
+/* ---- int8 key sketches (sketch=1) ----------------------------------------------
+ *
+ * Each far key k (fp16, d values) is kept a second time as codes c = round(k
+ * * 127 / max|k|) and a scale s = max|k| / 127, so |k_e - s c_e| <= s / 2
+ * (plus float rounding). The rerank scores every candidate on the codes:
+ * for a query head q, |q.k - s q.c| <= (s / 2) |q|_1, and the group max of
+ * these scores is off by at most s max_h |q_h|_1 / 2. With B_j that bound
+ * (widened by 1/32 for the float rounding of both sums, which is below 1e-2
+ * of it at d <= 256), the certified cut T is the rho'-th largest lower bound
+ * a_j - B_j: at least rho' candidates score >= T exactly, so a candidate whose
+ * upper bound a_j + B_j is below T is not among the rho' best, whatever the
+ * ties. Only the others (the survivors) are scored again on their fp16 keys,
+ * and the top rho' among them by those exact scores, ties to the lower
+ * position, are the fp16 rerank's choice. The codes are d bytes against 2d:
+ * the rerank reads d + 4 bytes a candidate plus 2d a survivor. */
+
+static void sketch_rows(ctkvr *s, int layer, int kvh, const hkv_far_view *far, int64_t from,
+                        int64_t to)
+{
+    const int d = s->d;
+    const size_t at = (size_t)layer * s->KH + (size_t)kvh;
+    int8_t *codes = s->skc + at * (size_t)s->cap * d;
+    float *scale = s->sks + at * (size_t)s->cap;
+    float x[HKV_CTKVR_MAX_D];
+    for (int64_t p = from; p < to; p++) {
+        s->kern->f16_to_f32(far->k[kvh] + p * far->ld, x, d);
+        float amax = 0;
+        for (int e = 0; e < d; e++) amax = fmaxf(amax, fabsf(x[e]));
+        const float inv = amax > 0 ? 127.0f / amax : 0.0f;
+        int8_t *c = codes + (size_t)p * d;
+        for (int e = 0; e < d; e++) {
+            float v = nearbyintf(x[e] * inv);
+            c[e] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+        }
+        scale[p] = amax / 127.0f;
+    }
+}
+
+/* Rows [sk_hi, hi) of one KV head; far rows below hi never change. */
+static void sketch_catch_up(ctkvr *s, int layer, int kvh, const hkv_far_view *far)
+{
+    ct_head *hd = &s->lay[layer].kv[kvh];
+    const int64_t from = hkv_max64(hd->sk_hi, far->lo), to = hkv_min64(far->hi, s->cap);
+    if (to > from) sketch_rows(s, layer, kvh, far, from, to);
+    if (to > hd->sk_hi) hd->sk_hi = to;
+}
+
+void hkv_ctkvr_sketch_layer(ctkvr *s, int layer, const hkv_far_view *far)
+{
+    if (!s->skc || far->rows || far->ld < s->d) return;
+    const int64_t lo = far->lo, hi = hkv_min64(far->hi, s->cap), blk = 4096;
+    int64_t n_blk = 0;
+    for (int h = 0; h < s->KH; h++) {
+        const int64_t from = hkv_max64(s->lay[layer].kv[h].sk_hi, lo);
+        n_blk = hkv_max64(n_blk, (hi - from + blk - 1) / blk);
+    }
+    if (n_blk <= 0) return;
+#pragma omp parallel for collapse(2) schedule(dynamic, 1) num_threads(s->n_threads > 0 ? s->n_threads : 1)
+    for (int h = 0; h < s->KH; h++)
+        for (int64_t b = 0; b < n_blk; b++) {
+            const int64_t from = hkv_max64(s->lay[layer].kv[h].sk_hi, lo) + b * blk;
+            if (from < hi) sketch_rows(s, layer, h, far, from, hkv_min64(hi, from + blk));
+        }
+    for (int h = 0; h < s->KH; h++)
+        if (hi > s->lay[layer].kv[h].sk_hi) s->lay[layer].kv[h].sk_hi = hi;
+}
+
+/* out[0..m) = cand[pick[i]] in ascending position order: one order for every
+ * rerank path, so the attention sums the same rows in the same order. */
+static void emit_ascending(const int32_t *cand, const int32_t *pick, int64_t m, int64_t n,
+                           uint32_t *bits, int32_t *out)
+{
+    const int64_t W = (n + 31) / 32;
+    memset(bits, 0, (size_t)W * sizeof *bits);
+    for (int64_t i = 0; i < m; i++) bits[pick[i] >> 5] |= 1u << (pick[i] & 31);
+    int64_t o = 0;
+    for (int64_t w = 0; w < W; w++)
+        for (uint32_t x = bits[w]; x; x &= x - 1) out[o++] = cand[w * 32 + __builtin_ctz(x)];
+}
+
+/* The certified rerank on sketches: the rho' best of cand[0..n) by exact
+ * score into out (ascending); a[] gets every candidate's int8 score, for
+ * DCU. Scratch: lb[n] floats, surv/sp/pick[n] int32, tsc. */
+static int64_t rerank_sketch(ctkvr *s, int layer, int kvh, const float *q, const hkv_far_view *far,
+                             const int32_t *cand, int64_t n, float *a, float *lb, int32_t *surv,
+                             int32_t *sp, int32_t *pick, int32_t *tsc, uint32_t *bits, int32_t *out,
+                             hkv_policy_scratch *ws)
+{
+    const int g = s->g, d = s->d;
+    const int64_t rho_p = s->c.rho_p;
+    const size_t at = (size_t)layer * s->KH + (size_t)kvh;
+    const float *scale = s->sks + at * (size_t)s->cap;
+    sketch_catch_up(s, layer, kvh, far);
+    s->kern->score_max_i8(q, g, d, s->skc + at * (size_t)s->cap * d, d, scale, cand, n, a);
+    ws->bytes += (uint64_t)n * (d + 4);   /* the candidates' codes and scales */
+    ct_head *hd = &s->lay[layer].kv[kvh];
+    hd->reranks++;
+    if (n <= rho_p) {   /* all of them: no exact score needed */
+        memcpy(out, cand, (size_t)n * sizeof *out);
+        return n;
+    }
+    float q1 = 0;
+    for (int j = 0; j < g; j++) {
+        float t = 0;
+        for (int e = 0; e < d; e++) t += fabsf(q[j * d + e]);
+        q1 = fmaxf(q1, t);
+    }
+    const float bq = q1 * (0.5f + 1.0f / 32.0f);
+    for (int64_t i = 0; i < n; i++) lb[i] = a[i] - scale[cand[i]] * bq;
+    const int64_t k = hkv_topk(lb, n, rho_p, pick, tsc);
+    float cut = INFINITY;
+    for (int64_t i = 0; i < k; i++) cut = fminf(cut, lb[pick[i]]);
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (a[i] + scale[cand[i]] * bq >= cut) surv[m] = (int32_t)i, sp[m++] = cand[i];
+    s->kern->score_max(q, g, d, far->k[kvh], far->ld, sp, m, lb);   /* exact, as the fp16 rerank */
+    ws->bytes += (uint64_t)m * d * 2;
+    hd->surv += m;
+    const int64_t mo = hkv_topk(lb, m, rho_p, pick, tsc);
+    for (int64_t i = 0; i < mo; i++) pick[i] = surv[pick[i]];
+    emit_ascending(cand, pick, mo, n, bits, out);
+    return mo;
+}
+
 /* select, with the recall given (the device's, r) or done here (r NULL). */
 static int64_t select_impl(ctkvr *s, int layer, int kvh, const float *q, const hkv_far_view *far,
                            const hkv_recalled *r, int32_t *out, hkv_policy_scratch *ws)
@@ -175,6 +306,8 @@ static int64_t select_impl(ctkvr *s, int layer, int kvh, const float *q, const h
     int32_t *tsc = sel + s->c.Cp;              /* hkv_topk scratch for max(C, NC) */
     int32_t *cand = tsc + HKV_TOPK_SCRATCH(hkv_max64(C, NC));   /* [NC] candidate positions, sorted */
     int32_t *ia = cand + NC, *ib = ia + NC;    /* [NC] each: top-k picks */
+    int32_t *ic = ib + NC;                     /* [NC] sketch: survivors' positions */
+    uint32_t *obits = (uint32_t *)(ic + NC);   /* [(NC + 31) / 32] the output order */
     float *qn = ws->f, *cs = qn + (int64_t)g * d, *ct = cs + C, *sc = ct + C, *sb = sc + NC;
 
     for (int j = 0; j < g; j++) {   /* unit queries: cosine recall and DCU centroids */
@@ -247,12 +380,21 @@ static int64_t select_impl(ctkvr *s, int layer, int kvh, const float *q, const h
         if (s->c.dcu && n > 0) dcu_push(s, ly, kvh, qn, cand, NULL, n, best, bcos);
         return n;
     }
+    if (s->skc && !far->rows) {   /* on the int8 sketches, certified (rerank_sketch) */
+        const int64_t m = rerank_sketch(s, layer, kvh, q, far, cand, n, sc, sb, ia, ic, ib, tsc,
+                                        obits, out, ws);
+        if (s->c.dcu) {   /* its list: the top rho by the int8 score */
+            const int64_t md = hkv_topk(sc, n, rho, ia, tsc);
+            dcu_push(s, ly, kvh, qn, cand, ia, md, best, bcos);
+        }
+        return m;
+    }
     /* rerank: q.k, max over the group's heads */
     s->kern->score_max(q, g, d, far->k[kvh], far->ld, cand, n, sc);
     ws->bytes += (uint64_t)n * d * 2;   /* the candidates' keys */
     if (!s->c.dcu) {
         int64_t m = hkv_topk(sc, n, rho_p, ia, tsc);
-        for (int64_t i = 0; i < m; i++) out[i] = cand[ia[i]];
+        emit_ascending(cand, ia, m, n, obits, out);
         return m;
     }
     /* top max(rho, rho') first, then the smaller set from inside it */
@@ -263,7 +405,7 @@ static int64_t select_impl(ctkvr *s, int layer, int kvh, const float *q, const h
     for (int64_t i = 0; i < ms; i++) ib[i] = ia[ib[i]];   /* ib: indices into cand */
     const int32_t *p_out = rho_p >= rho ? ia : ib, *p_dcu = rho_p >= rho ? ib : ia;
     const int64_t m_out = rho_p >= rho ? mb : ms, m_dcu = rho_p >= rho ? ms : mb;
-    for (int64_t i = 0; i < m_out; i++) out[i] = cand[p_out[i]];
+    emit_ascending(cand, p_out, m_out, n, obits, out);
     dcu_push(s, ly, kvh, qn, cand, p_dcu, m_dcu, best, bcos);
     return m_out;
 }
@@ -305,10 +447,11 @@ static int ctkvr_recall_table(void *self, int layer, hkv_recall_table *t, int32_
 static void ctkvr_describe(void *self, char *buf, size_t cap)
 {
     const ctkvr *s = self;
-    int64_t steps = 0, cand = 0, raw = 0, uniq = 0, tail = 0;
+    int64_t steps = 0, cand = 0, raw = 0, uniq = 0, tail = 0, reranks = 0, surv = 0;
     for (int64_t i = 0; i < (int64_t)s->L * s->KH; i++) {
         steps += s->heads[i].steps, cand += s->heads[i].cand, raw += s->heads[i].raw;
         uniq += s->heads[i].uniq, tail += s->heads[i].tail;
+        reranks += s->heads[i].reranks, surv += s->heads[i].surv;
     }
     char mb[32];
     hkv_fmt_bytes((double)(s->cent_b + s->ivf_b + s->len_b + s->dyn_b), mb, sizeof mb);
@@ -321,6 +464,12 @@ static void ctkvr_describe(void *self, char *buf, size_t cap)
              (long long)s->c.C, (long long)s->c.Cp, (long long)s->c.rho, (long long)s->c.rho_p,
              dcu, (long long)s->c.tail, mb, (long long)steps, cand / st, raw / st,
              raw ? (double)uniq / (double)raw : 0.0, tail / st);
+    if (s->skc) {
+        size_t o = strlen(buf);
+        hkv_fmt_bytes((double)(s->skc_b + s->sks_b), mb, sizeof mb);
+        snprintf(buf + o, cap > o ? cap - o : 0, "; int8 key sketches %s, %.0f exact keys a rerank",
+                 mb, reranks ? (double)surv / (double)reranks : 0.0);
+    }
 }
 
 static void ctkvr_destroy(void *self)
@@ -331,6 +480,8 @@ static void ctkvr_destroy(void *self)
     hkv_host_free(s->mem, HKV_TIER_INDEX, s->ivf, s->ivf_b);
     hkv_host_free(s->mem, HKV_TIER_INDEX, s->len, s->len_b);
     hkv_host_free(s->mem, HKV_TIER_INDEX, s->dyn, s->dyn_b);
+    hkv_host_free(s->mem, HKV_TIER_INDEX, s->skc, s->skc_b);
+    hkv_host_free(s->mem, HKV_TIER_INDEX, s->sks, s->sks_b);
     hkv_host_free(s->mem, HKV_TIER_INDEX, s->heads, s->heads_b);
     hkv_host_free(s->mem, HKV_TIER_INDEX, s->lay, s->lay_b);
     hkv_host_free(s->mem, HKV_TIER_INDEX, s, sizeof *s);
@@ -384,7 +535,18 @@ static int ctkvr_create(hkv_policy *out, const hkv_policy_args *a, const hkv_pol
     s->len_b = bytes4(L, KH, C, 4);
     s->dyn_b = bytes4(L, KH, C, 1);
     s->ivf_b = bytes4(L * KH, C, (size_t)c.rho, 4);
-    if (!s->cent_b || !s->len_b || !s->ivf_b || s->ivf_b > SIZE_MAX / 4) {
+    s->cap = env->n_ctx > 0 ? env->n_ctx : 1;
+    if (c.sketch) {
+        s->skc_b = bytes4(L * KH, (size_t)s->cap, (size_t)s->d, 1);
+        s->sks_b = bytes4(L * KH, (size_t)s->cap, 4, 1);
+    }
+    if (c.sketch && s->d > HKV_CTKVR_MAX_D) {
+        ctkvr_destroy(s);
+        return hkv_seterr(err, HKV_E_UNSUPPORTED, "ctkvr: sketch=1 takes head sizes up to %d, "
+                          "not %d", HKV_CTKVR_MAX_D, sh->head_dim);
+    }
+    if (!s->cent_b || !s->len_b || !s->ivf_b || s->ivf_b > SIZE_MAX / 4 ||
+        (c.sketch && (!s->skc_b || !s->sks_b))) {
         ctkvr_destroy(s);
         return hkv_seterr(err, HKV_E_RANGE, "ctkvr: index of C=%lld, rho=%lld overflows",
                           (long long)c.C, (long long)c.rho);
@@ -394,7 +556,9 @@ static int ctkvr_create(hkv_policy *out, const hkv_policy_args *a, const hkv_pol
         !(s->cent = hkv_host_alloc(s->mem, HKV_TIER_INDEX, s->cent_b, err)) ||
         !(s->len = hkv_host_calloc(s->mem, HKV_TIER_INDEX, s->len_b, err)) ||
         !(s->dyn = hkv_host_calloc(s->mem, HKV_TIER_INDEX, s->dyn_b, err)) ||
-        !(s->ivf = hkv_host_alloc(s->mem, HKV_TIER_INDEX, s->ivf_b, err))) {
+        !(s->ivf = hkv_host_alloc(s->mem, HKV_TIER_INDEX, s->ivf_b, err)) ||
+        (c.sketch && (!(s->skc = hkv_host_alloc(s->mem, HKV_TIER_INDEX, s->skc_b, err)) ||
+                      !(s->sks = hkv_host_alloc(s->mem, HKV_TIER_INDEX, s->sks_b, err))))) {
         if (!s->lay) s->lay_b = 0;
         if (!s->heads) s->heads_b = 0;
         ctkvr_destroy(s);

@@ -370,6 +370,7 @@ int hkv_ctkvr_prefill_end(void *self, int layer, const hkv_far_view *far,
     }
     /* Without centroids the whole far tier stays tail, so it is still reachable. */
     if (full) ly->indexed_hi = m > 0 ? far->hi : far->lo;
+    if (s->c.sketch) hkv_ctkvr_sketch_layer(s, layer, far);   /* the rerank's int8 keys */
     ly->built = 1;
     ly->q_end = q_end;
     return HKV_OK;

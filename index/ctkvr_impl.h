@@ -8,9 +8,11 @@
 
 #include "policy.h"
 
+#define HKV_CTKVR_MAX_D 256   /* head sizes the int8 sketches take (a row on the stack) */
+
 typedef struct ct_conf {
     int64_t C, Cp, rho, rho_p, tail;
-    int dcu;
+    int dcu, sketch;
     float dcu_cos;
 } ct_conf;
 
@@ -21,6 +23,8 @@ typedef struct ct_head {
     int32_t dirty;          /* slot select rewrote since recall_table last looked (-1: none,
                                -2: more than one) */
     int64_t steps, cand, raw, uniq, tail;   /* statistics for describe */
+    int64_t reranks, surv;  /* sketch: reranks and the candidates they read exact keys of */
+    int64_t sk_hi;          /* sketch: far positions below this have their int8 row */
 } ct_head;
 
 typedef struct ct_layer {
@@ -45,7 +49,12 @@ typedef struct ctkvr {
     uint16_t *cent;
     int32_t *ivf, *len;
     uint8_t *dyn;
-    size_t lay_b, heads_b, cent_b, ivf_b, len_b, dyn_b;
+    /* sketch=1: every far key as int8 codes with a per-row scale,
+     * [n_layer][n_head_kv][cap][d] and [n_layer][n_head_kv][cap] */
+    int8_t *skc;
+    float *sks;
+    int64_t cap;
+    size_t lay_b, heads_b, cent_b, ivf_b, len_b, dyn_b, skc_b, sks_b;
 } ctkvr;
 
 static inline int64_t hkv_min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -74,6 +83,10 @@ static inline void hkv_ctkvr_store_unit(const hkv_cpu_kernels *kern, float *x, i
     for (int i = 0; i < d; i++) x[i] *= r;
     kern->f32_to_f16(x, dst, d);
 }
+
+/* sketch=1: the int8 rows of every KV head of a layer up to far->hi
+ * (ctkvr.c; in parallel over heads). */
+void hkv_ctkvr_sketch_layer(ctkvr *s, int layer, const hkv_far_view *far);
 
 /* The policy's prefill_end (ctkvr_build.c). */
 int hkv_ctkvr_prefill_end(void *self, int layer, const hkv_far_view *far,

@@ -67,6 +67,37 @@ static void check_score(const hkv_cpu_kernels *t, const float *q, int g, int d, 
     free(s); free(rs); free(mag);
 }
 
+/* score_max_i8 against double sums of q . code times the row's scale:
+ * |s - ref| <= 1e-5 * scale * max_h sum_c |q_hc code_c| (fp32 sums of exact
+ * products, as score_max's). */
+static void check_score_i8(const hkv_cpu_kernels *t, const float *q, int g, int d,
+                           const int8_t *k, int64_t ld, const float *scale, const int32_t *idx,
+                           int64_t n)
+{
+    float *s = alloc_poisoned(n);
+    int bad = 0;
+    double worst = 0;
+    t->score_max_i8(q, g, d, k, ld, scale, idx, n, s);
+    for (int64_t i = 0; i < n; i++) {
+        const int8_t *row = k + (int64_t)idx[i] * ld;
+        double best = -INFINITY, mag = 0;
+        for (int h = 0; h < g; h++) {
+            double v = 0, m = 0;
+            for (int c = 0; c < d; c++) {
+                v += (double)q[h * d + c] * row[c];
+                m += fabs((double)q[h * d + c] * row[c]);
+            }
+            best = fmax(best, v), mag = fmax(mag, m);
+        }
+        const double ref = best * scale[idx[i]], tol = 1e-5 * mag * scale[idx[i]] + 1e-30;
+        if (isnan(s[i])) bad++;
+        else worst = fmax(worst, fabs(s[i] - ref) / tol);
+    }
+    CHECK(bad == 0 && worst <= 1 && guard_intact(s, n), "%s score_max_i8 g=%d d=%d n=%lld: err %.3g "
+          "of the bound, %d NaN", hkv_isa_name(t->isa), g, d, (long long)n, worst, bad);
+    free(s);
+}
+
 int main(void)
 {
     hkv_cpu_kernels t;
@@ -89,6 +120,10 @@ int main(void)
             q[i] = rng_nonzero(&rng, -1, 1);
             qsharp[i] = q[i] * 6.0f;
         }
+        int8_t *k8 = malloc(CACHE_ROWS * ld);
+        float *sc8 = malloc(CACHE_ROWS * sizeof *sc8);
+        for (int64_t i = 0; i < CACHE_ROWS * ld; i++) k8[i] = (int8_t)((int)(rng_next(&rng) % 255) - 127);
+        for (int64_t i = 0; i < CACHE_ROWS; i++) sc8[i] = (float)(rng_next(&rng) % 1000 + 1) * 1e-4f;
         FOR_EACH_ISA(t, isa) {
             for (unsigned gi = 0; gi < sizeof gs / sizeof *gs; gi++) {
                 int g = gs[gi];
@@ -102,10 +137,11 @@ int main(void)
                     check_attn(&t, "sparse", q, g, d, k, v, ld, idx, n, scale);
                     if (n >= 7 && n <= 1000) check_attn(&t, "sparse-sharp", qsharp, g, d, k, v, ld, idx, n, 1.0f);
                     check_score(&t, q, g, d, k, ld, idx, n);
+                    check_score_i8(&t, q, g, d, k8, ld, sc8, idx, n);
                 }
             }
         }
-        free(k); free(v); free(idx); free(q); free(qsharp);
+        free(k); free(v); free(idx); free(q); free(qsharp); free(k8); free(sc8);
     }
     return test_report("test_attn");
 }

@@ -50,7 +50,7 @@ int main(void)
         memset(&t, 0, sizeof t);
         CHECK(hkv_cpu_kernels_init(&t, i) == i, "level %s not given", hkv_isa_name(i));
         CHECK(t.gemv && t.dequant_rows && t.attn_dense && t.attn_sparse && t.attn_causal &&
-                  t.score_max && t.f16_to_f32 && t.f32_to_f16 && t.exp,
+                  t.score_max && t.score_max_i8 && t.f16_to_f32 && t.f32_to_f16 && t.exp,
               "empty entry in %s table", hkv_isa_name(i));
     }
     return test_report("test_isa");

@@ -443,6 +443,105 @@ static void test_params(void)
           "index memory: %zu now, peak %zu", mem.bytes[HKV_TIER_INDEX], mem.peak[HKV_TIER_INDEX]);
 }
 
+/* ---- sketch=1: the int8 rerank attends what the fp16 rerank attends ---------------- */
+
+/* Keys with outlier channels (a per-row scale set by one large value: the
+ * bound is loose) and runs of identical keys (exact ties at the cut). */
+static void harden_keys(world *W)
+{
+    float x[256];
+    for (int h = 0; h < W->KH; h++)
+        for (int64_t p = W->lo; p < W->hi; p++) {
+            uint16_t *k = W->k + ((int64_t)h * W->cap + p) * W->d;
+            if (p % 50 == 1) {   /* a copy of the previous key */
+                memcpy(k, k - W->d, (size_t)W->d * 2);
+                continue;
+            }
+            W->kern.f16_to_f32(k, x, W->d);
+            x[3] *= 30.0f;
+            x[W->d - 5] *= -20.0f;
+            W->kern.f32_to_f16(x, k, W->d);
+        }
+}
+
+static void test_sketch(int d, int g, int hard)
+{
+    world W;
+    world_init(&W, 2, g, d, 8192, 6000, 256, 0.99f, 900 + d + g + hard);
+    if (hard) harden_keys(&W);
+    runner A, B;
+    const char *a0[] = {"dcu=0"}, *a1[] = {"dcu=0", "sketch=1"};
+    if (runner_open(&A, &W, a0, 1) || runner_open(&B, &W, a1, 2)) {
+        CHECK(0, "open");
+        return;
+    }
+    int32_t needle[8];
+    const int64_t P = make_prompt(&W, &A, 512, 0, needle), T = 24;
+    prefill(&B, &W, P - 512, 512);
+    int64_t same = 0, steps = 0;
+    int32_t *outA = malloc((size_t)A.max_sel * 4 + 4);
+    for (int64_t t = 0; t < T; t++) {
+        const float *q = next_query(&W, P + t);
+        for (int h = 0; h < W.KH; h++) {
+            hkv_far_view f = far_of(&W);
+            const float *qh = q + (int64_t)h * W.g * W.d;
+            int64_t na = A.pol.ops->select(A.pol.self, 0, h, qh, &f, A.out, &A.ws);
+            memcpy(outA, A.out, (size_t)(na > 0 ? na : 0) * 4);
+            int64_t nb = B.pol.ops->select(B.pol.self, 0, h, qh, &f, B.out, &B.ws);
+            same += na == nb && na > 0 && !memcmp(outA, B.out, (size_t)na * 4);
+            steps++;
+        }
+        for (int h = 0; h < W.KH; h++) cluster_key(&W, h, W.hi);   /* decode spill: catch-up */
+        W.hi++;
+        hkv_far_view f = far_of(&W);
+        A.pol.ops->on_far_append(A.pol.self, 0, &f);
+        B.pol.ops->on_far_append(B.pol.self, 0, &f);
+    }
+    const ctkvr *s = B.pol.self;
+    int64_t reranks = 0, surv = 0, cand = 0;
+    for (int h = 0; h < W.KH; h++) {
+        reranks += s->heads[h].reranks, surv += s->heads[h].surv;
+        cand += s->heads[h].cand;
+    }
+    const double fs = reranks ? (double)surv / (double)reranks : 0;
+    const double fc = steps ? (double)cand / (double)steps : 0;
+    printf("sketch d=%3d g=%d%s: %lld of %lld selections equal to the fp16 rerank's; %.0f exact keys "
+           "a rerank of %.0f candidates (rho' %lld)\n", d, g, hard ? " outliers+ties" : "",
+           (long long)same, (long long)steps, fs, fc, (long long)s->c.rho_p);
+    CHECK(same == steps, "sketch d=%d g=%d: %lld of %lld selections differ", d, g,
+          (long long)(steps - same), (long long)steps);
+    CHECK(reranks == steps, "sketch: %lld reranks on sketches of %lld", (long long)reranks,
+          (long long)steps);
+    /* the point of it: far fewer exact keys than candidates (loose bounds read more) */
+    CHECK(fs < (hard ? 0.9 : 0.5) * fc, "sketch: %.0f exact keys of %.0f candidates", fs, fc);
+    free(outA);
+    runner_close(&A);
+    runner_close(&B);
+    /* with DCU its lists come from the int8 scores: recall as the fp16 rerank's */
+    const char *a2[] = {"sketch=1"};
+    runner R0, R1;
+    if (runner_open(&R0, &W, NULL, 0) || runner_open(&R1, &W, a2, 1)) {
+        CHECK(0, "open");
+        return;
+    }
+    prefill(&R0, &W, P - 512, 512);
+    prefill(&R1, &W, P - 512, 512);
+    double rec0 = 0, rec1 = 0;
+    for (int64_t t = 0; t < T; t++) {
+        const float *q = next_query(&W, P + T + t);
+        for (int h = 0; h < W.KH; h++) {
+            rec0 += select_check(&R0, &W, h, q, NULL);
+            rec1 += select_check(&R1, &W, h, q, NULL);
+        }
+    }
+    rec0 /= (double)(T * W.KH), rec1 /= (double)(T * W.KH);
+    printf("sketch dcu=1 d=%d g=%d: recall %.3f (fp16 rerank %.3f)\n", d, g, rec1, rec0);
+    CHECK(rec1 >= rec0 - 0.03, "sketch dcu=1: recall %.3f, fp16 rerank %.3f", rec1, rec0);
+    runner_close(&R0);
+    runner_close(&R1);
+    world_free(&W);
+}
+
 /* ---- prefill_end at 32K ------------------------------------------------------------ */
 
 static void bench_prefill(void)
@@ -516,6 +615,10 @@ int main(int argc, char **argv)
         test_dcu_drift(128, 1);
         test_turn2();
         test_concurrent();
+        test_sketch(64, 4, 0);
+        test_sketch(128, 4, 0);
+        test_sketch(128, 1, 1);
+        test_sketch(64, 3, 1);
     }
     bench_prefill();
     printf(n_fail ? "%d FAILED\n" : "all passed\n", n_fail);
