@@ -92,15 +92,18 @@ void hkv_score_max_scalar(const float *q, int g, int d, const uint16_t *k, int64
 void hkv_score_max_i8_scalar(const float *q, int g, int d, const int8_t *k, int64_t ld,
                              const float *scale, const int32_t *idx, int64_t n, float *s)
 {
+    const int ng = d / HKV_SKETCH_GROUP;
     for (int64_t i = 0; i < n; i++) {
         const int8_t *row = k + (int64_t)idx[i] * ld;
+        const float *sc = scale + (int64_t)idx[i] * ng;
         float best = -INFINITY;
         for (int h = 0; h < g; h++) {
             float v = 0;
-            for (int e = 0; e < d; e++) v += q[(int64_t)h * d + e] * (float)row[e];
+            for (int e = 0; e < d; e++)
+                v += q[(int64_t)h * d + e] * ((float)row[e] * sc[e / HKV_SKETCH_GROUP]);
             if (v > best) best = v;
         }
-        s[i] = scale[idx[i]] * best;
+        s[i] = best;
     }
 }
 

@@ -151,10 +151,12 @@ typedef struct hkv_cpu_kernels {
     void (*score_max)(const float *q, int g, int d, const uint16_t *k, int64_t ld,
                       const int32_t *idx, int64_t n, float *s);
 
-    /* score_max over int8 key sketches: s[i] = scale[idx[i]] * max over the g
-     * heads of q_h . k[idx[i]] (k rows of d int8 codes, stride ld). Each dot
-     * product is formed in fp32 from exact int8-to-float conversions; the
-     * ctkvr rerank bounds the sketch's error around it (index/ctkvr.c). */
+    /* score_max over int8 key sketches: s[i] = max over the g heads of q_h .
+     * k~[idx[i]], where k~ is row idx[i] of k (d int8 codes, stride ld, d a
+     * multiple of HKV_SKETCH_GROUP) with each group of HKV_SKETCH_GROUP codes
+     * times its scale, scale[idx[i] * (d / HKV_SKETCH_GROUP) + group]. Each
+     * dot product is formed in fp32; the ctkvr rerank bounds the sketch's
+     * error around it (index/ctkvr.c). */
     void (*score_max_i8)(const float *q, int g, int d, const int8_t *k, int64_t ld,
                          const float *scale, const int32_t *idx, int64_t n, float *s);
 
@@ -167,6 +169,9 @@ typedef struct hkv_cpu_kernels {
      * exp(88.37), smaller ones (and -inf) give exactly 0. Scalar: expf. */
     void (*exp)(const float *x, float *y, int64_t n);
 } hkv_cpu_kernels;
+
+/* Codes per scale of the int8 key sketches (score_max_i8). */
+#define HKV_SKETCH_GROUP 32
 
 /* The prefill's causal attention at the table's precision. */
 #define hkv_attn_causal_for(t) \

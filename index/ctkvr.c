@@ -57,11 +57,12 @@ static const hkv_param_def ctkvr_params[P_COUNT] = {
                               "recalled instead of pushing a new one"},
     {"tail", 1024, 0, 1 << 24, 1,
      "most recent unindexed far tokens (decode spill, later turns) always reranked"},
-    {"sketch", 0, 0, 1, 1,
-     "1: the rerank scores every candidate on an int8 copy of its key (per-row scale, d + 4 "
-     "bytes a far token and KV head, kept by the policy) and reads the fp16 key only where the "
-     "copy's error bound reaches the cut, so the attended rho' are the fp16 rerank's; the DCU "
-     "list is then the top rho by the int8 score"},
+    {"sketch", 0, 0, 2, 1,
+     "1: the rerank scores every candidate on an int8 copy of its key (a scale per 32 values, "
+     "d + d/8 bytes a far token and KV head, kept by the policy) and reads the fp16 key only where the "
+     "copy's error bound reaches the cut, so the attended rho' are the fp16 rerank's; 2: the top "
+     "rho' by the int8 score, no fp16 key read (approximate at the cut); the DCU list is then "
+     "the top rho by the int8 score"},
 };
 
 static double arg_of(const hkv_policy_args *a, int i)
@@ -122,7 +123,7 @@ static void ctkvr_scratch_need(void *self, int64_t n_far, int64_t *nf, int64_t *
     const int64_t nc = cand_bound(s, n_far), C = s->c.C;
     *ni = (n_far + 31) / 32 + C + s->c.Cp + HKV_TOPK_SCRATCH(hkv_max64(C, nc)) + 4 * nc +
           (nc + 31) / 32;
-    *nf = (int64_t)s->g * s->d + 2 * C + 2 * nc;
+    *nf = (int64_t)s->g * s->d + 2 * C + 3 * nc;
 }
 
 static int64_t ctkvr_max_select(void *self, int64_t n_far)
@@ -162,39 +163,49 @@ static void dcu_push(ctkvr *s, ct_layer *ly, int kvh, const float *qn, const int
 
 /* ---- int8 key sketches (sketch=1) ----------------------------------------------
  *
- * Each far key k (fp16, d values) is kept a second time as codes c = round(k
- * * 127 / max|k|) and a scale s = max|k| / 127, so |k_e - s c_e| <= s / 2
- * (plus float rounding). The rerank scores every candidate on the codes:
- * for a query head q, |q.k - s q.c| <= (s / 2) |q|_1, and the group max of
- * these scores is off by at most s max_h |q_h|_1 / 2. With B_j that bound
- * (widened by 1/32 for the float rounding of both sums, which is below 1e-2
- * of it at d <= 256), the certified cut T is the rho'-th largest lower bound
- * a_j - B_j: at least rho' candidates score >= T exactly, so a candidate whose
- * upper bound a_j + B_j is below T is not among the rho' best, whatever the
- * ties. Only the others (the survivors) are scored again on their fp16 keys,
- * and the top rho' among them by those exact scores, ties to the lower
- * position, are the fp16 rerank's choice. The codes are d bytes against 2d:
- * the rerank reads d + 4 bytes a candidate plus 2d a survivor. */
+ * Each far key k (fp16, d values) is kept a second time as int8 codes in
+ * groups G of 32 values, c = round(k * 127 / max_G|k|), with a scale s_G =
+ * max_G|k| / 127 per group, so |k_e - s_G c_e| <= s_G / 2 (plus float
+ * rounding). Per-group scales keep one outlier channel, common in real keys,
+ * from coarsening the whole row (SmolLM2 at 4K: a per-row scale left 216 of
+ * 527 candidates to rescore, groups of 32 far fewer). The rerank scores every
+ * candidate on the codes: for a query head q, |q.k - q.k~| <= sum_G (s_G / 2)
+ * |q_G|_1, and the group max of these scores is off by at most the largest
+ * of those over the heads. With B_j that bound (widened by 1/32 for the
+ * float rounding of both sums, which is below 1e-2 of it at d <= 256), the
+ * candidates split three ways. With t_out the rho'-th largest lower bound
+ * a_j - B_j, at least rho' candidates score >= t_out exactly, so one whose
+ * upper bound a_j + B_j is below it is out, whatever the ties. With t_in the
+ * (rho'+1)-th largest upper bound, one whose lower bound is above it can be
+ * beaten by at most rho' - 1 others: in. Only the band between is scored
+ * again on its fp16 keys, and its best by those exact scores (ties to the
+ * lower position) fill the places left: the fp16 rerank's choice, without
+ * reading the fp16 keys of the clear winners or losers. The codes are d
+ * bytes against 2d: the rerank reads d + d / 8 bytes a candidate plus 2d a
+ * band member. */
 
 static void sketch_rows(ctkvr *s, int layer, int kvh, const hkv_far_view *far, int64_t from,
                         int64_t to)
 {
-    const int d = s->d;
+    const int d = s->d, ng = d / HKV_SKETCH_GROUP;
     const size_t at = (size_t)layer * s->KH + (size_t)kvh;
     int8_t *codes = s->skc + at * (size_t)s->cap * d;
-    float *scale = s->sks + at * (size_t)s->cap;
+    float *scale = s->sks + at * (size_t)s->cap * ng;
     float x[HKV_CTKVR_MAX_D];
     for (int64_t p = from; p < to; p++) {
         s->kern->f16_to_f32(far->k[kvh] + p * far->ld, x, d);
-        float amax = 0;
-        for (int e = 0; e < d; e++) amax = fmaxf(amax, fabsf(x[e]));
-        const float inv = amax > 0 ? 127.0f / amax : 0.0f;
         int8_t *c = codes + (size_t)p * d;
-        for (int e = 0; e < d; e++) {
-            float v = nearbyintf(x[e] * inv);
-            c[e] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+        for (int gi = 0; gi < ng; gi++) {
+            const float *xg = x + gi * HKV_SKETCH_GROUP;
+            float amax = 0;
+            for (int e = 0; e < HKV_SKETCH_GROUP; e++) amax = fmaxf(amax, fabsf(xg[e]));
+            const float inv = amax > 0 ? 127.0f / amax : 0.0f;
+            for (int e = 0; e < HKV_SKETCH_GROUP; e++) {
+                float v = nearbyintf(xg[e] * inv);
+                c[gi * HKV_SKETCH_GROUP + e] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+            }
+            scale[(size_t)p * ng + gi] = amax / 127.0f;
         }
-        scale[p] = amax / 127.0f;
     }
 }
 
@@ -240,46 +251,85 @@ static void emit_ascending(const int32_t *cand, const int32_t *pick, int64_t m, 
         for (uint32_t x = bits[w]; x; x &= x - 1) out[o++] = cand[w * 32 + __builtin_ctz(x)];
 }
 
+/* B for one candidate: the largest over the heads of sum_G s_G q1[h][G]
+ * (q1: each head's |q| summed over a group, halved and widened; NULL when
+ * the group is too large for the stack: no bound, every candidate survives). */
+static inline float sketch_bound(const float *sc, const float *q1, int g, int ng)
+{
+    if (!q1) return INFINITY;
+    float b = 0;
+    for (int j = 0; j < g; j++) {
+        float t = 0;
+        for (int gi = 0; gi < ng; gi++) t += sc[gi] * q1[j * ng + gi];
+        b = fmaxf(b, t);
+    }
+    return b;
+}
+
 /* The certified rerank on sketches: the rho' best of cand[0..n) by exact
  * score into out (ascending); a[] gets every candidate's int8 score, for
- * DCU. Scratch: lb[n] floats, surv/sp/pick[n] int32, tsc. */
+ * DCU. Scratch: lb, ub[n] floats, surv/sp/pick[n] int32, tsc. */
 static int64_t rerank_sketch(ctkvr *s, int layer, int kvh, const float *q, const hkv_far_view *far,
-                             const int32_t *cand, int64_t n, float *a, float *lb, int32_t *surv,
-                             int32_t *sp, int32_t *pick, int32_t *tsc, uint32_t *bits, int32_t *out,
-                             hkv_policy_scratch *ws)
+                             const int32_t *cand, int64_t n, float *a, float *lb, float *ub,
+                             int32_t *surv, int32_t *sp, int32_t *pick, int32_t *tsc, uint32_t *bits,
+                             int32_t *out, hkv_policy_scratch *ws)
 {
-    const int g = s->g, d = s->d;
-    const int64_t rho_p = s->c.rho_p;
+    const int g = s->g, d = s->d, ng = d / HKV_SKETCH_GROUP;
+    const int64_t k = s->c.rho_p;
     const size_t at = (size_t)layer * s->KH + (size_t)kvh;
-    const float *scale = s->sks + at * (size_t)s->cap;
+    const float *scale = s->sks + at * (size_t)s->cap * ng;
     sketch_catch_up(s, layer, kvh, far);
     s->kern->score_max_i8(q, g, d, s->skc + at * (size_t)s->cap * d, d, scale, cand, n, a);
-    ws->bytes += (uint64_t)n * (d + 4);   /* the candidates' codes and scales */
+    ws->bytes += (uint64_t)n * (d + ng * 4);   /* the candidates' codes and scales */
     ct_head *hd = &s->lay[layer].kv[kvh];
     hd->reranks++;
-    if (n <= rho_p) {   /* all of them: no exact score needed */
+    if (n <= k) {   /* all of them: no exact score needed */
         memcpy(out, cand, (size_t)n * sizeof *out);
         return n;
     }
-    float q1 = 0;
-    for (int j = 0; j < g; j++) {
-        float t = 0;
-        for (int e = 0; e < d; e++) t += fabsf(q[j * d + e]);
-        q1 = fmaxf(q1, t);
+    if (s->c.sketch == 2) {   /* approximate: the int8 scores decide at the cut too */
+        const int64_t mo = hkv_topk(a, n, k, pick, tsc);
+        emit_ascending(cand, pick, mo, n, bits, out);
+        return mo;
     }
-    const float bq = q1 * (0.5f + 1.0f / 32.0f);
-    for (int64_t i = 0; i < n; i++) lb[i] = a[i] - scale[cand[i]] * bq;
-    const int64_t k = hkv_topk(lb, n, rho_p, pick, tsc);
-    float cut = INFINITY;
-    for (int64_t i = 0; i < k; i++) cut = fminf(cut, lb[pick[i]]);
-    int64_t m = 0;
-    for (int64_t i = 0; i < n; i++)
-        if (a[i] + scale[cand[i]] * bq >= cut) surv[m] = (int32_t)i, sp[m++] = cand[i];
-    s->kern->score_max(q, g, d, far->k[kvh], far->ld, sp, m, lb);   /* exact, as the fp16 rerank */
-    ws->bytes += (uint64_t)m * d * 2;
-    hd->surv += m;
-    const int64_t mo = hkv_topk(lb, m, rho_p, pick, tsc);
-    for (int64_t i = 0; i < mo; i++) pick[i] = surv[pick[i]];
+    /* |q_h| summed over each group of codes, halved and widened by 1/32 */
+    float q1[HKV_CTKVR_MAX_D];   /* [g][ng]: g * ng <= g * d / 32 */
+    float *q1p = g * ng <= HKV_CTKVR_MAX_D ? q1 : NULL;
+    for (int j = 0; q1p && j < g; j++)
+        for (int gi = 0; gi < ng; gi++) {
+            float t = 0;
+            for (int e = 0; e < HKV_SKETCH_GROUP; e++) t += fabsf(q[j * d + gi * HKV_SKETCH_GROUP + e]);
+            q1p[j * ng + gi] = t * (0.5f + 1.0f / 32.0f);
+        }
+    for (int64_t i = 0; i < n; i++) {   /* each exact score lies in [lb, ub] */
+        const float b = sketch_bound(scale + (size_t)cand[i] * ng, q1p, g, ng);
+        lb[i] = a[i] - b, ub[i] = a[i] + b;
+    }
+    /* t_out: the k-th largest lower bound; t_in: the (k+1)-th largest upper */
+    float t_out = INFINITY, t_in = INFINITY;
+    int64_t m = hkv_topk(lb, n, k, pick, tsc);
+    for (int64_t i = 0; i < m; i++) t_out = fminf(t_out, lb[pick[i]]);
+    m = hkv_topk(ub, n, k + 1, pick, tsc);
+    for (int64_t i = 0; i < m; i++) t_in = fminf(t_in, ub[pick[i]]);
+    /* ub < t_out: k candidates score above it, out. lb > t_in: at most k
+     * candidates can score as high (the k + 1 largest upper bounds, itself
+     * among them), in. The band between is ranked on its fp16 keys. */
+    int64_t n_in = 0, nb = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (ub[i] < t_out) continue;
+        if (lb[i] > t_in) pick[n_in++] = (int32_t)i;
+        else surv[nb] = (int32_t)i, sp[nb++] = cand[i];
+    }
+    int64_t mo = n_in;
+    if (nb > 0 && n_in < k) {
+        s->kern->score_max(q, g, d, far->k[kvh], far->ld, sp, nb, lb);   /* as the fp16 rerank */
+        ws->bytes += (uint64_t)nb * d * 2;
+        hd->surv += nb;
+        int32_t *bp = pick + n_in;
+        const int64_t mb = hkv_topk(lb, nb, k - n_in, bp, tsc);
+        for (int64_t i = 0; i < mb; i++) bp[i] = surv[bp[i]];
+        mo += mb;
+    }
     emit_ascending(cand, pick, mo, n, bits, out);
     return mo;
 }
@@ -309,6 +359,7 @@ static int64_t select_impl(ctkvr *s, int layer, int kvh, const float *q, const h
     int32_t *ic = ib + NC;                     /* [NC] sketch: survivors' positions */
     uint32_t *obits = (uint32_t *)(ic + NC);   /* [(NC + 31) / 32] the output order */
     float *qn = ws->f, *cs = qn + (int64_t)g * d, *ct = cs + C, *sc = ct + C, *sb = sc + NC;
+    float *su = sb + NC;                       /* [NC] sketch: upper bounds */
 
     for (int j = 0; j < g; j++) {   /* unit queries: cosine recall and DCU centroids */
         double ss = 0;
@@ -381,8 +432,8 @@ static int64_t select_impl(ctkvr *s, int layer, int kvh, const float *q, const h
         return n;
     }
     if (s->skc && !far->rows) {   /* on the int8 sketches, certified (rerank_sketch) */
-        const int64_t m = rerank_sketch(s, layer, kvh, q, far, cand, n, sc, sb, ia, ic, ib, tsc,
-                                        obits, out, ws);
+        const int64_t m = rerank_sketch(s, layer, kvh, q, far, cand, n, sc, sb, su, ia, ic, ib,
+                                        tsc, obits, out, ws);
         if (s->c.dcu) {   /* its list: the top rho by the int8 score */
             const int64_t md = hkv_topk(sc, n, rho, ia, tsc);
             dcu_push(s, ly, kvh, qn, cand, ia, md, best, bcos);
@@ -538,12 +589,13 @@ static int ctkvr_create(hkv_policy *out, const hkv_policy_args *a, const hkv_pol
     s->cap = env->n_ctx > 0 ? env->n_ctx : 1;
     if (c.sketch) {
         s->skc_b = bytes4(L * KH, (size_t)s->cap, (size_t)s->d, 1);
-        s->sks_b = bytes4(L * KH, (size_t)s->cap, 4, 1);
+        s->sks_b = bytes4(L * KH, (size_t)s->cap, (size_t)(s->d / HKV_SKETCH_GROUP), 4);
     }
-    if (c.sketch && s->d > HKV_CTKVR_MAX_D) {
+    if (c.sketch && (s->d > HKV_CTKVR_MAX_D || s->d % HKV_SKETCH_GROUP)) {
         ctkvr_destroy(s);
-        return hkv_seterr(err, HKV_E_UNSUPPORTED, "ctkvr: sketch=1 takes head sizes up to %d, "
-                          "not %d", HKV_CTKVR_MAX_D, sh->head_dim);
+        return hkv_seterr(err, HKV_E_UNSUPPORTED, "ctkvr: sketch=1 takes head sizes that are "
+                          "multiples of %d up to %d, not %d", HKV_SKETCH_GROUP, HKV_CTKVR_MAX_D,
+                          sh->head_dim);
     }
     if (!s->cent_b || !s->len_b || !s->ivf_b || s->ivf_b > SIZE_MAX / 4 ||
         (c.sketch && (!s->skc_b || !s->sks_b))) {

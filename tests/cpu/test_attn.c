@@ -67,9 +67,8 @@ static void check_score(const hkv_cpu_kernels *t, const float *q, int g, int d, 
     free(s); free(rs); free(mag);
 }
 
-/* score_max_i8 against double sums of q . code times the row's scale:
- * |s - ref| <= 1e-5 * scale * max_h sum_c |q_hc code_c| (fp32 sums of exact
- * products, as score_max's). */
+/* score_max_i8 against double sums of q . (code times its group's scale):
+ * |s - ref| <= 1e-5 * max_h sum_c |q_hc k~_c| (fp32 sums, as score_max's). */
 static void check_score_i8(const hkv_cpu_kernels *t, const float *q, int g, int d,
                            const int8_t *k, int64_t ld, const float *scale, const int32_t *idx,
                            int64_t n)
@@ -78,18 +77,21 @@ static void check_score_i8(const hkv_cpu_kernels *t, const float *q, int g, int 
     int bad = 0;
     double worst = 0;
     t->score_max_i8(q, g, d, k, ld, scale, idx, n, s);
+    const int ng = d / HKV_SKETCH_GROUP;
     for (int64_t i = 0; i < n; i++) {
         const int8_t *row = k + (int64_t)idx[i] * ld;
+        const float *sc = scale + (int64_t)idx[i] * ng;
         double best = -INFINITY, mag = 0;
         for (int h = 0; h < g; h++) {
             double v = 0, m = 0;
             for (int c = 0; c < d; c++) {
-                v += (double)q[h * d + c] * row[c];
-                m += fabs((double)q[h * d + c] * row[c]);
+                const double kc = (double)row[c] * sc[c / HKV_SKETCH_GROUP];
+                v += (double)q[h * d + c] * kc;
+                m += fabs((double)q[h * d + c] * kc);
             }
             best = fmax(best, v), mag = fmax(mag, m);
         }
-        const double ref = best * scale[idx[i]], tol = 1e-5 * mag * scale[idx[i]] + 1e-30;
+        const double ref = best, tol = 1e-5 * mag + 1e-30;
         if (isnan(s[i])) bad++;
         else worst = fmax(worst, fabs(s[i] - ref) / tol);
     }
@@ -121,9 +123,10 @@ int main(void)
             qsharp[i] = q[i] * 6.0f;
         }
         int8_t *k8 = malloc(CACHE_ROWS * ld);
-        float *sc8 = malloc(CACHE_ROWS * sizeof *sc8);
+        float *sc8 = malloc(CACHE_ROWS * (d / HKV_SKETCH_GROUP + 1) * sizeof *sc8);
         for (int64_t i = 0; i < CACHE_ROWS * ld; i++) k8[i] = (int8_t)((int)(rng_next(&rng) % 255) - 127);
-        for (int64_t i = 0; i < CACHE_ROWS; i++) sc8[i] = (float)(rng_next(&rng) % 1000 + 1) * 1e-4f;
+        for (int64_t i = 0; i < CACHE_ROWS * (d / HKV_SKETCH_GROUP + 1); i++)
+            sc8[i] = (float)(rng_next(&rng) % 1000 + 1) * 1e-4f;
         FOR_EACH_ISA(t, isa) {
             for (unsigned gi = 0; gi < sizeof gs / sizeof *gs; gi++) {
                 int g = gs[gi];
@@ -137,7 +140,7 @@ int main(void)
                     check_attn(&t, "sparse", q, g, d, k, v, ld, idx, n, scale);
                     if (n >= 7 && n <= 1000) check_attn(&t, "sparse-sharp", qsharp, g, d, k, v, ld, idx, n, 1.0f);
                     check_score(&t, q, g, d, k, ld, idx, n);
-                    check_score_i8(&t, q, g, d, k8, ld, sc8, idx, n);
+                    if (d % HKV_SKETCH_GROUP == 0) check_score_i8(&t, q, g, d, k8, ld, sc8, idx, n);
                 }
             }
         }
