@@ -101,6 +101,7 @@ class Config:
     seed: int = 1234
     tok_pre: str = "gpt-2"         # tokenizer.ggml.pre
     dequant_f32: bool = False      # store every matrix as f32 holding its dequantised values
+    raw_blocks: bool = False       # q4_0/q4_1 as random valid blocks, not quantised fp32 (fast)
     note: str = ""
 
 
@@ -145,6 +146,17 @@ PRESETS: dict[str, Config] = {
         note="qwen2, GQA 4 (8/2), hd 64, mix of q4_1/q8_0/f16/q4_k/q4_0/q6_k/f32, untied"),
 }
 
+
+# Real sizes, by --preset only: not in PRESETS, which the test suites write in full.
+BIG_PRESETS: dict[str, Config] = {
+    # Llama-3.1-8B's shape (128256-token vocabulary, 128K trained context) in Q4_0 written as
+    # random blocks: a 4.6 GB file in seconds, the same file for hetkv and llama.cpp (issue 37).
+    # Speed does not depend on the values.
+    "llama31_8b_q40": Config(
+        arch="llama", layers=32, dim=4096, heads=32, kv_heads=8, head_dim=128, ffn=14336,
+        vocab=128256, ctx=131072, rope_base=5e5, wtype="q4_0", tied=False, seed=18,
+        raw_blocks=True, note="Llama-3.1-8B's shape, q4_0 random blocks, untied"),
+}
 
 # ---------------------------------------------------------------- tokenizer
 
@@ -241,6 +253,22 @@ def random_q4_k(rng: np.random.Generator, rows: int, ne0: int, std: float) -> np
     return blocks.reshape(rows, -1)
 
 
+def random_q4_0(rng: np.random.Generator, rows: int, ne0: int, std: float) -> np.ndarray:
+    """Random valid Q4_0 blocks: x = d*(q-8), q in 0..15 uniform (std 4.6 d)."""
+    nb = rows * ne0 // 32
+    d = (std / 4.61) * rng.uniform(0.6, 1.4, nb)
+    qs = np.frombuffer(rng.bytes(nb * 16), dtype=np.uint8).reshape(nb, 16)
+    return np.concatenate([_f16_bytes(d), qs], axis=1).reshape(rows, -1)
+
+
+def random_q4_1(rng: np.random.Generator, rows: int, ne0: int, std: float) -> np.ndarray:
+    """Random valid Q4_1 blocks: x = d*q + m, q in 0..15 uniform, m = -7.5 d (zero mean)."""
+    nb = rows * ne0 // 32
+    d = (std / 4.61) * rng.uniform(0.6, 1.4, nb)
+    qs = np.frombuffer(rng.bytes(nb * 16), dtype=np.uint8).reshape(nb, 16)
+    return np.concatenate([_f16_bytes(d), _f16_bytes(-7.5 * d), qs], axis=1).reshape(rows, -1)
+
+
 def random_q6_k(rng: np.random.Generator, rows: int, ne0: int, std: float) -> np.ndarray:
     """Random valid Q6_K blocks: x = d*sc*(q-32), q in 0..63, sc int8."""
     nb = rows * ne0 // QK_K
@@ -279,6 +307,10 @@ class TensorMaker:
         self.summary[t] = self.summary.get(t, 0) + 1
         if t == "q4_k":
             data, qt = random_q4_k(self.rng, rows, ne0, std), QT.Q4_K
+        elif self.cfg.raw_blocks and t == "q4_0":
+            data, qt = random_q4_0(self.rng, rows, ne0, std), QT.Q4_0
+        elif self.cfg.raw_blocks and t == "q4_1":
+            data, qt = random_q4_1(self.rng, rows, ne0, std), QT.Q4_1
         elif t == "q6_k":
             data, qt = random_q6_k(self.rng, rows, ne0, std), QT.Q6_K
         else:
@@ -423,13 +455,16 @@ def main(argv=None) -> int:
     ap.add_argument("--dequant-f32", action="store_true", default=None,
                     help="same model (same random draws), every matrix stored as f32 with the "
                          "dequantised values of its --wtype: isolates the quantised kernels")
+    ap.add_argument("--raw-blocks", action="store_true", default=None,
+                    help="q4_0/q4_1 matrices as random valid blocks instead of quantised fp32 "
+                         "draws: seconds for a file of billions of weights")
     ap.add_argument("--tok-pre", help='tokenizer.ggml.pre (default "gpt-2", the name llama.cpp uses)')
     ap.add_argument("-o", "--output", help="output .gguf (or folder with --all-presets)")
     ap.add_argument("-q", "--quiet", action="store_true")
     a = ap.parse_args(argv)
 
     if a.list_presets:
-        for name, c in PRESETS.items():
+        for name, c in {**PRESETS, **BIG_PRESETS}.items():
             print(f"{name:24s} {c.note}")
         return 0
     if not a.output:
@@ -438,14 +473,15 @@ def main(argv=None) -> int:
         write_all_presets(a.output, verbose=not a.quiet)
         return 0
     if a.preset:
-        if a.preset not in PRESETS:
-            ap.error(f"unknown preset {a.preset}; one of {', '.join(PRESETS)}")
-        cfg = replace(PRESETS[a.preset])
+        allp = {**PRESETS, **BIG_PRESETS}
+        if a.preset not in allp:
+            ap.error(f"unknown preset {a.preset}; one of {', '.join(allp)}")
+        cfg = replace(allp[a.preset])
     else:
         cfg = replace(d)
     for k in ("arch", "layers", "dim", "heads", "kv_heads", "head_dim", "ffn", "vocab", "ctx",
               "rope_base", "rope_scale", "eps", "wtype", "embd_wtype", "out_wtype", "tied", "seed",
-              "tok_pre", "dequant_f32"):
+              "tok_pre", "dequant_f32", "raw_blocks"):
         v = getattr(a, k)
         if v is not None:
             setattr(cfg, k, v)
