@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""bench/gpu_headline.sh end to end on a small shape (the emulator in CI): the
+run beyond the GPU's memory keeps working between the sessions lent a GPU.
+
+    python3 tests/pipeline/test_headline.py BUILD_DIR
+
+Runs the script with SmolLM2's shape on its first 2 layers, a 512-token
+context, two selection policies at batch 1 and 2, under a 1 GiB cap, and
+checks what bench/headline_rows.py gathered: a row per (policy, batch) with
+the far tier on the host and its timeline, host bytes and time to first
+token; one dense row with the whole context on the device (no host far
+work); the split-over-dense ratio; the predictions' rows; and the row file a
+stopped step leaves (each row written as it is measured). Exit 0 passed, 1
+failed."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def main() -> int:
+    build = sys.argv[1]
+    fails = []
+
+    def check(ok: bool, what: str) -> None:
+        print(("ok   " if ok else "FAIL ") + what)
+        if not ok:
+            fails.append(what)
+
+    with tempfile.TemporaryDirectory() as out:
+        env = dict(os.environ, HKV_EMU_MEM="4G", HEADLINE_MODEL="--synthetic smollm2-135m@2",
+                   HEADLINE_GPU_MEM="1G", HEADLINE_CTX="512", HEADLINE_BATCH_512="1,2",
+                   HEADLINE_STEPS="2", HEADLINE_CHUNK="256", HEADLINE_CONFIGS="ctkvr;quest",
+                   HEADLINE_PREDICT="h200")
+        r = subprocess.run(["bash", os.path.join(ROOT, "bench", "gpu_headline.sh"), build, out, "600"],
+                           env=env, capture_output=True, text=True, timeout=900)
+        print(r.stdout[-3000:], r.stderr[-3000:])
+        check(r.returncode == 0, f"gpu_headline.sh exit {r.returncode}")
+        summary = open(os.path.join(out, "summary.txt")).read()
+        check("split_512" in summary and "dense_512" in summary and "rc=0" in summary,
+              "summary names the split and dense steps")
+        path = os.path.join(out, "headline.json")
+        if not os.path.exists(path):
+            check(False, "headline.json written")
+            return 1
+        h = json.load(open(path))
+        split = [x for x in h["rows"] if x["kind"] == "split"]
+        dense = [x for x in h["rows"] if x["kind"] == "dense"]
+        got = sorted((x["policy"], x["batch"]) for x in split)
+        check(got == [("ctkvr", 1), ("ctkvr", 2), ("quest", 1), ("quest", 2)], f"split rows {got}")
+        for x in split:
+            check(x["decode_tok_s"] > 0 and x["ttft_s"] and x["ttft_s"] > 0 and x["gpu_mem"] == 1 << 30
+                  and x["dev_cpu_busy_ms"] is not None and x["host_bytes_per_token"] > 0
+                  and x["chunk"] == 256,
+                  f"split {x['config']} b{x['batch']}: tok/s, TTFT, cap, timeline, host bytes, chunk")
+        check(len(dense) == 1 and dense[0]["policy"] == "full" and dense[0]["batch"] >= 1,
+              f"one dense row ({len(dense)})")
+        if dense:
+            # the whole context near: the host attends nothing far
+            check(dense[0]["host_bytes_per_token"] == 0, "dense: no host far reads "
+                  f"({dense[0]['host_bytes_per_token']})")
+        q = h["ratios"]
+        check(len(q) == 1 and q[0]["split_over_dense"] and q[0]["ctkvr_over_dense"],
+              f"ratios {q}")
+        pred = os.path.join(out, "plan_predict.jsonl")
+        check(os.path.exists(pred) and os.path.getsize(pred) > 0, "plan --predict rows")
+        rows = [ln for ln in open(os.path.join(out, "split_512.jsonl")) if ln.startswith("{")]
+        check(len(rows) == 4, f"split_512.jsonl: one line a row ({len(rows)})")
+    print(f"test_headline: {'FAILED' if fails else 'passed'}")
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
