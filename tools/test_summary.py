@@ -27,10 +27,12 @@ UNTESTED = re.compile(r"^untested ISA: (.*)$", re.M)
 
 
 def skip_reason(out: str) -> str:
-    """The test's last line that mentions a skip, else its last line."""
-    lines = [ln.strip() for ln in out.splitlines() if ln.strip()]
+    """The test's last line that mentions a skip, else its last line; a
+    closing count line ("x: 0 passed, 0 failed, 1 skipped") is no reason."""
+    lines = [ln.strip() for ln in out.splitlines()
+             if ln.strip() and not re.match(r"^\S+: \d+ passed", ln.strip())]
     for ln in reversed(lines):
-        if "skip" in ln.lower() and not re.match(r"^\S+: \d+ passed", ln):
+        if "skip" in ln.lower():
             return ln
     return lines[-1] if lines else "(no output)"
 
