@@ -17,6 +17,7 @@ static const char usage[] =
     "commands:\n"
     "  run     generate text from a prompt (hetkv run --help)\n"
     "  batch   an offline job of OpenAI batch request lines, continuous batching, resumable\n"
+    "  serve   an OpenAI-compatible HTTP server on the same scheduler (needs libmicrohttpd)\n"
     "  bench   prefill and decode throughput beside a memory-bandwidth probe\n"
     "  eval    fidelity of KV policies against dense attention, and retrieval tasks\n"
     "  info    CPU, instruction sets, cores, NUMA nodes, memory and CUDA devices\n"

@@ -118,6 +118,19 @@ if have_model:
     cases.append(("truncated model", [hetkv, "run", "-m", truncated, "-p", "x"], 1, "past the end"))
 
 passed = failed = skipped = 0
+# hetkv --help lists every command main() dispatches: the commands are taken
+# from the unknown-command error (the dispatcher's own list), so a command
+# added there and forgotten in the usage text fails here.
+r = subprocess.run([hetkv, "--help"], capture_output=True, text=True, timeout=60)
+err = subprocess.run([hetkv, "frobnicate"], capture_output=True, text=True, timeout=60).stderr
+listed = err.split("(", 1)[1].split(";", 1)[0].replace(" ", "").split(",") if "(" in err else []
+lines = [ln.split()[0] for ln in r.stdout.splitlines() if ln.startswith("  ") and ln.split()]
+missing = [c for c in listed if c not in lines]
+ok = r.returncode == 0 and len(listed) >= 8 and not missing
+print(("PASS" if ok else "FAIL"), "help lists every command", f"({', '.join(listed)})",
+      "" if ok else f"missing {missing} (exit {r.returncode})")
+passed += ok
+failed += not ok
 for name, argv, want_rc, frag in cases:
     if not have_model and model in argv:
         skipped += 1

@@ -11,16 +11,25 @@ precisions (teacher-forced: both see the same tokens), and per position:
   max|logit|. Then `hetkv run --precision fast` generates greedily from the
 same prompt: the number of tokens before its first divergence from exact.
 
-Bounds (checked; about 2-4x what SmolLM2-135M Q4_1 measured, 5 prompts x
-200 tokens in docs/ARCHITECTURE.md "Threads and kernels", so the suite's
-smaller sample (3 prompts x 64 tokens, ~150 positions) passes with margin):
-real model mean KL <= 4e-2, 99th-percentile KL <= 0.4 (the maximum, printed,
-is one position's near-tie and moves with any change of summation order),
-top-1 >= 90%, max|diff|/max|logit| <= 0.3; tiny random-weight models mean
-KL <= 2e-2, 99th-percentile KL <= 0.2, top-1 >= 85%. Greedy agreement is
-printed, not bounded: one flipped near-tie makes the continuations differ
-from there on. Batch invariance of the fast kernel is tested in tests/cpu
-(test_qgemm).
+Bounds (checked), set from what this file's own sample measured, with a
+margin that a change of summation order (thread count, AMX or VNNI tiles)
+does not trip but a real loss of precision does. SmolLM2-135M Q4_1, the
+suite's 3 prompts x 64 tokens (215 positions; AVX512-VNNI, no AMX, 2 threads,
+2026-11-28): mean KL 1.45e-2 (per prompt 1.1e-2..1.7e-2), 99th-percentile KL
+0.10, top-1 94.4%, max|diff|/max|logit| 0.166. Bounds: mean KL <= 2.5e-2
+(1.7x: the widest prompt is 1.15x the mean), 99th percentile <= 0.2 (2x; two
+positions make it), top-1 >= 90% (10 more flips of 215), max|diff|/max|logit|
+<= 0.25 (1.5x). (The longer run in docs/ARCHITECTURE.md, 5 prompts x 200 tokens
+on another CPU, measured a lower mean KL, 8.2e-3..9.7e-3; the bound is set
+from this sample's own figures, which are higher.) Tiny random-weight models, 37 positions each: mean KL 9.1e-4
+and 4.3e-4, 99th percentile 5.8e-3, top-1 100%, max|diff|/max|logit| 0.051;
+bounds 3e-3, 2e-2, 94% (2 flips of 37), 0.15 (~3x: the sample is small).
+The maximum KL is printed, not bounded: one position's near-tie, it moves with
+any change of summation order. Greedy agreement is printed, not bounded: one
+flipped near-tie makes the continuations differ from there on. Batch
+invariance of the fast kernel is tested in tests/cpu (test_qgemm).
+Where the CPU lacks AVX512-VNNI (fast is then the exact path), AMX-INT8 or
+AMX-BF16, a line "untested ISA: ..." says so (tools/test_summary.py lists them).
 Exit 0 pass, 1 fail, 77 model absent.
 """
 
@@ -111,13 +120,31 @@ def one_model(a, model: str, prompts: list[str], n_gen: int, tmp: str, real: boo
     rel = np.concatenate(rels)
     top = sum(tops) / n_pos
     mk, pk, xk, xr = float(kl.mean()), float(np.percentile(kl, 99)), float(kl.max()), float(rel.max())
-    lim = (4e-2, 0.4, 0.90, 0.3) if real else (2e-2, 0.2, 0.85, 0.5)
+    lim = (2.5e-2, 0.2, 0.90, 0.25) if real else (3e-3, 2e-2, 0.94, 0.15)   # the docstring says why
     good = mk <= lim[0] and pk <= lim[1] and top >= lim[2] and xr <= lim[3]
     print(f"{'PASS' if good else 'FAIL'} {os.path.basename(model)}: {n_pos} positions over {len(prompts)} prompts: "
           f"mean KL {mk:.2e} (<= {lim[0]:g}), 99th percentile KL {pk:.2e} (<= {lim[1]:g}), max KL {xk:.2e}, "
           f"top-1 {100 * top:.2f}% (>= {100 * lim[2]:g}%), max|diff|/max|logit| {xr:.3f} (<= {lim[3]:g}); "
           f"greedy identical for {sum(firsts)}/{sum(len(g) for g in gens)} tokens before the first divergence")
     return ok and good
+
+
+# The instruction sets --precision fast uses, each with what runs without it.
+FAST_ISA = [("avx512_vnni", "the int8 GEMM (cpu/qgemm_avx512.c): fast ran the exact path"),
+            ("amx_int8", "the int8 GEMM on AMX tiles (cpu/qgemm_amx.c)"),
+            ("amx_bf16", "the prompt's causal attention on AMX-BF16 tiles (cpu/attn_causal_amx.c)")]
+
+
+def report_untested_isa(hetkv_exe: str) -> None:
+    """Say which of fast's kernels this CPU cannot run (the test then passes
+    on the others): one "untested ISA:" line each, for the run's summary."""
+    import json
+    import subprocess
+    r = subprocess.run([hetkv_exe, "info", "--json"], capture_output=True, text=True, timeout=60)
+    isa = set(json.loads(r.stdout)["cpu"]["isa"])
+    for flag, what in FAST_ISA:
+        if flag not in isa:
+            print(f"untested ISA: {flag}: --precision fast end to end, {what}")
 
 
 def main(argv=None) -> int:
@@ -137,6 +164,7 @@ def main(argv=None) -> int:
     if not a.dump_exe or not a.hetkv_exe:
         print("test_fast: hkv-dump-logits or hetkv not found")
         return 1
+    report_untested_isa(a.hetkv_exe)
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
         try:

@@ -311,9 +311,12 @@ def case_queue():
         rc, err = s.stop()
     check(rc == 0, f"queue: exit {rc}: {err[-500:]}")
     # a request waiting in the scheduler's queue whose client leaves is taken out of it
-    s = Server(tiny_model(ctx=4096), "--max-batch", "2", "--ctx", "4096", "--drain", "0")
+    # 16000 tokens each: the two running requests must outlast the third's 1 s
+    # wait (4000 took 0.9 s for both on a 2-core AMD EPYC, and the third then
+    # ran instead of waiting in the queue)
+    s = Server(tiny_model(ctx=16384), "--max-batch", "2", "--ctx", "16384", "--drain", "0")
     try:
-        long = {"prompt": "one", "max_tokens": 4000, "temperature": 0}
+        long = {"prompt": "one", "max_tokens": 16000, "temperature": 0}
         for _ in range(2):
             threading.Thread(target=lambda: s.http("POST", "/v1/completions", long), daemon=True).start()
         end = time.time() + 30
@@ -327,7 +330,7 @@ def case_queue():
 
         w = threading.Thread(target=watch)
         w.start()
-        check(s.gives_up(long, 1.0), "queue: a third 4000-token request answered within 1 s")
+        check(s.gives_up(long, 1.0), "queue: a third 16000-token request answered within 1 s")
         w.join()
         end = time.time() + 10
         while s.metrics().get("hetkv_sequences_queued", 1) and time.time() < end:
