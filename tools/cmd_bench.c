@@ -99,7 +99,8 @@ typedef struct row_ctx {
     char date[32];
     long long steps, chunk;
     int threads;
-    double probe, gpu_mem;
+    double probe;
+    uint64_t gpu_mem;   /* the --gpu-mem cap, bytes; 0: none */
 } row_ctx;
 
 /* One measured point as a flat, self-describing row (docs/BENCH_ROWS.md). */
@@ -138,7 +139,7 @@ static json_t *point_row(const point *q, const row_ctx *x) {
     json_object_set_new(r, "ttft_s", q->ttft_s >= 0 ? json_real(q->ttft_s) : json_null());
     json_object_set_new(r, "fork_s", json_real(q->fork_s));
     json_object_set_new(r, "chunk", json_integer(x->chunk));
-    json_object_set_new(r, "gpu_mem", x->gpu_mem > 0 ? json_real(x->gpu_mem) : json_null());
+    json_object_set_new(r, "gpu_mem", x->gpu_mem > 0 ? json_integer((json_int_t)x->gpu_mem) : json_null());
     /* the host's reads a token, and the tokens/s the probe allows at that rate */
     const double hbt = q->batch > 0 ? q->host_bytes_step / (double)q->batch : 0;
     json_object_set_new(r, "host_bytes_per_step", json_real(q->host_bytes_step));
@@ -336,7 +337,7 @@ int hkv_cmd_bench(int argc, char **argv) {
                   .isa = hkv_isa_name(e->kern.isa), .precision = hkv_precision_name(e->kern.precision),
                   .device = hkv_backend_is_cuda(&e->be) ? hkv_gpu_backend() : "cpu",
                   .steps = steps, .chunk = e->max_rows, .threads = hkv_threads_count(e->threads),
-                  .probe = probe, .gpu_mem = dc.cuda ? (double)dc.gpu_mem : 0};
+                  .probe = probe, .gpu_mem = dc.cuda ? dc.gpu_mem : 0};
     hkv_rows_date(rx.date, sizeof rx.date);
 
     for (int ci = 0; ci < n_ctx; ci++) {
