@@ -46,6 +46,9 @@ def policies(draft: str) -> dict[str, list[str]]:
         "full": [],
         "oracle k=8": ["--policy", "oracle", "--policy-arg", "k=8"],
         "ctkvr": ["--policy", "ctkvr"],
+        # the rerank on int8 key sketches (certified: the fp16 rerank's choice); its own
+        # first word, so --only ctkvr (the sanitizer runs) leaves it out
+        "ctkvr-sketch sketch=1": ["--policy", "ctkvr", "--policy-arg", "sketch=1"],
         "quest budget=16": ["--policy", "quest", "--policy-arg", "budget=16"],
         "snapkv budget=12": ["--policy", "snapkv", "--policy-arg", "budget=12"],
         "rocketkv budget=12": ["--policy", "rocketkv", "--policy-arg", "budget=12"],
