@@ -4,8 +4,11 @@
     python3 bench/peer_gpu.py --hetkv BUILD/tools/hetkv --peer DIR [-m MODEL.gguf]
                               [--ctx 1024,8192,32768] [--batch 1,4,16] [--out DIR]
 
-DIR holds llama-bench and llama-batched-bench built with CUDA
-(tools/llama_cpp_peer.sh --cuda sm_90). MODEL (default /tmp/llama31_8b_q40.gguf) is
+DIR holds llama-batched-bench, and llama-bench where it travelled, built with
+CUDA (tools/llama_cpp_peer.sh --cuda sm_90: static, 78 MB each, 41 MB each
+xz-compressed, so one of them fits beside the pack in a device call's 64 MiB:
+llama-batched-bench, whose shared-prompt prefill rate stands in for
+llama-bench's). MODEL (default /tmp/llama31_8b_q40.gguf) is
 written first when absent: Llama-3.1-8B's shape in Q4_0 as random blocks
 (tools/gen_tiny_gguf.py --preset llama31_8b_q40, seconds; needs the gguf package).
 Per context: hetkv bench --device cuda with the whole context on the device
@@ -37,19 +40,18 @@ def run(cmd, log, timeout):
         err, rc = f"timed out after {timeout} s", 124
     with open(log, "a") as f:
         f.write(f"$ {' '.join(cmd)}\n(exit {rc})\n{out}{err}\n")
-    if rc != 0:
+    if rc != 0:   # what it printed still counts: bench streams its rows as measured
         print(f"failed ({rc}): {' '.join(cmd)}\n{err[-1500:]}", file=sys.stderr)
-        return None
-    return out + "\n" + err
+    return out + "\n" + err, rc == 0
 
 
 def hetkv_rows(a, ctx, log):
     # the whole context near: --local past the prompt and the generated tokens
-    out = run([a.hetkv, "bench", "-m", a.model, "--device", "cuda", "--ctx", str(ctx), "--batch",
+    out, _ = run([a.hetkv, "bench", "-m", a.model, "--device", "cuda", "--ctx", str(ctx), "--batch",
                ",".join(map(str, a.batch)), "--steps", str(NGEN), "--chunk", "2048", "--local",
                str(ctx + NGEN + 64), "--configs", "full", "-o", "jsonl"], log, a.timeout)
     rows = []
-    for line in (out or "").splitlines():
+    for line in out.splitlines():
         if line.startswith("{"):
             r = json.loads(line)
             rows.append({"engine": "hetkv", "ctx": ctx, "batch": r["batch"],
@@ -59,7 +61,7 @@ def hetkv_rows(a, ctx, log):
 
 def fa_args(tool, log):
     """llama.cpp's flash-attention flag: '-fa on' where it takes a value, else '-fa 1'/'-fa'."""
-    h = run([tool, "--help"], log, 60) or ""
+    h, _ = run([tool, "--help"], log, 60)
     if "[on|off|auto]" in h:
         return ["-fa", "on"]
     return ["-fa", "1"] if os.path.basename(tool) == "llama-bench" else ["-fa"]
@@ -68,25 +70,28 @@ def fa_args(tool, log):
 def batched_rows(a, ctx, log):
     tool = os.path.join(a.peer, "llama-batched-bench")
     n = max(a.batch)
-    out = run([tool, "-m", a.model, "-ngl", "99", *fa_args(tool, log), "-c", str((ctx + NGEN) * n),
+    out, _ = run([tool, "-m", a.model, "-ngl", "99", *fa_args(tool, log), "-c", str((ctx + NGEN) * n),
                "-b", "2048", "-ub", "512", "-npp", str(ctx), "-ntg", str(NGEN), "-npl",
                ",".join(map(str, a.batch)), "-pps"], log, a.timeout)
     rows = []
-    for line in (out or "").splitlines():
+    for line in out.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) >= 10 and cells[0].isdigit():
             # PP | TG | B | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | T s | S t/s
+            # -pps: one prompt prefilled and shared, so S_PP is that prompt's rate
             rows.append({"engine": "llama.cpp", "ctx": ctx, "batch": int(cells[2]),
-                         "decode_tok_s": float(cells[7]), "prefill_tok_s": None})
+                         "decode_tok_s": float(cells[7]), "prefill_tok_s": float(cells[5])})
     return rows
 
 
 def prefill_rows(a, log):
     tool = os.path.join(a.peer, "llama-bench")
-    out = run([tool, "-m", a.model, "-ngl", "99", *fa_args(tool, log), "-p",
+    if not os.access(tool, os.X_OK):   # batched-bench's own prefill figures stand
+        return {}
+    out, _ = run([tool, "-m", a.model, "-ngl", "99", *fa_args(tool, log), "-p",
                ",".join(map(str, a.ctx)), "-n", "0", "-r", "2", "-o", "json"], log, a.timeout)
     try:
-        js = json.loads(out[:out.rindex("]") + 1]) if out else []
+        js = json.loads(out[out.index("["):out.rindex("]") + 1])
     except ValueError:
         js = []
     return {r["n_prompt"]: r["avg_ts"] for r in js if r.get("n_gen") == 0}
@@ -109,16 +114,16 @@ def main():
     open(log, "w").close()
     if not os.path.exists(a.model):
         gen = os.path.join(HERE, "..", "tools", "gen_tiny_gguf.py")
-        if run([sys.executable, gen, "--preset", "llama31_8b_q40", "-o", a.model], log, 600) is None:
+        if not run([sys.executable, gen, "--preset", "llama31_8b_q40", "-o", a.model], log, 600)[1]:
             sys.exit("could not write the model")
     rows = []
     for ctx in a.ctx:
         rows += hetkv_rows(a, ctx, log)
         rows += batched_rows(a, ctx, log)
     pp = prefill_rows(a, log)
-    for r in rows:   # llama.cpp's prefill from llama-bench (batched-bench's is of B prompts)
-        if r["engine"] == "llama.cpp":
-            r["prefill_tok_s"] = pp.get(r["ctx"])
+    for r in rows:   # llama.cpp's prefill from llama-bench where it ran
+        if r["engine"] == "llama.cpp" and pp.get(r["ctx"]):
+            r["prefill_tok_s"] = pp[r["ctx"]]
     with open(os.path.join(a.out, "peer_gpu.json"), "w") as f:
         json.dump({"model": os.path.basename(a.model), "rows": rows}, f, indent=1)
 
@@ -139,7 +144,7 @@ def main():
     for ctx in a.ctx:
         for b in a.batch:
             hd, ld = get("hetkv", ctx, b, "decode_tok_s"), get("llama.cpp", ctx, b, "decode_tok_s")
-            hp, lp = get("hetkv", ctx, b, "prefill_tok_s"), pp.get(ctx)
+            hp, lp = get("hetkv", ctx, b, "prefill_tok_s"), get("llama.cpp", ctx, b, "prefill_tok_s")
             lines.append(f"| {ctx} | {b} | {fmt(hd)} | {fmt(ld)} | {ratio(hd, ld)} | {fmt(hp)} | "
                          f"{fmt(lp)} | {ratio(hp, lp)} |")
     table = "\n".join(lines) + "\n"
