@@ -21,6 +21,7 @@ static const char bench_usage[] =
     "usage: hetkv bench (-m MODEL | --synthetic NAME) [options]\n"
     "       hetkv bench kernels [--quick] [--hot] [--isa NAME]   (hetkv bench kernels --help)\n"
     "       hetkv bench kernels --device cuda [--quick] [--json]   (the gpu/ kernels on the device)\n"
+    "       hetkv bench far [--ctx LIST] [--batch LIST] [--configs SPEC]   (the host's far step of a layer)\n"
     "\n"
     "Prefill a synthetic prompt of each context length once, fork it into B\n"
     "sequences and time batched decode steps. Reports tokens/s, the bytes a\n"
@@ -167,6 +168,7 @@ static json_t *point_row(const point *q, const row_ctx *x) {
 
 int hkv_cmd_bench(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "kernels")) return hkv_bench_kernels_main(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "far")) return hkv_bench_far_main(argc - 1, argv + 1);
     hkv_err err;
     hkv_err_clear(&err);
     const char *model = NULL;
