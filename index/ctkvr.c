@@ -238,8 +238,10 @@ void hkv_ctkvr_sketch_layer(ctkvr *s, int layer, const hkv_far_view *far)
         if (hi > s->lay[layer].kv[h].sk_hi) s->lay[layer].kv[h].sk_hi = hi;
 }
 
-/* out[0..m) = cand[pick[i]] in ascending position order: one order for every
- * rerank path, so the attention sums the same rows in the same order. */
+/* out[0..m) = cand[pick[i]] in ascending position order (the sketch paths:
+ * their picks come in no order of their own; ascending gathers stream). The
+ * fp16 rerank keeps hkv_topk's order: the attention's sums, and through them
+ * the near ties the next layer's rerank meets, stay as they were. */
 static void emit_ascending(const int32_t *cand, const int32_t *pick, int64_t m, int64_t n,
                            uint32_t *bits, int32_t *out)
 {
@@ -445,7 +447,7 @@ static int64_t select_impl(ctkvr *s, int layer, int kvh, const float *q, const h
     ws->bytes += (uint64_t)n * d * 2;   /* the candidates' keys */
     if (!s->c.dcu) {
         int64_t m = hkv_topk(sc, n, rho_p, ia, tsc);
-        emit_ascending(cand, ia, m, n, obits, out);
+        for (int64_t i = 0; i < m; i++) out[i] = cand[ia[i]];
         return m;
     }
     /* top max(rho, rho') first, then the smaller set from inside it */
@@ -456,7 +458,7 @@ static int64_t select_impl(ctkvr *s, int layer, int kvh, const float *q, const h
     for (int64_t i = 0; i < ms; i++) ib[i] = ia[ib[i]];   /* ib: indices into cand */
     const int32_t *p_out = rho_p >= rho ? ia : ib, *p_dcu = rho_p >= rho ? ib : ia;
     const int64_t m_out = rho_p >= rho ? mb : ms, m_dcu = rho_p >= rho ? ms : mb;
-    emit_ascending(cand, p_out, m_out, n, obits, out);
+    for (int64_t i = 0; i < m_out; i++) out[i] = cand[p_out[i]];
     dcu_push(s, ly, kvh, qn, cand, p_dcu, m_dcu, best, bcos);
     return m_out;
 }
