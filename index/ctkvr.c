@@ -161,7 +161,7 @@ static void dcu_push(ctkvr *s, ct_layer *ly, int kvh, const float *qn, const int
     ly->len[(int64_t)kvh * C + sl] = (int32_t)n;
 }
 
-/* ---- int8 key sketches (sketch=1) ----------------------------------------------
+/* ---- int8 key sketches (sketch=1, 2) -------------------------------------------
  *
  * Each far key k (fp16, d values) is kept a second time as int8 codes in
  * groups G of 32 values, c = round(k * 127 / max_G|k|), with a scale s_G =
