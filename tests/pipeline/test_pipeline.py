@@ -304,9 +304,11 @@ def main(argv=None) -> int:
         if a.dump_only:
             print(f"test_pipeline: {res.passed} passed, {res.failed} failed")
             return 1 if res.failed else 0
-        # greedy generation through hetkv run, both devices
+        # greedy generation, the policies --only names (pipeline_smollm2_ctkvr: ctkvr alone)
         for name in (() if a.synthetic else ("full", "ctkvr", "quest budget=16", "snapkv budget=12",
                                                  "rocketkv budget=12", "laq budget=8")):
+            if only and name.split()[0] not in only:
+                continue
             pol = cases[name]
             toks = {}
             for dev in ("cpu", "cuda"):
