@@ -1,4 +1,4 @@
-/* The shape of a model's KV cache: what the caches (runtime/kv.h) and the
+/* The shape of a model's KV cache: what the caches (kv/kv.h) and the
  * policies that index them (index/policy.h) agree on, defined below both so
  * that neither reaches up into the other. */
 #ifndef HKV_KV_SHAPE_H

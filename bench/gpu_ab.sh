@@ -5,7 +5,7 @@
 #     bench/gpu_ab.sh A_BIN B_BUILD OUT_DIR [SECONDS]
 #
 # A_BIN is the baseline hetkv binary (e.g. the previous commit's, packed by
-# tools/gpu_pack.sh --base), B_BUILD the CUDA build under test. Runs B's
+# tools/scripts/gpu_pack.sh --base), B_BUILD the CUDA build under test. Runs B's
 # kernel tests named in GPU_AB_TESTS (default test_gpu_forward), each kernel
 # timed alone on the device for B (--only GPU_AB_ONLY, default q4,attention)
 # and for A (--quick, all rows: a baseline binary may predate --only), then

@@ -35,7 +35,7 @@ for t in "$BUILD"/tests/gpu/test_gpu_*; do
     [ -x "$t" ] && [ -f "$t" ] && step "$(basename "$t")" 90 "$t"
 done
 
-# each kernel alone, timed with events on the device (bench/bench_gpu.c)
+# each kernel alone, timed with events on the device (tools/bench/bench_gpu.c)
 step bench_gpu_kernels 60 sh -c "\"$HKV\" bench kernels --device cuda --json >\"$OUT/bench_gpu_kernels.json\""
 
 LLAMA_CONFIGS="full;ctkvr;quest:budget=1024;snapkv:budget=1024;rocketkv:budget=1024"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The command a lent GPU machine runs (the device tool's `run`, from the
-# repository root), over a pack made here by tools/gpu_pack.sh:
+# repository root), over a pack made here by tools/scripts/gpu_pack.sh:
 #
 #     bench/gpu_remote.sh PACK SECONDS [SCRIPT [ARGS...]]
 #

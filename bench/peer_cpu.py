@@ -4,7 +4,7 @@
     python3 bench/peer_cpu.py [--hetkv build/tools/hetkv] [--peer DIR] [-m MODEL]
                               [-t THREADS] [--reps N] [--out DIR]
 
-DIR holds llama-bench and llama-batched-bench (tools/llama_cpp_peer.sh builds
+DIR holds llama-bench and llama-batched-bench (tools/scripts/llama_cpp_peer.sh builds
 them and prints DIR). For each repetition, in turn: hetkv bench (exact and
 fast precision) at ctx 1024 for batches 1, 4, 16, 64 and at ctx 8192 for
 batch 1; llama-batched-bench at the same prompt length, generated tokens and

@@ -5,12 +5,12 @@
                               [--ctx 1024,8192,32768] [--batch 1,4,16] [--out DIR]
 
 DIR holds llama-batched-bench, and llama-bench where it travelled, built with
-CUDA (tools/llama_cpp_peer.sh --cuda sm_90: static, 78 MB each, 41 MB each
+CUDA (tools/scripts/llama_cpp_peer.sh --cuda sm_90: static, 78 MB each, 41 MB each
 xz-compressed, so one of them fits beside the pack in a device call's 64 MiB:
 llama-batched-bench, whose shared-prompt prefill rate stands in for
 llama-bench's). MODEL (default /tmp/llama31_8b_q40.gguf) is
 written first when absent: Llama-3.1-8B's shape in Q4_0 as random blocks
-(tools/gen_tiny_gguf.py --preset llama31_8b_q40, seconds; needs the gguf package).
+(tools/scripts/gen_tiny_gguf.py --preset llama31_8b_q40, seconds; needs the gguf package).
 Per context: hetkv bench --device cuda with the whole context on the device
 (--local past it, full) at every batch, its prompt prefilled once and forked;
 llama-batched-bench with the prompt shared (-pps, likewise prefilled once), all
@@ -113,7 +113,7 @@ def main():
     log = os.path.join(a.out, "raw.txt")
     open(log, "w").close()
     if not os.path.exists(a.model):
-        gen = os.path.join(HERE, "..", "tools", "gen_tiny_gguf.py")
+        gen = os.path.join(HERE, "..", "tools", "scripts", "gen_tiny_gguf.py")
         if not run([sys.executable, gen, "--preset", "llama31_8b_q40", "-o", a.model], log, 600)[1]:
             sys.exit("could not write the model")
     rows = []

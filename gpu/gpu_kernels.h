@@ -30,7 +30,7 @@ extern "C" {
 
 /* ---- model pieces (model_kernels.cu) -------------------------------------- */
 
-enum { HKV_GPU_ROPE_PAIRS = 0, HKV_GPU_ROPE_NEOX = 1 };   /* runtime/model.h's values */
+enum { HKV_GPU_ROPE_PAIRS = 0, HKV_GPU_ROPE_NEOX = 1 };   /* model/model.h's values */
 
 /* x[r][:] = table[tokens[r]][:] as fp32, r < n. table fp16 [vocab][dim],
  * tokens int32 [n], x [n][dim] (device). Ids outside [0, vocab) give a NaN

@@ -1,7 +1,7 @@
 /* The weight GEMM path's panels (gpu/qmat.cu): how many weight rows are
  * dequantised into the workspace per cuBLAS call, in one place for the
- * kernel, the per-kernel predictions (runtime/gpu_kernel_predict.c) and the
- * memory plan (runtime/gpu_plan.c). Plain C: included by nvcc and the host.
+ * kernel, the per-kernel predictions (plan/gpu_kernel_predict.c) and the
+ * memory plan (plan/gpu_plan.c). Plain C: included by nvcc and the host.
  *
  * Why 32 MiB: each panel is one cuBLAS GEMM of panel rows x n activation
  * rows, run one after another on the stream. With 4 MiB (256 rows at 4096

@@ -1,7 +1,7 @@
 /* The policy interface: what a KV policy sees and decides.
  *
  * A policy instance serves one sequence of the tiered KV cache
- * (runtime/kv_tiered.c), so sequences in one batch may run different
+ * (kv/kv_tiered.c), so sequences in one batch may run different
  * policies side by side. The cache owns the bytes: the near tier (sinks +
  * local ring) and the far tier (host memory, indexed by position). The
  * policy owns its index (accounted in the INDEX tier) and decides:

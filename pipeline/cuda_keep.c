@@ -3,7 +3,7 @@
  * they kept at prompt end plus the far tokens that arrived since. The kept
  * rows are what every step reads and they never change until the policy
  * selects again, so the device keeps a copy of them beside the near tier
- * (the memory plan counts them there, runtime/gpu_plan.c) and attends them
+ * (the memory plan counts them there, plan/gpu_plan.c) and attends them
  * with the near tier; the host attends only the tokens past the kept set
  * (hkv_recall_rows.far_from), a few per step.
  *

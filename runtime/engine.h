@@ -19,7 +19,7 @@
 typedef struct hkv_engine_params {
     const char *model_path;
     const char *synthetic;      /* instead of model_path: a synthetic-weight model of a real
-                                   shape (runtime/synthetic.h); it has no tokenizer */
+                                   shape (model/synthetic.h); it has no tokenizer */
     int synthetic_wtype;        /* its weight type (enum hkv_wtype; default Q4) */
     uint64_t synthetic_seed;
     int n_threads;        /* 0: one per core */

@@ -28,7 +28,7 @@ build, model, case = sys.argv[1], sys.argv[2], sys.argv[3]
 hetkv = os.path.join(build, "tools", "hetkv")
 src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if not os.path.exists(model):
-    print(f"skip: {model} is missing (tools/get_model.sh fetches it)")
+    print(f"skip: {model} is missing (tools/scripts/get_model.sh fetches it)")
     sys.exit(77)
 tmp = tempfile.mkdtemp(prefix="hkv_batch_")
 failures = []

@@ -76,7 +76,7 @@ cases = [
     ("bench bad list", [hetkv, "bench", *M, "--ctx", "1024,,2"], 2, "bad list"),
     ("bench bad isa", [hetkv, "bench", *M, "--isa", "neon"], 2, "unknown"),
     ("info bad option", [hetkv, "info", "--bogus"], 2, "unknown option"),
-    # devices, GPU memory caps, synthetic models, admission (tools/cli_device.c, hetkv plan)
+    # devices, GPU memory caps, synthetic models, admission (tools/cli/cli_device.c, hetkv plan)
     ("gpu-mem garbage", [hetkv, "bench", "--synthetic", "smollm2-135m", "--device", "cuda", "--gpu-mem", "lots"], 2,
      "'lots' is not a size"),
     ("gpu-mem zero", [hetkv, "plan", "--synthetic", "llama3-8b", "--gpu-mem", "0G"], 2, "is zero"),

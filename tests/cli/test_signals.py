@@ -33,7 +33,7 @@ def check(ok, name, detail=""):
 
 tmp = tempfile.mkdtemp()
 model = os.path.join(tmp, "tiny.gguf")
-gen = subprocess.run([sys.executable, os.path.join(src, "tools", "gen_tiny_gguf.py"), "--preset",
+gen = subprocess.run([sys.executable, os.path.join(src, "tools", "scripts", "gen_tiny_gguf.py"), "--preset",
                       "llama_gqa3_q41", "--ctx", "2048", "-o", model], capture_output=True, text=True)
 if gen.returncode != 0:
     print("cannot generate the tiny model:", gen.stderr[-300:])

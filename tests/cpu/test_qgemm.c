@@ -300,7 +300,7 @@ int main(void)
         printf("%s: worst |fast - exact| / sum|W x| = %.3g; AMX tiles %s\n", hkv_isa_name(isa), worst,
                t.amx ? "used and compared with VNNI" : "not on this CPU (VNNI only)");
     }
-    /* "untested ISA:" lines are collected by tools/test_summary.py, so a green
+    /* "untested ISA:" lines are collected by tools/scripts/test_summary.py, so a green
      * run says which kernels this CPU could not exercise. */
     if (!tested)
         printf("untested ISA: avx512_vnni: qgemm (cpu/qgemm_avx512.c); only the exact fallback ran\n");

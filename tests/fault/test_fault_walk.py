@@ -32,7 +32,7 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "tools"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "tools", "scripts"))
 
 SAN = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:", "Segmentation fault")
 

@@ -1,4 +1,4 @@
-/* Fuzz target: the parsers of user arguments (tools/cli.c, tools/cli_kv.c,
+/* Fuzz target: the parsers of user arguments (tools/cli/cli.c, tools/cli/cli_kv.c,
  * index/registry.c). Byte 0 picks the parser (mod 6), bits 3-5 a range or
  * a capacity; the rest is NUL-separated strings:
  *   0 hkv_arg_int        1 hkv_arg_float     2 hkv_arg_size

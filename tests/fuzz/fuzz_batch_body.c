@@ -1,7 +1,7 @@
 /* Fuzz target: an OpenAI request body (the JSON of one batch line's "body",
  * or of an HTTP request to hetkv serve) through hkv_batch_parse_body
- * (tools/batch_io.c) and, in builds with hetkv serve, hkv_srv_parse
- * (tools/serve_api.c: the same parser behind serve's own checks of stream,
+ * (tools/batch/batch_io.c) and, in builds with hetkv serve, hkv_srv_parse
+ * (tools/serve/serve_api.c: the same parser behind serve's own checks of stream,
  * stream_options and the per-request policy and policy_args), then the
  * response bodies and stream chunks serve writes for it. The tokenizer is
  * the byte-level BPE of fuzz_common.h or, for one input length in four, the

@@ -1,5 +1,5 @@
 /* Fuzz target: one OpenAI batch request line through hkv_batch_parse
- * (tools/batch_io.c), tokenised by the byte-level BPE tokenizer of
+ * (tools/batch/batch_io.c), tokenised by the byte-level BPE tokenizer of
  * fuzz_common.h (SmolLM2's with HKV_FUZZ_TOKENIZER set) or, for one input
  * length in four, the SentencePiece one (a Llama 2 model's prompts), then
  * the result or error line hetkv batch would write for it.

@@ -1,4 +1,4 @@
-/* Fuzz target: chat template rendering (runtime/chat_template.c) with
+/* Fuzz target: chat template rendering (model/chat_template.c) with
  * arbitrary roles and contents, under the four built-in families, no
  * template at all, and an arbitrary tokenizer.chat_template text (which
  * decides the family and, for ChatML, holds the default system prompt that

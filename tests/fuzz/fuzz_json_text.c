@@ -1,7 +1,7 @@
 /* Fuzz target: the two writers that put untrusted text (prompts, generated
  * bytes cut at token boundaries, error messages quoting input) into JSON:
- * hkv_json_text with NUL kept (tools/cli_json.c, `--json` output, written
- * as hkv_json_emit writes it) and hkv_json_utf8 (tools/batch_io.c, batch
+ * hkv_json_text with NUL kept (tools/cli/cli_json.c, `--json` output, written
+ * as hkv_json_emit writes it) and hkv_json_utf8 (tools/batch/batch_io.c, batch
  * result lines and serve bodies).
  *
  * Asserts, besides ASan/UBSan: both always give valid JSON (jansson reads

@@ -29,7 +29,7 @@ enum { F_BOS = 1 << 3, F_SPECIAL = 1 << 4, F_IDS = 1 << 5, F_VOCAB = 1 << 6, F_U
 #define VOCAB_FIELDS 257
 
 /* Strict UTF-8 (no overlongs, surrogates or code points past U+10FFFF),
- * written apart from runtime/unicode.c so that the two check each other. */
+ * written apart from model/unicode.c so that the two check each other. */
 static int valid_utf8(const uint8_t *s, size_t n) {
     for (size_t i = 0; i < n;) {
         uint8_t c = s[i];

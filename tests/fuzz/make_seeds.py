@@ -6,7 +6,7 @@ tests/fuzz/data/ and the seed corpora of tests/fuzz/corpus/<target>/.
 
 Deterministic (fixed seeds, text from the repository's docs as of
 DOCS_COMMIT), so running it again rewrites the same files. The corpora only start the fuzzers: what
-libFuzzer finds during a run stays in its temporary copy (tools/fuzz.sh).
+libFuzzer finds during a run stays in its temporary copy (tools/scripts/fuzz.sh).
 The input formats are those of tests/fuzz/fuzz_common.h.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(SRC, "tools"))
+sys.path.insert(0, os.path.join(SRC, "tools", "scripts"))
 sys.path.insert(0, os.path.join(SRC, "tests", "tokenizer"))
 
 import numpy as np  # noqa: E402

@@ -53,7 +53,7 @@ def main():
         return 2
     checker, model = sys.argv[1], sys.argv[2]
     if not os.path.exists(model):
-        print(f"SKIP: {model} is absent (tools/get_model.sh fetches it)")
+        print(f"SKIP: {model} is absent (tools/scripts/get_model.sh fetches it)")
         return 77
     try:
         import numpy  # noqa: F401

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""`hetkv bench kernels --device cuda` (bench/bench_gpu.c) end to end.
+"""`hetkv bench kernels --device cuda` (tools/bench/bench_gpu.c) end to end.
 
     python3 tests/gpu/test_bench_gpu.py --bin-dir build-emu/tools
 

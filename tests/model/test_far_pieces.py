@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The tiered cache's far attention in pieces (runtime/kv_tiered_attn.c,
+"""The tiered cache's far attention in pieces (kv/kv_tiered_attn.c,
 FAR_PIECE = 512 rows): with few decode rows x KV heads for the threads, the
 pieces of every row run side by side and are merged in order. Checks, on a
 tiny generated model with a far tier of ~4,600 rows (nine pieces):
@@ -21,7 +21,7 @@ import tempfile
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "tools"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "tools", "scripts"))
 
 
 def dump(bin_dir, model, ids, mode, extra, threads, out):

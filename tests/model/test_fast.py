@@ -29,7 +29,7 @@ any change of summation order. Greedy agreement is printed, not bounded: one
 flipped near-tie makes the continuations differ from there on. Batch
 invariance of the fast kernel is tested in tests/cpu (test_qgemm).
 Where the CPU lacks AVX512-VNNI (fast is then the exact path), AMX-INT8 or
-AMX-BF16, a line "untested ISA: ..." says so (tools/test_summary.py lists them).
+AMX-BF16, a line "untested ISA: ..." says so (tools/scripts/test_summary.py lists them).
 Exit 0 pass, 1 fail, 77 model absent.
 """
 
@@ -86,7 +86,7 @@ def dump(a, model: str, ids: list[int], mode: str, tmp: str) -> np.ndarray:
 
 
 def tiny_models(tmp: str, names: list[str]):
-    sys.path.insert(0, os.path.join(tl.ROOT, "tools"))
+    sys.path.insert(0, os.path.join(tl.ROOT, "tools", "scripts"))
     import gen_tiny_gguf as gen
     for n in names:
         path = os.path.join(tmp, n + ".gguf")

@@ -15,7 +15,7 @@ The C side (contract):
       prints one JSON object with at least prompt_tokens and tokens (new ids).
 
 Reference: tests/ref/ref_forward.py (float64, K/V rounded to fp16 as the
-runtime's KV cache stores them). Tiny models: tools/gen_tiny_gguf.py presets.
+runtime's KV cache stores them). Tiny models: tools/scripts/gen_tiny_gguf.py presets.
 
 Checks, per case:
   logits   rel = max|c - ref| / max|ref| <= tol (tiny 2e-3, real 1e-2) and the
@@ -52,7 +52,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tests", "ref"))
-sys.path.insert(0, os.path.join(ROOT, "tools"))
+sys.path.insert(0, os.path.join(ROOT, "tools", "scripts"))
 
 SKIP = 77
 EOG_NAMES = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<|end|>", "</s>")

@@ -31,7 +31,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(ROOT, "tools"))
+sys.path.insert(0, os.path.join(ROOT, "tools", "scripts"))
 
 passed = failed = 0
 
@@ -135,7 +135,7 @@ def main() -> int:
     corpus = "/usr/share/common-licenses"
     if os.path.isdir(corpus):
         em = os.path.join(tmp, "tiny2k.gguf")
-        g = run([sys.executable, os.path.join(ROOT, "tools", "gen_tiny_gguf.py"), "--preset",
+        g = run([sys.executable, os.path.join(ROOT, "tools", "scripts", "gen_tiny_gguf.py"), "--preset",
                  "llama_gqa3_q41", "--ctx", "2048", "-o", em])
         ev = [hetkv, "eval", "-m", em, "--corpus", corpus, "--local", "32", "-q", "--draft", em, "--json"]
         p = run(ev + ["--ctx", "1024", "--cont", "16", "--tasks", "none", "--configs",

@@ -33,7 +33,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(ROOT, "tools"))
+sys.path.insert(0, os.path.join(ROOT, "tools", "scripts"))
 
 NEAR = ["--sink", "2", "--local", "6"]
 # hetkv run's prompt: long enough for a far tier past the near one on every model

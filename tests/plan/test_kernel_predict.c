@@ -1,4 +1,4 @@
-/* The per-kernel PREDICTION (runtime/gpu_kernel_predict.h): bytes and FLOPs
+/* The per-kernel PREDICTION (plan/gpu_kernel_predict.h): bytes and FLOPs
  * of a GEMV, a decode attention (with and without splits) and a prefill
  * chunk at small shapes against hand counts; the split rule against the
  * cases tests/gpu/test_gpu_decode_split.c holds the CUDA one to; memory- vs

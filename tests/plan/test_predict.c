@@ -1,4 +1,4 @@
-/* The decode-speed PREDICTION (runtime/gpu_predict.h): bytes per step of a
+/* The decode-speed PREDICTION (plan/gpu_predict.h): bytes per step of a
  * tiny shape against hand-computed numbers, the step time with latencies
  * set to zero on a 1 GB/s device, monotonicity in context and batch, the
  * memory verdict, errors naming what is known, and `hetkv plan --predict`

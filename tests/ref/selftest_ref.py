@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Self-checks of the reference and the tiny-model generator (no C code involved).
 
-1. Every preset of tools/gen_tiny_gguf.py is written, read back, and run
+1. Every preset of tools/scripts/gen_tiny_gguf.py is written, read back, and run
    through ref_forward; logits are finite and vary across vocab and positions.
 2. The vectorised reference equals a deliberately naive one written here
    (token-by-token loops, per-head loops, RoPE via complex multiplication on
@@ -25,7 +25,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(ROOT, "tools"))
+sys.path.insert(0, os.path.join(ROOT, "tools", "scripts"))
 
 import gen_tiny_gguf as gen  # noqa: E402
 import ref_forward as rf  # noqa: E402

@@ -4,7 +4,7 @@ raw http.client requests. One case per run:
 
     python3 tests/serve/test_serve.py BUILD_DIR SMOLLM2_MODEL CASE
 
-Cases on a tiny generated model (tools/gen_tiny_gguf.py; no download):
+Cases on a tiny generated model (tools/scripts/gen_tiny_gguf.py; no download):
   protocol    status codes and error objects: health, models, API key (401),
               malformed JSON (400), a body past --max-body (413), max_tokens
               negative or past the context (400), a prompt longer than the
@@ -15,7 +15,7 @@ Cases on a tiny generated model (tools/gen_tiny_gguf.py; no download):
               a request waiting in the scheduler's queue whose client leaves is
               taken out of it (hkv_sched_cancel on a queued request)
   shutdown    SIGTERM with a stream in flight: the stream ends, exit 0
-Cases on SmolLM2 (exit 77 when it is absent; tools/get_model.sh fetches it):
+Cases on SmolLM2 (exit 77 when it is absent; tools/scripts/get_model.sh fetches it):
   stream      completion and chat through the openai client, streamed and not:
               the streamed text equals the whole one; stop strings; seeded sampling
   concurrent  32 concurrent clients: each greedy answer equals the same request
@@ -63,14 +63,14 @@ def check(cond, msg):
 
 def tiny_model(ctx=512):
     path = os.path.join(tmp, f"tiny{ctx}.gguf")
-    subprocess.run([sys.executable, os.path.join(src, "tools", "gen_tiny_gguf.py"), "--preset",
+    subprocess.run([sys.executable, os.path.join(src, "tools", "scripts", "gen_tiny_gguf.py"), "--preset",
                     "llama_gqa3_q41", "--ctx", str(ctx), "-o", path], check=True, capture_output=True)
     return path
 
 
 def real_model():
     if not os.path.exists(smollm):
-        print(f"skip: {smollm} is missing (tools/get_model.sh fetches it)")
+        print(f"skip: {smollm} is missing (tools/scripts/get_model.sh fetches it)")
         sys.exit(77)
     return smollm
 

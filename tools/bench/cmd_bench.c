@@ -1,0 +1,617 @@
+/* hetkv bench: prefill and decode tokens/s per (context, batch), with the
+ * bytes each decode step must read (weights + KV) over the step time, beside
+ * a memory-bandwidth probe measured in the same process. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_kernels.h"
+#include "peak.h"
+#include "cli.h"
+#include "cuda_backend.h"
+#include "device.h"
+#include "cli_configs.h"
+#include "policy.h"
+#include "cli_rows.h"
+#include "generate.h"
+#include "kv_tiered.h"
+#include "lookahead.h"
+
+static const char bench_usage[] =
+    "usage: hetkv bench (-m MODEL | --synthetic NAME) [options]\n"
+    "       hetkv bench kernels [--quick] [--hot] [--isa NAME]   (hetkv bench kernels --help)\n"
+    "       hetkv bench kernels --device cuda [--quick] [--json]   (the gpu/ kernels on the device)\n"
+    "       hetkv bench far [--ctx LIST] [--batch LIST] [--configs SPEC]   (the host's far step of a layer)\n"
+    "\n"
+    "Prefill a synthetic prompt of each context length once, fork it into B\n"
+    "sequences and time batched decode steps. Reports tokens/s, the bytes a\n"
+    "step reads (weights + KV) per second, and a bandwidth probe run in the\n"
+    "same process.\n"
+    "\n"
+    "  -m, --model PATH      GGUF model file\n"
+    "      --ctx LIST        context lengths (default 1024,8192)\n"
+    "      --batch LIST      batch sizes (default 1,8)\n"
+    "      --steps N         timed decode steps per point (default 32)\n"
+    "      --chunk N         prompt rows per forward call of the prefill (default 256); larger\n"
+    "                        chunks feed the device's prompt attention and products more rows\n"
+    "  -t, --threads N       CPU threads (default: one per core)\n"
+    "      --isa NAME        scalar, avx2, avx512 (default: best)\n"
+    "      --probe-mib N     bandwidth probe buffer (default 1024); compute peaks (int8,\n"
+    "                        bf16, fp32 dot products) are measured beside it\n"
+    "      --configs SPEC    KV policies measured side by side on the same prefilled\n"
+    "                        prompt, ';'-separated policy:key=val,... (as hetkv eval;\n"
+    "                        default: the --policy options, else full). A policy that\n"
+    "                        prefills on its own (fastkv) gets its own fresh prefill,\n"
+    "                        reported as time to first token beside full's\n"
+    "      --budgets LIST    budgets as a sweep axis, e.g. 1%,3%,10%,1024: every config whose\n"
+    "                        policy takes a budget and sets none is run at each (default\n"
+    "                        configs then: full;ctkvr;quest;snapkv)\n"
+    "      --admit-only      check that the GPU memory plan admits every configuration at\n"
+    "                        the largest context and batch, then exit (0: admitted, 1: refused,\n"
+    "                        naming what each tier needs); nothing is loaded\n"
+    "      --json            one JSON object on stdout\n"
+    "  -o, --output-format F md, csv, json or jsonl: one self-describing row per measured\n"
+    "                        point on stdout (model, policy and parameters, budget, context,\n"
+    "                        batch, threads, ISA, device, commit, probe, date; docs/BENCH_ROWS.md)\n";
+
+#define MAXL 16
+
+typedef struct point {
+    long long ctx, batch;
+    char config[HKV_SPEC_LEN];
+    const char *policy;    /* the policy's name */
+    const char *spec;      /* the configuration as written ("ctkvr:rho_p=3%") */
+    int64_t budget;        /* its resolved budget, tokens; 0: none */
+    int dense_full;        /* measured under the full policy: the speedup reference */
+    double prefill_tok_s, step_s, decode_tok_s, bytes_per_step, gbs, matmul_frac, attn_frac, vs_full;
+    int measured;   /* bytes_per_step counted by the cache (the host path), not a formula */
+    double host_bytes_step; /* K/V rows and index bytes the host's attention read a step (the
+                             * tiered cache's counter; on the device path: the far part) */
+    double ttft_s;         /* time to first token (prefill + first token); < 0: not measured */
+    double fork_s;         /* the batch's first sequence: copy of the prompt and policy build */
+    int has_pl;            /* --device cuda: the pipeline's timeline over the decode steps */
+    hkv_pipeline_stats pl;
+    int has_pre;           /* and over the shared prefill (where the prompt was attended) */
+    hkv_pipeline_stats pre;
+} point;
+
+static void synth_prompt(int32_t *t, int64_t n, int vocab) {
+    uint64_t s = 0x9e3779b97f4a7c15ULL;
+    for (int64_t i = 0; i < n; i++) {
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        t[i] = (int32_t)((s >> 33) % (uint64_t)vocab);
+    }
+}
+
+static size_t model_weight_bytes(const hkv_model *m) {
+    size_t b = hkv_wmat_bytes(&m->output);
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        const hkv_layer_weights *L = &m->layers[l];
+        for (int i = 0; i < L->n_qkv; i++) b += hkv_wmat_bytes(&L->qkv[i]);
+        for (int i = 0; i < L->n_ffn_in; i++) b += hkv_wmat_bytes(&L->ffn_in[i]);
+        b += hkv_wmat_bytes(&L->wo) + hkv_wmat_bytes(&L->wdown);
+    }
+    return b;
+}
+
+/* What every row shares: the run's model, threads, device and probe. */
+typedef struct row_ctx {
+    const char *model_name, *model_file, *isa, *precision, *device;
+    char date[32];
+    long long steps, chunk;
+    int threads;
+    double probe;
+    uint64_t gpu_mem;   /* the --gpu-mem cap, bytes; 0: none */
+} row_ctx;
+
+/* One measured point as a flat, self-describing row (docs/BENCH_ROWS.md). */
+static json_t *point_row(const point *q, const row_ctx *x) {
+    const int dense = q->bytes_per_step > 0;
+    json_t *r = json_object();
+    if (!r) return NULL;
+    json_object_set_new(r, "model", json_string(x->model_name));
+    json_object_set_new(r, "model_file", json_string(x->model_file));
+    json_object_set_new(r, "config", json_string(q->config));
+    json_object_set_new(r, "spec", json_string(q->spec));
+    json_object_set_new(r, "policy", json_string(q->policy));
+    json_object_set_new(r, "budget", q->budget > 0 ? json_integer(q->budget) : json_null());
+    json_object_set_new(r, "ctx", json_integer(q->ctx));
+    json_object_set_new(r, "batch", json_integer(q->batch));
+    json_object_set_new(r, "steps", json_integer(x->steps));
+    json_object_set_new(r, "threads", json_integer(x->threads));
+    json_object_set_new(r, "isa", json_string(x->isa));
+    json_object_set_new(r, "precision", json_string(x->precision));
+    json_object_set_new(r, "device", json_string(x->device));
+    json_object_set_new(r, "commit", json_string(hkv_build_commit()));
+    json_object_set_new(r, "date", json_string(x->date));
+    json_object_set_new(r, "probe_gbs", json_real(x->probe / 1e9));
+    json_object_set_new(r, "prefill_tok_s", json_real(q->prefill_tok_s));
+    json_object_set_new(r, "decode_tok_s", json_real(q->decode_tok_s));
+    json_object_set_new(r, "step_ms", json_real(q->step_s * 1e3));
+    /* the device path's selection policies: not counted (null, not 0) */
+    json_object_set_new(r, "bytes_per_step", dense ? json_real(q->bytes_per_step) : json_null());
+    json_object_set_new(r, "bytes_counted", json_boolean(q->measured));
+    json_object_set_new(r, "gbs", dense ? json_real(q->gbs) : json_null());
+    json_object_set_new(r, "frac_of_probe",
+                        dense && x->probe > 0 ? json_real(q->gbs * 1e9 / x->probe) : json_null());
+    json_object_set_new(r, "matmul_frac", json_real(q->matmul_frac));
+    json_object_set_new(r, "attn_frac", json_real(q->attn_frac));
+    json_object_set_new(r, "vs_full", q->vs_full > 0 ? json_real(q->vs_full) : json_null());
+    json_object_set_new(r, "ttft_s", q->ttft_s >= 0 ? json_real(q->ttft_s) : json_null());
+    json_object_set_new(r, "fork_s", json_real(q->fork_s));
+    json_object_set_new(r, "chunk", json_integer(x->chunk));
+    json_object_set_new(r, "gpu_mem", x->gpu_mem > 0 ? json_integer((json_int_t)x->gpu_mem) : json_null());
+    /* the host's reads a token, and the tokens/s the probe allows at that rate */
+    const double hbt = q->batch > 0 ? q->host_bytes_step / (double)q->batch : 0;
+    json_object_set_new(r, "host_bytes_per_step", json_real(q->host_bytes_step));
+    json_object_set_new(r, "host_bytes_per_token", json_real(hbt));
+    json_object_set_new(r, "host_roofline_tok_s", hbt > 0 ? json_real(x->probe / hbt) : json_null());
+    const hkv_pipeline_stats *pl = q->has_pl ? &q->pl : NULL;
+    /* the device's timeline per timed decode step (null on the CPU path) */
+    const double ns = (double)x->steps;
+#define PL(name, expr) json_object_set_new(r, name, pl ? json_real((expr) / ns) : json_null())
+    PL("dev_cpu_busy_ms", pl->cpu_busy * 1e3);
+    PL("dev_cpu_wait_ms", pl->cpu_wait_dev * 1e3);
+    PL("dev_wait_cpu_ms", pl->dev_wait_cpu * 1e3);
+    PL("dev_near_ms", pl->dev_near * 1e3);
+    PL("dev_products_ms", pl->dev_products * 1e3);
+    PL("dev_total_ms", pl->dev_total * 1e3);
+    PL("dev_h2d_mb", pl->bytes_h2d / 1e6);
+    PL("dev_d2h_mb", pl->bytes_d2h / 1e6);
+#undef PL
+    const hkv_pipeline_stats *pp = q->has_pre ? &q->pre : NULL;   /* the shared prefill */
+    json_object_set_new(r, "prefill_h2d_gb", pp ? json_real(pp->bytes_h2d / 1e9) : json_null());
+    json_object_set_new(r, "prefill_rows_streamed",
+                        pp ? json_integer(pp->prompt_rows_streamed) : json_null());
+    return r;
+}
+
+int hkv_cmd_bench(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "kernels")) return hkv_bench_kernels_main(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "far")) return hkv_bench_far_main(argc - 1, argv + 1);
+    hkv_err err;
+    hkv_err_clear(&err);
+    const char *model = NULL;
+    long long ctxs[MAXL] = {1024, 8192}, batches[MAXL] = {1, 8};
+    int n_ctx = 2, n_batch = 2, json = 0, isa = -1, rows_fmt = HKV_ROWS_NONE, admit_only = 0;
+    long long steps = 32, threads = 0, probe_mib = 1024, chunk = 256;
+    const char *configs = NULL, *budgets = NULL;
+    hkv_config cfg[HKV_MAX_CONFIGS];
+    int n_cfg = 0;
+    int rc = HKV_OK;
+    hkv_kv_cli kc;
+    hkv_kv_cli_init(&kc);
+    hkv_device_cli dc;
+    hkv_device_cli_init(&dc);
+    for (int i = 1; i < argc && !rc; i++) {
+        const char *a = argv[i], *v = NULL;
+        int k = hkv_kv_cli_parse(&kc, argc, argv, &i, &err);
+        if (k < 0) {
+            rc = k;
+            break;
+        }
+        if (k == 1) continue;
+        if ((k = hkv_device_cli_parse(&dc, argc, argv, &i, &err)) < 0) {
+            rc = k;
+            break;
+        }
+        if (k == 1) continue;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(bench_usage, stdout);
+            fputs(hkv_kv_cli_help, stdout);
+            fputs(hkv_device_cli_help, stdout);
+            return 0;
+        } else if (!strcmp(a, "--admit-only")) {
+            admit_only = 1;
+        } else if (!strcmp(a, "--json")) {
+            json = 1;
+        } else if ((rc = hkv_arg_value(argc, argv, &i, &v, &err))) {
+            break;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            model = v;
+        } else if (!strcmp(a, "-o") || !strcmp(a, "--output-format")) {
+            rc = hkv_rows_format(v, &rows_fmt, &err);
+        } else if (!strcmp(a, "--ctx")) {
+            n_ctx = MAXL;
+            rc = hkv_arg_int_list(a, v, 1, 1 << 24, ctxs, &n_ctx, &err);
+        } else if (!strcmp(a, "--batch")) {
+            n_batch = MAXL;
+            rc = hkv_arg_int_list(a, v, 1, 4095, batches, &n_batch, &err);
+        } else if (!strcmp(a, "--chunk")) {
+            rc = hkv_arg_int(a, v, 1, 65536, &chunk, &err);
+        } else if (!strcmp(a, "--steps")) {
+            rc = hkv_arg_int(a, v, 1, 100000, &steps, &err);
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            rc = hkv_arg_int(a, v, 1, 4096, &threads, &err);
+        } else if (!strcmp(a, "--configs")) {
+            configs = v;
+        } else if (!strcmp(a, "--budgets")) {
+            budgets = v;
+        } else if (!strcmp(a, "--probe-mib")) {
+            rc = hkv_arg_int(a, v, 16, 1 << 20, &probe_mib, &err);
+        } else if (!strcmp(a, "--isa")) {
+            if ((isa = hkv_isa_parse(v)) < 0)
+                rc = hkv_seterr(&err, HKV_E_INVAL, "--isa: unknown '%s'", v);
+        } else {
+            rc = hkv_seterr(&err, HKV_E_INVAL, "bench: unknown option '%s'", a);
+        }
+    }
+    if (!rc && !model && !dc.synthetic)
+        rc = hkv_seterr(&err, HKV_E_INVAL, "bench: no model (-m MODEL or --synthetic NAME)");
+    if (rc) {
+        hkv_err_report(&err, stderr);
+        return 2;
+    }
+    long long max_ctx = 0, max_batch = 0;
+    for (int i = 0; i < n_ctx; i++) max_ctx = ctxs[i] > max_ctx ? ctxs[i] : max_ctx;
+    for (int i = 0; i < n_batch; i++) max_batch = batches[i] > max_batch ? batches[i] : max_batch;
+
+    hkv_engine_params ep;
+    hkv_engine_params_default(&ep);
+    if (!rc) rc = hkv_device_cli_apply(&dc, model, &ep, &err);
+    ep.n_threads = (int)threads;
+    ep.isa = isa;
+    ep.max_seqs = (int)max_batch + 1;     /* seq 0 keeps the prefilled prompt */
+    ep.n_ctx = max_ctx + steps + 1;
+    ep.max_rows = (int)chunk;
+    if (!rc) rc = hkv_kv_cli_apply(&kc, &ep, &err);
+    if (!rc && configs && (kc.policy || kc.n_pargs || kc.kv))
+        rc = hkv_seterr(&err, HKV_E_INVAL, "bench: give --configs or --policy/--kv, not both");
+    if (!rc && budgets && !configs) configs = "full;ctkvr;quest;snapkv";
+    if (!rc && configs) rc = hkv_configs_parse(configs, cfg, &n_cfg, HKV_MAX_CONFIGS, &err);
+    if (!rc && budgets) rc = hkv_configs_cross_budgets(cfg, &n_cfg, HKV_MAX_CONFIGS, budgets, &err);
+    if (!rc && configs) {
+        /* Keep as many prompt queries as the hungriest policy builds from. */
+        hkv_policy_env env = {.n_ctx = max_ctx + steps + 1};
+        for (int i = 0; i < n_cfg; i++)
+            if (cfg[i].def->queries_wanted) {
+                int64_t w = cfg[i].def->queries_wanted(&cfg[i].args, &env);
+                if (w > ep.tiered.keep_queries) ep.tiered.keep_queries = w;
+            }
+    }
+    if (rc) {
+        hkv_err_report(&err, stderr);
+        return 2;
+    }
+    /* One configuration at one batch size: the prompt's own sequence is the
+     * batch's first, so the device holds B sequences, not B + 1 (a dense
+     * baseline whose whole context fits the cap once, not twice). */
+    const hkv_policy_def *only = configs ? (n_cfg == 1 ? cfg[0].def : NULL) : ep.tiered.policy;
+    const int in_place = !ep.kv_plain && n_batch == 1 && only && only->prep == HKV_PREP_NONE;
+    if (in_place) ep.max_seqs = (int)max_batch;
+    /* --device cuda and only full measured: the whole context near when it
+     * fits (hkv_device_cli_check_near), as run, batch and serve do */
+    int all_full = !ep.kv_plain && !strcmp(ep.tiered.policy->name, "full");
+    for (int i = 0; configs && i < n_cfg; i++) all_full &= !strcmp(cfg[i].def->name, "full");
+    if (all_full)
+        rc = hkv_device_cli_check_near(&dc, model, &ep, kc.local >= 0, (int)max_batch,
+                                       max_ctx + steps + 1, &err);
+    /* --device cuda: the device and the plan's admission of every
+     * configuration, before anything is loaded (a refusal wins); cpu: OK. */
+    for (int i = 0; !rc && i < (configs ? n_cfg : 1); i++) {
+        hkv_engine_params cp = ep;
+        if (configs) cp.tiered.policy = cfg[i].def, cp.tiered.args = cfg[i].args;
+        rc = hkv_device_cli_check(&dc, model, &cp, (int)max_batch, max_ctx + steps + 1, &err);
+        if (rc) break;
+    }
+    if (rc) {
+        hkv_err_report(&err, stderr);
+        return 1;
+    }
+    if (admit_only) {
+        printf("admitted: context %lld, batch %lld, %s%s\n", max_ctx, max_batch,
+               dc.cuda ? "--device cuda" : "--device cpu (nothing to plan)",
+               in_place ? ", the prompt's sequence decoding in the batch" : "");
+        return 0;
+    }
+    hkv_engine *e = NULL;
+    int n_pcfg = configs ? n_cfg : 1;
+    point *pts = calloc((size_t)n_ctx * n_batch * n_pcfg, sizeof *pts);
+    int32_t *prompt = malloc((size_t)max_ctx * sizeof(int32_t));
+    int32_t *toks = malloc((size_t)(max_batch + 1) * sizeof(int32_t));
+    hkv_seg *segs = malloc((size_t)(max_batch + 1) * sizeof(hkv_seg));
+    float *logits = NULL, *first = NULL, *first_c = NULL;
+    int np = 0;
+    if (!pts || !prompt || !toks || !segs) {
+        rc = hkv_seterr(&err, HKV_E_NOMEM, "no memory for the benchmark");
+        goto out;
+    }
+    if ((rc = hkv_engine_open(&e, &ep, &err)) || (rc = hkv_device_cli_attach(&dc, e, &err))) goto out;
+    const hkv_model_config *c = &e->model.cfg;
+    logits = malloc((size_t)(max_batch + 1) * c->vocab * sizeof(float));
+    first = malloc((size_t)c->vocab * sizeof(float));
+    first_c = malloc((size_t)c->vocab * sizeof(float));
+    if (!logits || !first || !first_c) {
+        rc = hkv_seterr(&err, HKV_E_NOMEM, "no memory for logits");
+        goto out;
+    }
+    if (!json)
+        fprintf(stderr, "hetkv bench: %s, %d threads (%s), %s kernels, precision %s\n", c->name,
+                hkv_threads_count(e->threads), hkv_threads_pinned(e->threads) ? "pinned" : "not pinned",
+                hkv_isa_name(e->kern.isa), hkv_precision_name(e->kern.precision));
+    double probe = hkv_bandwidth_probe((size_t)probe_mib << 20, 5);
+    hkv_peak peak;   /* the compute roofline beside the bandwidth one, same threads */
+    hkv_compute_peak(&peak, e->kern.isa, 5);
+    const double wbytes = (double)model_weight_bytes(&e->model);
+    const hkv_kv_ops *ops = e->kv.ops;
+    synth_prompt(prompt, max_ctx, c->vocab);
+    row_ctx rx = {.model_name = c->name, .model_file = model ? model : "synthetic",
+                  .isa = hkv_isa_name(e->kern.isa), .precision = hkv_precision_name(e->kern.precision),
+                  .device = hkv_backend_is_cuda(&e->be) ? hkv_gpu_backend() : "cpu",
+                  .steps = steps, .chunk = e->max_rows, .threads = hkv_threads_count(e->threads),
+                  .probe = probe, .gpu_mem = dc.cuda ? dc.gpu_mem : 0};
+    hkv_rows_date(rx.date, sizeof rx.date);
+
+    for (int ci = 0; ci < n_ctx; ci++) {
+        long long L = ctxs[ci];
+        if ((rc = ops->seq_open(e->kv.self, 0, L + steps + 1, &err))) goto out;
+        if (hkv_backend_is_cuda(&e->be)) hkv_cuda_backend_stats_reset(&e->be);
+        double t0 = hkv_now();
+        hkv_progress pg;   /* a long prompt's progress on stderr */
+        hkv_progress_init(&pg, "prefill", "tokens");
+        e->prefill_progress = hkv_progress_prefill;
+        e->prefill_progress_ud = &pg;
+        rc = hkv_prefill(e, 0, prompt, L, 0, logits, &err);
+        e->prefill_progress = NULL;
+        double t_pre = hkv_now() - t0;
+        if (rc) goto out;
+        hkv_pipeline_stats pre;   /* the prompt's attention: on the device, streamed, on the host */
+        const int has_pre = hkv_backend_is_cuda(&e->be) && !hkv_cuda_backend_stats(&e->be, &pre, &err);
+        memcpy(first, logits, (size_t)c->vocab * sizeof *first);   /* for the forks' prep */
+        int64_t base = L;   /* where the forks continue (specpc: the compressed length) */
+        for (int ci2 = 0; ci2 < n_pcfg; ci2++) {
+            hkv_policy_args cargs;
+            int64_t budget = 0;
+            char label[HKV_SPEC_LEN] = "";
+            if (configs) {
+                int64_t far = L - ep.tiered.L_init - ep.tiered.L_local;
+                if ((rc = hkv_config_resolve(&cfg[ci2], L, far > 0 ? far : 0, &cargs, &budget, label,
+                                              sizeof label, &err)))
+                    goto out;
+            } else {
+                snprintf(label, sizeof label, "%s", ep.kv_plain ? "plain" : ep.tiered.policy->name);
+            }
+            for (int bi = 0; bi < n_batch; bi++) {
+                long long B = batches[bi];
+                double t_prep = 0;   /* the first fork's prep (lookahead, draft compression) */
+                double t_fork = 0;   /* the first sequence's copy and policy build (its index) */
+                const int s0 = in_place ? 0 : 1;   /* the batch is sequences s0 .. s0 + B - 1 */
+                if (in_place && configs) {
+                    double a = hkv_now();
+                    if ((rc = hkv_kv_tiered_set_policy(&e->kv, 0, cfg[ci2].def, &cargs, &err))) goto out;
+                    t_fork = hkv_now() - a;
+                }
+                for (int s = 1; s < s0 + B; s++) {
+                    const double f0 = hkv_now();
+                    if (configs && (rc = hkv_kv_tiered_set_policy(&e->kv, s, cfg[ci2].def, &cargs, &err)))
+                        goto out;
+                    if ((rc = ops->seq_open(e->kv.self, s, L + steps + 1 + hkv_lookahead_room(e, s), &err)) ||
+                        (rc = ops->seq_copy(e->kv.self, s, 0, &err)))
+                        goto out;
+                    if (s == 1 && !in_place) t_fork = hkv_now() - f0;
+                    /* the policy's prep on the fork (laq/speckv lookahead, specpc compression) */
+                    memcpy(first_c, first, (size_t)c->vocab * sizeof *first);
+                    double a = hkv_now();
+                    if ((rc = hkv_fork_prep(e, s, prompt, L, first_c, 0, &base, &err))) goto out;
+                    if (s == 1) t_prep = hkv_now() - a;
+                }
+                /* A prefill-kind policy (fastkv's token-selective propagation)
+                 * processes the prompt itself, so its forks come from its own
+                 * fresh prefill of sequence 1, timed as time to first token.
+                 * full's (and, without --configs, the policy's own) is the
+                 * shared prefill of sequence 0. */
+                double ttft = !configs || cfg[ci2].def == &hkv_policy_full ? t_pre : -1, t_own = t_pre;
+                if (configs && cfg[ci2].def->prep == HKV_PREP_TSP) {
+                    for (int s = 1; s <= B; s++) {
+                        ops->seq_close(e->kv.self, s);
+                        if ((rc = ops->seq_open(e->kv.self, s, L + steps + 1, &err))) goto out;
+                    }
+                    double a = hkv_now();
+                    if ((rc = hkv_prefill(e, 1, prompt, L, 0, logits, &err))) goto out;
+                    (void)hkv_argmax(logits, c->vocab);   /* the first token */
+                    ttft = t_own = hkv_now() - a;
+                    for (int s = 2; s <= B; s++)
+                        if ((rc = ops->seq_copy(e->kv.self, s, 1, &err))) goto out;
+                }
+                /* laq/speckv: the shared prefill + the lookahead; specpc: its fork's
+                 * prep is the whole of it (draft, then the compressed prefill) */
+                const int prep = configs ? cfg[ci2].def->prep : ep.tiered.policy->prep;
+                if (configs && prep == HKV_PREP_NONE && ttft < 0)
+                    ttft = t_pre + t_fork;   /* the prompt, then its index (an upper bound
+                                              * when the fork's copy of the prompt is in it) */
+                if (prep == HKV_PREP_LOOKAHEAD_TARGET || prep == HKV_PREP_LOOKAHEAD_DRAFT)
+                    ttft = t_pre + t_prep;
+                else if (prep == HKV_PREP_COMPRESS_DRAFT)
+                    ttft = t_own = t_prep;
+                hkv_fwd_stats before = e->stats;
+                double ts = 0;
+                const uint64_t kv_read0 = hkv_kv_tiered_bytes_read(&e->kv);
+                for (long long st = 0; st < steps + 1; st++) {
+                    for (int s = 0; s < B; s++) {
+                        toks[s] = prompt[(L + st * 7 + s) % L];
+                        segs[s] = (hkv_seg){.seq = s0 + s, .n = 1, .pos = base + st, .row = s};
+                    }
+                    int64_t lr[4096];
+                    for (int s = 0; s < B; s++) lr[s] = s;
+                    double a = hkv_now();
+                    if ((rc = hkv_forward(e, toks, B, segs, (int)B, lr, (int)B, logits, &err))) goto out;
+                    if (st > 0) ts += hkv_now() - a;   /* first step warms caches */
+                    /* the timeline of the timed steps: the first one's mirror
+                     * uploads (a prompt's near tier, whole) are not a step's */
+                    if (st == 0) hkv_cuda_backend_stats_reset(&e->be);
+                }
+                point *p = &pts[np];
+                p->has_pl = hkv_backend_is_cuda(&e->be) &&
+                            !hkv_cuda_backend_stats(&e->be, &p->pl, &err);
+                p->has_pre = has_pre;
+                if (has_pre) p->pre = pre;
+                np++;
+                for (int s = 1; s < s0 + B; s++) ops->seq_close(e->kv.self, s);
+                p->ctx = L;
+                p->fork_s = t_fork;
+                p->batch = B;
+                snprintf(p->config, sizeof p->config, "%s", label);
+                p->policy = ep.kv_plain ? "plain" : configs ? cfg[ci2].def->name : ep.tiered.policy->name;
+                p->budget = configs ? budget : 0;
+                p->spec = configs ? cfg[ci2].spec : p->policy;
+                p->prefill_tok_s = L / t_own;
+                p->ttft_s = ttft;
+                p->step_s = ts / steps;
+                p->decode_tok_s = B / p->step_s;
+                /* Bytes a step reads: the weights, plus on the host path what the
+                 * tiered cache counted (the rows attended, near and far, and what
+                 * the policy's selection read: hkv_kv_tiered_bytes_read); the plain
+                 * cache and the device path (whose near tier and weights are the
+                 * GPU's) by the dense formula, for full only. */
+                const hkv_policy_def *pdef = configs ? cfg[ci2].def : ep.tiered.policy;
+                int dense = ep.kv_plain || pdef == &hkv_policy_full;
+                const int cuda = hkv_backend_is_cuda(&e->be);
+                double kv = (double)B * c->n_layer * c->n_head_kv * (L + steps / 2.0) * c->head_dim * 2 * 2;
+                p->host_bytes_step = ep.kv_plain ? 0 :
+                    (double)(hkv_kv_tiered_bytes_read(&e->kv) - kv_read0) / (double)(steps + 1);
+                if (!ep.kv_plain && !cuda) kv = p->host_bytes_step;
+                p->measured = !ep.kv_plain && !cuda;
+                p->bytes_per_step = dense || p->measured ? wbytes + kv : 0;
+                p->gbs = p->bytes_per_step / p->step_s / 1e9;
+                p->vs_full = 0;
+                p->dense_full = dense && !ep.kv_plain;
+                for (int j = 0; j < np - 1; j++)
+                    if (pts[j].dense_full && pts[j].ctx == L && pts[j].batch == B)
+                        p->vs_full = p->decode_tok_s / pts[j].decode_tok_s;
+                double dm = e->stats.matmul - before.matmul, da = e->stats.attn - before.attn;
+                double dt = dm + da + (e->stats.other - before.other);
+                p->matmul_frac = dt > 0 ? dm / dt : 0;
+                p->attn_frac = dt > 0 ? da / dt : 0;
+                if (!json) {
+                    char rd[128] = "";
+                    if (p->bytes_per_step > 0)
+                        snprintf(rd, sizeof rd, "reads %7.1f MB/step = %6.2f GB/s (%3.0f%% of probe)",
+                                 p->bytes_per_step / 1e6, p->gbs, probe > 0 ? 100 * p->gbs * 1e9 / probe : 0);
+                    if (!dense && p->vs_full > 0)
+                        snprintf(rd + strlen(rd), sizeof rd - strlen(rd), "%s%.2fx full's tokens/s",
+                                 rd[0] ? ", " : "", p->vs_full);
+                    fprintf(stderr, "%-22s ctx %6lld batch %3lld: prefill %7.1f tok/s | decode %7.1f tok/s, "
+                            "step %7.2f ms, %s; matmul %2.0f%%, attention %2.0f%%\n",
+                            label, L, B, p->prefill_tok_s, p->decode_tok_s, p->step_s * 1e3, rd,
+                            100 * p->matmul_frac, 100 * p->attn_frac);
+                    if (configs && ttft >= 0) {
+                        double ref_ttft = -1;
+                        for (int j = 0; j < np - 1; j++)
+                            if (pts[j].dense_full && pts[j].ctx == L && pts[j].batch == B) ref_ttft = pts[j].ttft_s;
+                        fprintf(stderr, "%-22s ctx %6lld batch %3lld: time to first token %.2f s", label, L, B, ttft);
+                        if (cfg[ci2].def->prep == HKV_PREP_TSP && ref_ttft > 0)
+                            fprintf(stderr, ", %.2fx faster than full's %.2f s", ref_ttft / ttft, ref_ttft);
+                        else if (cfg[ci2].def->prep != HKV_PREP_NONE && ref_ttft > 0)
+                            fprintf(stderr, " (full's %.2f s; x%.2f)", ref_ttft, ttft / ref_ttft);
+                        fprintf(stderr, "\n");
+                    }
+                }
+                if (rows_fmt == HKV_ROWS_JSONL) {   /* each row as it is measured: a run
+                                                      * stopped part-way keeps its rows */
+                    json_t *one = json_array(), *r = point_row(p, &rx);
+                    if (!one || !r || json_array_append_new(one, r)) {
+                        json_decref(one);
+                        rc = hkv_seterr(&err, HKV_E_NOMEM, "no memory for a row");
+                        goto out;
+                    }
+                    rc = hkv_rows_write(stdout, rows_fmt, one, &err);
+                    json_decref(one);
+                    fflush(stdout);
+                    if (rc) goto out;
+                }
+            }
+        }
+        ops->seq_close(e->kv.self, 0);
+    }
+    if (rows_fmt == HKV_ROWS_JSON) json = 1;   /* the one JSON object, as --json */
+    if (rows_fmt && rows_fmt != HKV_ROWS_JSON && rows_fmt != HKV_ROWS_JSONL) {
+        json_t *rows = json_array();
+        for (int i = 0; rows && i < np; i++) {
+            json_t *r = point_row(&pts[i], &rx);
+            if (!r) break;
+            json_array_append_new(rows, r);
+        }
+        if (!rows) rc = hkv_seterr(&err, HKV_E_NOMEM, "no memory for the rows");
+        else rc = hkv_rows_write(stdout, rows_fmt, rows, &err);
+        json_decref(rows);
+    }
+    if (json) {
+        int bad = 0;
+        json_t *o = json_object();
+        hkv_jset(o, "model", hkv_jstr(c->name), &bad);
+        hkv_jset(o, "threads", json_integer(hkv_threads_count(e->threads)), &bad);
+        hkv_jset(o, "isa", json_string(hkv_isa_name(e->kern.isa)), &bad);
+        hkv_jset(o, "precision", json_string(hkv_precision_name(e->kern.precision)), &bad);
+        hkv_jset(o, "weight_bytes", hkv_jint(wbytes), &bad);
+        hkv_jset(o, "probe_gbs", hkv_jnum(probe / 1e9, "%.3f"), &bad);
+        hkv_jset(o, "peak_int8_gops", hkv_jnum(peak.int8_ops / 1e9, "%.1f"), &bad);
+        hkv_jset(o, "peak_bf16_gflops", hkv_jnum(peak.bf16_flops / 1e9, "%.1f"), &bad);
+        hkv_jset(o, "peak_amx_int8_gops", hkv_jnum(peak.amx_int8_ops / 1e9, "%.1f"), &bad);
+        hkv_jset(o, "peak_amx_bf16_gflops", hkv_jnum(peak.amx_bf16_flops / 1e9, "%.1f"), &bad);
+        hkv_jset(o, "peak_fp32_gflops", hkv_jnum(peak.fp32_flops / 1e9, "%.1f"), &bad);
+        json_t *res = json_array();
+        for (int i = 0; i < np; i++) {
+            const point *q = &pts[i];
+            json_t *r = json_object();
+            hkv_jset(r, "config", hkv_jstr(q->config), &bad);
+            hkv_jset(r, "ctx", json_integer(q->ctx), &bad);
+            hkv_jset(r, "batch", json_integer(q->batch), &bad);
+            hkv_jset(r, "prefill_tok_s", hkv_jnum(q->prefill_tok_s, "%.2f"), &bad);
+            hkv_jset(r, "decode_tok_s", hkv_jnum(q->decode_tok_s, "%.2f"), &bad);
+            hkv_jset(r, "step_ms", hkv_jnum(q->step_s * 1e3, "%.3f"), &bad);
+            hkv_jset(r, "bytes_per_step", hkv_jint(q->bytes_per_step), &bad);
+            hkv_jset(r, "gbs", hkv_jnum(q->gbs, "%.3f"), &bad);
+            hkv_jset(r, "frac_of_probe", hkv_jnum(probe > 0 ? q->gbs * 1e9 / probe : 0, "%.3f"), &bad);
+            hkv_jset(r, "matmul_frac", hkv_jnum(q->matmul_frac, "%.3f"), &bad);
+            hkv_jset(r, "attn_frac", hkv_jnum(q->attn_frac, "%.3f"), &bad);
+            hkv_jset(r, "vs_full", hkv_jnum(q->vs_full, "%.3f"), &bad);
+            hkv_jset(r, "ttft_s", q->ttft_s >= 0 ? hkv_jnum(q->ttft_s, "%.4f") : json_null(), &bad);
+            hkv_jset(r, "host_bytes_per_step", hkv_jint(q->host_bytes_step), &bad);
+            if (q->has_pl) {   /* the pipeline over this point's decode steps */
+                json_t *t = json_object();
+                hkv_jset(t, "steps", json_integer(steps), &bad);
+                hkv_device_cli_timeline(t, &q->pl, 0, &bad);
+                hkv_jset(r, "timeline", t, &bad);
+            }
+            if (q->has_pre) {   /* the shared prefill: where its (prompt row, layer)s were attended */
+                json_t *t = json_object();
+                hkv_jset(t, "prompt_rows_device", json_integer(q->pre.prompt_rows_dev), &bad);
+                hkv_jset(t, "prompt_rows_streamed", json_integer(q->pre.prompt_rows_streamed), &bad);
+                hkv_jset(t, "prompt_rows_host", json_integer(q->pre.prompt_rows_host), &bad);
+                hkv_jset(t, "index_builds_device", json_integer(q->pre.index_builds_dev), &bad);
+                hkv_jset(t, "index_builds_host", json_integer(q->pre.index_builds_host), &bad);
+                hkv_jset(t, "window_scores_device", json_integer(q->pre.window_scores_dev), &bad);
+                hkv_jset(t, "window_scores_host", json_integer(q->pre.window_scores_host), &bad);
+                hkv_jset(t, "bytes_h2d", json_integer((json_int_t)q->pre.bytes_h2d), &bad);
+                hkv_jset(t, "bytes_d2h", json_integer((json_int_t)q->pre.bytes_d2h), &bad);
+                hkv_jset(r, "prefill_timeline", t, &bad);
+            }
+            hkv_jpush(res, r, &bad);
+        }
+        hkv_jset(o, "results", res, &bad);
+        hkv_pinned_account pin;   /* page-locked far tier over the run: 0 without a CUDA device */
+        hkv_kv_tiered_pinned(&e->kv, &pin);
+        hkv_jset(o, "far_pinned_peak", json_integer((json_int_t)pin.peak), &bad);
+        hkv_jset(o, "far_peak", json_integer((json_int_t)e->mem.peak[HKV_TIER_FAR]), &bad);
+        hkv_device_cli_json(o, e, &bad);
+        rc = hkv_json_emit(stdout, o, bad, &err);
+    } else {
+        fprintf(stderr, "bandwidth probe: %.2f GB/s (read, %d threads, %lld MiB); compute peaks: int8 %.0f GOP/s, "
+                "bf16 %.0f GFLOP/s, fp32 %.0f GFLOP/s, AMX int8 %.0f GOP/s, AMX bf16 %.0f GFLOP/s "
+                "(0: not on this CPU)\n", probe / 1e9, hkv_threads_count(e->threads), probe_mib,
+                peak.int8_ops / 1e9, peak.bf16_flops / 1e9, peak.fp32_flops / 1e9,
+                peak.amx_int8_ops / 1e9, peak.amx_bf16_flops / 1e9);
+        hkv_device_cli_summary(stderr, e);
+    }
+out:
+    if (rc) hkv_err_report(&err, stderr);
+    free(pts);
+    free(prompt);
+    free(toks);
+    free(segs);
+    free(logits);
+    free(first);
+    free(first_c);
+    hkv_engine_close(e);
+    return rc ? 1 : 0;
+}

@@ -1,0 +1,349 @@
+/* The device and model-source options run, bench, info and plan share:
+ * --device cpu|cuda, --gpu-mem SIZE, --synthetic NAME, --synthetic-weights T.
+ * With --device cuda the device is queried and the request is planned and
+ * admitted (plan/gpu_plan.h) before anything is loaded. */
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "cuda_backend.h"
+#include "device.h"
+#include "gguf.h"
+#include "gpu_plan.h"
+#include "gpu_predict.h"
+#include "model.h"
+#include "synthetic.h"
+
+const char hkv_device_cli_help[] =
+    "      --device cpu|cuda the host path (default) or the GPU: cuda queries the device and\n"
+    "                        admits the batch x context against the GPU memory plan before\n"
+    "                        anything is loaded (hetkv plan prints the plan)\n"
+    "      --gpu-mem SIZE    GPU memory cap, e.g. 24G (default: the device's free memory)\n"
+    "      --gpu-gemm auto|split|fp16|fp32  the weight products of more than 8 rows:\n"
+    "                        split (fp16 hi + lo on tensor cores, ~fp32 accuracy, 3x the\n"
+    "                        tensor work), fp16 (one tensor-core pass, ~2^-11 relative),\n"
+    "                        fp32 (CUDA cores); auto: split on A100/H100, fp32 on GeForce\n"
+    "                        parts, where the split would be slower (data-sheet prediction)\n"
+    "      --gpu-profile     time every op of the device's forward pass with CUDA events (a\n"
+    "                        few us of host time per op): the JSON timeline gains \"ops\",\n"
+    "                        seconds per op (rmsnorm, qkv, wo, ffn_in, down, head, rope,\n"
+    "                        attention with its wait for the host, swiglu, add, embed, copy)\n"
+    "      --gpu-lockstep    the host runs every layer's far step before the device goes on,\n"
+    "                        even when no row has far keys (by default such a layer's host\n"
+    "                        step runs behind the device): the baseline for A/B timings\n"
+    "      --gpu-pingpong    micro-batch ping-pong: a decode batch of 2+ rows in two halves,\n"
+    "                        one's host far-tier part overlapping the other's device products\n"
+    "      --gpu-prompt-keys N  the most prompt tokens whose K/V the device keeps while a prompt\n"
+    "                        is fed (default: as many as fit); each chunk attends the keys past\n"
+    "                        them from the far tier, streamed through the device in blocks\n"
+    "      --gpu-prompt-block N  keys per streamed block (default 4096)\n"
+    "      --synthetic NAME  random weights of a real shape instead of -m: llama3-8b,\n"
+    "                        llama3.1-8b, yi-9b, qwen2.5-7b, smollm2-135m (no tokenizer);\n"
+    "                        NAME@L keeps the first L layers (e.g. llama3-8b@2)\n"
+    "      --synthetic-weights q4|q8|f16|f32  their host weight format (default q4)\n";
+
+void hkv_device_cli_init(hkv_device_cli *d) {
+    memset(d, 0, sizeof *d);
+    d->synthetic_wtype = HKV_W_Q4;
+    d->gemm = -1;
+}
+
+int hkv_device_cli_parse(hkv_device_cli *d, int argc, char **argv, int *i, hkv_err *err) {
+    const char *a = argv[*i], *v = NULL;
+    int rc;
+    if (!strcmp(a, "--gpu-profile")) {
+        d->profile = 1;
+        return 1;
+    }
+    if (!strcmp(a, "--gpu-lockstep")) {
+        d->lockstep = 1;
+        return 1;
+    }
+    if (!strcmp(a, "--gpu-pingpong")) {
+        d->pingpong = 1;
+        return 1;
+    }
+    if (strcmp(a, "--device") && strcmp(a, "--gpu-mem") && strcmp(a, "--synthetic") &&
+        strcmp(a, "--synthetic-weights") && strcmp(a, "--gpu-gemm") &&
+        strcmp(a, "--gpu-prompt-keys") && strcmp(a, "--gpu-prompt-block"))
+        return 0;
+    if ((rc = hkv_arg_value(argc, argv, i, &v, err))) return rc;
+    if (!strcmp(a, "--gpu-prompt-keys") || !strcmp(a, "--gpu-prompt-block")) {
+        const int keys = !strcmp(a, "--gpu-prompt-keys");
+        long long x;
+        if ((rc = hkv_arg_int(a, v, keys ? 0 : 1, (long long)1 << 40, &x, err))) return rc;
+        if (keys) d->prompt_keys = x ? x : -1;
+        else d->prompt_block = x;
+        return 1;
+    }
+    if (!strcmp(a, "--device")) {
+        if (strcmp(v, "cpu") && strcmp(v, "cuda"))
+            return hkv_seterr(err, HKV_E_INVAL, "--device: '%s' is not cpu or cuda", v);
+        d->cuda = !strcmp(v, "cuda");
+    } else if (!strcmp(a, "--gpu-mem")) {
+        if ((rc = hkv_parse_size("--gpu-mem", v, &d->gpu_mem, err))) return rc;
+    } else if (!strcmp(a, "--gpu-gemm")) {
+        static const char *const modes[] = {"split", "fp16", "fp32"};   /* enum hkv_qmat_gemm */
+        d->gemm = -2;
+        if (!strcmp(v, "auto")) d->gemm = -1;
+        for (int k = 0; k < 3; k++)
+            if (!strcmp(v, modes[k])) d->gemm = k;
+        if (d->gemm == -2)
+            return hkv_seterr(err, HKV_E_INVAL, "--gpu-gemm: '%s' is not auto, split, fp16 or fp32", v);
+    } else if (!strcmp(a, "--synthetic")) {
+        hkv_model_config c;
+        if ((rc = hkv_synthetic_config(v, &c, err))) return hkv_err_prefix(err, "--synthetic");
+        d->synthetic = v;
+    } else {
+        if ((d->synthetic_wtype = hkv_synthetic_wtype_parse(v)) < 0)
+            return hkv_seterr(err, HKV_E_INVAL, "--synthetic-weights: '%s' is not q4, q8, f16 or f32", v);
+    }
+    return 1;
+}
+
+int hkv_device_cli_apply(const hkv_device_cli *d, const char *model_path, hkv_engine_params *ep,
+                         hkv_err *err) {
+    if (model_path && d->synthetic)
+        return hkv_seterr(err, HKV_E_INVAL, "give -m MODEL or --synthetic NAME, not both");
+    if (!model_path && !d->synthetic)
+        return hkv_seterr(err, HKV_E_INVAL, "no model (-m MODEL or --synthetic NAME)");
+    ep->model_path = model_path;
+    ep->synthetic = d->synthetic;
+    ep->synthetic_wtype = d->synthetic_wtype;
+    ep->device_cuda = d->cuda;   /* far tier page-locked (run/bench refuse cuda before this today) */
+    return HKV_OK;
+}
+
+int hkv_cli_model_config(const char *model_path, const char *synthetic, hkv_model_config *cfg,
+                         hkv_err *err) {
+    if (synthetic) return hkv_synthetic_config(synthetic, cfg, err);
+    hkv_gguf *g = NULL;
+    int rc = hkv_gguf_open(&g, model_path, err);
+    if (!rc) rc = hkv_model_config_read(g, cfg, err);
+    hkv_gguf_close(g);
+    return rc;
+}
+
+int hkv_device_cli_cap(const hkv_device_cli *d, uint64_t *cap, char *desc, size_t desc_cap,
+                       hkv_err *err) {
+    *cap = 0;
+    if (desc_cap) desc[0] = 0;
+    if (!d->cuda) {
+        if (d->gpu_mem)
+            return hkv_seterr(err, HKV_E_INVAL, "--gpu-mem caps the GPU side: it needs --device cuda");
+        if (d->gemm >= 0)
+            return hkv_seterr(err, HKV_E_INVAL, "--gpu-gemm picks the GPU's products: it needs --device cuda");
+        if (d->profile)
+            return hkv_seterr(err, HKV_E_INVAL, "--gpu-profile times the GPU's ops: it needs --device cuda");
+        if (d->lockstep)
+            return hkv_seterr(err, HKV_E_INVAL, "--gpu-lockstep orders the GPU pipeline: it needs --device cuda");
+        if (d->pingpong)
+            return hkv_seterr(err, HKV_E_INVAL, "--gpu-pingpong splits the GPU pipeline's batch: it needs --device cuda");
+        if (d->prompt_keys || d->prompt_block)
+            return hkv_seterr(err, HKV_E_INVAL, "--gpu-prompt-keys and --gpu-prompt-block shape the GPU's "
+                              "prompt attention: they need --device cuda");
+        return HKV_OK;
+    }
+    hkv_gpu_device dev[1];
+    int n = 0;
+    char why[256];
+    hkv_gpu_query(dev, 1, &n, why, sizeof why);
+    if (n < 1)
+        return hkv_seterr(err, HKV_E_DEVICE, "--device cuda: %s%s", why,
+                          hkv_gpu_built() ? "" : " (rebuild with nvcc present, or -Dcuda=enabled)");
+    char tot[32], fr[32];
+    hkv_fmt_bytes((double)dev[0].mem_total, tot, sizeof tot);
+    hkv_fmt_bytes((double)dev[0].mem_free, fr, sizeof fr);
+    if (d->gpu_mem > dev[0].mem_total) {
+        char want[32];
+        hkv_fmt_bytes((double)d->gpu_mem, want, sizeof want);
+        return hkv_seterr(err, HKV_E_RANGE, "--gpu-mem %s is more than %s has (%s total, %s free)",
+                          want, dev[0].name, tot, fr);
+    }
+    *cap = d->gpu_mem ? d->gpu_mem : dev[0].mem_free;
+    snprintf(desc, desc_cap, "%s, %s total, %s free%s", dev[0].name, tot, fr,
+             d->gpu_mem ? ", capped by --gpu-mem" : "");
+    return HKV_OK;
+}
+
+int hkv_device_cli_check(const hkv_device_cli *d, const char *model_path, const hkv_engine_params *ep,
+                         int batch, int64_t n_ctx, hkv_err *err) {
+    uint64_t cap;
+    char desc[256];
+    int rc = hkv_device_cli_cap(d, &cap, desc, sizeof desc, err);
+    if (rc || !d->cuda) return rc;
+    hkv_model_config cfg;
+    if ((rc = hkv_cli_model_config(model_path, d->synthetic, &cfg, err))) return rc;
+    if (ep->kv_plain)
+        return hkv_seterr(err, HKV_E_UNSUPPORTED, "--device cuda plans the tiered cache; --kv plain "
+                          "is the host reference only");
+    hkv_plan_params pp = {.cfg = &cfg, .batch = batch, .n_ctx = n_ctx > 0 ? n_ctx : cfg.ctx_train,
+                          .L_init = ep->tiered.L_init, .L_local = ep->tiered.L_local,
+                          .policy = ep->tiered.policy, .args = &ep->tiered.args,
+                          .max_rows = ep->max_rows,
+                          /* the pipeline recalls ctkvr's centroids on the device and reads
+                           * its IVF lists where the host reranks (pipeline/cuda_recall.c) */
+                          .index_on_host = ep->tiered.policy == &hkv_policy_ctkvr};
+    hkv_plan plan;
+    if ((rc = hkv_plan_compute(&pp, &plan, err))) return hkv_err_prefix(err, "--device cuda (%s)", desc);
+    /* The device holds the weights in their repacked formats (pipeline/), not
+     * the plan's fp16: a Q4 8B model is 4.5 GB, not 16. */
+    uint64_t wb = 0;
+    if (d->synthetic) {
+        wb = hkv_predict_weight_bytes(&cfg, d->synthetic_wtype);
+    } else {
+        hkv_gguf *g = NULL;
+        if ((rc = hkv_gguf_open(&g, model_path, err))) return rc;
+        wb = hkv_model_repacked_bytes(g);
+        hkv_gguf_close(g);
+    }
+    if (wb) {
+        plan.gpu_total = plan.gpu_total - plan.weights + wb;
+        plan.weights = wb;
+    }
+    if ((rc = hkv_plan_admit(&pp, &plan, cap, err))) return hkv_err_prefix(err, "--device cuda (%s)", desc);
+    return HKV_OK;
+}
+
+int hkv_device_cli_check_near(const hkv_device_cli *d, const char *model_path,
+                              hkv_engine_params *ep, int local_given, int batch, int64_t n_ctx,
+                              hkv_err *err) {
+    if (d->cuda && !local_given && !ep->kv_plain && ep->tiered.policy &&
+        !strcmp(ep->tiered.policy->name, "full")) {
+        hkv_model_config cfg;
+        int rc = hkv_cli_model_config(model_path, d->synthetic, &cfg, err);
+        if (rc) return rc;
+        const int64_t ctx = n_ctx > 0 ? n_ctx : cfg.ctx_train;
+        const int local = ep->tiered.L_local;
+        if (ctx - ep->tiered.L_init > local && ctx - ep->tiered.L_init <= INT_MAX) {
+            ep->tiered.L_local = (int)(ctx - ep->tiered.L_init);
+            hkv_err tried;
+            hkv_err_clear(&tried);
+            if (!hkv_device_cli_check(d, model_path, ep, batch, ctx, &tried)) {
+                fprintf(stderr, "hetkv: --device cuda, policy full: the near tier holds the whole "
+                        "context (%lld rows per sequence and KV head), so attention runs on the "
+                        "device alone (--local N keeps the split)\n", (long long)ctx);
+                return HKV_OK;
+            }
+            ep->tiered.L_local = local;   /* does not fit: the split as asked */
+        }
+    }
+    return hkv_device_cli_check(d, model_path, ep, batch, n_ctx, err);
+}
+
+int hkv_device_cli_attach(const hkv_device_cli *d, hkv_engine *e, hkv_err *err) {
+    if (!d->cuda) return HKV_OK;
+    uint64_t cap;
+    char desc[256];
+    int rc = hkv_device_cli_cap(d, &cap, desc, sizeof desc, err);
+    if (rc) return rc;
+    hkv_cuda_params cp = {.device = 0, .gpu_mem = (size_t)cap, .gemm = d->gemm,
+                          .profile = d->profile, .lockstep = d->lockstep,
+                          .pingpong = d->pingpong, .prompt_keys = d->prompt_keys,
+                          .prompt_block = d->prompt_block};
+    hkv_backend be;
+    if ((rc = hkv_cuda_backend_create(&be, e, &cp, err)))
+        return hkv_err_prefix(err, "--device cuda (%s)", desc);
+    hkv_engine_set_backend(e, be);
+    return HKV_OK;
+}
+
+void hkv_device_cli_timeline(json_t *t, const hkv_pipeline_stats *ps, int prompt_rows, int *bad) {
+    hkv_jset(t, "host_deferred_steps", json_integer(ps->host_deferred), bad);
+    hkv_jset(t, "pingpong_steps", json_integer(ps->pingpong_steps), bad);
+    hkv_jset(t, "cpu_busy_s", hkv_jnum(ps->cpu_busy, "%.6f"), bad);
+    hkv_jset(t, "cpu_wait_device_s", hkv_jnum(ps->cpu_wait_dev, "%.6f"), bad);
+    hkv_jset(t, "device_near_s", hkv_jnum(ps->dev_near, "%.6f"), bad);
+    hkv_jset(t, "device_wait_cpu_s", hkv_jnum(ps->dev_wait_cpu, "%.6f"), bad);
+    hkv_jset(t, "device_products_s", hkv_jnum(ps->dev_products, "%.6f"), bad);
+    hkv_jset(t, "device_total_s", hkv_jnum(ps->dev_total, "%.6f"), bad);
+    hkv_jset(t, "bytes_d2h", json_integer((json_int_t)ps->bytes_d2h), bad);
+    hkv_jset(t, "bytes_h2d", json_integer((json_int_t)ps->bytes_h2d), bad);
+    hkv_jset(t, "near_resyncs", json_integer(ps->near_resyncs), bad);
+    hkv_jset(t, "device_recalls", json_integer(ps->recall_rows), bad);
+    hkv_jset(t, "recall_resyncs", json_integer(ps->recall_resyncs), bad);
+    if (prompt_rows) {
+        hkv_jset(t, "prompt_rows_device", json_integer(ps->prompt_rows_dev), bad);
+        hkv_jset(t, "prompt_rows_host", json_integer(ps->prompt_rows_host), bad);
+        hkv_jset(t, "prompt_rows_streamed", json_integer(ps->prompt_rows_streamed), bad);
+        hkv_jset(t, "index_builds_device", json_integer(ps->index_builds_dev), bad);
+        hkv_jset(t, "index_builds_host", json_integer(ps->index_builds_host), bad);
+        hkv_jset(t, "window_scores_device", json_integer(ps->window_scores_dev), bad);
+        hkv_jset(t, "window_scores_host", json_integer(ps->window_scores_host), bad);
+    }
+    hkv_jset(t, "device_kept_rows", json_integer(ps->keep_rows), bad);
+    hkv_jset(t, "kept_resyncs", json_integer(ps->keep_resyncs), bad);
+    hkv_jset(t, "device_selects", json_integer(ps->device_selects), bad);
+    hkv_jset(t, "page_resyncs", json_integer(ps->page_resyncs), bad);
+    int any = 0;   /* "ops" only when --gpu-profile timed more than the products */
+    for (int k = 0; k < HKV_DEV_OP_COUNT; k++)
+        any |= ps->dev_op[k] > 0 && !(k >= HKV_DEV_OP_QKV && k <= HKV_DEV_OP_HEAD);
+    if (!any) return;
+    json_t *ops = json_object(), *host = json_object();
+    for (int k = 0; k < HKV_DEV_OP_COUNT; k++) {
+        hkv_jset(ops, hkv_dev_op_name(k), hkv_jnum(ps->dev_op[k], "%.6f"), bad);
+        hkv_jset(host, hkv_dev_op_name(k), hkv_jnum(ps->host_op[k], "%.6f"), bad);
+    }
+    hkv_jset(t, "ops", ops, bad);
+    /* the host's time in each op's call: a step whose sum of these is near its
+     * wall time is bound by the host's queueing, not the device */
+    hkv_jset(t, "ops_host", host, bad);
+}
+
+void hkv_device_cli_json(json_t *o, hkv_engine *e, int *bad) {
+    hkv_pipeline_stats ps;
+    hkv_err err;
+    json_t *d = json_object();
+    if (!hkv_backend_is_cuda(&e->be) || hkv_cuda_backend_stats(&e->be, &ps, &err)) {
+        hkv_jset(d, "backend", json_string("cpu"), bad);
+        hkv_jset(o, "device", d, bad);
+        return;
+    }
+    hkv_jset(d, "backend", json_string(hkv_gpu_backend()), bad);
+    json_t *t = json_object();
+    hkv_jset(t, "layer_steps", json_integer(ps.layer_steps), bad);
+    hkv_jset(t, "decode_rows", json_integer(ps.decode_rows), bad);
+    hkv_jset(t, "prompt_rows", json_integer(ps.prompt_rows), bad);
+    hkv_device_cli_timeline(t, &ps, 1, bad);
+    hkv_jset(d, "timeline", t, bad);
+    json_t *m = json_object();
+    for (int k = 0; k < HKV_TIER_COUNT && k < 5; k++)
+        hkv_jset(m, hkv_tier_name(k), json_integer((json_int_t)ps.dev_tier[k]), bad);
+    hkv_jset(m, "peak", json_integer((json_int_t)ps.dev_peak), bad);
+    hkv_jset(d, "gpu_memory", m, bad);
+    if (!strcmp(hkv_gpu_backend(), "cuda-emu"))
+        hkv_jset(d, "note", json_string("CUDA emulator on the CPU: device times measure the emulation "
+                                        "and show the pipeline's structure (overlap, waits), not GPU "
+                                        "speed"), bad);
+    hkv_jset(o, "device", d, bad);
+}
+
+void hkv_device_cli_summary(FILE *f, hkv_engine *e) {
+    hkv_pipeline_stats ps;
+    hkv_err err;
+    if (!hkv_backend_is_cuda(&e->be) || hkv_cuda_backend_stats(&e->be, &ps, &err)) return;
+    char up[32], down[32], pk[32];
+    hkv_fmt_bytes((double)ps.bytes_h2d, up, sizeof up);
+    hkv_fmt_bytes((double)ps.bytes_d2h, down, sizeof down);
+    hkv_fmt_bytes((double)ps.dev_peak, pk, sizeof pk);
+    fprintf(f, "hetkv: %s pipeline: %lld layer steps (%lld decode rows, %lld prompt rows; %lld host "
+            "steps behind the device, nothing far; %lld of micro-batches); CPU far "
+            "attention %.3f s, CPU waiting for the device %.3f s; device near attention %.3f s, "
+            "device waiting for the CPU %.3f s, device products %.3f s, device forward calls "
+            "%.3f s; copied %s down, %s up; %lld near-tier resyncs; "
+            "%lld recalls on the device; prompt attention %lld rows on the device (%lld with "
+            "keys streamed from the far tier), %lld on the host; index builds %lld on the device, %lld on the host; kept rows attended on the device "
+            "%lld times (%lld copies up); far selections on the device %lld; device peak %s%s\n",
+            hkv_gpu_backend(), (long long)ps.layer_steps,
+            (long long)ps.decode_rows, (long long)ps.prompt_rows, (long long)ps.host_deferred,
+            (long long)ps.pingpong_steps,
+            ps.cpu_busy, ps.cpu_wait_dev,
+            ps.dev_near, ps.dev_wait_cpu, ps.dev_products, ps.dev_total, down, up,
+            (long long)ps.near_resyncs,
+            (long long)ps.recall_rows, (long long)ps.prompt_rows_dev,
+            (long long)ps.prompt_rows_streamed, (long long)ps.prompt_rows_host, (long long)ps.index_builds_dev,
+            (long long)ps.index_builds_host, (long long)ps.keep_rows, (long long)ps.keep_resyncs,
+            (long long)ps.device_selects, pk,
+            strcmp(hkv_gpu_backend(), "cuda-emu") ? "" : " (emulated: structure, not GPU speed)");
+}

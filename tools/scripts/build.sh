@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Configure (once) and build. Without arguments: build/, the default build
+# (gpu/ compiled by nvcc when it is present). With a first argument naming a
+# variant, its own directory:
+#   emu    build-emu/   gpu/ on the CUDA emulator (-Dgpu_emu=true): kernels run on the CPU
+#   asan   build-asan/  the emulator build under AddressSanitizer + UBSan
+#   tsan   build-tsan/  the emulator build under ThreadSanitizer
+#   fault  build-fault/ fault injection (-Dfault_inject=true, tests/fault) under ASan + UBSan, gpu/ on
+#          the emulator (the walk fails device allocations too)
+# Extra arguments go to meson setup. HKV_BUILD_TARGETS limits what ninja builds.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+variant=${1:-}
+case "$variant" in
+    emu) dir=build-emu; shift; opts=(-Dgpu_emu=true --buildtype=release) ;;
+    asan) dir=build-asan; shift
+          opts=(-Dgpu_emu=true --buildtype=debugoptimized -Db_sanitize=address,undefined -Db_lundef=false) ;;
+    tsan) dir=build-tsan; shift
+          opts=(-Dgpu_emu=true --buildtype=debugoptimized -Db_sanitize=thread -Db_lundef=false) ;;
+    fault) dir=build-fault; shift
+           opts=(-Dfault_inject=true -Dgpu_emu=true --buildtype=debugoptimized
+                 -Db_sanitize=address,undefined -Db_lundef=false) ;;
+    ""|-*) dir=build; opts=(--buildtype=release) ;;
+    *) echo "build.sh: unknown variant '$variant' (emu, asan, tsan, fault)" >&2; exit 2 ;;
+esac
+if [ ! -f "$dir/build.ninja" ]; then
+    meson setup "$dir" "${opts[@]}" "$@" >/dev/null
+fi
+# shellcheck disable=SC2086
+ninja -C "$dir" ${HKV_BUILD_TARGETS:-} >/dev/null
+echo "build: $dir/tools/hetkv"
