@@ -97,6 +97,9 @@ struct rng {
         s ^= s << 13, s ^= s >> 7, s ^= s << 17;
         return s;
     }
+    /* Uniform in [0, n): the high bits scaled, no division (this runs at
+     * every barrier and warp collective of every block). */
+    uint32_t below(uint32_t n) { return (uint32_t)(((next() >> 32) * n) >> 32); }
 };
 
 struct block_run {
@@ -105,6 +108,7 @@ struct block_run {
     int n = 0, done = 0;
     std::vector<fiber *> *f = nullptr;
     std::vector<int> ready;
+    std::vector<int> bar_ids;   /* the threads a barrier releases */
     int bar_count = 0, bar_mode = 0, bar_acc = 0;
     const char *bar_site = nullptr;
     std::vector<warp_state> warps;
@@ -318,13 +322,13 @@ const char *tname(const fiber *f, char *buf, size_t cap)
     return buf;
 }
 
-void release_fibers(block_run *b, std::vector<int> &ids)
+void release_fibers(block_run *b, int *ids, int n)
 {
     if (cfg().shuffle)
-        for (size_t i = ids.size(); i > 1; i--) std::swap(ids[i - 1], ids[b->r.next() % i]);
-    for (int id : ids) {
-        (*b->f)[id]->st = F_READY;
-        b->ready.push_back(id);
+        for (int i = n; i > 1; i--) std::swap(ids[i - 1], ids[b->r.below((uint32_t)i)]);
+    for (int k = 0; k < n; k++) {
+        (*b->f)[ids[k]]->st = F_READY;
+        b->ready.push_back(ids[k]);
     }
 }
 
@@ -436,7 +440,7 @@ void run_block(const grid_job &job, uint64_t linear_block, std::atomic<bool> &st
     std::vector<int> all((size_t)n);
     for (int i = 0; i < n; i++) all[i] = n - 1 - i;   /* popped from the back: 0 first */
     b.ready.reserve((size_t)n);
-    release_fibers(&b, all);
+    release_fibers(&b, all.data(), n);
     tsan_release(&b.start_sync);
     while (!b.faulted) {
         if (b.ready.empty()) {
@@ -577,14 +581,15 @@ int block_barrier(const char *site, int mode, int pred)
     else if (mode == 3) b->bar_acc |= pred;
     tsan_release(&b->bar_sync);
     if (++b->bar_count == b->n) {
-        std::vector<int> ids;
+        std::vector<int> &ids = b->bar_ids;   /* kept: no allocation per barrier */
+        ids.clear();
         for (int i = 0; i < b->n; i++) {
             fiber *o = (*b->f)[i];
             o->result = (uint64_t)b->bar_acc;
             if (o != f && o->st == F_WAIT_BAR) ids.push_back(i);
         }
         b->bar_count = 0;
-        release_fibers(b, ids);
+        release_fibers(b, ids.data(), (int)ids.size());
         tsan_acquire(&b->bar_sync);
         return (int)f->result;
     }
@@ -715,12 +720,12 @@ uint64_t warp_op(warp_op_kind op, unsigned mask, uint64_t v, int arg, int width,
     tsan_release(&ws.sync);
     if (g->arrived == mask) {
         complete(f, *g);
-        std::vector<int> ids;
+        int ids[32], n_ids = 0;
         for (int l = 0; l < 32; l++)
-            if ((mask & (1u << l)) && l != f->lane) ids.push_back(f->warp * 32 + l);
+            if ((mask & (1u << l)) && l != f->lane) ids[n_ids++] = f->warp * 32 + l;
         for (size_t i = 0; i < ws.pending.size(); i++)
             if (&ws.pending[i] == g) { ws.pending.erase(ws.pending.begin() + (long)i); break; }
-        release_fibers(b, ids);
+        release_fibers(b, ids, n_ids);
         tsan_acquire(&ws.sync);
         return f->result;
     }
