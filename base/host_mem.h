@@ -28,7 +28,7 @@ const char *hkv_tier_name(int tier);
 
 /* Buffers of at least this size start on a 2 MiB boundary and are advised
  * onto transparent huge pages: a streamed read then costs one TLB entry per
- * 2 MiB, not per 4 KiB (docs/ARCHITECTURE.md, "Huge pages"). */
+ * 2 MiB, not per 4 KiB (docs/HOST_KERNELS.md, "Huge pages"). */
 #define HKV_HUGE_PAGE ((size_t)2 << 20)
 
 /* madvise(MADV_HUGEPAGE) over the whole 2 MiB pages of [p, p + bytes); a

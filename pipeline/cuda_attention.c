@@ -1,5 +1,5 @@
 /* The attention step of the CUDA backend: the CPU-GPU co-execution of one
- * layer (the picture is in cuda_backend.h and docs/ARCHITECTURE.md).
+ * layer (the picture is in cuda_backend.h and docs/PIPELINE.md).
  *
  * Decode rows: the device recalls for policies with a device part
  * (cuda_recall.c), appends their K/V to its near-tier mirror and attends

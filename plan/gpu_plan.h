@@ -8,7 +8,7 @@
  * batch that fits. The formulas follow the structures the host code
  * allocates (kv/kv_tiered.c, kv_tiered_tsp.c, index/ctkvr.c, quest.c,
  * snapkv.c, rocketkv.c, keepset.c (laq, speckv), fastkv.c; specpc runs
- * `full` over its compressed prompt) and docs/ARCHITECTURE.md ("GPU memory
+ * `full` over its compressed prompt) and docs/GPU_PLAN.md ("GPU memory
  * plan") writes them out.
  *
  * Eviction policies (snapkv, rocketkv, laq, speckv, fastkv) keep the K/V

@@ -1,7 +1,7 @@
 /* A PREDICTION of decode speed on a GPU from data sheets (gpu_predict.h).
  * Every formula below follows what pipeline/cuda_attention.c,
  * pipeline/cuda_backend.c and gpu/qmat.cu do per decode step, or (target)
- * what docs/ARCHITECTURE.md lists as not yet done; docs/PREDICTIONS.md
+ * what docs/PIPELINE.md lists as not yet done; docs/PREDICTIONS.md
  * writes the model out and sets its output beside published figures. */
 #include "gpu_predict.h"
 #include "qmat_panel.h"

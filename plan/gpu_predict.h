@@ -5,7 +5,7 @@
  * (`hetkv plan --predict DEVICE`, docs/PREDICTIONS.md).
  *
  * What it models is one decode step of the CPU-GPU pipeline (pipeline/,
- * docs/ARCHITECTURE.md "The CPU-GPU pipeline"): per layer the device runs the
+ * docs/PIPELINE.md "The CPU-GPU pipeline"): per layer the device runs the
  * dense products on the weights in their repacked format, appends K/V to its
  * near-tier mirror and attends sinks + local window; QKV rows go down to the
  * host, the CPU selects and attends the far tier, the far (out, lse) comes up

@@ -1,4 +1,4 @@
-/* Micro-batch ping-pong (docs/ARCHITECTURE.md, "One decode step"): a decode
+/* Micro-batch ping-pong (docs/PIPELINE.md, "Micro-batch ping-pong"): a decode
  * batch split in two halves A and B, each half's attention begun on the
  * device (QKV down, recall, near attention queued) and ended later (the
  * host's far part, the merge), so that while the host attends one half's far

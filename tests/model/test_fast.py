@@ -19,7 +19,7 @@ suite's 3 prompts x 64 tokens (215 positions; AVX512-VNNI, no AMX, 2 threads,
 0.10, top-1 94.4%, max|diff|/max|logit| 0.166. Bounds: mean KL <= 2.5e-2
 (1.7x: the widest prompt is 1.15x the mean), 99th percentile <= 0.2 (2x; two
 positions make it), top-1 >= 90% (10 more flips of 215), max|diff|/max|logit|
-<= 0.25 (1.5x). (The longer run in docs/ARCHITECTURE.md, 5 prompts x 200 tokens
+<= 0.25 (1.5x). (The longer run in docs/HOST_KERNELS.md, 5 prompts x 200 tokens
 on another CPU, measured a lower mean KL, 8.2e-3..9.7e-3; the bound is set
 from this sample's own figures, which are higher.) Tiny random-weight models, 37 positions each: mean KL 9.1e-4
 and 4.3e-4, 99th percentile 5.8e-3, top-1 100%, max|diff|/max|logit| 0.051;

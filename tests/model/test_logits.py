@@ -156,7 +156,7 @@ def c_run_greedy(a, model: str, prompt: str, n: int) -> tuple[list[int], list[in
 
 # The runtime repacks Q4_K into its Q4 format with each 32-element sub-block's
 # scale and min (d*sc, dmin*m) rounded to fp16, and other K-quants (Q6_K, ...)
-# to F16 (docs/ARCHITECTURE.md, "Weights"): a relative rounding of 2^-11 per
+# to F16 (docs/HOST_KERNELS.md, "Weights"): a relative rounding of 2^-11 per
 # weight, not exact like Q4_0/Q4_1/Q8_0. Presets with such tensors get this
 # tolerance; still far below the 4e-2 that quantising activations to Q8, as
 # ggml's own dot products do, costs on the real model.
