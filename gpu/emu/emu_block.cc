@@ -35,14 +35,12 @@
 
 #include "emu_internal.h"
 
-#if defined(__SANITIZE_ADDRESS__)
+#ifdef HKV_EMU_ASAN
 #include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
-#define HKV_EMU_ASAN 1
 #endif
-#if defined(__SANITIZE_THREAD__)
+#ifdef HKV_EMU_TSAN
 #include <sanitizer/tsan_interface.h>
-#define HKV_EMU_TSAN 1
 #endif
 
 namespace ctx = boost::context::detail;

@@ -18,6 +18,23 @@
 
 #include "emu_device.h"
 
+/* Which sanitizer instruments this build: GCC says so with __SANITIZE_*__,
+ * clang with __has_feature (the TSan build is clang's, for libomp's Archer). */
+#if defined(__SANITIZE_ADDRESS__)
+#define HKV_EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define HKV_EMU_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define HKV_EMU_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define HKV_EMU_TSAN 1
+#endif
+#endif
+
 namespace hkv_emu {
 
 struct config {

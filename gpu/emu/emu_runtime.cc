@@ -53,7 +53,7 @@ config read_config(void)
     c.seed = 0x5eed;
     c.sm = 89;
     c.abort_on_fault = false;
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(HKV_EMU_ASAN) || defined(HKV_EMU_TSAN)
     c.stack_bytes = 512 << 10;   /* instrumented frames are several times larger */
 #else
     c.stack_bytes = 64 << 10;

@@ -4,7 +4,7 @@ FAR_PIECE = 512 rows): with few decode rows x KV heads for the threads, the
 pieces of every row run side by side and are merged in order. Checks, on a
 tiny generated model with a far tier of ~4,600 rows (nine pieces):
 
-  threads  the logits are bit-identical for -t 1, 2 and 5 (prompt mode, one
+  threads  the logits are bit-identical for -t 1, 2 and 5 (--threads; prompt mode, one
            sequence; batch mode, three sequences), for full and quest;
   plain    the tiered cache with full equals the plain contiguous cache (its
            own attention, no pieces) within 2e-4 of max|logit|.
@@ -36,7 +36,12 @@ def dump(bin_dir, model, ids, mode, extra, threads, out):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin-dir", required=True)
+    ap.add_argument("--threads", default="1,2,5",
+                    help="thread counts, the first the reference (TSan runs 2,16: tools/scripts/test.sh)")
+    ap.add_argument("--n-tokens", type=int, default=4700, help="prompt length (far pieces of 512 rows)")
     a = ap.parse_args()
+    threads = [int(t) for t in a.threads.split(",")]
+    t0 = threads[0]
     import gen_tiny_gguf as gen
     passed = failed = 0
 
@@ -49,21 +54,22 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         model = os.path.join(tmp, "tiny.gguf")
         gen.write_model(gen.PRESETS["llama_gqa3_q41"], model, verbose=False)
-        ids = [int(x) for x in np.random.default_rng(5).integers(3, 900, 4700)]
+        ids = [int(x) for x in np.random.default_rng(5).integers(3, 900, a.n_tokens)]
         near = ["--sink", "4", "--local", "64"]
-        modes = {"prompt": ["--prefix", "4690", "--rows", "512"], "batch": []}
+        modes = {"prompt": ["--prefix", str(a.n_tokens - 10), "--rows", "512"], "batch": []}
         for pol in (["--policy", "full"], ["--policy", "quest", "--policy-arg", "budget=3000"]):
             for mode, margs in modes.items():
                 label = f"{pol[1]} {mode}"
                 try:
                     runs = {t: dump(a.bin_dir, model, ids, mode, near + pol + margs, t,
-                                    os.path.join(tmp, f"{t}.bin")) for t in (1, 2, 5)}
+                                    os.path.join(tmp, f"{t}.bin")) for t in threads}
                 except (RuntimeError, subprocess.TimeoutExpired) as e:
                     report(False, label, str(e))
                     continue
-                rows = int(np.isfinite(runs[1]).sum())
-                same = all(np.array_equal(runs[1], runs[t], equal_nan=True) for t in (2, 5))
-                report(same and rows > 0, f"{label} -t 1/2/5", f"{rows} logits, bit-identical: {same}")
+                rows = int(np.isfinite(runs[t0]).sum())
+                same = all(np.array_equal(runs[t0], runs[t], equal_nan=True) for t in threads[1:])
+                report(same and rows > 0, f"{label} -t {'/'.join(map(str, threads))}",
+                       f"{rows} logits, bit-identical: {same}")
                 if pol[1] == "full":
                     try:
                         ref = dump(a.bin_dir, model, ids, mode, ["--kv", "plain"] + margs, 2,
@@ -71,8 +77,8 @@ def main():
                     except (RuntimeError, subprocess.TimeoutExpired) as e:
                         report(False, f"{label} vs plain", str(e))
                         continue
-                    m = np.isfinite(ref) & np.isfinite(runs[2])
-                    rel = float(np.abs(ref[m] - runs[2][m]).max() / np.abs(ref[m]).max())
+                    m = np.isfinite(ref) & np.isfinite(runs[t0])
+                    rel = float(np.abs(ref[m] - runs[t0][m]).max() / np.abs(ref[m]).max())
                     report(m.sum() == rows and rel <= 2e-4, f"{label} vs plain cache",
                            f"{int(m.sum())} logits, max rel {rel:.2e} (tol 2e-4)")
     print(f"test_far_pieces: {passed} passed, {failed} failed")

@@ -4,7 +4,7 @@
 # variant, its own directory:
 #   emu    build-emu/   gpu/ on the CUDA emulator (-Dgpu_emu=true): kernels run on the CPU
 #   asan   build-asan/  the emulator build under AddressSanitizer + UBSan
-#   tsan   build-tsan/  the emulator build under ThreadSanitizer
+#   tsan   build-tsan/  the emulator build under ThreadSanitizer, by clang with libomp (Archer)
 #   fault  build-fault/ fault injection (-Dfault_inject=true, tests/fault) under ASan + UBSan, gpu/ on
 #          the emulator (the walk fails device allocations too)
 # Extra arguments go to meson setup. HKV_BUILD_TARGETS limits what ninja builds.
@@ -15,7 +15,9 @@ case "$variant" in
     emu) dir=build-emu; shift; opts=(-Dgpu_emu=true --buildtype=release) ;;
     asan) dir=build-asan; shift
           opts=(-Dgpu_emu=true --buildtype=debugoptimized -Db_sanitize=address,undefined -Db_lundef=false) ;;
-    tsan) dir=build-tsan; shift
+    tsan) dir=build-tsan; shift   # clang, so that OpenMP is LLVM's libomp, whose Archer tool
+          # shows TSan the barriers and task ends (libgomp's are invisible to it)
+          export CC=clang CXX=clang++
           opts=(-Dgpu_emu=true --buildtype=debugoptimized -Db_sanitize=thread -Db_lundef=false) ;;
     fault) dir=build-fault; shift
            opts=(-Dfault_inject=true -Dgpu_emu=true --buildtype=debugoptimized
@@ -23,6 +25,11 @@ case "$variant" in
     ""|-*) dir=build; opts=(--buildtype=release) ;;
     *) echo "build.sh: unknown variant '$variant' (emu, asan, tsan, fault)" >&2; exit 2 ;;
 esac
+# a build-tsan/ configured by gcc (before libomp's Archer) is set up again
+if [ "$variant" = tsan ] && [ -f "$dir/build.ninja" ] &&
+   ! grep -q 'command = clang ' "$dir/build.ninja"; then
+    rm -rf "$dir"
+fi
 if [ ! -f "$dir/build.ninja" ]; then
     meson setup "$dir" "${opts[@]}" "$@" >/dev/null
 fi

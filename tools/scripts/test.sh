@@ -44,8 +44,14 @@ if [ $full = 0 ]; then
     exit $status
 fi
 
+# Each phase's wall time, printed as it ends: CI has 60 minutes for all of it.
+t_phase=$SECONDS
+phase() { echo "test.sh: $1: $((SECONDS - t_phase)) s (total $SECONDS s)"; t_phase=$SECONDS; }
+phase "setup and build-emu"
 tools/scripts/build.sh
+phase "build/"
 meson test -C build-emu --print-errorlogs "${jobs[@]}" "$@" || status=$?
+phase "build-emu: every test"
 
 # Only what the sanitizer runs use is built under them: the gpu and emu
 # suites' executables and the two the pipeline tests run; under ASan also the
@@ -85,10 +91,13 @@ for v in asan tsan; do
     # shuffle 63 times per 32 keys, each a fiber switch in the emulator, which under
     # TSan ran past 10 minutes and was killed for memory on this 24 GB machine; their
     # blocks share nothing but their inputs, and they run under ASan+UBSan above.
+    # Under TSan also the OpenMP far attention in pieces (model_far_pieces_threads:
+    # 2 and 16 threads) and the decode products' work stealing (cpu_gemv, cpu_gemv_16t),
+    # with libomp's Archer showing TSan the barriers (build.sh builds build-tsan/ with clang).
     if [ "$v" = tsan ]; then
-        suites=(gpu_model gpu_attn gpu_decode_split)
-        dirs="tests/gpu tests/emu"
-        named=(pipeline_sanitized)
+        suites=(gpu_model gpu_attn gpu_decode_split cpu_gemv cpu_gemv_16t)
+        dirs="tests/gpu tests/emu tests/cpu"
+        named=(pipeline_sanitized model_far_pieces_threads)
     fi
     HKV_BUILD_TARGETS=build.ninja tools/scripts/build.sh "$v" >/dev/null   # configure only
     HKV_BUILD_TARGETS="$(sanitizer_targets "$d" "$dirs")" tools/scripts/build.sh "$v" >/dev/null
@@ -99,25 +108,34 @@ for v in asan tsan; do
     # TSan's runs stay one at a time: each of its tests is multi-threaded and
     # TSan's own memory is several times the test's.
     sjobs=("${jobs[@]}")
-    [ "$v" = tsan ] && sjobs=(--num-processes 1)
-    ASAN_OPTIONS=allocator_may_return_null=1 \
+    archer=()
+    if [ "$v" = tsan ]; then
+        sjobs=(--num-processes 1)
+        lib=$(clang -print-file-name=libarcher.so)
+        [ -f "$lib" ] || lib=$(ls /usr/lib/llvm-*/lib/libarcher.so 2>/dev/null | tail -1)
+        [ -f "$lib" ] || { echo "test.sh: libarcher.so not found (libomp-dev)" >&2; exit 1; }
+        archer=(OMP_TOOL_LIBRARIES="$lib" ARCHER_OPTIONS=verbose=1)
+    fi
+    env "${archer[@]}" ASAN_OPTIONS=allocator_may_return_null=1 \
     UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     LSAN_OPTIONS="suppressions=$PWD/tests/gpu/lsan.supp" \
     TSAN_OPTIONS="suppressions=$PWD/tests/gpu/tsan.supp history_size=7 halt_on_error=0" \
         meson test -C "$d" --no-rebuild --print-errorlogs "${sjobs[@]}" "${suites[@]}" \
             --timeout-multiplier 4 || status=$?
-    UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    env "${archer[@]}" UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     LSAN_OPTIONS="suppressions=$PWD/tests/gpu/lsan.supp" \
     TSAN_OPTIONS="suppressions=$PWD/tests/gpu/tsan.supp history_size=7 halt_on_error=0" \
         meson test -C "$d" --no-rebuild --print-errorlogs "${sjobs[@]}" "${named[@]}" \
             --timeout-multiplier 2 --logbase pipeline || status=$?
     logs+=("$d/meson-logs/testlog.json" "$d/meson-logs/pipeline.json")
+    phase "build-$v: build and tests"
 done
 # The allocation-failure walk (tests/fault): every allocation of a few whole
 # jobs failed in turn, under ASan + UBSan + LeakSanitizer.
 HKV_BUILD_TARGETS=build.ninja tools/scripts/build.sh fault >/dev/null
 HKV_BUILD_TARGETS=tools/hetkv tools/scripts/build.sh fault >/dev/null
 meson test -C build-fault --no-rebuild --print-errorlogs --num-processes 1 fault_walk || status=$?
+phase "build-fault: build and the walk"
 logs+=(build-fault/meson-logs/testlog.json)
 python3 tools/scripts/test_summary.py --slowest 15 "${logs[@]}" || status=1
 exit $status
