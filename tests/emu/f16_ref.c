@@ -3,13 +3,15 @@
  * the immediate (IEEE 754 rounding in all four modes, subnormals included).
  * Compiled with -mf16c (tests/emu/meson.build); used only when the CPU has
  * F16C (test_emu_half.cu asks first). */
+#include <cpuid.h>
 #include <immintrin.h>
 #include <stdint.h>
 
 int emu_ref_have_f16c(void)
 {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("f16c");
+    /* CPUID leaf 1, ECX bit 29 (clang 14's __builtin_cpu_supports knows no "f16c") */
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
 }
 
 /* mode: 0 to nearest even, 1 toward zero, 2 down, 3 up */
