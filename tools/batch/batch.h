@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "cli_options.h"
 #include "scheduler.h"
 #include "tokenizer.h"
 
@@ -76,5 +77,14 @@ char *hkv_batch_error_line(int64_t line, const char *custom_id, int status, cons
  * *n_torn 1 when a torn line was cut. */
 int hkv_batch_scan_output(const char *out_path, int64_t n_lines, char *done, char **ids,
                           int64_t *n_done, int *n_torn, hkv_err *err);
+
+/* The scheduler options batch and serve share (batch_opts.c): --max-batch N,
+ * --mem SIZE, --chunk N, -c/--ctx N. */
+typedef struct hkv_sched_cli {
+    long long max_batch, chunk, ctx;   /* ctx 0: the model's */
+    uint64_t mem;                      /* 0: free memory after loading, less 10% */
+} hkv_sched_cli;
+void hkv_sched_cli_init(hkv_sched_cli *s);
+extern const hkv_opt hkv_sched_opts[];
 
 #endif

@@ -3,6 +3,7 @@
  * lines, resumable after a kill. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <signal.h>
@@ -23,97 +24,84 @@ static const char batch_usage[] =
     "continuous batching; each result line is written whole and synced, and the same\n"
     "command run again skips the requests already answered (docs/BATCH.md).\n"
     "\n"
-    "  -m, --model PATH      GGUF model file\n"
-    "  -i, --input PATH      request lines (JSONL)\n"
-    "  -o, --output PATH     result lines (JSONL), appended to when it exists\n"
-    "      --max-batch N     sequences in flight (default 8)\n"
-    "      --mem SIZE        host memory for the KV of the sequences in flight\n"
-    "                        (default: free memory after loading, less 10%)\n"
-    "      --max-tokens N    max_tokens of a request that gives none (default 256)\n"
-    "      --chunk N         prompt tokens per prefill call (default 256)\n"
-    "      --shard I/N       run only input lines l with (l - 1) % N == I (I in 0..N-1): one\n"
-    "                        of N jobs of an array, each with its own -o\n"
-    "  -c, --ctx N           longest prompt + max_tokens (default: the model's context)\n"
-    "  -t, --threads N       CPU threads (default: one per core)\n"
-    "      --isa NAME        force kernels: scalar, avx2, avx512 (default: best)\n"
-    "      --ignore-eos      do not stop at end-of-generation tokens\n"
-    "      --no-invariant    decode with the unrolled GEMV whose rounding depends on how many\n"
-    "                        sequences are in the step (faster at small batches; greedy\n"
-    "                        outputs may then differ with --max-batch)\n"
-    "      --no-mpi          under mpirun or srun, do not join the other ranks (each rank is\n"
-    "                        then a job of its own: give each its --shard and -o)\n"
-    "  -q, --quiet           no progress on stderr\n"
-    "      --json            a JSON summary on stdout at the end\n"
-    "  -h, --help            this help\n"
-    "\n"
     "Under MPI (mpirun -n K hetkv batch ..., or srun; built with Open MPI) the job\n"
     "spreads over K processes: rank 0 reads the input, hands requests to the ranks\n"
     "as they ask for them, decodes its own share and writes every result; -i and -o\n"
     "need only exist where rank 0 runs, the model on every machine; -t and --max-batch\n"
     "apply to each rank.\n"
-    "\nKV cache:\n";
+    "\n";
 
 typedef struct batch_opts {
     const char *model, *in, *out;
-    long long max_batch, max_tokens, chunk, ctx, threads, shard_i, shard_n;
-    uint64_t mem;
-    int quiet, json, ignore_eos, isa, no_invariant, no_mpi;
+    long long max_tokens, shard_i, shard_n;
+    int quiet, json, ignore_eos, no_invariant, no_mpi;
+    hkv_sched_cli sc;
+    hkv_exec_cli x;
     hkv_kv_cli kv;
     hkv_device_cli dev;
 } batch_opts;
 
+static int parse_shard(void *base, const char *opt, const char *v, hkv_err *err) {
+    (void)opt;
+    batch_opts *o = base;
+    char *slash = strchr(v, '/'), ib[32];
+    if (!slash || slash - v >= (long)sizeof ib)
+        return hkv_seterr(err, HKV_E_INVAL, "--shard: '%s' is not I/N", v);
+    memcpy(ib, v, (size_t)(slash - v));
+    ib[slash - v] = 0;
+    int rc = hkv_arg_int("--shard N", slash + 1, 1, 1 << 20, &o->shard_n, err);
+    return rc ? rc : hkv_arg_int("--shard I", ib, 0, o->shard_n - 1, &o->shard_i, err);
+}
+
+/* batch's own options; the groups it shares follow them in batch_uses(). */
+static const hkv_opt batch_opts_table[] = {
+    {.name = "--input", .short_name = 'i', .arg = "PATH", .kind = HKV_OPT_STR,
+     .off = offsetof(batch_opts, in), .help = "request lines (JSONL)"},
+    {.name = "--output", .short_name = 'o', .arg = "PATH", .kind = HKV_OPT_STR,
+     .off = offsetof(batch_opts, out), .help = "result lines (JSONL), appended to when it exists"},
+    {.name = "--max-tokens", .arg = "N", .kind = HKV_OPT_INT, .off = offsetof(batch_opts, max_tokens),
+     .lo = 1, .hi = 1 << 24, .help = "max_tokens of a request that gives none (default 256)"},
+    {.name = "--shard", .arg = "I/N", .kind = HKV_OPT_FN, .fn = parse_shard,
+     .help = "run only input lines l with (l - 1) % N == I (I in 0..N-1): one\n"
+             "of N jobs of an array, each with its own -o"},
+    {.name = "--ignore-eos", .kind = HKV_OPT_FLAG, .off = offsetof(batch_opts, ignore_eos),
+     .help = "do not stop at end-of-generation tokens"},
+    {.name = "--no-invariant", .kind = HKV_OPT_FLAG, .off = offsetof(batch_opts, no_invariant),
+     .help = "decode with the unrolled GEMV whose rounding depends on how many\n"
+             "sequences are in the step (faster at small batches; greedy\n"
+             "outputs may then differ with --max-batch)"},
+    {.name = "--no-mpi", .kind = HKV_OPT_FLAG, .off = offsetof(batch_opts, no_mpi),
+     .help = "under mpirun or srun, do not join the other ranks (each rank is\n"
+             "then a job of its own: give each its --shard and -o)"},
+    {.name = "--quiet", .short_name = 'q', .kind = HKV_OPT_FLAG, .off = offsetof(batch_opts, quiet),
+     .help = "no progress on stderr"},
+    {.name = "--json", .kind = HKV_OPT_FLAG, .off = offsetof(batch_opts, json),
+     .help = "a JSON summary on stdout at the end"},
+    {0},
+};
+
+static int batch_uses(batch_opts *o, hkv_opt_use *u) {
+    int n = 0;
+    u[n++] = (hkv_opt_use){.opts = hkv_model_opts, .base = &o->model};
+    u[n++] = (hkv_opt_use){.opts = batch_opts_table, .base = o};
+    u[n++] = (hkv_opt_use){.opts = hkv_sched_opts, .base = &o->sc};
+    u[n++] = (hkv_opt_use){.opts = hkv_exec_opts, .base = &o->x};
+    u[n++] = (hkv_opt_use){.opts = hkv_kv_opts, .base = &o->kv, .title = "KV cache"};
+    u[n++] = (hkv_opt_use){.opts = hkv_device_opts, .base = &o->dev, .title = "Device"};
+    return n;
+}
+
 static int parse(int argc, char **argv, batch_opts *o, hkv_err *err) {
     memset(o, 0, sizeof *o);
-    o->max_batch = 8;
     o->max_tokens = 256;
-    o->chunk = 256;
     o->shard_n = 1;
-    o->isa = -1;
+    hkv_sched_cli_init(&o->sc);
+    hkv_exec_cli_init(&o->x);
     hkv_kv_cli_init(&o->kv);
     hkv_device_cli_init(&o->dev);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = NULL;
-        int rc = hkv_kv_cli_parse(&o->kv, argc, argv, &i, err);
-        if (rc < 0) return rc;
-        if (rc == 1) continue;
-        if ((rc = hkv_device_cli_parse(&o->dev, argc, argv, &i, err)) < 0) return rc;
-        if (rc == 1) continue;
-#define VAL() do { if ((rc = hkv_arg_value(argc, argv, &i, &v, err))) return rc; } while (0)
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) return 1;
-        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) { VAL(); o->model = v; }
-        else if (!strcmp(a, "-i") || !strcmp(a, "--input")) { VAL(); o->in = v; }
-        else if (!strcmp(a, "-o") || !strcmp(a, "--output")) { VAL(); o->out = v; }
-        else if (!strcmp(a, "--max-batch")) { VAL(); rc = hkv_arg_int(a, v, 1, 4096, &o->max_batch, err); }
-        else if (!strcmp(a, "--max-tokens")) { VAL(); rc = hkv_arg_int(a, v, 1, 1 << 24, &o->max_tokens, err); }
-        else if (!strcmp(a, "--chunk")) { VAL(); rc = hkv_arg_int(a, v, 1, 65536, &o->chunk, err); }
-        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) { VAL(); rc = hkv_arg_int(a, v, 2, 1LL << 31, &o->ctx, err); }
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { VAL(); rc = hkv_arg_int(a, v, 1, 4096, &o->threads, err); }
-        else if (!strcmp(a, "--mem")) { VAL(); rc = hkv_arg_size(a, v, &o->mem, err); }
-        else if (!strcmp(a, "--shard")) {
-            VAL();
-            char *slash = strchr(v, '/'), ib[32];
-            if (!slash || slash - v >= (long)sizeof ib)
-                return hkv_seterr(err, HKV_E_INVAL, "--shard: '%s' is not I/N", v);
-            memcpy(ib, v, (size_t)(slash - v));
-            ib[slash - v] = 0;
-            if ((rc = hkv_arg_int("--shard N", slash + 1, 1, 1 << 20, &o->shard_n, err)) ||
-                (rc = hkv_arg_int("--shard I", ib, 0, o->shard_n - 1, &o->shard_i, err)))
-                return rc;
-        }
-        else if (!strcmp(a, "--isa")) {
-            VAL();
-            if ((o->isa = hkv_isa_parse(v)) < 0)
-                return hkv_seterr(err, HKV_E_INVAL, "--isa: unknown '%s' (scalar, avx2, avx512)", v);
-        }
-        else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) o->quiet = 1;
-        else if (!strcmp(a, "--json")) o->json = 1;
-        else if (!strcmp(a, "--ignore-eos")) o->ignore_eos = 1;
-        else if (!strcmp(a, "--no-invariant")) o->no_invariant = 1;
-        else if (!strcmp(a, "--no-mpi")) o->no_mpi = 1;
-        else return hkv_seterr(err, HKV_E_INVAL, "batch: unknown option '%s' (see hetkv batch --help)", a);
-        if (rc) return rc;
-#undef VAL
-    }
+    hkv_opt_use uses[8];
+    int rc = hkv_opts_parse("batch", uses, batch_uses(o, uses), argc, argv, err);
+    if (rc) return rc;
     if (o->dev.synthetic)
         return hkv_seterr(err, HKV_E_UNSUPPORTED, "batch: --synthetic models have no tokenizer to "
                           "read requests or write text");
@@ -348,7 +336,7 @@ static int work(job *j, hkv_sched *s, const sigset_t *stop_set, int *stop_sig, h
         /* its free slots and one more (a refill waits for rank 0's next step,
          * which can be a prefill chunk); no deeper queue: requests not yet
          * started belong with whichever rank frees a slot first */
-        const int64_t room = j->o->max_batch + 1 - hkv_sched_pending(s) - wanted;
+        const int64_t room = j->o->sc.max_batch + 1 - hkv_sched_pending(s) - wanted;
         if (!nomore && !wanted && room > 0) {
             int64_t h[4] = {room, 0, 0, 0};
             if ((rc = hkv_mpi_send(j->mpi, 0, HKV_MPI_WANT, h, NULL, 0, err))) return rc;
@@ -410,7 +398,7 @@ static int feed(job *j, hkv_sched *s, FILE *in, int64_t *lineno, char *done, cha
     /* One process keeps a queue of one batch behind the running one. Under
      * MPI rank 0 takes no more than its slots, so the rest is there for the
      * workers when they ask (the first ask comes after their model load). */
-    const int64_t local = j->demand ? j->o->max_batch : 2 * j->o->max_batch;
+    const int64_t local = j->demand ? j->o->sc.max_batch : 2 * j->o->sc.max_batch;
     while (!*eof && (hkv_sched_pending(s) < local || wanting(j) > 0) && !j->io_rc) {
         if ((n = getline(&buf, &cap, in)) < 0) {
             *eof = 1;
@@ -503,7 +491,7 @@ static void summary(job *j, hkv_sched *s, const char *how) {
                               "decode_steps", (json_int_t)st.steps,
                               "mean_decode_batch", st.steps ? (double)st.decode_rows / st.steps : 0.0,
                               "prefill_s", st.t_prefill, "decode_s", st.t_decode,
-                              "max_batch", (json_int_t)j->o->max_batch, "policy", j->policy,
+                              "max_batch", (json_int_t)j->o->sc.max_batch, "policy", j->policy,
                               "ranks", j->mpi ? j->mpi->size : 1);
         if (o && j->by_rank) {   /* the answers of each rank: rank 0's own are the rest */
             json_t *a = json_array();
@@ -535,10 +523,8 @@ int hkv_cmd_batch(int argc, char **argv) {
     batch_opts o;
     int rc = parse(argc, argv, &o, &err);
     if (rc == 1) {
-        fputs(batch_usage, stdout);
-        fputs(hkv_kv_cli_help, stdout);
-        fputs("\nDevice:\n", stdout);
-        fputs(hkv_device_cli_help, stdout);
+        hkv_opt_use uses[8];
+        hkv_opts_help(stdout, batch_usage, uses, batch_uses(&o, uses));
         return 0;
     }
     if (rc) {
@@ -593,15 +579,15 @@ engine:;
     hkv_engine_params ep;
     hkv_engine_params_default(&ep);
     ep.model_path = o.model;
-    ep.n_threads = (int)o.threads;
-    ep.isa = o.isa;
-    ep.max_seqs = (int)o.max_batch;
-    ep.n_ctx = o.ctx;
-    ep.max_rows = (int)o.chunk;
+    ep.n_threads = (int)o.x.threads;
+    ep.isa = o.x.isa;
+    ep.max_seqs = (int)o.sc.max_batch;
+    ep.n_ctx = o.sc.ctx;
+    ep.max_rows = (int)o.sc.chunk;
     ep.device_cuda = o.dev.cuda;
     if ((rc = hkv_kv_cli_apply(&o.kv, &ep, &err))) goto out;
-    if ((rc = hkv_device_cli_check_near(&o.dev, o.model, &ep, o.kv.local >= 0, (int)o.max_batch,
-                                        o.ctx, &err)))
+    if ((rc = hkv_device_cli_check_near(&o.dev, o.model, &ep, o.kv.local >= 0, (int)o.sc.max_batch,
+                                        o.sc.ctx, &err)))
         goto out;
     if ((rc = hkv_engine_open(&j.e, &ep, &err)) || (rc = hkv_device_cli_attach(&o.dev, j.e, &err)))
         goto out;
@@ -611,11 +597,11 @@ engine:;
 
     hkv_sched_params sp;
     hkv_sched_params_default(&sp);
-    sp.max_batch = (int)o.max_batch;
-    sp.chunk = o.chunk;
+    sp.max_batch = (int)o.sc.max_batch;
+    sp.chunk = o.sc.chunk;
     sp.batch_invariant = !o.no_invariant;
-    if (o.mem) {
-        sp.mem_budget = o.mem;
+    if (o.sc.mem) {
+        sp.mem_budget = o.sc.mem;
     } else {   /* what is free now that the weights are in, less a margin */
         size_t fr = hkv_host_mem_free();
         sp.mem_budget = fr ? (uint64_t)(fr - fr / 10) : 0;

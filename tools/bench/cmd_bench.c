@@ -1,6 +1,7 @@
 /* hetkv bench: prefill and decode tokens/s per (context, batch), with the
  * bytes each decode step must read (weights + KV) over the step time, beside
  * a memory-bandwidth probe measured in the same process. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,33 +29,68 @@ static const char bench_usage[] =
     "step reads (weights + KV) per second, and a bandwidth probe run in the\n"
     "same process.\n"
     "\n"
-    "  -m, --model PATH      GGUF model file\n"
-    "      --ctx LIST        context lengths (default 1024,8192)\n"
-    "      --batch LIST      batch sizes (default 1,8)\n"
-    "      --steps N         timed decode steps per point (default 32)\n"
-    "      --chunk N         prompt rows per forward call of the prefill (default 256); larger\n"
-    "                        chunks feed the device's prompt attention and products more rows\n"
-    "  -t, --threads N       CPU threads (default: one per core)\n"
-    "      --isa NAME        scalar, avx2, avx512 (default: best)\n"
-    "      --probe-mib N     bandwidth probe buffer (default 1024); compute peaks (int8,\n"
-    "                        bf16, fp32 dot products) are measured beside it\n"
-    "      --configs SPEC    KV policies measured side by side on the same prefilled\n"
-    "                        prompt, ';'-separated policy:key=val,... (as hetkv eval;\n"
-    "                        default: the --policy options, else full). A policy that\n"
-    "                        prefills on its own (fastkv) gets its own fresh prefill,\n"
-    "                        reported as time to first token beside full's\n"
-    "      --budgets LIST    budgets as a sweep axis, e.g. 1%,3%,10%,1024: every config whose\n"
-    "                        policy takes a budget and sets none is run at each (default\n"
-    "                        configs then: full;ctkvr;quest;snapkv)\n"
-    "      --admit-only      check that the GPU memory plan admits every configuration at\n"
-    "                        the largest context and batch, then exit (0: admitted, 1: refused,\n"
-    "                        naming what each tier needs); nothing is loaded\n"
-    "      --json            one JSON object on stdout\n"
-    "  -o, --output-format F md, csv, json or jsonl: one self-describing row per measured\n"
-    "                        point on stdout (model, policy and parameters, budget, context,\n"
-    "                        batch, threads, ISA, device, commit, probe, date; docs/BENCH_ROWS.md)\n";
+    "Rows (-o): one per measured point (model, policy and parameters, budget, context,\n"
+    "batch, threads, ISA, device, commit, probe, date; docs/BENCH_ROWS.md).\n"
+    "\n";
 
 #define MAXL 16
+
+/* bench's options as parsed (the shared groups' structs among them). */
+typedef struct bench_opts {
+    const char *model, *configs, *budgets;
+    long long ctxs[MAXL], batches[MAXL];
+    int n_ctx, n_batch, admit_only;
+    long long steps, probe_mib, chunk;
+    hkv_exec_cli x;
+    hkv_output_cli out;
+    hkv_kv_cli kv;
+    hkv_device_cli dev;
+} bench_opts;
+
+static const hkv_opt bench_opts_table[] = {
+    {.name = "--ctx", .arg = "LIST", .kind = HKV_OPT_LIST, .off = offsetof(bench_opts, ctxs),
+     .n_off = offsetof(bench_opts, n_ctx), .cap = MAXL, .lo = 1, .hi = 1 << 24,
+     .help = "context lengths (default 1024,8192)"},
+    {.name = "--batch", .arg = "LIST", .kind = HKV_OPT_LIST, .off = offsetof(bench_opts, batches),
+     .n_off = offsetof(bench_opts, n_batch), .cap = MAXL, .lo = 1, .hi = 4095,
+     .help = "batch sizes (default 1,8)"},
+    {.name = "--steps", .arg = "N", .kind = HKV_OPT_INT, .off = offsetof(bench_opts, steps),
+     .lo = 1, .hi = 100000, .help = "timed decode steps per point (default 32)"},
+    {.name = "--chunk", .arg = "N", .kind = HKV_OPT_INT, .off = offsetof(bench_opts, chunk),
+     .lo = 1, .hi = 65536,
+     .help = "prompt rows per forward call of the prefill (default 256); larger\n"
+             "chunks feed the device's prompt attention and products more rows"},
+    {.name = "--probe-mib", .arg = "N", .kind = HKV_OPT_INT, .off = offsetof(bench_opts, probe_mib),
+     .lo = 16, .hi = 1 << 20,
+     .help = "bandwidth probe buffer (default 1024); compute peaks (int8,\n"
+             "bf16, fp32 dot products) are measured beside it"},
+    {.name = "--configs", .arg = "SPEC", .kind = HKV_OPT_STR, .off = offsetof(bench_opts, configs),
+     .help = "KV policies measured side by side on the same prefilled\n"
+             "prompt, ';'-separated policy:key=val,... (as hetkv eval;\n"
+             "default: the --policy options, else full). A policy that\n"
+             "prefills on its own (fastkv) gets its own fresh prefill,\n"
+             "reported as time to first token beside full's"},
+    {.name = "--budgets", .arg = "LIST", .kind = HKV_OPT_STR, .off = offsetof(bench_opts, budgets),
+     .help = "budgets as a sweep axis, e.g. 1%,3%,10%,1024: every config whose\n"
+             "policy takes a budget and sets none is run at each (default\n"
+             "configs then: full;ctkvr;quest;snapkv)"},
+    {.name = "--admit-only", .kind = HKV_OPT_FLAG, .off = offsetof(bench_opts, admit_only),
+     .help = "check that the GPU memory plan admits every configuration at\n"
+             "the largest context and batch, then exit (0: admitted, 1: refused,\n"
+             "naming what each tier needs); nothing is loaded"},
+    {0},
+};
+
+static int bench_uses(bench_opts *o, hkv_opt_use *u) {
+    int n = 0;
+    u[n++] = (hkv_opt_use){.opts = hkv_model_opts, .base = &o->model};
+    u[n++] = (hkv_opt_use){.opts = bench_opts_table, .base = o};
+    u[n++] = (hkv_opt_use){.opts = hkv_exec_opts, .base = &o->x};
+    u[n++] = (hkv_opt_use){.opts = hkv_output_opts, .base = &o->out};
+    u[n++] = (hkv_opt_use){.opts = hkv_kv_opts, .base = &o->kv, .title = "KV cache"};
+    u[n++] = (hkv_opt_use){.opts = hkv_device_opts, .base = &o->dev, .title = "Device"};
+    return n;
+}
 
 typedef struct point {
     long long ctx, batch;
@@ -171,71 +207,29 @@ int hkv_cmd_bench(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "far")) return hkv_bench_far_main(argc - 1, argv + 1);
     hkv_err err;
     hkv_err_clear(&err);
-    const char *model = NULL;
-    long long ctxs[MAXL] = {1024, 8192}, batches[MAXL] = {1, 8};
-    int n_ctx = 2, n_batch = 2, json = 0, isa = -1, rows_fmt = HKV_ROWS_NONE, admit_only = 0;
-    long long steps = 32, threads = 0, probe_mib = 1024, chunk = 256;
-    const char *configs = NULL, *budgets = NULL;
+    bench_opts o = {.ctxs = {1024, 8192}, .batches = {1, 8}, .n_ctx = 2, .n_batch = 2,
+                    .steps = 32, .probe_mib = 1024, .chunk = 256};
+    hkv_exec_cli_init(&o.x);
+    hkv_kv_cli_init(&o.kv);
+    hkv_device_cli_init(&o.dev);
+    hkv_opt_use uses[8];
+    const int n_uses = bench_uses(&o, uses);
+    int rc = hkv_opts_parse("bench", uses, n_uses, argc, argv, &err);
+    if (rc == 1) {
+        hkv_opts_help(stdout, bench_usage, uses, n_uses);
+        return 0;
+    }
+    /* the names the measuring code below was written with */
+    const char *model = o.model, *configs = o.configs, *budgets = o.budgets;
+    const long long *ctxs = o.ctxs, *batches = o.batches;
+    const int n_ctx = o.n_ctx, n_batch = o.n_batch, isa = o.x.isa;
+    int json = o.out.json;
+    const int rows_fmt = o.out.rows_fmt, admit_only = o.admit_only;
+    const long long steps = o.steps, threads = o.x.threads, probe_mib = o.probe_mib, chunk = o.chunk;
+    hkv_kv_cli kc = o.kv;
+    hkv_device_cli dc = o.dev;
     hkv_config cfg[HKV_MAX_CONFIGS];
     int n_cfg = 0;
-    int rc = HKV_OK;
-    hkv_kv_cli kc;
-    hkv_kv_cli_init(&kc);
-    hkv_device_cli dc;
-    hkv_device_cli_init(&dc);
-    for (int i = 1; i < argc && !rc; i++) {
-        const char *a = argv[i], *v = NULL;
-        int k = hkv_kv_cli_parse(&kc, argc, argv, &i, &err);
-        if (k < 0) {
-            rc = k;
-            break;
-        }
-        if (k == 1) continue;
-        if ((k = hkv_device_cli_parse(&dc, argc, argv, &i, &err)) < 0) {
-            rc = k;
-            break;
-        }
-        if (k == 1) continue;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(bench_usage, stdout);
-            fputs(hkv_kv_cli_help, stdout);
-            fputs(hkv_device_cli_help, stdout);
-            return 0;
-        } else if (!strcmp(a, "--admit-only")) {
-            admit_only = 1;
-        } else if (!strcmp(a, "--json")) {
-            json = 1;
-        } else if ((rc = hkv_arg_value(argc, argv, &i, &v, &err))) {
-            break;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            model = v;
-        } else if (!strcmp(a, "-o") || !strcmp(a, "--output-format")) {
-            rc = hkv_rows_format(v, &rows_fmt, &err);
-        } else if (!strcmp(a, "--ctx")) {
-            n_ctx = MAXL;
-            rc = hkv_arg_int_list(a, v, 1, 1 << 24, ctxs, &n_ctx, &err);
-        } else if (!strcmp(a, "--batch")) {
-            n_batch = MAXL;
-            rc = hkv_arg_int_list(a, v, 1, 4095, batches, &n_batch, &err);
-        } else if (!strcmp(a, "--chunk")) {
-            rc = hkv_arg_int(a, v, 1, 65536, &chunk, &err);
-        } else if (!strcmp(a, "--steps")) {
-            rc = hkv_arg_int(a, v, 1, 100000, &steps, &err);
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            rc = hkv_arg_int(a, v, 1, 4096, &threads, &err);
-        } else if (!strcmp(a, "--configs")) {
-            configs = v;
-        } else if (!strcmp(a, "--budgets")) {
-            budgets = v;
-        } else if (!strcmp(a, "--probe-mib")) {
-            rc = hkv_arg_int(a, v, 16, 1 << 20, &probe_mib, &err);
-        } else if (!strcmp(a, "--isa")) {
-            if ((isa = hkv_isa_parse(v)) < 0)
-                rc = hkv_seterr(&err, HKV_E_INVAL, "--isa: unknown '%s'", v);
-        } else {
-            rc = hkv_seterr(&err, HKV_E_INVAL, "bench: unknown option '%s'", a);
-        }
-    }
     if (!rc && !model && !dc.synthetic)
         rc = hkv_seterr(&err, HKV_E_INVAL, "bench: no model (-m MODEL or --synthetic NAME)");
     if (rc) {

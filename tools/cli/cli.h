@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "cli_options.h"
 #include "status.h"
 
 /* Parse whole strings; errors name the option and the accepted range. */
@@ -70,12 +71,13 @@ typedef struct hkv_kv_cli {
     int precision;              /* enum hkv_precision */
 } hkv_kv_cli;
 void hkv_kv_cli_init(hkv_kv_cli *k);
-/* 1 when argv[*i] was one of the options (its value consumed), 0 when not,
- * < 0 on error. */
+/* The group's table (base: hkv_kv_cli). */
+extern const hkv_opt hkv_kv_opts[];
+/* hkv_opts_parse_one over that table: 1 when argv[*i] was one of the
+ * options (its value consumed), 0 when not, < 0 on error. */
 int hkv_kv_cli_parse(hkv_kv_cli *k, int argc, char **argv, int *i, hkv_err *err);
 /* Check and apply to engine params. */
 int hkv_kv_cli_apply(const hkv_kv_cli *k, hkv_engine_params *ep, hkv_err *err);
-extern const char hkv_kv_cli_help[];
 
 /* Device and model-source options shared by run, bench, info and plan
  * (cli_device.c): --device cpu|cuda  --gpu-mem SIZE  --synthetic NAME
@@ -93,6 +95,8 @@ typedef struct hkv_device_cli {
     int64_t prompt_block;     /* --gpu-prompt-block N; 0: not given */
 } hkv_device_cli;
 void hkv_device_cli_init(hkv_device_cli *d);
+/* The group's table (base: hkv_device_cli). */
+extern const hkv_opt hkv_device_opts[];
 /* 1 when argv[*i] was one of the options (value consumed), 0 if not, < 0 on error. */
 int hkv_device_cli_parse(hkv_device_cli *d, int argc, char **argv, int *i, hkv_err *err);
 /* The model source into engine params: exactly one of model_path and --synthetic. */
@@ -133,7 +137,6 @@ struct hkv_pipeline_stats;
 void hkv_device_cli_timeline(json_t *t, const struct hkv_pipeline_stats *ps, int prompt_rows,
                              int *bad);
 void hkv_device_cli_summary(FILE *f, hkv_engine *e);
-extern const char hkv_device_cli_help[];
 
 /* The subcommands. */
 int hkv_cmd_run(int argc, char **argv);

@@ -3,6 +3,7 @@
  * With --device cuda the device is queried and the request is planned and
  * admitted (plan/gpu_plan.h) before anything is loaded. */
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -15,91 +16,110 @@
 #include "model.h"
 #include "synthetic.h"
 
-const char hkv_device_cli_help[] =
-    "      --device cpu|cuda the host path (default) or the GPU: cuda queries the device and\n"
-    "                        admits the batch x context against the GPU memory plan before\n"
-    "                        anything is loaded (hetkv plan prints the plan)\n"
-    "      --gpu-mem SIZE    GPU memory cap, e.g. 24G (default: the device's free memory)\n"
-    "      --gpu-gemm auto|split|fp16|fp32  the weight products of more than 8 rows:\n"
-    "                        split (fp16 hi + lo on tensor cores, ~fp32 accuracy, 3x the\n"
-    "                        tensor work), fp16 (one tensor-core pass, ~2^-11 relative),\n"
-    "                        fp32 (CUDA cores); auto: split on A100/H100, fp32 on GeForce\n"
-    "                        parts, where the split would be slower (data-sheet prediction)\n"
-    "      --gpu-profile     time every op of the device's forward pass with CUDA events (a\n"
-    "                        few us of host time per op): the JSON timeline gains \"ops\",\n"
-    "                        seconds per op (rmsnorm, qkv, wo, ffn_in, down, head, rope,\n"
-    "                        attention with its wait for the host, swiglu, add, embed, copy)\n"
-    "      --gpu-lockstep    the host runs every layer's far step before the device goes on,\n"
-    "                        even when no row has far keys (by default such a layer's host\n"
-    "                        step runs behind the device): the baseline for A/B timings\n"
-    "      --gpu-pingpong    micro-batch ping-pong: a decode batch of 2+ rows in two halves,\n"
-    "                        one's host far-tier part overlapping the other's device products\n"
-    "      --gpu-prompt-keys N  the most prompt tokens whose K/V the device keeps while a prompt\n"
-    "                        is fed (default: as many as fit); each chunk attends the keys past\n"
-    "                        them from the far tier, streamed through the device in blocks\n"
-    "      --gpu-prompt-block N  keys per streamed block (default 4096)\n"
-    "      --synthetic NAME  random weights of a real shape instead of -m: llama3-8b,\n"
-    "                        llama3.1-8b, yi-9b, qwen2.5-7b, smollm2-135m (no tokenizer);\n"
-    "                        NAME@L keeps the first L layers (e.g. llama3-8b@2)\n"
-    "      --synthetic-weights q4|q8|f16|f32  their host weight format (default q4)\n";
-
 void hkv_device_cli_init(hkv_device_cli *d) {
     memset(d, 0, sizeof *d);
     d->synthetic_wtype = HKV_W_Q4;
     d->gemm = -1;
 }
 
+static int parse_device(void *base, const char *opt, const char *v, hkv_err *err) {
+    (void)opt;
+    if (strcmp(v, "cpu") && strcmp(v, "cuda"))
+        return hkv_seterr(err, HKV_E_INVAL, "--device: '%s' is not cpu or cuda", v);
+    ((hkv_device_cli *)base)->cuda = !strcmp(v, "cuda");
+    return HKV_OK;
+}
+
+static int parse_gpu_mem(void *base, const char *opt, const char *v, hkv_err *err) {
+    (void)opt;
+    return hkv_parse_size("--gpu-mem", v, &((hkv_device_cli *)base)->gpu_mem, err);
+}
+
+static int parse_gemm(void *base, const char *opt, const char *v, hkv_err *err) {
+    (void)opt;
+    static const char *const modes[] = {"split", "fp16", "fp32"};   /* enum hkv_qmat_gemm */
+    hkv_device_cli *d = base;
+    d->gemm = -2;
+    if (!strcmp(v, "auto")) d->gemm = -1;
+    for (int k = 0; k < 3; k++)
+        if (!strcmp(v, modes[k])) d->gemm = k;
+    if (d->gemm == -2)
+        return hkv_seterr(err, HKV_E_INVAL, "--gpu-gemm: '%s' is not auto, split, fp16 or fp32", v);
+    return HKV_OK;
+}
+
+/* 0 asks for no prompt keys on the device: kept as -1 (0 is "not given"). */
+static int parse_prompt_keys(void *base, const char *opt, const char *v, hkv_err *err) {
+    long long x;
+    int rc = hkv_arg_int(opt, v, 0, (long long)1 << 40, &x, err);
+    if (!rc) ((hkv_device_cli *)base)->prompt_keys = x ? x : -1;
+    return rc;
+}
+
+static int parse_prompt_block(void *base, const char *opt, const char *v, hkv_err *err) {
+    long long x;
+    int rc = hkv_arg_int(opt, v, 1, (long long)1 << 40, &x, err);
+    if (!rc) ((hkv_device_cli *)base)->prompt_block = x;
+    return rc;
+}
+
+static int parse_synthetic(void *base, const char *opt, const char *v, hkv_err *err) {
+    (void)opt;
+    hkv_model_config c;
+    if (hkv_synthetic_config(v, &c, err)) return hkv_err_prefix(err, "--synthetic");
+    ((hkv_device_cli *)base)->synthetic = v;
+    return HKV_OK;
+}
+
+static int parse_wtype(void *base, const char *opt, const char *v, hkv_err *err) {
+    (void)opt;
+    if ((((hkv_device_cli *)base)->synthetic_wtype = hkv_synthetic_wtype_parse(v)) < 0)
+        return hkv_seterr(err, HKV_E_INVAL, "--synthetic-weights: '%s' is not q4, q8, f16 or f32", v);
+    return HKV_OK;
+}
+
+const hkv_opt hkv_device_opts[] = {
+    {.name = "--device", .arg = "cpu|cuda", .kind = HKV_OPT_FN, .fn = parse_device,
+     .help = "the host path (default) or the GPU: cuda queries the device and\n"
+             "admits the batch x context against the GPU memory plan before\n"
+             "anything is loaded (hetkv plan prints the plan)"},
+    {.name = "--gpu-mem", .arg = "SIZE", .kind = HKV_OPT_FN, .fn = parse_gpu_mem,
+     .help = "GPU memory cap, e.g. 24G (default: the device's free memory)"},
+    {.name = "--gpu-gemm", .arg = "auto|split|fp16|fp32", .kind = HKV_OPT_FN, .fn = parse_gemm,
+     .help = "the weight products of more than 8 rows:\n"
+             "split (fp16 hi + lo on tensor cores, ~fp32 accuracy, 3x the\n"
+             "tensor work), fp16 (one tensor-core pass, ~2^-11 relative),\n"
+             "fp32 (CUDA cores); auto: split on A100/H100, fp32 on GeForce\n"
+             "parts, where the split would be slower (data-sheet prediction)"},
+    {.name = "--gpu-profile", .kind = HKV_OPT_FLAG, .off = offsetof(hkv_device_cli, profile),
+     .help = "time every op of the device's forward pass with CUDA events (a\n"
+             "few us of host time per op): the JSON timeline gains \"ops\",\n"
+             "seconds per op (rmsnorm, qkv, wo, ffn_in, down, head, rope,\n"
+             "attention with its wait for the host, swiglu, add, embed, copy)"},
+    {.name = "--gpu-lockstep", .kind = HKV_OPT_FLAG, .off = offsetof(hkv_device_cli, lockstep),
+     .help = "the host runs every layer's far step before the device goes on,\n"
+             "even when no row has far keys (by default such a layer's host\n"
+             "step runs behind the device): the baseline for A/B timings"},
+    {.name = "--gpu-pingpong", .kind = HKV_OPT_FLAG, .off = offsetof(hkv_device_cli, pingpong),
+     .help = "micro-batch ping-pong: a decode batch of 2+ rows in two halves,\n"
+             "one's host far-tier part overlapping the other's device products"},
+    {.name = "--gpu-prompt-keys", .arg = "N", .kind = HKV_OPT_FN, .fn = parse_prompt_keys,
+     .help = "the most prompt tokens whose K/V the device keeps while a prompt\n"
+             "is fed (default: as many as fit); each chunk attends the keys past\n"
+             "them from the far tier, streamed through the device in blocks"},
+    {.name = "--gpu-prompt-block", .arg = "N", .kind = HKV_OPT_FN, .fn = parse_prompt_block,
+     .help = "keys per streamed block (default 4096)"},
+    {.name = "--synthetic", .arg = "NAME", .kind = HKV_OPT_FN, .fn = parse_synthetic,
+     .help = "random weights of a real shape instead of -m: llama3-8b,\n"
+             "llama3.1-8b, yi-9b, qwen2.5-7b, smollm2-135m (no tokenizer);\n"
+             "NAME@L keeps the first L layers (e.g. llama3-8b@2)"},
+    {.name = "--synthetic-weights", .arg = "q4|q8|f16|f32", .kind = HKV_OPT_FN, .fn = parse_wtype,
+     .help = "their host weight format (default q4)"},
+    {0},
+};
+
 int hkv_device_cli_parse(hkv_device_cli *d, int argc, char **argv, int *i, hkv_err *err) {
-    const char *a = argv[*i], *v = NULL;
-    int rc;
-    if (!strcmp(a, "--gpu-profile")) {
-        d->profile = 1;
-        return 1;
-    }
-    if (!strcmp(a, "--gpu-lockstep")) {
-        d->lockstep = 1;
-        return 1;
-    }
-    if (!strcmp(a, "--gpu-pingpong")) {
-        d->pingpong = 1;
-        return 1;
-    }
-    if (strcmp(a, "--device") && strcmp(a, "--gpu-mem") && strcmp(a, "--synthetic") &&
-        strcmp(a, "--synthetic-weights") && strcmp(a, "--gpu-gemm") &&
-        strcmp(a, "--gpu-prompt-keys") && strcmp(a, "--gpu-prompt-block"))
-        return 0;
-    if ((rc = hkv_arg_value(argc, argv, i, &v, err))) return rc;
-    if (!strcmp(a, "--gpu-prompt-keys") || !strcmp(a, "--gpu-prompt-block")) {
-        const int keys = !strcmp(a, "--gpu-prompt-keys");
-        long long x;
-        if ((rc = hkv_arg_int(a, v, keys ? 0 : 1, (long long)1 << 40, &x, err))) return rc;
-        if (keys) d->prompt_keys = x ? x : -1;
-        else d->prompt_block = x;
-        return 1;
-    }
-    if (!strcmp(a, "--device")) {
-        if (strcmp(v, "cpu") && strcmp(v, "cuda"))
-            return hkv_seterr(err, HKV_E_INVAL, "--device: '%s' is not cpu or cuda", v);
-        d->cuda = !strcmp(v, "cuda");
-    } else if (!strcmp(a, "--gpu-mem")) {
-        if ((rc = hkv_parse_size("--gpu-mem", v, &d->gpu_mem, err))) return rc;
-    } else if (!strcmp(a, "--gpu-gemm")) {
-        static const char *const modes[] = {"split", "fp16", "fp32"};   /* enum hkv_qmat_gemm */
-        d->gemm = -2;
-        if (!strcmp(v, "auto")) d->gemm = -1;
-        for (int k = 0; k < 3; k++)
-            if (!strcmp(v, modes[k])) d->gemm = k;
-        if (d->gemm == -2)
-            return hkv_seterr(err, HKV_E_INVAL, "--gpu-gemm: '%s' is not auto, split, fp16 or fp32", v);
-    } else if (!strcmp(a, "--synthetic")) {
-        hkv_model_config c;
-        if ((rc = hkv_synthetic_config(v, &c, err))) return hkv_err_prefix(err, "--synthetic");
-        d->synthetic = v;
-    } else {
-        if ((d->synthetic_wtype = hkv_synthetic_wtype_parse(v)) < 0)
-            return hkv_seterr(err, HKV_E_INVAL, "--synthetic-weights: '%s' is not q4, q8, f16 or f32", v);
-    }
-    return 1;
+    return hkv_opts_parse_one(hkv_device_opts, d, argc, argv, i, err);
 }
 
 int hkv_device_cli_apply(const hkv_device_cli *d, const char *model_path, hkv_engine_params *ep,

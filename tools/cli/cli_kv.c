@@ -1,24 +1,11 @@
 /* The KV cache and policy options every command shares. */
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
+#include "cli_options.h"
 #include "policy.h"
-
-const char hkv_kv_cli_help[] =
-    "      --policy NAME     KV policy: full (default), oracle, ctkvr, quest, snapkv, rocketkv,\n"
-    "                        fastkv, laq, speckv, specpc;\n"
-    "                        'hetkv policies' lists them with their parameters\n"
-    "      --policy-arg K=V  a policy parameter (repeatable)\n"
-    "      --draft MODEL     draft model for speckv and specpc (a GGUF model sharing the\n"
-    "                        target's tokenizer; the target itself will do)\n"
-    "      --sink N          attention-sink tokens kept near (default 4)\n"
-    "      --local N         local window kept near (default 256)\n"
-    "      --kv plain        the plain contiguous cache instead of the tiered one (reference)\n"
-    "      --precision P     exact (default): fp32 activations in every weight product (the\n"
-    "                        reference); fast: Q4/Q8 products on int8 activations quantised\n"
-    "                        per 32, faster batches (AVX512-VNNI only, else exact; SmolLM2:\n"
-    "                        mean KL 1e-2 from exact, docs/ARCHITECTURE.md)\n";
 
 void hkv_kv_cli_init(hkv_kv_cli *k) {
     memset(k, 0, sizeof *k);
@@ -27,35 +14,56 @@ void hkv_kv_cli_init(hkv_kv_cli *k) {
     k->precision = HKV_PREC_EXACT;
 }
 
+static int parse_kv(void *base, const char *opt, const char *v, hkv_err *err) {
+    (void)opt;
+    if (strcmp(v, "plain") && strcmp(v, "tiered"))
+        return hkv_seterr(err, HKV_E_INVAL, "--kv: '%s' is not plain or tiered", v);
+    ((hkv_kv_cli *)base)->kv = v;
+    return HKV_OK;
+}
+
+static int parse_precision(void *base, const char *opt, const char *v, hkv_err *err) {
+    (void)opt;
+    if ((((hkv_kv_cli *)base)->precision = hkv_precision_parse(v)) < 0)
+        return hkv_seterr(err, HKV_E_INVAL, "--precision: '%s' is not exact or fast", v);
+    return HKV_OK;
+}
+
+static int parse_policy_arg(void *base, const char *opt, const char *v, hkv_err *err) {
+    (void)opt;
+    hkv_kv_cli *k = base;
+    if (k->n_pargs >= HKV_CLI_MAX_PARGS)
+        return hkv_seterr(err, HKV_E_RANGE, "more than %d --policy-arg options", HKV_CLI_MAX_PARGS);
+    k->pargs[k->n_pargs++] = v;
+    return HKV_OK;
+}
+
+const hkv_opt hkv_kv_opts[] = {
+    {.name = "--policy", .arg = "NAME", .kind = HKV_OPT_STR, .off = offsetof(hkv_kv_cli, policy),
+     .help = "KV policy: full (default), oracle, ctkvr, quest, snapkv, rocketkv,\n"
+             "fastkv, laq, speckv, specpc;\n"
+             "'hetkv policies' lists them with their parameters"},
+    {.name = "--policy-arg", .arg = "K=V", .kind = HKV_OPT_FN, .fn = parse_policy_arg,
+     .help = "a policy parameter (repeatable)"},
+    {.name = "--draft", .arg = "MODEL", .kind = HKV_OPT_STR, .off = offsetof(hkv_kv_cli, draft),
+     .help = "draft model for speckv and specpc (a GGUF model sharing the\n"
+             "target's tokenizer; the target itself will do)"},
+    {.name = "--sink", .arg = "N", .kind = HKV_OPT_INT, .off = offsetof(hkv_kv_cli, sink),
+     .lo = 0, .hi = 1 << 20, .help = "attention-sink tokens kept near (default 4)"},
+    {.name = "--local", .arg = "N", .kind = HKV_OPT_INT, .off = offsetof(hkv_kv_cli, local),
+     .lo = 1, .hi = 1 << 22, .help = "local window kept near (default 256)"},
+    {.name = "--kv", .arg = "plain", .kind = HKV_OPT_FN, .fn = parse_kv,
+     .help = "the plain contiguous cache instead of the tiered one (reference)"},
+    {.name = "--precision", .arg = "P", .kind = HKV_OPT_FN, .fn = parse_precision,
+     .help = "exact (default): fp32 activations in every weight product (the\n"
+             "reference); fast: Q4/Q8 products on int8 activations quantised\n"
+             "per 32, faster batches (AVX512-VNNI only, else exact; SmolLM2:\n"
+             "mean KL 1e-2 from exact, docs/ARCHITECTURE.md)"},
+    {0},
+};
+
 int hkv_kv_cli_parse(hkv_kv_cli *k, int argc, char **argv, int *i, hkv_err *err) {
-    const char *a = argv[*i], *v = NULL;
-    int rc;
-    if (strcmp(a, "--kv") && strcmp(a, "--policy") && strcmp(a, "--policy-arg") &&
-        strcmp(a, "--sink") && strcmp(a, "--local") && strcmp(a, "--draft") &&
-        strcmp(a, "--precision"))
-        return 0;
-    if ((rc = hkv_arg_value(argc, argv, i, &v, err))) return rc;
-    if (!strcmp(a, "--kv")) {
-        if (strcmp(v, "plain") && strcmp(v, "tiered"))
-            return hkv_seterr(err, HKV_E_INVAL, "--kv: '%s' is not plain or tiered", v);
-        k->kv = v;
-    } else if (!strcmp(a, "--policy")) {
-        k->policy = v;
-    } else if (!strcmp(a, "--draft")) {
-        k->draft = v;
-    } else if (!strcmp(a, "--precision")) {
-        if ((k->precision = hkv_precision_parse(v)) < 0)
-            return hkv_seterr(err, HKV_E_INVAL, "--precision: '%s' is not exact or fast", v);
-    } else if (!strcmp(a, "--policy-arg")) {
-        if (k->n_pargs >= HKV_CLI_MAX_PARGS)
-            return hkv_seterr(err, HKV_E_RANGE, "more than %d --policy-arg options", HKV_CLI_MAX_PARGS);
-        k->pargs[k->n_pargs++] = v;
-    } else if (!strcmp(a, "--sink")) {
-        if ((rc = hkv_arg_int(a, v, 0, 1 << 20, &k->sink, err))) return rc;
-    } else {
-        if ((rc = hkv_arg_int(a, v, 1, 1 << 22, &k->local, err))) return rc;
-    }
-    return 1;
+    return hkv_opts_parse_one(hkv_kv_opts, k, argc, argv, i, err);
 }
 
 int hkv_kv_cli_apply(const hkv_kv_cli *k, hkv_engine_params *ep, hkv_err *err) {

@@ -1,5 +1,6 @@
 /* cli_rows.h: the measured points as md, csv, json or jsonl, written
  * through jansson (numbers as JSON writes them, so every format agrees). */
+#include <stddef.h>
 #include <string.h>
 #include <time.h>
 
@@ -12,6 +13,21 @@ int hkv_rows_format(const char *name, int *fmt, hkv_err *err) {
         if (!strcmp(name, names[i])) return *fmt = HKV_ROWS_MD + i, HKV_OK;
     return hkv_seterr(err, HKV_E_INVAL, "-o: unknown format '%s' (md, csv, json, jsonl)", name);
 }
+
+static int parse_rows_format(void *base, const char *opt, const char *v, hkv_err *err) {
+    (void)opt;
+    return hkv_rows_format(v, &((hkv_output_cli *)base)->rows_fmt, err);
+}
+
+const hkv_opt hkv_output_opts[] = {
+    {.name = "--json", .kind = HKV_OPT_FLAG, .off = offsetof(hkv_output_cli, json),
+     .help = "one JSON object on stdout"},
+    {.name = "--output-format", .short_name = 'o', .arg = "F", .kind = HKV_OPT_FN,
+     .fn = parse_rows_format,
+     .help = "md, csv, json or jsonl: one self-describing row per measured\n"
+             "point on stdout, as the usage above says (docs/BENCH_ROWS.md)"},
+    {0},
+};
 
 const char *hkv_build_commit(void) { return HKV_BUILD_COMMIT; }
 

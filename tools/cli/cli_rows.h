@@ -9,12 +9,21 @@
 #include <jansson.h>
 #include <stdio.h>
 
+#include "cli_options.h"
 #include "status.h"
 
 enum { HKV_ROWS_NONE = 0, HKV_ROWS_MD, HKV_ROWS_CSV, HKV_ROWS_JSON, HKV_ROWS_JSONL };
 
 /* "md", "csv", "json", "jsonl" -> HKV_ROWS_*; error naming the known ones. */
 int hkv_rows_format(const char *name, int *fmt, hkv_err *err);
+/* The output options bench, eval and plan share: --json (one JSON object on
+ * stdout) and -o, --output-format md|csv|json|jsonl (rows; each command's
+ * usage says what a row is). base: hkv_output_cli. */
+typedef struct hkv_output_cli {
+    int json;
+    int rows_fmt;   /* HKV_ROWS_*, HKV_ROWS_NONE: not given */
+} hkv_output_cli;
+extern const hkv_opt hkv_output_opts[];
 /* The build's git commit (meson vcs_tag at build time; "unknown" outside a checkout). */
 const char *hkv_build_commit(void);
 /* The current UTC time as 2026-11-26T03:04:05Z into buf. */

@@ -1,4 +1,5 @@
 /* hetkv info: what this machine offers hetkv (CPU, ISA, cores, NUMA, memory, GPUs). */
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -15,31 +16,40 @@ static const char info_usage[] =
     "\n"
     "Show the CPU model and instruction sets, cores and NUMA nodes (hwloc),\n"
     "memory, and CUDA devices or why there are none. --synthetic adds a synthetic\n"
-    "model's shape and sizes; --device cuda the GPU memory cap run and bench would use.\n";
+    "model's shape and sizes; --device cuda the GPU memory cap run and bench would use.\n"
+    "\n";
+
+typedef struct info_opts {
+    int json;
+    hkv_device_cli dev;
+} info_opts;
+
+static const hkv_opt info_opts_table[] = {
+    {.name = "--json", .kind = HKV_OPT_FLAG, .off = offsetof(info_opts, json),
+     .help = "one JSON object on stdout"},
+    {0},
+};
 
 int hkv_cmd_info(int argc, char **argv) {
-    int json = 0;
     hkv_err err;
     hkv_err_clear(&err);
-    hkv_device_cli dc;
-    hkv_device_cli_init(&dc);
-    for (int i = 1; i < argc; i++) {
-        int k = hkv_device_cli_parse(&dc, argc, argv, &i, &err);
-        if (k < 0) {
-            hkv_err_report(&err, stderr);
-            return 2;
-        }
-        if (k == 1) continue;
-        if (!strcmp(argv[i], "--json")) json = 1;
-        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            fputs(info_usage, stdout);
-            return 0;
-        } else {
-            hkv_seterr(&err, HKV_E_INVAL, "info: unknown option '%s'", argv[i]);
-            hkv_err_report(&err, stderr);
-            return 2;
-        }
+    info_opts o = {0};
+    hkv_device_cli_init(&o.dev);
+    const hkv_opt_use uses[] = {
+        {.opts = info_opts_table, .base = &o},
+        {.opts = hkv_device_opts, .base = &o.dev, .title = "Device"},
+    };
+    int rc = hkv_opts_parse("info", uses, 2, argc, argv, &err);
+    if (rc == 1) {
+        hkv_opts_help(stdout, info_usage, uses, 2);
+        return 0;
     }
+    if (rc) {
+        hkv_err_report(&err, stderr);
+        return 2;
+    }
+    const int json = o.json;
+    hkv_device_cli dc = o.dev;
     hkv_isa_info isa;
     hkv_isa_detect(&isa);
     hkv_topo_info topo;

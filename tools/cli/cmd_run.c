@@ -1,5 +1,7 @@
 /* hetkv run: generate a completion (or a chat reply) and report tokens/s. */
 #include <errno.h>
+#include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,37 +13,59 @@ static const char run_usage[] =
     "usage: hetkv run -m MODEL (-p PROMPT | -f FILE) [options]\n"
     "\n"
     "Generate text from a prompt on the CPU path.\n"
-    "\n"
-    "  -m, --model PATH      GGUF model file\n"
-    "  -p, --prompt TEXT     prompt text\n"
-    "  -f, --file PATH       read the prompt from a file\n"
-    "  -n, --n-predict N     tokens to generate (default 128)\n"
-    "      --chat            wrap the prompt in the model's chat template\n"
-    "      --system TEXT     system message for --chat (default: the template's)\n"
-    "      --temp T          temperature, 0 = greedy (default 0.7 with --chat, else 0)\n"
-    "      --top-k K         keep the K most likely tokens (default 40, 0 = off)\n"
-    "      --top-p P         nucleus sampling (default 0.95, 1 = off)\n"
-    "      --seed S          sampling seed (default 42)\n"
-    "  -b, --batch B         generate B completions of the prompt together (seeds S..S+B-1)\n"
-    "  -c, --ctx N           context per sequence (default: prompt + n-predict)\n"
-    "  -t, --threads N       CPU threads (default: one per core)\n"
-    "      --isa NAME        force kernels: scalar, avx2, avx512 (default: best)\n"
-    "      --ignore-eos      do not stop at end-of-generation tokens\n"
-    "      --no-special      read special-token text in the prompt (<|im_start|>) as plain\n"
-    "                        text, not as those tokens (default: special tokens, as llama.cpp\n"
-    "                        and Hugging Face tokenizers do)\n"
-    "      --json            print one JSON object instead of streaming text\n"
-    "  -h, --help            this help\n"
-    "\nKV cache:\n";
+    "\n";
 
 typedef struct run_opts {
     const char *model, *prompt, *file, *system;
-    long long n_predict, batch, ctx, threads, top_k, seed;
-    double temp, top_p;
-    int chat, json, ignore_eos, isa, temp_set, no_special;
+    long long n_predict, batch, ctx;
+    int chat, json, ignore_eos, no_special;
+    hkv_exec_cli x;
+    hkv_sampling_cli sp;
     hkv_kv_cli kv;
     hkv_device_cli dev;
 } run_opts;
+
+/* run's own options; the groups it shares follow them in parse(). */
+static const hkv_opt run_opts_table[] = {
+    {.name = "--prompt", .short_name = 'p', .arg = "TEXT", .kind = HKV_OPT_STR,
+     .off = offsetof(run_opts, prompt), .help = "prompt text"},
+    {.name = "--file", .short_name = 'f', .arg = "PATH", .kind = HKV_OPT_STR,
+     .off = offsetof(run_opts, file), .help = "read the prompt from a file"},
+    {.name = "--n-predict", .short_name = 'n', .arg = "N", .kind = HKV_OPT_INT,
+     .off = offsetof(run_opts, n_predict), .lo = 0, .hi = 1 << 24,
+     .help = "tokens to generate (default 128)"},
+    {.name = "--chat", .kind = HKV_OPT_FLAG, .off = offsetof(run_opts, chat),
+     .help = "wrap the prompt in the model's chat template"},
+    {.name = "--system", .arg = "TEXT", .kind = HKV_OPT_STR, .off = offsetof(run_opts, system),
+     .help = "system message for --chat (default: the template's)"},
+    {.name = "--batch", .short_name = 'b', .arg = "B", .kind = HKV_OPT_INT,
+     .off = offsetof(run_opts, batch), .lo = 1, .hi = 4096,
+     .help = "generate B completions of the prompt together (seeds S..S+B-1)"},
+    {.name = "--ctx", .short_name = 'c', .arg = "N", .kind = HKV_OPT_INT,
+     .off = offsetof(run_opts, ctx), .lo = 1, .hi = (double)(1LL << 31),
+     .help = "context per sequence (default: prompt + n-predict)"},
+    {.name = "--ignore-eos", .kind = HKV_OPT_FLAG, .off = offsetof(run_opts, ignore_eos),
+     .help = "do not stop at end-of-generation tokens"},
+    {.name = "--no-special", .kind = HKV_OPT_FLAG, .off = offsetof(run_opts, no_special),
+     .help = "read special-token text in the prompt (<|im_start|>) as plain\n"
+             "text, not as those tokens (default: special tokens, as llama.cpp\n"
+             "and Hugging Face tokenizers do)"},
+    {.name = "--json", .kind = HKV_OPT_FLAG, .off = offsetof(run_opts, json),
+     .help = "print one JSON object instead of streaming text"},
+    {0},
+};
+
+/* The tables run takes, in the order they are tried and shown. */
+static int run_uses(run_opts *o, hkv_opt_use *u) {
+    int n = 0;
+    u[n++] = (hkv_opt_use){.opts = hkv_model_opts, .base = &o->model};
+    u[n++] = (hkv_opt_use){.opts = run_opts_table, .base = o};
+    u[n++] = (hkv_opt_use){.opts = hkv_sampling_opts, .base = &o->sp};
+    u[n++] = (hkv_opt_use){.opts = hkv_exec_opts, .base = &o->x};
+    u[n++] = (hkv_opt_use){.opts = hkv_kv_opts, .base = &o->kv, .title = "KV cache"};
+    u[n++] = (hkv_opt_use){.opts = hkv_device_opts, .base = &o->dev, .title = "Device"};
+    return n;
+}
 
 typedef struct stream_ctx {
     hkv_engine *e;
@@ -90,46 +114,13 @@ static int parse(int argc, char **argv, run_opts *o, hkv_err *err) {
     memset(o, 0, sizeof *o);
     o->n_predict = 128;
     o->batch = 1;
-    o->top_k = 40;
-    o->top_p = 0.95;
-    o->seed = 42;
-    o->isa = -1;
+    hkv_exec_cli_init(&o->x);
+    hkv_sampling_cli_init(&o->sp);
     hkv_kv_cli_init(&o->kv);
     hkv_device_cli_init(&o->dev);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = NULL;
-        int rc = hkv_kv_cli_parse(&o->kv, argc, argv, &i, err);
-        if (rc < 0) return rc;
-        if (rc == 1) continue;
-        if ((rc = hkv_device_cli_parse(&o->dev, argc, argv, &i, err)) < 0) return rc;
-        if (rc == 1) continue;
-#define VAL() do { if ((rc = hkv_arg_value(argc, argv, &i, &v, err))) return rc; } while (0)
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) return 1;
-        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) { VAL(); o->model = v; }
-        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) { VAL(); o->prompt = v; }
-        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) { VAL(); o->file = v; }
-        else if (!strcmp(a, "--system")) { VAL(); o->system = v; }
-        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) { VAL(); rc = hkv_arg_int(a, v, 0, 1 << 24, &o->n_predict, err); }
-        else if (!strcmp(a, "-b") || !strcmp(a, "--batch")) { VAL(); rc = hkv_arg_int(a, v, 1, 4096, &o->batch, err); }
-        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) { VAL(); rc = hkv_arg_int(a, v, 1, 1LL << 31, &o->ctx, err); }
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { VAL(); rc = hkv_arg_int(a, v, 1, 4096, &o->threads, err); }
-        else if (!strcmp(a, "--top-k")) { VAL(); rc = hkv_arg_int(a, v, 0, 1 << 24, &o->top_k, err); }
-        else if (!strcmp(a, "--seed")) { VAL(); rc = hkv_arg_int(a, v, 0, 1LL << 62, &o->seed, err); }
-        else if (!strcmp(a, "--temp")) { VAL(); rc = hkv_arg_float(a, v, 0, 100, &o->temp, err); o->temp_set = 1; }
-        else if (!strcmp(a, "--top-p")) { VAL(); rc = hkv_arg_float(a, v, 1e-6, 1, &o->top_p, err); }
-        else if (!strcmp(a, "--isa")) {
-            VAL();
-            if ((o->isa = hkv_isa_parse(v)) < 0)
-                return hkv_seterr(err, HKV_E_INVAL, "--isa: unknown '%s' (scalar, avx2, avx512)", v);
-        }
-        else if (!strcmp(a, "--chat")) o->chat = 1;
-        else if (!strcmp(a, "--json")) o->json = 1;
-        else if (!strcmp(a, "--ignore-eos")) o->ignore_eos = 1;
-        else if (!strcmp(a, "--no-special")) o->no_special = 1;
-        else return hkv_seterr(err, HKV_E_INVAL, "run: unknown option '%s' (see hetkv run --help)", a);
-        if (rc) return rc;
-#undef VAL
-    }
+    hkv_opt_use uses[8];
+    int rc = hkv_opts_parse("run", uses, run_uses(o, uses), argc, argv, err);
+    if (rc) return rc;
     /* A synthetic model's text would be noise from random weights, and it has
      * no tokenizer to make any: refuse rather than invent one. */
     if (o->dev.synthetic)
@@ -139,7 +130,7 @@ static int parse(int argc, char **argv, run_opts *o, hkv_err *err) {
     if (!o->model) return hkv_seterr(err, HKV_E_INVAL, "run: no model (-m MODEL)");
     if (!o->prompt == !o->file)
         return hkv_seterr(err, HKV_E_INVAL, "run: give exactly one of -p PROMPT or -f FILE");
-    if (!o->temp_set) o->temp = o->chat ? 0.7 : 0.0;
+    if (isnan(o->sp.temp)) o->sp.temp = o->chat ? 0.7 : 0.0;
     return HKV_OK;
 }
 
@@ -242,10 +233,8 @@ int hkv_cmd_run(int argc, char **argv) {
     run_opts o;
     int rc = parse(argc, argv, &o, &err);
     if (rc == 1) {
-        fputs(run_usage, stdout);
-        fputs(hkv_kv_cli_help, stdout);
-        fputs("\nDevice:\n", stdout);
-        fputs(hkv_device_cli_help, stdout);
+        hkv_opt_use uses[8];
+        hkv_opts_help(stdout, run_usage, uses, run_uses(&o, uses));
         return 0;
     }
     if (rc) {
@@ -266,8 +255,8 @@ int hkv_cmd_run(int argc, char **argv) {
     hkv_engine_params ep;
     hkv_engine_params_default(&ep);
     ep.model_path = o.model;
-    ep.n_threads = (int)o.threads;
-    ep.isa = o.isa;
+    ep.n_threads = (int)o.x.threads;
+    ep.isa = o.x.isa;
     ep.max_seqs = (int)o.batch;
     ep.device_cuda = o.dev.cuda;
     if ((rc = hkv_kv_cli_apply(&o.kv, &ep, &err))) goto out;
@@ -326,8 +315,8 @@ int hkv_cmd_run(int argc, char **argv) {
         r->prompt = prompt;
         r->n_prompt = n_prompt;
         r->n_predict = (int)o.n_predict;
-        r->sp = (hkv_sampler_params){(float)o.temp, (int)o.top_k, (float)o.top_p,
-                                     (uint64_t)o.seed + (uint64_t)i};
+        r->sp = (hkv_sampler_params){(float)o.sp.temp, (int)o.sp.top_k, (float)o.sp.top_p,
+                                     (uint64_t)o.sp.seed + (uint64_t)i};
         r->stop_at_eog = !o.ignore_eos;
         r->out = malloc((size_t)(o.n_predict + 1) * sizeof(int32_t));
         if (!r->out) {

@@ -1,5 +1,6 @@
 /* hetkv eval: options, checks before any work, the runs, the output. */
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,43 +21,19 @@ static const char eval_usage[] =
     "A context CTX counts every position used (prompt, continuation, answers),\n"
     "so CTX may not exceed the model's trained context.\n"
     "\n"
-    "  -m, --model PATH      GGUF model file\n"
-    "      --ctx LIST        fidelity contexts (default 2048,4096,8192)\n"
-    "      --cont N          teacher-forced tokens per fidelity run (default 256)\n"
-    "      --no-fidelity     skip the fidelity runs\n"
-    "      --budgets LIST    e.g. 1%,3%,10%,1024: each config whose policy takes a budget and\n"
-    "                        sets none is run at each (a sweep axis; as hetkv bench)\n"
-    "      --configs SPEC    ';'-separated policy:key=val,... (default below); the budget\n"
-    "                        (oracle k, ctkvr rho_p, quest/snapkv/rocketkv/fastkv budget)\n"
-    "                        may be a share of the context, '3%'; fastkv prefills the\n"
-    "                        prompt itself (token-selective propagation) rather than fork\n"
-    "      --tasks LIST      passkey,needle,multineedle,multiturn or none (default all)\n"
-    "      --task-ctx LIST   task contexts (default: the --ctx list)\n"
-    "      --trials N        trials per task and context (default 3)\n"
-    "      --answer-tokens N tokens generated per answer at most (default 16)\n"
-    "      --seed N          needles, depths and haystack offsets (default 1)\n"
-    "      --corpus LIST     text files or directories, comma-separated\n"
-    "  -t, --threads N       CPU threads (default: one per core)\n"
-    "      --json            one JSON object on stdout (tables go to stderr)\n"
-    "  -o, --output-format F md, csv, json or jsonl: one self-describing row per (fidelity\n"
-    "                        context or task and context, configuration) on stdout, tables\n"
-    "                        to stderr (docs/BENCH_ROWS.md)\n"
-    "      --out FILE        also write the JSON object to FILE; FILE.jsonl: the rows instead,\n"
-    "                        each part of the sweep (fidelity at a context, a task at a\n"
-    "                        context) appended as it ends, and a run that finds rows of the\n"
-    "                        same sweep there skips their parts (resumes it)\n"
-    "  -q, --quiet           no progress lines\n"
-    "      --sink N          attention-sink tokens kept near (default 4)\n"
-    "      --local N         local window kept near (default 256)\n";
+    "Rows (-o): one per (fidelity context or task and context, configuration), the\n"
+    "tables then on stderr (docs/BENCH_ROWS.md).\n"
+    "\n";
 
 typedef struct eval_opts {
     const char *model, *configs, *corpus, *out, *budgets;
     long long ctx[EVAL_MAX_CTX], task_ctx[EVAL_MAX_CTX];
     int n_ctx, n_task_ctx;
-    long long cont, trials, answer_tokens, seed, threads;
+    long long cont, trials, answer_tokens, seed;
     int tasks;      /* bit per task */
-    int json, quiet, no_fidelity;
-    int rows_fmt;                /* -o: enum HKV_ROWS_*, 0 none */
+    int quiet, no_fidelity;
+    hkv_exec_cli x;
+    hkv_output_cli of;           /* --json, -o: enum HKV_ROWS_*, 0 none */
 } eval_opts;
 
 int eval_fork(eval_run *r, int64_t ctx, const hkv_policy_def *def, const hkv_policy_args *args,
@@ -106,6 +83,64 @@ static int parse_tasks(const char *v, int *mask, hkv_err *err) {
     return HKV_OK;
 }
 
+static int parse_tasks_opt(void *base, const char *opt, const char *v, hkv_err *err) {
+    (void)opt;
+    return parse_tasks(v, &((eval_opts *)base)->tasks, err);
+}
+
+/* eval's own options; the groups it shares follow them in eval_uses(). */
+static const hkv_opt eval_opts_table[] = {
+    {.name = "--ctx", .arg = "LIST", .kind = HKV_OPT_LIST, .off = offsetof(eval_opts, ctx),
+     .n_off = offsetof(eval_opts, n_ctx), .cap = EVAL_MAX_CTX, .lo = 1, .hi = 1 << 24,
+     .help = "fidelity contexts (default 2048,4096,8192)"},
+    {.name = "--cont", .arg = "N", .kind = HKV_OPT_INT, .off = offsetof(eval_opts, cont),
+     .lo = 1, .hi = 8192, .help = "teacher-forced tokens per fidelity run (default 256)"},
+    {.name = "--no-fidelity", .kind = HKV_OPT_FLAG, .off = offsetof(eval_opts, no_fidelity),
+     .help = "skip the fidelity runs"},
+    {.name = "--budgets", .arg = "LIST", .kind = HKV_OPT_STR, .off = offsetof(eval_opts, budgets),
+     .help = "e.g. 1%,3%,10%,1024: each config whose policy takes a budget and\n"
+             "sets none is run at each (a sweep axis; as hetkv bench)"},
+    {.name = "--configs", .arg = "SPEC", .kind = HKV_OPT_STR, .off = offsetof(eval_opts, configs),
+     .help = "';'-separated policy:key=val,... (default below); the budget\n"
+             "(oracle k, ctkvr rho_p, quest/snapkv/rocketkv/fastkv budget)\n"
+             "may be a share of the context, '3%'; fastkv prefills the\n"
+             "prompt itself (token-selective propagation) rather than fork"},
+    {.name = "--tasks", .arg = "LIST", .kind = HKV_OPT_FN, .fn = parse_tasks_opt,
+     .help = "passkey,needle,multineedle,multiturn or none (default all)"},
+    {.name = "--task-ctx", .arg = "LIST", .kind = HKV_OPT_LIST, .off = offsetof(eval_opts, task_ctx),
+     .n_off = offsetof(eval_opts, n_task_ctx), .cap = EVAL_MAX_CTX, .lo = 1, .hi = 1 << 24,
+     .help = "task contexts (default: the --ctx list)"},
+    {.name = "--trials", .arg = "N", .kind = HKV_OPT_INT, .off = offsetof(eval_opts, trials),
+     .lo = 1, .hi = 100, .help = "trials per task and context (default 3)"},
+    {.name = "--answer-tokens", .arg = "N", .kind = HKV_OPT_INT,
+     .off = offsetof(eval_opts, answer_tokens), .lo = 1, .hi = 64,
+     .help = "tokens generated per answer at most (default 16)"},
+    {.name = "--seed", .arg = "N", .kind = HKV_OPT_INT, .off = offsetof(eval_opts, seed),
+     .lo = 0, .hi = (double)(1LL << 62), .help = "needles, depths and haystack offsets (default 1)"},
+    {.name = "--corpus", .arg = "LIST", .kind = HKV_OPT_STR, .off = offsetof(eval_opts, corpus),
+     .help = "text files or directories, comma-separated"},
+    {.name = "--out", .arg = "FILE", .kind = HKV_OPT_STR, .off = offsetof(eval_opts, out),
+     .help = "also write the JSON object to FILE; FILE.jsonl: the rows instead,\n"
+             "each part of the sweep (fidelity at a context, a task at a\n"
+             "context) appended as it ends, and a run that finds rows of the\n"
+             "same sweep there skips their parts (resumes it)"},
+    {.name = "--quiet", .short_name = 'q', .kind = HKV_OPT_FLAG, .off = offsetof(eval_opts, quiet),
+     .help = "no progress lines"},
+    {0},
+};
+
+static int eval_uses(eval_opts *o, hkv_kv_cli *kc, hkv_opt_use *u) {
+    int n = 0;
+    u[n++] = (hkv_opt_use){.opts = hkv_model_opts, .base = &o->model};
+    u[n++] = (hkv_opt_use){.opts = eval_opts_table, .base = o};
+    u[n++] = (hkv_opt_use){.opts = hkv_exec_opts, .base = &o->x};
+    u[n++] = (hkv_opt_use){.opts = hkv_output_opts, .base = &o->of};
+    /* --kv, --policy and --policy-arg are refused below: the policies are --configs' */
+    u[n++] = (hkv_opt_use){.opts = hkv_kv_opts, .base = kc,
+                           .title = "KV cache (--sink, --local, --draft and --precision apply)"};
+    return n;
+}
+
 static int parse_opts(int argc, char **argv, eval_opts *o, hkv_kv_cli *kc, hkv_err *err) {
     memset(o, 0, sizeof *o);
     o->ctx[0] = 2048, o->ctx[1] = 4096, o->ctx[2] = 8192;
@@ -113,62 +148,19 @@ static int parse_opts(int argc, char **argv, eval_opts *o, hkv_kv_cli *kc, hkv_e
     o->cont = 256, o->trials = 3, o->answer_tokens = 16, o->seed = 1;
     o->tasks = (1 << EVAL_N_TASKS) - 1;
     o->configs = hkv_default_configs;
-    int rc = HKV_OK;
-    for (int i = 1; i < argc && !rc; i++) {
-        const char *a = argv[i], *v = NULL;
-        int k = hkv_kv_cli_parse(kc, argc, argv, &i, err);
-        if (k < 0) return k;
-        if (k == 1) continue;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(eval_usage, stdout);
-            printf("\ndefault --configs: %s\n%s\n", hkv_default_configs, eval_corpus_help);
-            return 1;   /* help shown: nothing to run */
-        } else if (!strcmp(a, "--json")) {
-            o->json = 1;
-        } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
-            o->quiet = 1;
-        } else if (!strcmp(a, "--no-fidelity")) {
-            o->no_fidelity = 1;
-        } else if ((rc = hkv_arg_value(argc, argv, &i, &v, err))) {
-            break;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            o->model = v;
-        } else if (!strcmp(a, "--ctx")) {
-            o->n_ctx = EVAL_MAX_CTX;
-            rc = hkv_arg_int_list(a, v, 1, 1 << 24, o->ctx, &o->n_ctx, err);
-        } else if (!strcmp(a, "--task-ctx")) {
-            o->n_task_ctx = EVAL_MAX_CTX;
-            rc = hkv_arg_int_list(a, v, 1, 1 << 24, o->task_ctx, &o->n_task_ctx, err);
-        } else if (!strcmp(a, "--cont")) {
-            rc = hkv_arg_int(a, v, 1, 8192, &o->cont, err);
-        } else if (!strcmp(a, "--configs")) {
-            o->configs = v;
-        } else if (!strcmp(a, "--budgets")) {
-            o->budgets = v;
-        } else if (!strcmp(a, "--tasks")) {
-            rc = parse_tasks(v, &o->tasks, err);
-        } else if (!strcmp(a, "--trials")) {
-            rc = hkv_arg_int(a, v, 1, 100, &o->trials, err);
-        } else if (!strcmp(a, "--answer-tokens")) {
-            rc = hkv_arg_int(a, v, 1, 64, &o->answer_tokens, err);
-        } else if (!strcmp(a, "--seed")) {
-            rc = hkv_arg_int(a, v, 0, (1LL << 62), &o->seed, err);
-        } else if (!strcmp(a, "--corpus")) {
-            o->corpus = v;
-        } else if (!strcmp(a, "--out")) {
-            o->out = v;
-        } else if (!strcmp(a, "-o") || !strcmp(a, "--output-format")) {
-            rc = hkv_rows_format(v, &o->rows_fmt, err);
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            rc = hkv_arg_int(a, v, 1, 4096, &o->threads, err);
-        } else {
-            rc = hkv_seterr(err, HKV_E_INVAL, "eval: unknown option '%s' (hetkv eval --help)", a);
-        }
+    hkv_exec_cli_init(&o->x);
+    hkv_opt_use uses[8];
+    const int n_uses = eval_uses(o, kc, uses);
+    int rc = hkv_opts_parse("eval", uses, n_uses, argc, argv, err);
+    if (rc == 1) {
+        hkv_opts_help(stdout, eval_usage, uses, n_uses);
+        printf("\ndefault --configs: %s\n%s\n", hkv_default_configs, eval_corpus_help);
+        return 1;   /* help shown: nothing to run */
     }
-    if (!rc && o->rows_fmt == HKV_ROWS_JSON) o->json = 1, o->rows_fmt = 0;   /* as bench's -o json */
-    if (!rc && o->json && o->rows_fmt)
+    if (!rc && o->of.rows_fmt == HKV_ROWS_JSON) o->of.json = 1, o->of.rows_fmt = 0;   /* as bench's -o json */
+    if (!rc && o->of.json && o->of.rows_fmt)
         rc = hkv_seterr(err, HKV_E_INVAL, "eval: --json and -o %s both write stdout: give one",
-                        o->rows_fmt == HKV_ROWS_CSV ? "csv" : o->rows_fmt == HKV_ROWS_MD ? "md" : "jsonl");
+                        o->of.rows_fmt == HKV_ROWS_CSV ? "csv" : o->of.rows_fmt == HKV_ROWS_MD ? "md" : "jsonl");
     if (rc) return rc;
     if (!o->model) return hkv_seterr(err, HKV_E_INVAL, "eval: no model (-m MODEL)");
     if (kc->kv || kc->policy || kc->n_pargs)
@@ -313,7 +305,8 @@ int hkv_cmd_eval(int argc, char **argv) {
     hkv_engine_params ep;
     hkv_engine_params_default(&ep);
     ep.model_path = o.model;
-    ep.n_threads = (int)o.threads;
+    ep.n_threads = (int)o.x.threads;
+    ep.isa = o.x.isa;
     ep.max_seqs = 2;
     for (int i = 0; i < o.n_ctx; i++) ep.n_ctx = o.ctx[i] > ep.n_ctx ? o.ctx[i] : ep.n_ctx;
     for (int i = 0; i < o.n_task_ctx; i++) ep.n_ctx = o.task_ctx[i] > ep.n_ctx ? o.task_ctx[i] : ep.n_ctx;
@@ -351,7 +344,7 @@ int hkv_cmd_eval(int argc, char **argv) {
         rc = hkv_seterr(&err, HKV_E_NOMEM, "no memory for the results");
         goto out;
     }
-    FILE *tab = o.json || o.rows_fmt ? stderr : stdout;
+    FILE *tab = o.of.json || o.of.rows_fmt ? stderr : stdout;
     /* the sweep's fingerprint: what decides its results (not threads or time) */
     char num[8][32];
     snprintf(num[0], 32, "%lld", o.cont), snprintf(num[1], 32, "%lld", o.trials);
@@ -417,14 +410,14 @@ int hkv_cmd_eval(int argc, char **argv) {
     double t_total = hkv_now() - t_start;
     fprintf(tab, "\ntotal %.1f s\n", t_total);
     int jbad = 0;   /* one tree for stdout and --out FILE */
-    json_t *ej = o.json || (o.out && !rs.f) ? eval_json(&r, o.model, fid, n_fid, tasks, n_tasks,
+    json_t *ej = o.of.json || (o.out && !rs.f) ? eval_json(&r, o.model, fid, n_fid, tasks, n_tasks,
                                                         t_total, &jbad) : NULL;
-    if (o.json) rc = hkv_json_emit(stdout, json_incref(ej), jbad, &err);
-    if (!rc && o.rows_fmt) {   /* a resumed sweep's: the file's rows, then this run's */
+    if (o.of.json) rc = hkv_json_emit(stdout, json_incref(ej), jbad, &err);
+    if (!rc && o.of.rows_fmt) {   /* a resumed sweep's: the file's rows, then this run's */
         json_t *rows = eval_rows(&r, o.model, sweep, fid, n_fid, tasks, n_tasks);
         json_t *all = rs.old ? json_deep_copy(rs.old) : json_array();
         rc = rows && all && !json_array_extend(all, rows)
-                 ? hkv_rows_write(stdout, o.rows_fmt, all, &err)
+                 ? hkv_rows_write(stdout, o.of.rows_fmt, all, &err)
                  : hkv_seterr(&err, HKV_E_NOMEM, "no memory for the rows");
         json_decref(rows);
         json_decref(all);

@@ -4,6 +4,7 @@
  * With --predict DEVICE: a PREDICTION of decode speed on that device from
  * its data sheet and the host's probed bandwidth (plan/gpu_predict.h). */
 #include <omp.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,51 +26,9 @@ static const char plan_usage[] =
     "pinned host bytes of the far tier, per sequence, and the largest batch under each cap.\n"
     "Arithmetic on the model's shape only: no weights are loaded, no GPU is needed.\n"
     "\n"
-    "  -m, --model PATH      GGUF model (only its metadata is read)\n"
-    "      --synthetic NAME  a synthetic shape: llama3-8b, llama3.1-8b, yi-9b, qwen2.5-7b,\n"
-    "                        smollm2-135m\n"
-    "      --gpu-mem LIST    GPU memory caps, e.g. 24G,48G\n"
-    "      --device cuda     cap = the device's free memory (or check --gpu-mem against it)\n"
-    "      --ctx LIST        contexts per sequence (default 32768,98304)\n"
-    "      --policy LIST     policies by name (default full,ctkvr)\n"
-    "      --configs SPEC    policies with arguments, ';'-separated as hetkv eval:\n"
-    "                        \"full;ctkvr;ctkvr:C=512\" (instead of --policy)\n"
-    "      --index WHERE     gpu (default): every index on the GPU; host: the large lists\n"
-    "                        (ctkvr IVF, snapkv kept sets) in pinned host memory; both\n"
-    "      --host-mem SIZE   also cap the pinned host memory (far tier) the batch may use\n"
-    "      --sink N          sink tokens in the near tier (default 4)\n"
-    "      --local N         local window in the near tier (default 256)\n"
-    "      --max-rows N      rows per forward call, sizes the workspace (default 256)\n"
-    "      --draft NAME|PATH speckv/specpc's draft: a synthetic shape or a GGUF file (default:\n"
-    "                        the target is its own draft)\n"
-    "      --gen N           of each context, tokens generated after the prompt (specpc keeps\n"
-    "                        C prompt tokens + these; default 0)\n"
-    "      --batch N         admission check of N sequences: exit 1, naming what was needed\n"
-    "                        and what was available, when any row does not fit\n"
-    "      --json            one JSON object on stdout\n"
-    "  -o, --output-format F md, csv, json or jsonl: the JSON's rows flattened, one\n"
-    "                        self-describing row per (config, context, cap or batch)\n"
-    "\n"
-    "PREDICTION of decode speed on a GPU from its data sheet (no GPU used or needed):\n"
-    "      --predict DEV     rtx4090, h100, h200, h100-pcie or a100: per policy (full, ctkvr), context\n"
-    "                        and batch, the bytes each side moves per decode step, the step time,\n"
-    "                        tokens/s and the wait fractions of the pipeline as built and of its\n"
-    "                        target design; whether it fits (the plan above). Every figure is a\n"
-    "                        prediction (docs/PREDICTIONS.md). --batch then takes a list (default\n"
-    "                        1,4,16), --gpu-mem one cap (default the device's memory), --index\n"
-    "                        defaults to host, --gen N counts decoded tokens (ctkvr's tail)\n"
-    "      --host-gbs X      host read bandwidth in GB/s instead of running the probe\n"
-    "      --synthetic-weights q4|q8|f16|f32  the weights' format on the device (default q4)\n"
-    "      --mem-eff F       achievable share of the device's memory bandwidth (default 0.8)\n"
-    "      --host-eff F      share of the probed host bandwidth the CPU kernels reach (default\n"
-    "                        0.8 for recall and rerank, 0.55 for sparse attention)\n"
-    "      --cand-frac F     ctkvr: unique candidates as a share of C' x rho (default 1: lists\n"
-    "                        without overlap, an upper bound on the rerank's reads)\n"
-    "      --pipeline WHICH  built, target or both (default)\n"
-    "      --kernels         per kernel instead: bytes, FLOPs (and which unit), arithmetic\n"
-    "                        intensity, bound and time of each device kernel of one decode\n"
-    "                        step and of one prompt's prefill attention, as Markdown tables\n"
-    "                        (or --json); --pipeline defaults to built\n";
+    "-m MODEL: only its metadata is read. Rows (-o): the JSON's rows flattened, one\n"
+    "self-describing row per (config, context, cap or batch).\n"
+    "\n";
 
 #define MAXL 16
 
@@ -98,6 +57,134 @@ static int parse_caps(const char *s, uint64_t *caps, int *n, hkv_err *err) {
     }
     if (!*n) return hkv_seterr(err, HKV_E_INVAL, "--gpu-mem: empty list");
     return HKV_OK;
+}
+
+/* plan's options as parsed (the shared groups' structs among them). */
+typedef struct plan_opts {
+    const char *model, *policies, *configs, *where, *draft, *predict, *batch_str, *pipeline;
+    const char *pred_only;   /* the first predict-only option given */
+    long long ctxs[MAXL], sink, local, max_rows, gen;
+    int n_ctx, n_caps, kernels, index_given;
+    double host_gbs, mem_eff, host_eff, cand_frac;
+    uint64_t caps[MAXL], host_cap;
+    hkv_output_cli out;
+    hkv_device_cli dev;
+} plan_opts;
+
+/* A list here, not the single cap of run/bench: declared before the
+ * device group, so it is the one plan parses. */
+static int parse_gpu_mem_list(void *base, const char *opt, const char *v, hkv_err *err) {
+    (void)opt;
+    plan_opts *o = base;
+    return parse_caps(v, o->caps, &o->n_caps, err);
+}
+
+static int parse_index(void *base, const char *opt, const char *v, hkv_err *err) {
+    (void)opt;
+    plan_opts *o = base;
+    o->where = v;
+    o->index_given = 1;
+    if (strcmp(v, "gpu") && strcmp(v, "host") && strcmp(v, "both"))
+        return hkv_seterr(err, HKV_E_INVAL, "--index: '%s' is not gpu, host or both", v);
+    return HKV_OK;
+}
+
+static int parse_host_mem(void *base, const char *opt, const char *v, hkv_err *err) {
+    return hkv_parse_size(opt, v, &((plan_opts *)base)->host_cap, err);
+}
+
+static int parse_pipeline(void *base, const char *opt, const char *v, hkv_err *err) {
+    (void)opt;
+    ((plan_opts *)base)->pipeline = v;
+    if (strcmp(v, "built") && strcmp(v, "target") && strcmp(v, "both"))
+        return hkv_seterr(err, HKV_E_INVAL, "--pipeline: '%s' is not built, target or both", v);
+    return HKV_OK;
+}
+
+static const hkv_opt plan_opts_table[] = {
+    {.name = "--gpu-mem", .arg = "LIST", .kind = HKV_OPT_FN, .fn = parse_gpu_mem_list,
+     .help = "GPU memory caps, e.g. 24G,48G"},
+    {.name = "--ctx", .arg = "LIST", .kind = HKV_OPT_LIST, .off = offsetof(plan_opts, ctxs),
+     .n_off = offsetof(plan_opts, n_ctx), .cap = MAXL, .lo = 1, .hi = (double)(1LL << 31),
+     .help = "contexts per sequence (default 32768,98304)"},
+    {.name = "--policy", .arg = "LIST", .kind = HKV_OPT_STR, .off = offsetof(plan_opts, policies),
+     .help = "policies by name (default full,ctkvr)"},
+    {.name = "--configs", .arg = "SPEC", .kind = HKV_OPT_STR, .off = offsetof(plan_opts, configs),
+     .help = "policies with arguments, ';'-separated as hetkv eval:\n"
+             "\"full;ctkvr;ctkvr:C=512\" (instead of --policy)"},
+    {.name = "--index", .arg = "WHERE", .kind = HKV_OPT_FN, .fn = parse_index,
+     .help = "gpu (default): every index on the GPU; host: the large lists\n"
+             "(ctkvr IVF, snapkv kept sets) in pinned host memory; both"},
+    {.name = "--host-mem", .arg = "SIZE", .kind = HKV_OPT_FN, .fn = parse_host_mem,
+     .help = "also cap the pinned host memory (far tier) the batch may use"},
+    {.name = "--sink", .arg = "N", .kind = HKV_OPT_INT, .off = offsetof(plan_opts, sink),
+     .lo = 0, .hi = 1 << 20, .help = "sink tokens in the near tier (default 4)"},
+    {.name = "--local", .arg = "N", .kind = HKV_OPT_INT, .off = offsetof(plan_opts, local),
+     .lo = 1, .hi = 1 << 22, .help = "local window in the near tier (default 256)"},
+    {.name = "--max-rows", .arg = "N", .kind = HKV_OPT_INT, .off = offsetof(plan_opts, max_rows),
+     .lo = 1, .hi = 65536, .help = "rows per forward call, sizes the workspace (default 256)"},
+    {.name = "--draft", .arg = "NAME|PATH", .kind = HKV_OPT_STR, .off = offsetof(plan_opts, draft),
+     .help = "speckv/specpc's draft: a synthetic shape or a GGUF file (default:\n"
+             "the target is its own draft)"},
+    {.name = "--gen", .arg = "N", .kind = HKV_OPT_INT, .off = offsetof(plan_opts, gen),
+     .lo = 0, .hi = (double)(1LL << 30),
+     .help = "of each context, tokens generated after the prompt (specpc keeps\n"
+             "C prompt tokens + these; default 0)"},
+    {.name = "--batch", .arg = "N", .kind = HKV_OPT_STR, .off = offsetof(plan_opts, batch_str),
+     .help = "admission check of N sequences: exit 1, naming what was needed\n"
+             "and what was available, when any row does not fit"},
+    {0},
+};
+
+static const hkv_opt plan_predict_table[] = {
+    {.name = "--predict", .arg = "DEV", .kind = HKV_OPT_STR, .off = offsetof(plan_opts, predict),
+     .help = "rtx4090, h100, h200, h100-pcie or a100: per policy (full, ctkvr), context\n"
+             "and batch, the bytes each side moves per decode step, the step time,\n"
+             "tokens/s and the wait fractions of the pipeline as built and of its\n"
+             "target design; whether it fits (the plan above). Every figure is a\n"
+             "prediction (docs/PREDICTIONS.md). --batch then takes a list (default\n"
+             "1,4,16), --gpu-mem one cap (default the device's memory), --index\n"
+             "defaults to host, --gen N counts decoded tokens (ctkvr's tail)"},
+    {0},
+};
+
+/* The options that belong to --predict (pred_only names the first given). */
+static const hkv_opt plan_predict_only[] = {
+    {.name = "--host-gbs", .arg = "X", .kind = HKV_OPT_FLOAT, .off = offsetof(plan_opts, host_gbs),
+     .lo = 1e-3, .hi = 1e5, .help = "host read bandwidth in GB/s instead of running the probe"},
+    {.name = "--mem-eff", .arg = "F", .kind = HKV_OPT_FLOAT, .off = offsetof(plan_opts, mem_eff),
+     .lo = 1e-3, .hi = 1, .help = "achievable share of the device's memory bandwidth (default 0.8)"},
+    {.name = "--host-eff", .arg = "F", .kind = HKV_OPT_FLOAT, .off = offsetof(plan_opts, host_eff),
+     .lo = 1e-3, .hi = 1,
+     .help = "share of the probed host bandwidth the CPU kernels reach (default\n"
+             "0.8 for recall and rerank, 0.55 for sparse attention)"},
+    {.name = "--cand-frac", .arg = "F", .kind = HKV_OPT_FLOAT, .off = offsetof(plan_opts, cand_frac),
+     .lo = 1e-3, .hi = 1,
+     .help = "ctkvr: unique candidates as a share of C' x rho (default 1: lists\n"
+             "without overlap, an upper bound on the rerank's reads)"},
+    {.name = "--pipeline", .arg = "WHICH", .kind = HKV_OPT_FN, .fn = parse_pipeline,
+     .help = "built, target or both (default)"},
+    {.name = "--kernels", .kind = HKV_OPT_FLAG, .off = offsetof(plan_opts, kernels),
+     .help = "per kernel instead: bytes, FLOPs (and which unit), arithmetic\n"
+             "intensity, bound and time of each device kernel of one decode\n"
+             "step and of one prompt's prefill attention, as Markdown tables\n"
+             "(or --json); --pipeline defaults to built"},
+    {0},
+};
+
+static int plan_uses(plan_opts *o, hkv_opt_use *u) {
+    int n = 0;
+    u[n++] = (hkv_opt_use){.opts = hkv_model_opts, .base = &o->model};
+    u[n++] = (hkv_opt_use){.opts = plan_opts_table, .base = o};
+    u[n++] = (hkv_opt_use){.opts = hkv_output_opts, .base = &o->out};
+    u[n++] = (hkv_opt_use){.opts = plan_predict_table, .base = o,
+                           .title = "PREDICTION of decode speed on a GPU from its data sheet (no GPU "
+                                    "used or needed)"};
+    u[n++] = (hkv_opt_use){.opts = plan_predict_only, .base = o, .first = &o->pred_only};
+    u[n++] = (hkv_opt_use){.opts = hkv_device_opts, .base = &o->dev,
+                           .title = "Device and model source (--synthetic-weights: the weights' "
+                                    "format on the device under --predict)"};
+    return n;
 }
 
 static void fmt(uint64_t b, char *s) { hkv_fmt_bytes((double)b, s, 32); }
@@ -565,98 +652,29 @@ static int plan_predict(const pred_opts *o, const hkv_model_config *mc, hkv_err 
 int hkv_cmd_plan(int argc, char **argv) {
     hkv_err err;
     hkv_err_clear(&err);
-    const char *model = NULL, *policies = "full,ctkvr", *configs = NULL, *where = "gpu";
-    const char *draft = NULL, *predict = NULL, *batch_str = NULL, *pipeline = NULL;
-    const char *pred_only = NULL;   /* the first predict-only option given */
-    long long ctxs[MAXL] = {32768, 98304}, sink = 4, local = 256, max_rows = 256, batch = 0, gen = 0;
-    long long batches[MAXL] = {1, 4, 16};
-    int n_batch = 3, index_given = 0;
-    double host_gbs = 0, mem_eff = 0, host_eff = 0, cand_frac = 0;
-    int n_ctx = 2, n_caps = 0, json = 0, kernels = 0, rc = HKV_OK;
-    uint64_t caps[MAXL], host_cap = 0;
-    hkv_device_cli dc;
-    hkv_device_cli_init(&dc);
-    for (int i = 1; i < argc && !rc; i++) {
-        const char *a = argv[i], *v = NULL;
-        if (!strcmp(a, "--gpu-mem")) {   /* a list here, not the single cap of run/bench */
-            if (!(rc = hkv_arg_value(argc, argv, &i, &v, &err))) rc = parse_caps(v, caps, &n_caps, &err);
-            continue;
-        }
-        int k = hkv_device_cli_parse(&dc, argc, argv, &i, &err);
-        if (k < 0) {
-            rc = k;
-            break;
-        }
-        if (k == 1) continue;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(plan_usage, stdout);
-            return 0;
-        } else if (!strcmp(a, "--json")) {
-            json = 1;
-        } else if ((!strcmp(a, "-o") || !strcmp(a, "--output-format")) && i + 1 < argc) {
-            int fmt;
-            if ((rc = hkv_rows_format(argv[i + 1], &fmt, &err))) break;
-            if (fmt == HKV_ROWS_JSON) {   /* the one JSON object, as bench and eval */
-                json = 1, i++;
-                continue;
-            }
-            return hkv_plan_rows(argc, argv, fmt);
-        } else if (!strcmp(a, "--kernels")) {
-            kernels = 1;
-            pred_only = pred_only ? pred_only : a;
-        } else if ((rc = hkv_arg_value(argc, argv, &i, &v, &err))) {
-            break;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            model = v;
-        } else if (!strcmp(a, "--ctx")) {
-            n_ctx = MAXL;
-            rc = hkv_arg_int_list(a, v, 1, 1LL << 31, ctxs, &n_ctx, &err);
-        } else if (!strcmp(a, "--policy")) {
-            policies = v;
-        } else if (!strcmp(a, "--configs")) {
-            configs = v;
-        } else if (!strcmp(a, "--index")) {
-            if (strcmp(v, "gpu") && strcmp(v, "host") && strcmp(v, "both"))
-                rc = hkv_seterr(&err, HKV_E_INVAL, "--index: '%s' is not gpu, host or both", v);
-            where = v;
-            index_given = 1;
-        } else if (!strcmp(a, "--predict")) {
-            predict = v;
-        } else if (!strcmp(a, "--host-gbs")) {
-            pred_only = pred_only ? pred_only : a;
-            rc = hkv_arg_float(a, v, 1e-3, 1e5, &host_gbs, &err);
-        } else if (!strcmp(a, "--mem-eff")) {
-            pred_only = pred_only ? pred_only : a;
-            rc = hkv_arg_float(a, v, 1e-3, 1, &mem_eff, &err);
-        } else if (!strcmp(a, "--host-eff")) {
-            pred_only = pred_only ? pred_only : a;
-            rc = hkv_arg_float(a, v, 1e-3, 1, &host_eff, &err);
-        } else if (!strcmp(a, "--cand-frac")) {
-            pred_only = pred_only ? pred_only : a;
-            rc = hkv_arg_float(a, v, 1e-3, 1, &cand_frac, &err);
-        } else if (!strcmp(a, "--pipeline")) {
-            pred_only = pred_only ? pred_only : a;
-            if (strcmp(v, "built") && strcmp(v, "target") && strcmp(v, "both"))
-                rc = hkv_seterr(&err, HKV_E_INVAL, "--pipeline: '%s' is not built, target or both", v);
-            pipeline = v;
-        } else if (!strcmp(a, "--host-mem")) {
-            rc = hkv_parse_size(a, v, &host_cap, &err);
-        } else if (!strcmp(a, "--sink")) {
-            rc = hkv_arg_int(a, v, 0, 1 << 20, &sink, &err);
-        } else if (!strcmp(a, "--local")) {
-            rc = hkv_arg_int(a, v, 1, 1 << 22, &local, &err);
-        } else if (!strcmp(a, "--max-rows")) {
-            rc = hkv_arg_int(a, v, 1, 65536, &max_rows, &err);
-        } else if (!strcmp(a, "--batch")) {
-            batch_str = v;   /* one N, or a list with --predict: parsed below */
-        } else if (!strcmp(a, "--draft")) {
-            draft = v;
-        } else if (!strcmp(a, "--gen")) {
-            rc = hkv_arg_int(a, v, 0, 1LL << 30, &gen, &err);
-        } else {
-            rc = hkv_seterr(&err, HKV_E_INVAL, "plan: unknown option '%s' (see hetkv plan --help)", a);
-        }
+    plan_opts o = {.policies = "full,ctkvr", .where = "gpu", .ctxs = {32768, 98304}, .n_ctx = 2,
+                   .sink = 4, .local = 256, .max_rows = 256};
+    hkv_device_cli_init(&o.dev);
+    hkv_opt_use uses[8];
+    const int n_uses = plan_uses(&o, uses);
+    int rc = hkv_opts_parse("plan", uses, n_uses, argc, argv, &err);
+    if (rc == 1) {
+        hkv_opts_help(stdout, plan_usage, uses, n_uses);
+        return 0;
     }
+    if (!rc && o.out.rows_fmt == HKV_ROWS_JSON) o.out.json = 1;   /* the one JSON object, as bench and eval */
+    else if (!rc && o.out.rows_fmt) return hkv_plan_rows(argc, argv, o.out.rows_fmt);
+    /* the names the planning code below was written with */
+    const char *model = o.model, *policies = o.policies, *configs = o.configs, *where = o.where;
+    const char *draft = o.draft, *predict = o.predict, *batch_str = o.batch_str;
+    const char *pipeline = o.pipeline, *pred_only = o.pred_only;
+    long long *ctxs = o.ctxs, sink = o.sink, local = o.local, max_rows = o.max_rows, batch = 0;
+    long long gen = o.gen, batches[MAXL] = {1, 4, 16};
+    int n_batch = 3, index_given = o.index_given;
+    double host_gbs = o.host_gbs, mem_eff = o.mem_eff, host_eff = o.host_eff, cand_frac = o.cand_frac;
+    int n_ctx = o.n_ctx, n_caps = o.n_caps, json = o.out.json, kernels = o.kernels;
+    uint64_t *caps = o.caps, host_cap = o.host_cap;
+    hkv_device_cli dc = o.dev;
     if (!rc && batch_str) {
         if (predict) {
             n_batch = MAXL;

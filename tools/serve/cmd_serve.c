@@ -15,76 +15,65 @@ static const char serve_usage[] =
     "(stream: server-sent events), GET /v1/models, GET /health, GET /metrics (Prometheus).\n"
     "Requests join the running batch at the next step (continuous batching, the scheduler\n"
     "of hetkv batch); SIGINT or SIGTERM stop it cleanly (docs/SERVE.md).\n"
-    "\n"
-    "  -m, --model PATH      GGUF model file\n"
-    "      --host ADDR       address to listen on (default 127.0.0.1; another address\n"
-    "                        without --api-key is warned about)\n"
-    "      --port N          TCP port (default 8080; 0: any free port, printed at start)\n"
-    "      --api-key KEY     require Authorization: Bearer KEY (all but /health)\n"
-    "      --max-batch N     sequences in flight (default 8)\n"
-    "      --max-queue N     requests waiting beyond those; more get 503 (default 64)\n"
-    "      --max-body SIZE   largest request body (default 1M); past it: 413\n"
-    "      --mem SIZE        host memory for the KV of the sequences in flight\n"
-    "                        (default: free memory after loading, less 10%)\n"
-    "      --chunk N         prompt tokens per prefill call (default 256)\n"
-    "      --drain SECONDS   after SIGINT/SIGTERM, how long running requests may finish\n"
-    "                        before they are cut (default 10; a second signal cuts at once)\n"
-    "  -c, --ctx N           context per sequence: prompt + max_tokens (default: the model's)\n"
-    "  -t, --threads N       CPU threads (default: one per core)\n"
-    "      --isa NAME        force kernels: scalar, avx2, avx512 (default: best)\n"
-    "  -q, --quiet           no start and stop lines on stderr\n"
-    "  -h, --help            this help\n"
-    "\nKV cache (one policy for every request):\n";
+    "\n";
+
+static int parse_max_body(void *base, const char *opt, const char *v, hkv_err *err) {
+    uint64_t b = 0;
+    int rc = hkv_arg_size(opt, v, &b, err);
+    if (!rc && (b < 1024 || b > (1u << 30)))
+        rc = hkv_seterr(err, HKV_E_RANGE, "--max-body: %s is not in 1K..1G", v);
+    ((hkv_srv_opts *)base)->max_body = (long long)b;
+    return rc;
+}
+
+/* serve's own options; the groups it shares follow them in serve_uses(). */
+static const hkv_opt serve_opts_table[] = {
+    {.name = "--host", .arg = "ADDR", .kind = HKV_OPT_STR, .off = offsetof(hkv_srv_opts, host),
+     .help = "address to listen on (default 127.0.0.1; another address\n"
+             "without --api-key is warned about)"},
+    {.name = "--port", .arg = "N", .kind = HKV_OPT_INT, .off = offsetof(hkv_srv_opts, port),
+     .lo = 0, .hi = 65535, .help = "TCP port (default 8080; 0: any free port, printed at start)"},
+    {.name = "--api-key", .arg = "KEY", .kind = HKV_OPT_STR, .off = offsetof(hkv_srv_opts, api_key),
+     .help = "require Authorization: Bearer KEY (all but /health)"},
+    {.name = "--max-queue", .arg = "N", .kind = HKV_OPT_INT, .off = offsetof(hkv_srv_opts, max_queue),
+     .lo = 0, .hi = 65536, .help = "requests waiting beyond those; more get 503 (default 64)"},
+    {.name = "--max-body", .arg = "SIZE", .kind = HKV_OPT_FN, .fn = parse_max_body,
+     .help = "largest request body (default 1M); past it: 413"},
+    {.name = "--drain", .arg = "SECONDS", .kind = HKV_OPT_FLOAT, .off = offsetof(hkv_srv_opts, drain_s),
+     .lo = 0, .hi = 86400,
+     .help = "after SIGINT/SIGTERM, how long running requests may finish\n"
+             "before they are cut (default 10; a second signal cuts at once)"},
+    {.name = "--quiet", .short_name = 'q', .kind = HKV_OPT_FLAG, .off = offsetof(hkv_srv_opts, quiet),
+     .help = "no start and stop lines on stderr"},
+    {0},
+};
+
+static int serve_uses(hkv_srv_opts *o, hkv_opt_use *u) {
+    int n = 0;
+    u[n++] = (hkv_opt_use){.opts = hkv_model_opts, .base = &o->model};
+    u[n++] = (hkv_opt_use){.opts = serve_opts_table, .base = o};
+    u[n++] = (hkv_opt_use){.opts = hkv_sched_opts, .base = &o->sc};
+    u[n++] = (hkv_opt_use){.opts = hkv_exec_opts, .base = &o->x};
+    u[n++] = (hkv_opt_use){.opts = hkv_kv_opts, .base = &o->kv,
+                           .title = "KV cache (one policy for every request)"};
+    u[n++] = (hkv_opt_use){.opts = hkv_device_opts, .base = &o->dev, .title = "Device"};
+    return n;
+}
 
 static int parse(int argc, char **argv, hkv_srv_opts *o, hkv_err *err) {
     memset(o, 0, sizeof *o);
     o->host = "127.0.0.1";
     o->port = 8080;
-    o->max_batch = 8;
     o->max_queue = 64;
     o->max_body = 1 << 20;
-    o->chunk = 256;
     o->drain_s = 10;
-    o->isa = -1;
+    hkv_sched_cli_init(&o->sc);
+    hkv_exec_cli_init(&o->x);
     hkv_kv_cli_init(&o->kv);
     hkv_device_cli_init(&o->dev);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = NULL;
-        int rc = hkv_kv_cli_parse(&o->kv, argc, argv, &i, err);
-        if (rc < 0) return rc;
-        if (rc == 1) continue;
-        if ((rc = hkv_device_cli_parse(&o->dev, argc, argv, &i, err)) < 0) return rc;
-        if (rc == 1) continue;
-#define VAL() do { if ((rc = hkv_arg_value(argc, argv, &i, &v, err))) return rc; } while (0)
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) return 1;
-        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) { VAL(); o->model = v; }
-        else if (!strcmp(a, "--host")) { VAL(); o->host = v; }
-        else if (!strcmp(a, "--api-key")) { VAL(); o->api_key = v; }
-        else if (!strcmp(a, "--port")) { VAL(); rc = hkv_arg_int(a, v, 0, 65535, &o->port, err); }
-        else if (!strcmp(a, "--max-batch")) { VAL(); rc = hkv_arg_int(a, v, 1, 4096, &o->max_batch, err); }
-        else if (!strcmp(a, "--max-queue")) { VAL(); rc = hkv_arg_int(a, v, 0, 65536, &o->max_queue, err); }
-        else if (!strcmp(a, "--chunk")) { VAL(); rc = hkv_arg_int(a, v, 1, 65536, &o->chunk, err); }
-        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) { VAL(); rc = hkv_arg_int(a, v, 2, 1LL << 31, &o->ctx, err); }
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { VAL(); rc = hkv_arg_int(a, v, 1, 4096, &o->threads, err); }
-        else if (!strcmp(a, "--mem")) { VAL(); rc = hkv_arg_size(a, v, &o->mem, err); }
-        else if (!strcmp(a, "--drain")) { VAL(); rc = hkv_arg_float(a, v, 0, 86400, &o->drain_s, err); }
-        else if (!strcmp(a, "--max-body")) {
-            uint64_t b;
-            VAL();
-            if (!(rc = hkv_arg_size(a, v, &b, err)) && (b < 1024 || b > (1u << 30)))
-                rc = hkv_seterr(err, HKV_E_RANGE, "--max-body: %s is not in 1K..1G", v);
-            o->max_body = (long long)b;
-        }
-        else if (!strcmp(a, "--isa")) {
-            VAL();
-            if ((o->isa = hkv_isa_parse(v)) < 0)
-                return hkv_seterr(err, HKV_E_INVAL, "--isa: unknown '%s' (scalar, avx2, avx512)", v);
-        }
-        else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) o->quiet = 1;
-        else return hkv_seterr(err, HKV_E_INVAL, "serve: unknown option '%s' (see hetkv serve --help)", a);
-        if (rc) return rc;
-#undef VAL
-    }
+    hkv_opt_use uses[8];
+    int rc = hkv_opts_parse("serve", uses, serve_uses(o, uses), argc, argv, err);
+    if (rc) return rc;
     if (o->dev.synthetic)
         return hkv_seterr(err, HKV_E_UNSUPPORTED, "serve: --synthetic models have no tokenizer");
     if (!o->model) return hkv_seterr(err, HKV_E_INVAL, "serve: no model (-m MODEL)");
@@ -324,10 +313,8 @@ int hkv_cmd_serve(int argc, char **argv) {
     hkv_srv_opts o;
     int rc = parse(argc, argv, &o, &err);
     if (rc == 1) {
-        fputs(serve_usage, stdout);
-        fputs(hkv_kv_cli_help, stdout);
-        fputs("\nDevice:\n", stdout);
-        fputs(hkv_device_cli_help, stdout);
+        hkv_opt_use uses[8];
+        hkv_opts_help(stdout, serve_usage, uses, serve_uses(&o, uses));
         return 0;
     }
     if (rc) {
@@ -345,15 +332,15 @@ int hkv_cmd_serve(int argc, char **argv) {
     hkv_engine_params ep;
     hkv_engine_params_default(&ep);
     ep.model_path = o.model;
-    ep.n_threads = (int)o.threads;
-    ep.isa = o.isa;
-    ep.max_seqs = (int)o.max_batch;
-    ep.n_ctx = o.ctx;
-    ep.max_rows = (int)o.chunk;
+    ep.n_threads = (int)o.x.threads;
+    ep.isa = o.x.isa;
+    ep.max_seqs = (int)o.sc.max_batch;
+    ep.n_ctx = o.sc.ctx;
+    ep.max_rows = (int)o.sc.chunk;
     ep.device_cuda = o.dev.cuda;
     if ((rc = hkv_kv_cli_apply(&o.kv, &ep, &err))) goto out;
-    if ((rc = hkv_device_cli_check_near(&o.dev, o.model, &ep, o.kv.local >= 0, (int)o.max_batch,
-                                        o.ctx, &err)))
+    if ((rc = hkv_device_cli_check_near(&o.dev, o.model, &ep, o.kv.local >= 0, (int)o.sc.max_batch,
+                                        o.sc.ctx, &err)))
         goto out;
     if ((rc = hkv_engine_open(&s.e, &ep, &err)) || (rc = hkv_device_cli_attach(&o.dev, s.e, &err)))
         goto out;
@@ -364,10 +351,10 @@ int hkv_cmd_serve(int argc, char **argv) {
     s.dflt_cmpl = s.dflt_chat;
     hkv_sched_params sp;
     hkv_sched_params_default(&sp);
-    sp.max_batch = (int)o.max_batch;
-    sp.chunk = o.chunk;
-    if (o.mem) {
-        sp.mem_budget = o.mem;
+    sp.max_batch = (int)o.sc.max_batch;
+    sp.chunk = o.sc.chunk;
+    if (o.sc.mem) {
+        sp.mem_budget = o.sc.mem;
     } else {
         size_t fr = hkv_host_mem_free();
         sp.mem_budget = fr ? (uint64_t)(fr - fr / 10) : 0;
@@ -383,7 +370,7 @@ int hkv_cmd_serve(int argc, char **argv) {
         fprintf(stderr, "hetkv serve: listening on http://%s%s%s:%d (model %s, policy %s, context "
                 "%lld, max-batch %lld, max-queue %lld, KV budget %s)\n",
                 strchr(o.host, ':') ? "[" : "", o.host, strchr(o.host, ':') ? "]" : "", port,
-                s.model_name, s.policy, (long long)s.e->p.n_ctx, o.max_batch, o.max_queue, mem);
+                s.model_name, s.policy, (long long)s.e->p.n_ctx, o.sc.max_batch, o.max_queue, mem);
         fflush(stderr);
     }
     rc = engine_run(&L, &sigs, &err);

@@ -22,10 +22,11 @@
 
 typedef struct hkv_srv_opts {
     const char *model, *host, *api_key;
-    long long port, ctx, max_batch, threads, max_queue, chunk, max_body;
-    uint64_t mem;
+    long long port, max_queue, max_body;
     double drain_s;       /* after SIGINT/SIGTERM: in-flight requests may finish this long */
-    int isa, quiet;
+    int quiet;
+    hkv_sched_cli sc;     /* --max-batch, --mem, --chunk, -c (batch.h) */
+    hkv_exec_cli x;
     hkv_kv_cli kv;
     hkv_device_cli dev;
 } hkv_srv_opts;

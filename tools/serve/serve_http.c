@@ -193,7 +193,7 @@ static enum MHD_Result complete(conn *k, int chat) {
     }
     pthread_mutex_lock(&s->mu);
     const char *refuse = s->stopping ? "the server is shutting down" :
-                         s->n_open >= s->o->max_batch + s->o->max_queue ?
+                         s->n_open >= s->o->sc.max_batch + s->o->max_queue ?
                          "the server is busy: every slot and the queue are taken" : NULL;
     if (refuse) {
         if (!s->stopping) s->m.refused_queue++;
@@ -357,7 +357,7 @@ int hkv_srv_http_start(hkv_srv *s, int *bound, hkv_err *err) {
      * at once plus room for idle keep-alive, metrics and health clients; the
      * idle timeout does not cut a request whose answer takes longer (tried
      * with a 2 s timeout and 20 s requests, whole and streamed) */
-    unsigned limit = (unsigned)(s->o->max_batch + s->o->max_queue + 64);
+    unsigned limit = (unsigned)(s->o->sc.max_batch + s->o->max_queue + 64);
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC |
                      MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0);
     s->mhd = MHD_start_daemon(flags, (uint16_t)s->o->port, NULL, NULL, handle, s,

@@ -1,0 +1,25 @@
+/* The scheduler options hetkv batch and hetkv serve share (batch.h). */
+#include <stddef.h>
+
+#include "batch.h"
+
+void hkv_sched_cli_init(hkv_sched_cli *s) {
+    s->max_batch = 8;
+    s->chunk = 256;
+    s->ctx = 0;
+    s->mem = 0;
+}
+
+const hkv_opt hkv_sched_opts[] = {
+    {.name = "--max-batch", .arg = "N", .kind = HKV_OPT_INT, .off = offsetof(hkv_sched_cli, max_batch),
+     .lo = 1, .hi = 4096, .help = "sequences in flight (default 8)"},
+    {.name = "--mem", .arg = "SIZE", .kind = HKV_OPT_SIZE, .off = offsetof(hkv_sched_cli, mem),
+     .help = "host memory for the KV of the sequences in flight\n"
+             "(default: free memory after loading, less 10%)"},
+    {.name = "--chunk", .arg = "N", .kind = HKV_OPT_INT, .off = offsetof(hkv_sched_cli, chunk),
+     .lo = 1, .hi = 65536, .help = "prompt tokens per prefill call (default 256)"},
+    {.name = "--ctx", .short_name = 'c', .arg = "N", .kind = HKV_OPT_INT,
+     .off = offsetof(hkv_sched_cli, ctx), .lo = 2, .hi = (double)(1LL << 31),
+     .help = "context per sequence: prompt + max_tokens (default: the model's)"},
+    {0},
+};
