@@ -58,7 +58,7 @@ const hkv_opt hkv_kv_opts[] = {
      .help = "exact (default): fp32 activations in every weight product (the\n"
              "reference); fast: Q4/Q8 products on int8 activations quantised\n"
              "per 32, faster batches (AVX512-VNNI only, else exact; SmolLM2:\n"
-             "mean KL 1e-2 from exact, docs/ARCHITECTURE.md)"},
+             "mean KL 1e-2 from exact, docs/HOST_KERNELS.md)"},
     {0},
 };
 
