@@ -133,15 +133,6 @@ static __device__ __forceinline__ void hkv_att_block_range(
     if (lane == 0) *lse = l > 0.0f ? m + logf(l) : -INFINITY;
 }
 
-/* Keys [0, kend), 32-bit loads: any even stride. */
-static __device__ __forceinline__ void hkv_att_block(
-    const uint16_t *__restrict__ kb, const uint16_t *__restrict__ vb, int64_t ld,
-    const int32_t *__restrict__ idx, int64_t kend, int d, float scale, const float *q,
-    int64_t klim, float *out, float *lse, bool active)
-{
-    hkv_att_block_range<false>(kb, vb, ld, idx, 0, kend, d, scale, q, klim, out, lse, active);
-}
-
 /* 1 when every K/V row the kernel reads starts on 16 bytes (base pointers,
  * row, head and sequence strides), so tiles load as uint4. */
 static inline int hkv_att_vec_ok(const void *k, const void *v, int64_t ld, int64_t hs, int64_t ss)

@@ -32,9 +32,12 @@ void hkv_gpu_ctx_destroy(hkv_gpu_ctx *ctx);
 /* The context's main stream (a cudaStream_t). */
 void *hkv_gpu_ctx_stream(hkv_gpu_ctx *ctx);
 /* Another stream of the context, with its own cuBLAS handle bound to it and
- * its own workspace: GEMMs (hkv_gpu_gemm, hkv_gpu_qmat_matmul) run only on
+ * its own workspace: GEMMs (hkv_gpu_qmat_matmul) run only on
  * the context's streams. At most HKV_GPU_MAX_STREAMS in all; destroyed with
- * the context. Create them before the steps: it allocates. */
+ * the context. Create them before the steps: it allocates. Only tests call
+ * it (the pipeline runs every GEMM on the main stream); it stays as a few
+ * lines over what creates the main stream (gpu_ctx.cu's add_stream), the
+ * way to a second compute stream. */
 #define HKV_GPU_MAX_STREAMS 8
 int hkv_gpu_ctx_add_stream(hkv_gpu_ctx *ctx, void **stream, hkv_err *err);
 /* The device's streaming multiprocessors (grids are sized by it). */

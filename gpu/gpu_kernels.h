@@ -74,25 +74,6 @@ int hkv_gpu_add(float *x, const float *y, int64_t n, void *stream, hkv_err *err)
 int hkv_gpu_f32_to_f16(const float *src, uint16_t *dst, int64_t n, void *stream, hkv_err *err);
 int hkv_gpu_f16_to_f32(const uint16_t *src, float *dst, int64_t n, void *stream, hkv_err *err);
 
-/* ---- GEMM (gemm.cu) ----------------------------------------------------------- */
-
-/* A weight matrix on the device: fp16 [rows][cols] row-major (WEIGHTS tier). */
-typedef struct hkv_gpu_wmat {
-    int64_t rows, cols;
-    uint16_t *w;
-} hkv_gpu_wmat;
-
-/* Dequantise src (any repacked format) on the host to fp16 in row panels of
- * a few MB (host WORKSPACE tier of host_mem), upload to the WEIGHTS tier. */
-int hkv_gpu_wmat_upload(hkv_gpu_ctx *ctx, const hkv_cpu_kernels *kern, const hkv_wmat *src,
-                        hkv_mem_account *host_mem, hkv_gpu_wmat *dst, hkv_err *err);
-void hkv_gpu_wmat_free(hkv_gpu_ctx *ctx, hkv_gpu_wmat *w);
-
-/* y[i][r] = sum_c W[r][c] x[i][c]: x fp16 [n][cols] (dense), y fp32 rows of
- * w->rows at stride ldy >= rows. cuBLAS GemmEx, fp16 in, fp32 accumulate. */
-int hkv_gpu_gemm(hkv_gpu_ctx *ctx, const hkv_gpu_wmat *w, const uint16_t *x, int64_t n, float *y,
-                 int64_t ldy, void *stream, hkv_err *err);
-
 /* ---- attention (attn_prefill.cu, attn_decode.cu) ------------------------------------ */
 
 /* Causal prefill block, flash style (key tiles, online softmax, no score
@@ -228,7 +209,11 @@ int hkv_gpu_window_scores(const uint16_t *q, int64_t ldq, int64_t W, int64_t pos
 
 /* hkv_ws_pool on n_batch rows of n (row b's length n_len[b], device int32,
  * or n): in [b*ld_in ...] -> out [b*ld_out ...], distinct buffers; kernel
- * odd; avg 0: max over the clipped window, 1: window sum / kernel. */
+ * odd; avg 0: max over the clipped window, 1: window sum / kernel.
+ * Only tests call it: the eviction policies pool on the host after the
+ * device's window scores (hkv_far_accel); it stays, tested against
+ * hkv_ws_pool, for moving that pooling to the device (the accel would then
+ * hand back pooled scores, a change to index/policy.h's contract). */
 int hkv_gpu_pool(const float *in, int64_t ld_in, float *out, int64_t ld_out, int n_batch,
                  int64_t n, const int32_t *n_len, int kernel, int avg, void *stream,
                  hkv_err *err);

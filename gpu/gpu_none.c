@@ -137,21 +137,6 @@ int hkv_gpu_f16_to_f32(const uint16_t *src, float *dst, int64_t n, void *stream,
     return NO_CUDA(err, "gpu f16_to_f32");
 }
 
-int hkv_gpu_wmat_upload(hkv_gpu_ctx *ctx, const hkv_cpu_kernels *kern, const hkv_wmat *src,
-                        hkv_mem_account *host_mem, hkv_gpu_wmat *dst, hkv_err *err)
-{
-    (void)ctx, (void)kern, (void)src, (void)host_mem;
-    if (dst) dst->rows = dst->cols = 0, dst->w = NULL;
-    return NO_CUDA(err, "gpu weight upload");
-}
-void hkv_gpu_wmat_free(hkv_gpu_ctx *ctx, hkv_gpu_wmat *w) { (void)ctx, (void)w; }
-int hkv_gpu_gemm(hkv_gpu_ctx *ctx, const hkv_gpu_wmat *w, const uint16_t *x, int64_t n, float *y,
-                 int64_t ldy, void *stream, hkv_err *err)
-{
-    (void)ctx, (void)w, (void)x, (void)n, (void)y, (void)ldy, (void)stream;
-    return NO_CUDA(err, "gpu gemm");
-}
-
 int hkv_gpu_attn_prefill(const float *q, int64_t ldq, int64_t nq, int n_head, int n_head_kv,
                          int d, int64_t p0, const uint16_t *k, const uint16_t *v, int64_t ld,
                          int64_t hs, float scale, float *out, int64_t ldo, float *lse,

@@ -74,7 +74,7 @@
  * cost next to a 512-row GEMM), so the workspace stays bounded however long
  * the prefill chunk.
  *
- * Layout for cuBLAS (column-major), as in gemm.cu: a panel, row-major
+ * Layout for cuBLAS (column-major): a panel, row-major
  * [pr][ld], is the column-major K x pr matrix A (lda = ld); x, row-major
  * [n][ldb], the K x n matrix B; C = A^T B, pr x n with ldc = ldy, is rows
  * r0.. r0+pr of y row-major [n][ldy]. */

@@ -70,6 +70,8 @@ typedef struct hkv_recall_rows {
     int64_t sel_ld;
 } hkv_recall_rows;
 
+struct hkv_kv_far_ops;
+
 typedef struct hkv_kv_ops {
     const char *name;
     /* Make room for sequence `seq` (0 <= seq < max_seqs) of up to n_ctx
@@ -104,6 +106,9 @@ typedef struct hkv_kv_ops {
                           const float *qkv, int64_t ld_qkv, float *out, int64_t ld_out,
                           float *lse, const hkv_recall_rows *rec, hkv_err *err);
     void (*destroy)(void *self);
+    /* The far tier and its policies (kv_far.h) for the device pipeline and
+     * the scheduler; NULL for a cache without one. */
+    const struct hkv_kv_far_ops *far;
 } hkv_kv_ops;
 
 typedef struct hkv_kv {

@@ -202,11 +202,9 @@ static int t_seq_copy(void *self, int dst, int src, hkv_err *err) {
     return policy_rebuild(t, d, err);
 }
 
-int hkv_kv_tiered_set_policy(hkv_kv *kv, int seq, const hkv_policy_def *def,
-                             const hkv_policy_args *a, hkv_err *err) {
-    if (!hkv_kv_is_tiered(kv))
-        return hkv_seterr(err, HKV_E_INVAL, "policies need the tiered KV cache");
-    tiered *t = kv->self;
+static int t_set_policy(void *self, int seq, const hkv_policy_def *def, const hkv_policy_args *a,
+                        hkv_err *err) {
+    tiered *t = self;
     if (seq < 0 || seq >= t->max_seqs)
         return hkv_seterr(err, HKV_E_RANGE, "sequence %d out of range", seq);
     tseq *q = &t->seqs[seq];
@@ -443,6 +441,28 @@ static void t_destroy(void *self) {
     free(t);
 }
 
+/* The far tier's table (kv_far.h); its functions below and in
+ * kv_tiered_lookahead.c, kv_tiered_tsp.c. */
+static void t_near_window(const void *self, hkv_near_window *w);
+static int t_near(void *self, int seq, int layer, const uint16_t **k, const uint16_t **v, int *rows,
+                  hkv_err *err);
+static int t_far(void *self, int seq, int layer, hkv_far_view *far, hkv_err *err);
+static uint64_t t_seq_epoch(const void *self, int seq);
+static void t_set_accel(void *self, const hkv_far_accel *a);
+
+static const hkv_kv_far_ops tiered_far_ops = {
+    .near_window = t_near_window,
+    .near = t_near,
+    .far = t_far,
+    .seq_epoch = t_seq_epoch,
+    .seq_policy = tiered_seq_policy,
+    .set_policy = t_set_policy,
+    .seq_instance = tiered_seq_instance,
+    .set_accel = t_set_accel,
+    .lookahead_end = tiered_lookahead_end,
+    .prompt_view = tiered_prompt_view,
+};
+
 static const hkv_kv_ops tiered_ops = {
     .name = "tiered",
     .seq_open = t_seq_open,
@@ -453,6 +473,7 @@ static const hkv_kv_ops tiered_ops = {
     .layer_step = t_layer_step,
     .layer_step_far = t_layer_step_far,
     .destroy = t_destroy,
+    .far = &tiered_far_ops,
 };
 
 int hkv_kv_is_tiered(const hkv_kv *kv) { return kv && kv->ops == &tiered_ops; }
@@ -514,10 +535,15 @@ void hkv_kv_tiered_pinned(hkv_kv *kv, hkv_pinned_account *out) {
     if (hkv_kv_is_tiered(kv)) *out = ((tiered *)kv->self)->pin;
 }
 
-int hkv_kv_tiered_near(hkv_kv *kv, int seq, int layer, const uint16_t **k, const uint16_t **v,
-                       int *rows, hkv_err *err) {
-    if (!hkv_kv_is_tiered(kv)) return hkv_seterr(err, HKV_E_INVAL, "not a tiered KV cache");
-    tiered *t = kv->self;
+static void t_near_window(const void *self, hkv_near_window *w) {
+    const tiered *t = self;
+    w->L_init = t->p.L_init;
+    w->L_local = t->p.L_local;
+}
+
+static int t_near(void *self, int seq, int layer, const uint16_t **k, const uint16_t **v, int *rows,
+                  hkv_err *err) {
+    tiered *t = self;
     if (seq < 0 || seq >= t->max_seqs || !t->seqs[seq].open || layer < 0 || layer >= t->s.n_layer)
         return hkv_seterr(err, HKV_E_RANGE, "near tier of sequence %d, layer %d: not open or out "
                           "of range", seq, layer);
@@ -528,9 +554,8 @@ int hkv_kv_tiered_near(hkv_kv *kv, int seq, int layer, const uint16_t **k, const
     return HKV_OK;
 }
 
-int hkv_kv_tiered_far(hkv_kv *kv, int seq, int layer, hkv_far_view *far, hkv_err *err) {
-    if (!hkv_kv_is_tiered(kv)) return hkv_seterr(err, HKV_E_INVAL, "not a tiered KV cache");
-    tiered *t = kv->self;
+static int t_far(void *self, int seq, int layer, hkv_far_view *far, hkv_err *err) {
+    tiered *t = self;
     if (seq < 0 || seq >= t->max_seqs || !t->seqs[seq].open || layer < 0 || layer >= t->s.n_layer)
         return hkv_seterr(err, HKV_E_RANGE, "far tier of sequence %d, layer %d: not open or out "
                           "of range", seq, layer);
@@ -546,14 +571,9 @@ uint64_t hkv_kv_tiered_bytes_read(const hkv_kv *kv) {
     return v;
 }
 
-uint64_t hkv_kv_tiered_seq_epoch(const hkv_kv *kv, int seq) {
-    if (!hkv_kv_is_tiered(kv)) return 0;
-    const tiered *t = kv->self;
+static uint64_t t_seq_epoch(const void *self, int seq) {
+    const tiered *t = self;
     return seq >= 0 && seq < t->max_seqs ? t->seqs[seq].epoch : 0;
-}
-
-int hkv_kv_tiered_near_rows(const hkv_kv *kv) {
-    return hkv_kv_is_tiered(kv) ? ((const tiered *)kv->self)->NR : 0;
 }
 
 void hkv_kv_tiered_describe(hkv_kv *kv, int seq, char *buf, size_t cap) {
@@ -566,9 +586,8 @@ void hkv_kv_tiered_describe(hkv_kv *kv, int seq, char *buf, size_t cap) {
     else snprintf(buf, cap, "%s", q->def->name);
 }
 
-void hkv_kv_tiered_set_accel(hkv_kv *kv, const hkv_far_accel *a) {
-    if (!hkv_kv_is_tiered(kv)) return;
-    tiered *t = kv->self;
+static void t_set_accel(void *self, const hkv_far_accel *a) {
+    tiered *t = self;
     if (a) t->accel = *a;
     else memset(&t->accel, 0, sizeof t->accel);
 }

@@ -38,7 +38,7 @@ typedef struct tseq {
     hkv_tiered_audit audit;
     uint64_t epoch;           /* changes when the stored tokens change other than by appending
                                  (open, close, copy into, rewind) or the policy is
-                                 replaced: hkv_kv_tiered_seq_epoch */
+                                 replaced: kv_far.h, seq_epoch */
 } tseq;
 
 typedef struct tiered {
@@ -106,5 +106,14 @@ void tiered_audit_row(tiered *t, tseq *q, int layer, int kvh, const float *qv, c
 int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const float *qkv,
                   int64_t ld_qkv, float *out, int64_t ld_out, float *lse_out,
                   const hkv_recall_rows *rec, hkv_err *err);
+
+/* Entries of the far tier's table (kv_far.h, hkv_kv_far_ops) defined in
+ * kv_tiered_lookahead.c and kv_tiered_tsp.c. */
+int tiered_lookahead_end(void *self, int seq, int64_t end, hkv_err *err);
+int tiered_prompt_view(void *self, int seq, int layer, hkv_far_view *far, hkv_query_view *qv,
+                       uint16_t *qbuf, int64_t qbuf_rows, hkv_err *err);
+const hkv_policy_def *tiered_seq_policy(const void *self, int seq, hkv_policy_args *args);
+int tiered_seq_instance(void *self, int seq, const hkv_policy_def **def, hkv_policy *pol,
+                        hkv_err *err);
 
 #endif

@@ -67,10 +67,8 @@ static int64_t linearise(const tiered *t, const tseq *q, int layer, int64_t end,
     return n;
 }
 
-int hkv_kv_tiered_lookahead_end(hkv_kv *kv, int seq, int64_t end, hkv_err *err) {
-    if (!hkv_kv_is_tiered(kv))
-        return hkv_seterr(err, HKV_E_INVAL, "lookahead needs the tiered KV cache");
-    tiered *t = kv->self;
+int tiered_lookahead_end(void *self, int seq, int64_t end, hkv_err *err) {
+    tiered *t = self;
     if (seq < 0 || seq >= t->max_seqs || !t->seqs[seq].open)
         return hkv_seterr(err, HKV_E_INVAL, "lookahead end: sequence %d is not open", seq);
     tseq *q = &t->seqs[seq];
@@ -97,11 +95,9 @@ int hkv_kv_tiered_lookahead_end(hkv_kv *kv, int seq, int64_t end, hkv_err *err) 
     return rc;
 }
 
-int hkv_kv_tiered_prompt_view(hkv_kv *kv, int seq, int layer, hkv_far_view *far,
-                              hkv_query_view *qv, uint16_t *qbuf, int64_t qbuf_rows, hkv_err *err) {
-    if (!hkv_kv_is_tiered(kv))
-        return hkv_seterr(err, HKV_E_INVAL, "a prompt view needs the tiered KV cache");
-    tiered *t = kv->self;
+int tiered_prompt_view(void *self, int seq, int layer, hkv_far_view *far, hkv_query_view *qv,
+                       uint16_t *qbuf, int64_t qbuf_rows, hkv_err *err) {
+    tiered *t = self;
     if (seq < 0 || seq >= t->max_seqs || !t->seqs[seq].open || layer < 0 || layer >= t->s.n_layer)
         return hkv_seterr(err, HKV_E_INVAL, "prompt view: sequence %d (layer %d) is not open", seq,
                           layer);
@@ -115,9 +111,8 @@ int hkv_kv_tiered_prompt_view(hkv_kv *kv, int seq, int layer, hkv_far_view *far,
     return HKV_OK;
 }
 
-const hkv_policy_def *hkv_kv_tiered_seq_policy(const hkv_kv *kv, int seq, hkv_policy_args *args) {
-    if (!hkv_kv_is_tiered(kv)) return NULL;
-    const tiered *t = kv->self;
+const hkv_policy_def *tiered_seq_policy(const void *self, int seq, hkv_policy_args *args) {
+    const tiered *t = self;
     if (seq < 0 || seq >= t->max_seqs) return NULL;
     const tseq *q = &t->seqs[seq];
     const hkv_policy_def *d = q->def ? q->def : t->p.policy;

@@ -74,10 +74,9 @@ int64_t tiered_tsp_rows_upto(const tsp_list *tl, int64_t p_last, int32_t *idx) {
     return c;
 }
 
-int hkv_kv_tiered_seq_instance(hkv_kv *kv, int seq, const hkv_policy_def **def, hkv_policy *pol,
-                             hkv_err *err) {
-    if (!hkv_kv_is_tiered(kv)) return hkv_seterr(err, HKV_E_INVAL, "policies need the tiered KV cache");
-    tiered *t = kv->self;
+int tiered_seq_instance(void *self, int seq, const hkv_policy_def **def, hkv_policy *pol,
+                        hkv_err *err) {
+    tiered *t = self;
     if (seq < 0 || seq >= t->max_seqs || !t->seqs[seq].open)
         return hkv_seterr(err, HKV_E_INVAL, "sequence %d is not open", seq);
     if (def) *def = t->seqs[seq].def;

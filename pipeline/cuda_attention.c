@@ -29,7 +29,7 @@
 #include <string.h>
 
 #include "cuda_backend_impl.h"
-#include "kv_tiered.h"
+#include "kv_far.h"
 
 static int is_prompt(const hkv_seg *sg) {
     return (sg->flags & (HKV_SEG_PROMPT | HKV_SEG_PROMPT_END)) || sg->n > 1;
@@ -153,7 +153,7 @@ static int att_end(cuda_be *b, cb_half *h, hkv_err *err) {
             int rows;
             const size_t off = ((size_t)b->h_slow[i] * seq_rows) * d + lofs,
                          bytes = (size_t)KH * NR * d * 2;
-            if ((rc = hkv_kv_tiered_near(kv, b->h_slow[i], layer, &hk, &hv, &rows, err)) ||
+            if ((rc = hkv_kv_near(kv, b->h_slow[i], layer, &hk, &hv, &rows, err)) ||
                 (rc = hkv_gpu_upload(b->near_k + off, hk, bytes, b->st, err)) ||
                 (rc = hkv_gpu_upload(b->near_v + off, hv, bytes, b->st, err)))
                 goto out;
@@ -195,7 +195,7 @@ static int att_end(cuda_be *b, cb_half *h, hkv_err *err) {
             b->m_len[m] = -1;
         } else {
             b->m_len[m] = sg->pos + 1;
-            b->m_epoch[m] = hkv_kv_tiered_seq_epoch(kv, sg->seq);
+            b->m_epoch[m] = hkv_kv_seq_epoch(kv, sg->seq);
         }
     }
 out:
@@ -221,7 +221,7 @@ static int att_begin(cuda_be *b, int mb, int layer, const hkv_seg *segs, int n_s
     hkv_engine *e = b->e;
     hkv_kv *kv = &e->kv;
     const int NL = b->NL, KH = b->KH, NR = b->NR, d = b->d, hi = mb < 0 ? 0 : mb;
-    const int64_t Li = e->p.tiered.L_init, Ll = e->p.tiered.L_local;
+    const int64_t Li = b->Li, Ll = b->Ll;
     const int64_t seq_rows = (int64_t)NL * KH * NR;   /* near rows of one sequence */
     void **ev = b->ev + 4 * ((size_t)hi * NL + layer);
     int *pending = b->ev_pending + (size_t)hi * NL + layer;
@@ -262,7 +262,7 @@ static int att_begin(cuda_be *b, int mb, int layer, const hkv_seg *segs, int n_s
         }
         const int s = sg->seq;
         const int64_t p = sg->pos, m = (int64_t)s * NL + layer;
-        if (b->m_len[m] != p || b->m_epoch[m] != hkv_kv_tiered_seq_epoch(kv, s))
+        if (b->m_len[m] != p || b->m_epoch[m] != hkv_kv_seq_epoch(kv, s))
             b->h_slow[n_slow++] = s;
         const int64_t slot = p < Li ? p : Li + (p - Li) % Ll;
         b->h_dst[sg->row] = ((int64_t)s * seq_rows + slot) * d;
@@ -331,7 +331,7 @@ static int att_begin(cuda_be *b, int mb, int layer, const hkv_seg *segs, int n_s
         for (int i = 0; i < n_segs; i++) {
             const int64_t m = (int64_t)segs[i].seq * NL + layer;
             b->m_len[m] = segs[i].pos + 1;
-            b->m_epoch[m] = hkv_kv_tiered_seq_epoch(kv, segs[i].seq);
+            b->m_epoch[m] = hkv_kv_seq_epoch(kv, segs[i].seq);
         }
         return df_run(b, 1, err);   /* the earlier layers' host steps whose rows are here */
     }

@@ -8,7 +8,7 @@
 
 #include "cuda_backend_impl.h"
 #include "qmat_panel.h"
-#include "kv_tiered.h"
+#include "kv_far.h"
 
 void *cb_alloc(cuda_be *b, int tier, size_t bytes, hkv_err *err) {
     if (b->n_allocs == b->cap_allocs) {
@@ -698,7 +698,7 @@ int hkv_cuda_backend_create(hkv_backend *be, struct hkv_engine *e, const hkv_cud
                             hkv_err *err) {
     be->ops = NULL;
     be->self = NULL;
-    if (!hkv_kv_is_tiered(&e->kv) || !e->kv.ops->layer_step_far)
+    if (!hkv_kv_has_far(&e->kv) || !e->kv.ops->layer_step_far)
         return hkv_seterr(err, HKV_E_UNSUPPORTED, "the CUDA backend needs the tiered KV cache (its "
                           "far tier is attended by the CPU)");
     const hkv_model_config *c = &e->model.cfg;
@@ -709,7 +709,8 @@ int hkv_cuda_backend_create(hkv_backend *be, struct hkv_engine *e, const hkv_cud
     b->profile = p->profile;
     b->lockstep = p->lockstep;
     b->NL = c->n_layer, b->H = c->n_head, b->KH = c->n_head_kv, b->d = c->head_dim;
-    b->NR = hkv_kv_tiered_near_rows(&e->kv);
+    const hkv_near_window w = hkv_kv_near_window(&e->kv);
+    b->Li = w.L_init, b->Ll = w.L_local, b->NR = w.L_init + w.L_local;
     b->max_rows = e->max_rows, b->max_seqs = e->p.max_seqs;
     b->qd = (int64_t)b->H * b->d;
     b->qkv_w = e->qkv_rows;

@@ -18,7 +18,7 @@
  * turn's prompt by the host over the far tier. The device keeps a mirror of
  * each (sequence, layer) near tier that it appends to as decode steps go;
  * when the host's changed in another way (a prompt ended, a rewind, a copy:
- * hkv_kv_tiered_seq_epoch), the host's copy is uploaded whole before the
+ * hkv_kv_seq_epoch), the host's copy is uploaded whole before the
  * device attends it. With micro-batch
  * ping-pong (hkv_cuda_params.pingpong) a decode batch runs as two halves,
  * one's host part beside the other's device work (runtime/forward_pingpong.c). */

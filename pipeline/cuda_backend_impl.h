@@ -169,6 +169,7 @@ typedef struct cuda_be {
     hkv_gpu_ctx *ctx;
     void *st;                       /* the compute stream */
     int NL, H, KH, d, NR, max_rows, max_seqs;
+    int Li, Ll;                     /* the near window (kv_far.h): sinks, ring; NR = Li + Ll */
     int gemm;                       /* hkv_cuda_params.gemm */
     int profile;                    /* hkv_cuda_params.profile */
     int lockstep;                   /* hkv_cuda_params.lockstep: never defer a host step */

@@ -33,7 +33,7 @@
 #include <string.h>
 
 #include "cuda_backend_impl.h"
-#include "kv_tiered.h"
+#include "kv_far.h"
 #include "window_scores.h"
 
 /* Scratch of one build, freed in reverse; stream-ordered, so a build inside
@@ -195,9 +195,9 @@ host:
 
 void cb_index_attach(cuda_be *b) {
     const hkv_far_accel a = {.top_lists = top_lists, .window_scores = window_scores, .ud = b};
-    hkv_kv_tiered_set_accel(&b->e->kv, &a);
+    hkv_kv_set_far_accel(&b->e->kv, &a);
 }
 
 void cb_index_detach(cuda_be *b) {
-    if (b->e) hkv_kv_tiered_set_accel(&b->e->kv, NULL);
+    if (b->e) hkv_kv_set_far_accel(&b->e->kv, NULL);
 }

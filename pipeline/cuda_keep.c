@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "cuda_backend_impl.h"
-#include "kv_tiered.h"
+#include "kv_far.h"
 
 int cb_keep_create(cuda_be *b, hkv_err *err) {
     cb_keep *k = &b->kp;
@@ -112,7 +112,7 @@ static int upload_set(cuda_be *b, int s, int layer, const hkv_kept_set *ks, hkv_
     cb_keep *k = &b->kp;
     const int KH = b->KH, d = b->d;
     hkv_far_view fv;
-    int rc = hkv_kv_tiered_far(&b->e->kv, s, layer, &fv, err);
+    int rc = hkv_kv_far_view(&b->e->kv, s, layer, &fv, err);
     if (rc) return rc;
     /* The staging's last copy must have read it. */
     if ((rc = hkv_gpu_event_sync(k->stage_ev, err))) return rc;
@@ -145,7 +145,7 @@ static int upload_set(cuda_be *b, int s, int layer, const hkv_kept_set *ks, hkv_
  * not, < 0 an error. */
 static int seq_kept(cuda_be *b, int seq, int layer, hkv_kept_set *ks, hkv_err *err) {
     hkv_policy pol;
-    int rc = hkv_kv_tiered_seq_instance(&b->e->kv, seq, NULL, &pol, err);
+    int rc = hkv_kv_seq_instance(&b->e->kv, seq, NULL, &pol, err);
     if (rc) return rc;
     return pol.ops->kept_set && pol.ops->kept_set(pol.self, layer, ks) == HKV_OK;
 }
@@ -183,7 +183,7 @@ int cb_keep_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64_t
         if (need && (rc = seq_kept(b, sg->seq, layer, &ks, err)) < 0) return rc;
         if (need && rc == 1) {
             const size_t m = (size_t)sg->seq * NL + layer;
-            const uint64_t ep = hkv_kv_tiered_seq_epoch(kv, sg->seq);
+            const uint64_t ep = hkv_kv_seq_epoch(kv, sg->seq);
             if (k->ver[m] != ks.version || k->epoch[m] != ep) {
                 if ((rc = upload_set(b, sg->seq, layer, &ks, err)))
                     return hkv_err_prefix(err, "sequence %d, layer %d: kept rows to the device",

@@ -26,7 +26,7 @@
 #include <string.h>
 
 #include "cuda_backend_impl.h"
-#include "kv_tiered.h"
+#include "kv_far.h"
 
 int cb_pages_create(cuda_be *b, hkv_err *err) {
     cb_pages *g = &b->pg;
@@ -123,7 +123,7 @@ static int decode_pages(cuda_be *b, const hkv_seg *sg, int layer, hkv_page_table
                         hkv_err *err) {
     if ((sg->flags & (HKV_SEG_PROMPT | HKV_SEG_PROMPT_END)) || sg->n > 1) return 0;
     hkv_policy pol;
-    int rc = hkv_kv_tiered_seq_instance(&b->e->kv, sg->seq, NULL, &pol, err);
+    int rc = hkv_kv_seq_instance(&b->e->kv, sg->seq, NULL, &pol, err);
     if (rc) return rc;
     return pol.ops->page_table && pol.ops->page_table(pol.self, layer, t) == HKV_OK;
 }
@@ -133,7 +133,7 @@ int cb_select_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64
     cb_pages *g = &b->pg;
     hkv_kv *kv = &b->e->kv;
     const int NL = b->NL, KH = b->KH, d = b->d, NR = b->NR;
-    const int64_t Li = b->e->p.tiered.L_init, Ll = b->e->p.tiered.L_local;
+    const int64_t Li = b->Li, Ll = b->Ll;
     int rc;
     g->n_rows = 0;
     for (int64_t i = r0 * KH; i < (r0 + n) * KH; i++) g->has[i] = 0;
@@ -163,7 +163,7 @@ int cb_select_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64
             continue;
         }
         const size_t m = (size_t)sg->seq * NL + layer;
-        const uint64_t ep = hkv_kv_tiered_seq_epoch(kv, sg->seq);
+        const uint64_t ep = hkv_kv_seq_epoch(kv, sg->seq);
         const int64_t p = sg->pos;
         if (b->m_len[m] != p || b->m_epoch[m] != ep) {   /* no current ring to fold from */
             g->ver[m] = 0;

@@ -26,7 +26,7 @@
 #include <string.h>
 
 #include "cuda_backend_impl.h"
-#include "kv_tiered.h"
+#include "kv_far.h"
 
 int cb_prefill_create(cuda_be *b, const hkv_cuda_params *cp, hkv_err *err) {
     b->pp_ok = b->d % 32 == 0 && b->d <= 256;   /* the device attention kernels' shapes */
@@ -132,7 +132,7 @@ int cb_prefill_plan(cuda_be *b, int layer, const hkv_seg *segs, int n_segs) {
         const int s = sg->seq;
         cb_prompt *p = &b->pp[s];
         int64_t *len = b->pp_len + (size_t)s * b->NL;
-        const uint64_t ep = hkv_kv_tiered_seq_epoch(kv, s);
+        const uint64_t ep = hkv_kv_seq_epoch(kv, s);
         if (sg->pos == 0) {   /* a prompt from the start: a fresh copy, this layer */
             if (layer == 0) {
                 stream_end(b, p);   /* (one given up before its end) */

@@ -32,7 +32,7 @@
 #include <string.h>
 
 #include "cuda_backend_impl.h"
-#include "kv_tiered.h"
+#include "kv_far.h"
 
 #define PS_MIN_BLOCK 256   /* below this a block's launches cost more than its keys */
 
@@ -148,7 +148,7 @@ int cb_pstream_attend(cuda_be *b, int layer, const hkv_seg *sg, const cb_prompt 
     if (p->res >= pos) return HKV_OK;
     /* the far tier's tokens [res, pos), a block at a time */
     hkv_far_view fv;
-    if ((rc = hkv_kv_tiered_far(&b->e->kv, sg->seq, layer, &fv, err))) return rc;
+    if ((rc = hkv_kv_far_view(&b->e->kv, sg->seq, layer, &fv, err))) return rc;
     if (fv.ld != d)
         return hkv_seterr(err, HKV_E_INTERNAL, "far tier rows of %lld halves, not %d: cannot stream "
                           "them as blocks", (long long)fv.ld, d);

@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "cuda_backend_impl.h"
-#include "kv_tiered.h"
+#include "kv_far.h"
 
 /* Bytes of one layer's update region: offsets, FIFOs, descriptors, rows. */
 static size_t up_layout(const cuda_be *b, size_t *o_off_rows, size_t *o_off_fifo, size_t *o_fifo,
@@ -153,7 +153,7 @@ int cb_recall_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64
         const hkv_seg *sg = &segs[i];
         if ((sg->flags & (HKV_SEG_PROMPT | HKV_SEG_PROMPT_END)) || sg->n > 1) continue;
         hkv_policy pol;
-        if ((rc = hkv_kv_tiered_seq_instance(kv, sg->seq, NULL, &pol, err))) return rc;
+        if ((rc = hkv_kv_seq_instance(kv, sg->seq, NULL, &pol, err))) return rc;
         if (!pol.ops->recall_table || !pol.ops->select_recalled) continue;
         hkv_recall_table *t = &r->tab[n_desc];
         if ((rc = pol.ops->recall_table(pol.self, layer, t, fifo + (size_t)n_desc * KH * 2,
@@ -173,7 +173,7 @@ int cb_recall_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64
         const hkv_recall_table *t = &r->tab[j];
         const int32_t *dirty = r->dirty + (size_t)j * KH;
         const size_t m = (size_t)sg->seq * NL + layer;
-        const uint64_t ep = hkv_kv_tiered_seq_epoch(kv, sg->seq);
+        const uint64_t ep = hkv_kv_seq_epoch(kv, sg->seq);
         uint16_t *tab = r->rows + m * (size_t)r->C * H * d;
         if (r->ver[m] != t->version || r->epoch[m] != ep) {   /* the whole table */
             const size_t bytes = (size_t)t->C * H * d * 2;

@@ -25,7 +25,7 @@
 #include <string.h>
 
 #include "cuda_backend_impl.h"
-#include "kv_tiered.h"
+#include "kv_far.h"
 
 int cb_rocket_create(cuda_be *b, hkv_err *err) {
     cb_rocket *r = &b->rk;
@@ -62,7 +62,7 @@ static int decode_lists(cuda_be *b, const hkv_seg *sg, int layer, hkv_cand_table
     if ((sg->flags & (HKV_SEG_PROMPT | HKV_SEG_PROMPT_END)) || sg->n > 1) return 0;
     if (b->d > 256 || b->H / b->KH > 64) return 0;   /* the estimate kernel's shapes */
     hkv_policy pol;
-    int rc = hkv_kv_tiered_seq_instance(&b->e->kv, sg->seq, NULL, &pol, err);
+    int rc = hkv_kv_seq_instance(&b->e->kv, sg->seq, NULL, &pol, err);
     if (rc) return rc;
     return pol.ops->cand_table && pol.ops->cand_table(pol.self, layer, t) == HKV_OK;
 }
@@ -136,7 +136,7 @@ int cb_rocket_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, hkv_e
     cb_pages *g = &b->pg;
     hkv_kv *kv = &b->e->kv;
     const int NL = b->NL, KH = b->KH, d = b->d, NR = b->NR, grp = b->H / b->KH;
-    const int64_t Li = b->e->p.tiered.L_init, Ll = b->e->p.tiered.L_local;
+    const int64_t Li = b->Li, Ll = b->Ll;
     int rc;
     /* The arena first: every list of the step with room for this step's push. */
     int64_t need = 0, page = 0;
@@ -160,7 +160,7 @@ int cb_rocket_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, hkv_e
             continue;
         }
         const size_t m = (size_t)sg->seq * NL + layer;
-        const uint64_t ep = hkv_kv_tiered_seq_epoch(kv, sg->seq);
+        const uint64_t ep = hkv_kv_seq_epoch(kv, sg->seq);
         const int64_t p = sg->pos, pf = p - Ll;
         const int push = p >= Li + Ll;   /* the token this step pushes out of the ring */
         if (b->m_len[m] != p || b->m_epoch[m] != ep || (push && t.list_hi != pf)) {

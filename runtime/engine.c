@@ -5,6 +5,7 @@
 
 #include "draft.h"
 #include "gguf.h"
+#include "kv_tiered.h"
 #include "synthetic.h"
 
 void hkv_engine_params_default(hkv_engine_params *p) {

@@ -10,7 +10,7 @@
 #include "host_mem.h"
 #include "kernels.h"
 #include "kv.h"
-#include "kv_tiered.h"
+#include "kv_tiered_params.h"
 #include "model.h"
 #include "status.h"
 #include "threads.h"

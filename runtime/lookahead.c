@@ -6,7 +6,7 @@
 
 #include "draft.h"
 #include "generate.h"
-#include "kv_tiered.h"
+#include "kv_far.h"
 #include "sampler.h"
 #include "specpc.h"
 
@@ -90,7 +90,7 @@ int64_t hkv_prep_prompt_len_of(const hkv_policy_def *def, const hkv_policy_args 
 
 int64_t hkv_prep_prompt_len(const hkv_engine *e, int seq, int64_t n) {
     hkv_policy_args args;
-    const hkv_policy_def *def = hkv_kv_tiered_seq_policy(&e->kv, seq, &args);
+    const hkv_policy_def *def = hkv_kv_seq_policy(&e->kv, seq, &args);
     return hkv_prep_prompt_len_of(def, &args, n);
 }
 
@@ -106,7 +106,7 @@ int64_t hkv_lookahead_room_of(const hkv_engine *e, const hkv_policy_def *def,
 
 int64_t hkv_lookahead_room(const hkv_engine *e, int seq) {
     hkv_policy_args args;
-    const hkv_policy_def *def = hkv_kv_tiered_seq_policy(&e->kv, seq, &args);
+    const hkv_policy_def *def = hkv_kv_seq_policy(&e->kv, seq, &args);
     return hkv_lookahead_room_of(e, def, &args);
 }
 
@@ -115,7 +115,7 @@ int hkv_lookahead(hkv_engine *e, int seq, const int32_t *prompt, int64_t n,
                   hkv_err *err) {
     if (n_look) *n_look = 0;
     hkv_policy_args args;
-    const hkv_policy_def *def = hkv_kv_tiered_seq_policy(&e->kv, seq, &args);
+    const hkv_policy_def *def = hkv_kv_seq_policy(&e->kv, seq, &args);
     if (!def || (def->prep != HKV_PREP_LOOKAHEAD_TARGET && def->prep != HKV_PREP_LOOKAHEAD_DRAFT))
         return HKV_OK;
     const int draft = def->prep == HKV_PREP_LOOKAHEAD_DRAFT;
@@ -134,7 +134,7 @@ int hkv_lookahead(hkv_engine *e, int seq, const int32_t *prompt, int64_t n,
                    : look_target(e, seq, n, last_logits, L, &cnt, err);
     int rc2 = e->kv.ops->seq_rewind(e->kv.self, seq, n, err);
     if (!rc) rc = rc2;
-    if (!rc && cnt > 0) rc = hkv_kv_tiered_lookahead_end(&e->kv, seq, n + cnt, err);
+    if (!rc && cnt > 0) rc = hkv_kv_lookahead_end(&e->kv, seq, n + cnt, err);
     if (rc) return hkv_err_prefix(err, "%s lookahead of sequence %d", def->name, seq);
     if (n_look) *n_look = cnt;
     return HKV_OK;
@@ -143,7 +143,7 @@ int hkv_lookahead(hkv_engine *e, int seq, const int32_t *prompt, int64_t n,
 int hkv_fork_prep(hkv_engine *e, int seq, const int32_t *prompt, int64_t n, float *logits,
                   int64_t max_new, int64_t *base, hkv_err *err) {
     hkv_policy_args a;
-    const hkv_policy_def *d = hkv_kv_tiered_seq_policy(&e->kv, seq, &a);
+    const hkv_policy_def *d = hkv_kv_seq_policy(&e->kv, seq, &a);
     *base = n;
     if (!d || (d->prep != HKV_PREP_LOOKAHEAD_TARGET && d->prep != HKV_PREP_LOOKAHEAD_DRAFT &&
                d->prep != HKV_PREP_COMPRESS_DRAFT))
@@ -162,7 +162,7 @@ int hkv_prefill_prep(hkv_engine *e, int seq, const int32_t *prompt, int64_t n, f
                      int64_t room, int64_t max_new, int64_t *n_stored, hkv_err *err) {
     *n_stored = 0;
     hkv_policy_args args;
-    const hkv_policy_def *def = hkv_kv_tiered_seq_policy(&e->kv, seq, &args);
+    const hkv_policy_def *def = hkv_kv_seq_policy(&e->kv, seq, &args);
     int rc;
     if (def && def->prep == HKV_PREP_COMPRESS_DRAFT) {
         const size_t kb = (size_t)n * sizeof(int32_t);

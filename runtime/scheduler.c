@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "gpu_plan.h"
+#include "kv_far.h"
 #include "lookahead.h"
 
 enum { SLOT_FREE = 0, SLOT_PREFILL, SLOT_DECODE };
@@ -77,7 +78,7 @@ int64_t hkv_sched_capacity(const hkv_engine *e, const hkv_sched_req *r) {
 
 uint64_t hkv_sched_kv_bytes(const hkv_engine *e, int64_t cap) {
     hkv_policy_args args;
-    const hkv_policy_def *def = hkv_kv_tiered_seq_policy(&e->kv, 0, &args);
+    const hkv_policy_def *def = hkv_kv_seq_policy(&e->kv, 0, &args);
     return hkv_sched_kv_bytes_of(e, def, &args, cap);
 }
 
@@ -86,23 +87,24 @@ uint64_t hkv_sched_kv_bytes_of(const hkv_engine *e, const hkv_policy_def *def,
     const hkv_model_config *c = &e->model.cfg;
     const uint64_t L = (uint64_t)c->n_layer, KH = (uint64_t)c->n_head_kv, d = (uint64_t)c->head_dim;
     const uint64_t row = L * KH * d * 2 * 2;   /* K and V, fp16, every layer and KV head */
-    if (!hkv_kv_is_tiered(&e->kv)) return row * (uint64_t)cap;
+    if (!hkv_kv_has_far(&e->kv)) return row * (uint64_t)cap;
+    const hkv_near_window w = hkv_kv_near_window(&e->kv);
     hkv_policy_args args;
     if (argp) args = *argp;
     else if (def) hkv_policy_args_init(def, &args);
     hkv_policy_env env = {.shape = {c->n_layer, c->n_head, c->n_head_kv, c->head_dim},
-                          .n_ctx = cap, .L_init = e->p.tiered.L_init,
-                          .L_local = e->p.tiered.L_local, .kern = &e->kern};
+                          .n_ctx = cap, .L_init = w.L_init, .L_local = w.L_local,
+                          .kern = &e->kern};
     int64_t q_keep = e->p.tiered.keep_queries;
     if (def && def->queries_wanted) {
         int64_t w = def->queries_wanted(&args, &env);
         if (w > q_keep) q_keep = w;
     }
     if (q_keep > cap) q_keep = cap;
-    uint64_t bytes = row * (uint64_t)hkv_kv_tiered_near_rows(&e->kv) + row * (uint64_t)cap +
+    uint64_t bytes = row * (uint64_t)(w.L_init + w.L_local) + row * (uint64_t)cap +
                      L * (uint64_t)q_keep * (uint64_t)c->n_head * d * 2;
-    hkv_plan_params pp = {.cfg = c, .batch = 1, .n_ctx = cap, .L_init = e->p.tiered.L_init,
-                          .L_local = e->p.tiered.L_local, .policy = def, .args = &args};
+    hkv_plan_params pp = {.cfg = c, .batch = 1, .n_ctx = cap, .L_init = w.L_init,
+                          .L_local = w.L_local, .policy = def, .args = &args};
     uint64_t g = 0, h = 0;
     hkv_err err;
     if (def && hkv_plan_index_bytes(&pp, &g, &h, &err) == HKV_OK) bytes += g + h;
@@ -119,7 +121,7 @@ int hkv_sched_create(hkv_sched **out, hkv_engine *e, const hkv_sched_params *p, 
     s->e = e;
     s->p = *p;
     /* the policy requests run unless they name their own */
-    s->def0 = hkv_kv_tiered_seq_policy(&e->kv, 0, &s->args0);
+    s->def0 = hkv_kv_seq_policy(&e->kv, 0, &s->args0);
     const size_t B = (size_t)p->max_batch, V = (size_t)e->model.cfg.vocab;
     s->slots = calloc(B, sizeof *s->slots);
     s->logits = malloc(B * V * sizeof(float));
@@ -193,7 +195,7 @@ int hkv_sched_submit(hkv_sched *s, hkv_sched_req *r, hkv_err *err) {
                           "draft, token-selective prefill): only the engine's own policy may, "
                           "a request may name another policy without preparation",
                           r->policy->name);
-    if (r->policy && !hkv_kv_is_tiered(&e->kv))
+    if (r->policy && !hkv_kv_has_far(&e->kv))
         return hkv_seterr(err, HKV_E_UNSUPPORTED, "a request's policy needs the tiered KV cache");
     if (r->policy && r->policy_args && (rc = hkv_policy_args_check(r->policy, r->policy_args, err)))
         return rc;
@@ -326,15 +328,15 @@ static void admit(hkv_sched *s) {
         const hkv_policy_def *pdef = req_policy(s, r, &pa);
         /* every slot is given its request's policy (the default's too: the
          * slot may have run another request's) */
-        if ((pdef && hkv_kv_is_tiered(&e->kv) &&
-             (rc = hkv_kv_tiered_set_policy(&e->kv, i, pdef, &pa, &err))) ||
+        if ((pdef && hkv_kv_has_far(&e->kv) &&
+             (rc = hkv_kv_set_policy(&e->kv, i, pdef, &pa, &err))) ||
             (rc = e->kv.ops->seq_open(e->kv.self, i, sl->cap, &err))) {
             /* closing a slot that failed to open is harmless: it is not open */
             finish(s, i, rc, &err);
             continue;
         }
         hkv_policy_args args;
-        const hkv_policy_def *def = hkv_kv_tiered_seq_policy(&e->kv, i, &args);
+        const hkv_policy_def *def = hkv_kv_seq_policy(&e->kv, i, &args);
         sl->whole = def && def->prep != HKV_PREP_NONE;
     }
 }

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "generate.h"
-#include "kv_tiered.h"
+#include "kv_far.h"
 #include "window_scores.h"
 
 typedef struct ranked { float s; int32_t i; } ranked;
@@ -99,7 +99,7 @@ static int draft_scores(hkv_engine *d, int64_t n, int64_t window, int skip, floa
     for (int l = skip; !rc && l < c->n_layer; l++) {
         hkv_far_view far;
         hkv_query_view qv;
-        if ((rc = hkv_kv_tiered_prompt_view(&d->kv, 0, l, &far, &qv, q, window, err))) break;
+        if ((rc = hkv_kv_prompt_view(&d->kv, 0, l, &far, &qv, q, window, err))) break;
         int64_t want = window < n ? window : n;
         if (qv.n < want) {
             rc = hkv_seterr(err, HKV_E_INVAL, "specpc: window=%lld, but the draft keeps %lld "

@@ -11,10 +11,12 @@
 
 #include <string.h>
 
+#include "kv_far.h"
+
 int hkv_tsp_wanted(hkv_engine *e, int seq, int64_t n) {
     const hkv_policy_def *def = NULL;
     hkv_policy pol = {0};
-    if (!hkv_kv_is_tiered(&e->kv) || hkv_kv_tiered_seq_instance(&e->kv, seq, &def, &pol, NULL) ||
+    if (!hkv_kv_has_far(&e->kv) || hkv_kv_seq_instance(&e->kv, seq, &def, &pol, NULL) ||
         def->prep != HKV_PREP_TSP || !pol.ops || !pol.ops->tsp_layer || !pol.ops->tsp_rows)
         return 0;
     if (e->kv.ops->seq_len(e->kv.self, seq) != 0) return 0;   /* later turns: normal prefill */
@@ -26,7 +28,7 @@ int hkv_tsp_prefill(hkv_engine *e, int seq, const int32_t *prompt, int64_t n, fl
                     hkv_err *err) {
     const hkv_policy_def *def = NULL;
     hkv_policy pol = {0};
-    int rc = hkv_kv_tiered_seq_instance(&e->kv, seq, &def, &pol, err);
+    int rc = hkv_kv_seq_instance(&e->kv, seq, &def, &pol, err);
     if (rc) return hkv_err_prefix(err, "token-selective prefill");
     if (!hkv_tsp_wanted(e, seq, n))
         return hkv_seterr(err, HKV_E_INVAL, "token-selective prefill of sequence %d: needs an empty "

@@ -23,7 +23,7 @@
 
 #include "cli.h"
 #include "fuzz_common.h"
-#include "kv_tiered.h"
+#include "kv_tiered_params.h"
 #include "policy.h"
 
 #define MAX_FIELDS 40

@@ -482,6 +482,57 @@ static void test_matmul(hkv_gpu_ctx *ctx, const hkv_cpu_kernels *scalar,
     test_matmul_x(ctx, scalar, best, type, rows, cols, ns, n_ns, 0, 1, rng);
 }
 
+/* The GEMM's cuBLAS handle is its stream's (gpu_ctx.h): on a second stream
+ * of the context (hkv_gpu_ctx_add_stream: its own handle and workspace) the
+ * same product bit for bit in every GEMM mode; on a stream the context did
+ * not make, a clear error. Run last: the added stream's workspace stays
+ * accounted until the context goes. */
+static void test_matmul_streams(hkv_gpu_ctx *ctx, test_rng *rng)
+{
+    void *st = hkv_gpu_ctx_stream(ctx), *s2 = NULL, *alien = NULL;
+    const int64_t rows = 37, cols = 96, n = HKV_GEMV_MAX_N + 3;
+    test_wmat m;
+    make_wmat(&m, HKV_W_Q4, rows, cols, rng);
+    hkv_gpu_qmat g;
+    GPU_OK(hkv_gpu_qmat_upload(ctx, &m.w, &g, st, err));
+    float *x = malloc(n * cols * 4), *y = malloc(n * rows * 4), *y2 = malloc(n * rows * 4);
+    for (int64_t i = 0; i < n * cols; i++) x[i] = rng_nonzero(rng, -1, 1);
+    float *dx = gpu_put(ctx, x, n * cols * 4);
+    GPU_OK(hkv_gpu_ctx_add_stream(ctx, &s2, err));
+    for (int mode = HKV_QMAT_GEMM_SPLIT; mode <= HKV_QMAT_GEMM_FP32; mode++) {
+        g.gemm = mode;
+        const size_t wsb = hkv_gpu_qmat_matmul_ws_bytes(&g, n);
+        void *ws = gpu_put(ctx, NULL, wsb);
+        float *dy = gpu_poisoned(ctx, n * rows), *dy2 = gpu_poisoned(ctx, n * rows);
+        GPU_OK(hkv_gpu_qmat_matmul(ctx, &g, dx, cols, n, dy, rows, ws, wsb, st, err));
+        gpu_get(ctx, y, dy, n * rows * 4);   /* the main stream is idle now: ws and dy2 ready */
+        GPU_OK(hkv_gpu_qmat_matmul(ctx, &g, dx, cols, n, dy2, rows, ws, wsb, s2, err));
+        GPU_OK(hkv_gpu_sync(s2, err));
+        gpu_get(ctx, y2, dy2, n * rows * 4);
+        CHECK(!memcmp(y, y2, n * rows * 4), "matmul %s n=%lld on a second stream differs from the "
+              "main stream's", mname[mode], (long long)n);
+        gpu_drop(ctx, dy, (n * rows + HKV_TEST_GUARD) * 4);
+        gpu_drop(ctx, dy2, (n * rows + HKV_TEST_GUARD) * 4);
+        gpu_drop(ctx, ws, wsb);
+    }
+    GPU_OK(hkv_gpu_stream_create(&alien, err));
+    const size_t wsb = hkv_gpu_qmat_matmul_ws_bytes(&g, n);
+    void *ws = gpu_put(ctx, NULL, wsb);
+    float *dy = gpu_poisoned(ctx, n * rows);
+    hkv_err e2;
+    hkv_err_clear(&e2);
+    CHECK(hkv_gpu_qmat_matmul(ctx, &g, dx, cols, n, dy, rows, ws, wsb, alien, &e2) ==
+              HKV_E_INVAL && strstr(e2.msg, "no cuBLAS handle"),
+          "matmul on a foreign stream: \"%s\"", e2.msg);
+    hkv_gpu_stream_destroy(alien);
+    gpu_drop(ctx, dy, (n * rows + HKV_TEST_GUARD) * 4);
+    gpu_drop(ctx, ws, wsb);
+    gpu_drop(ctx, dx, n * cols * 4);
+    hkv_gpu_qmat_free(ctx, &g);
+    free(x), free(y), free(y2);
+    free_wmat(&m);
+}
+
 /* ---- rows --------------------------------------------------------------------------------- */
 
 static void test_copy_rows(hkv_gpu_ctx *ctx, int64_t cols, test_rng *rng)
@@ -708,6 +759,7 @@ int main(void)
     test_partial_clear(ctx, &rng);
     CHECK(hkv_gpu_in_use(ctx, -1) == start, "device bytes leaked: %zu in use, %zu at start",
           hkv_gpu_in_use(ctx, -1), start);
+    test_matmul_streams(ctx, &rng);   /* after the leak check: it adds a stream */
 
     static const char *pname[] = {"GEMV", "GEMM split (fp16 hi+lo, tensor)", "GEMM fp16 (tensor)",
                                   "GEMM fp32 (CUDA cores)"};

@@ -372,12 +372,12 @@ int hkv_cmd_bench(int argc, char **argv) {
                 const int s0 = in_place ? 0 : 1;   /* the batch is sequences s0 .. s0 + B - 1 */
                 if (in_place && configs) {
                     double a = hkv_now();
-                    if ((rc = hkv_kv_tiered_set_policy(&e->kv, 0, cfg[ci2].def, &cargs, &err))) goto out;
+                    if ((rc = hkv_kv_set_policy(&e->kv, 0, cfg[ci2].def, &cargs, &err))) goto out;
                     t_fork = hkv_now() - a;
                 }
                 for (int s = 1; s < s0 + B; s++) {
                     const double f0 = hkv_now();
-                    if (configs && (rc = hkv_kv_tiered_set_policy(&e->kv, s, cfg[ci2].def, &cargs, &err)))
+                    if (configs && (rc = hkv_kv_set_policy(&e->kv, s, cfg[ci2].def, &cargs, &err)))
                         goto out;
                     if ((rc = ops->seq_open(e->kv.self, s, L + steps + 1 + hkv_lookahead_room(e, s), &err)) ||
                         (rc = ops->seq_copy(e->kv.self, s, 0, &err)))

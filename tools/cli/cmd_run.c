@@ -8,6 +8,7 @@
 
 #include "cli.h"
 #include "generate.h"
+#include "kv_tiered.h"
 
 static const char run_usage[] =
     "usage: hetkv run -m MODEL (-p PROMPT | -f FILE) [options]\n"

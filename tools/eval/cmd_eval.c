@@ -6,6 +6,7 @@
 
 #include "cli_rows.h"
 #include "eval.h"
+#include "kv_tiered.h"
 #include "lookahead.h"
 
 static const char eval_usage[] =
@@ -42,7 +43,7 @@ int eval_fork(eval_run *r, int64_t ctx, const hkv_policy_def *def, const hkv_pol
     /* Policy first, on the closed sequence, so the copy builds its index once. */
     kv->ops->seq_close(kv->self, 1);
     const size_t before = r->e->mem.bytes[HKV_TIER_INDEX];
-    int rc = hkv_kv_tiered_set_policy(kv, 1, def, args, err);
+    int rc = hkv_kv_set_policy(kv, 1, def, args, err);
     if (!rc) rc = hkv_kv_tiered_set_audit(kv, audit, audit_k, err);
     /* + room for the lookahead tokens of laq/speckv (eval_fork_prep) */
     if (!rc) rc = kv->ops->seq_open(kv->self, 1, ctx + hkv_lookahead_room(r->e, 1), err);
@@ -57,7 +58,7 @@ int eval_fork(eval_run *r, int64_t ctx, const hkv_policy_def *def, const hkv_pol
 int eval_fork_prep(eval_run *r, const int32_t *prompt, int64_t n, float *logits, int64_t max_new,
                    int64_t *base, hkv_err *err) {
     const hkv_policy_def *d = NULL;
-    if (!hkv_kv_tiered_seq_instance(&r->e->kv, 1, &d, NULL, NULL) && d->prep == HKV_PREP_TSP) {
+    if (!hkv_kv_seq_instance(&r->e->kv, 1, &d, NULL, NULL) && d->prep == HKV_PREP_TSP) {
         *base = n;   /* eval_fork left it empty: the policy's own prefill, its logits */
         int rc = hkv_prefill(r->e, 1, prompt, n, 0, logits, err);
         return rc ? hkv_err_prefix(err, "'%s' prefill of the prompt", d->name) : HKV_OK;

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "eval.h"
+#include "kv_tiered.h"
 
 /* Natural-log softmax of x into lp; returns nothing, sums in double. */
 static void log_softmax(const float *x, int n, float *lp) {

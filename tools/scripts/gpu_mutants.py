@@ -201,32 +201,6 @@ MUTANTS = [
       [("gpu/gpu_ctx.cu",
         "cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, hkv_stream(stream))",
         "cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, 0)")], eager=True),
-    M("gemm-nosync-pinned", "missing stream synchronisation",
-      "weight upload: staging made page-locked (cudaHostAlloc) and the per-panel "
-      "cudaStreamSynchronize dropped (the next panel overwrites the staging buffer while "
-      "its copy may be in flight)",
-      [("gpu/gemm.cu",
-        "    char *stage = (char *)hkv_host_alloc(host_mem, HKV_TIER_WORKSPACE, stage_b, err);\n",
-        "    char *stage = NULL;\n"
-        "    if (cudaHostAlloc((void **)&stage, stage_b, cudaHostAllocDefault) != cudaSuccess) "
-        "stage = NULL;\n"),
-       ("gpu/gemm.cu",
-        "        if (e == cudaSuccess) e = cudaStreamSynchronize(st);   /* the panel buffer is reused */\n",
-        ""),
-       ("gpu/gemm.cu", "    hkv_host_free(host_mem, HKV_TIER_WORKSPACE, stage, stage_b);\n",
-        "    cudaFreeHost(stage);\n")],
-      eager=True, san="tsan", san_tests=["gpu_model"], delay_us=20000,
-      blind="the copy runs on the stream's host thread as soon as it is queued, well before "
-            "the host has dequantised the next panel, so the data race never corrupts a "
-            "value; only ThreadSanitizer sees the unordered accesses"),
-    M("gemm-nosync-pageable", "missing stream synchronisation (not a bug)",
-      "weight upload: the per-panel cudaStreamSynchronize dropped, staging left pageable",
-      [("gpu/gemm.cu",
-        "        if (e == cudaSuccess) e = cudaStreamSynchronize(st);   /* the panel buffer is reused */\n",
-        "")], eager=True,
-      blind="not a bug: cudaMemcpyAsync from pageable memory to the device returns once the "
-            "source is staged, so reusing the buffer at once is safe on a GPU as in the "
-            "emulator"),
     M("get-nosync", "missing stream synchronisation (not a bug)",
       "test helper gpu_get: the stream synchronisation after the download dropped",
       [("tests/gpu/gpu_test.h",

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "kv_far.h"
 #include "serve.h"
 
 static const char serve_usage[] =
@@ -301,9 +302,9 @@ static int engine_run(engine_loop *L, const sigset_t *sigs, hkv_err *err) {
 }
 
 static const char *policy_name(const hkv_engine *e) {
-    if (!hkv_kv_is_tiered(&e->kv)) return "plain";
+    if (!hkv_kv_has_far(&e->kv)) return "plain";
     hkv_policy_args args;
-    const hkv_policy_def *def = hkv_kv_tiered_seq_policy(&e->kv, 0, &args);
+    const hkv_policy_def *def = hkv_kv_seq_policy(&e->kv, 0, &args);
     return def ? def->name : "full";
 }
 
