@@ -34,7 +34,9 @@ enum { HKV_GPU_ROPE_PAIRS = 0, HKV_GPU_ROPE_NEOX = 1 };   /* model/model.h's val
 
 /* x[r][:] = table[tokens[r]][:] as fp32, r < n. table fp16 [vocab][dim],
  * tokens int32 [n], x [n][dim] (device). Ids outside [0, vocab) give a NaN
- * row (the host validates ids before upload; this only keeps reads in bounds). */
+ * row (the host validates ids before upload; this only keeps reads in bounds).
+ * Only tests call it: the CUDA backend looks embeddings up in the repacked
+ * table (hkv_gpu_qmat_rows); kept for fp16 tables and as their reference. */
 int hkv_gpu_embed(const uint16_t *table, int64_t vocab, int64_t dim, const int32_t *tokens,
                   int64_t n, float *x, void *stream, hkv_err *err);
 
@@ -70,6 +72,8 @@ int hkv_gpu_swiglu(const float *gu, int64_t n, int64_t F, float *out, void *stre
 /* x[i] += y[i], i < n (the residual). */
 int hkv_gpu_add(float *x, const float *y, int64_t n, void *stream, hkv_err *err);
 
+/* Only tests call the two conversions (the emulator's and the card's rounding
+ * against F16C); the pipeline converts inside its kernels. */
 /* Conversions, round to nearest even (as F16C). */
 int hkv_gpu_f32_to_f16(const float *src, uint16_t *dst, int64_t n, void *stream, hkv_err *err);
 int hkv_gpu_f16_to_f32(const uint16_t *src, float *dst, int64_t n, void *stream, hkv_err *err);
@@ -101,7 +105,9 @@ int hkv_gpu_attn_prefill_keys(const float *q, int64_t ldq, int64_t nq, int n_hea
  * idx[(s*n_head_kv + h)*idx_ld + i] (a gathered selection), or, with idx
  * and idx_ld = 0, rows idx[s*n_head_kv + h] + i in order (a run that starts
  * anywhere: the near tier of the sequence a query row belongs to, one int
- * per pair instead of a list). out [n_seq][n_head][d], lse [n_seq][n_head]. */
+ * per pair instead of a list). out [n_seq][n_head][d], lse [n_seq][n_head].
+ * The pipeline calls the split form (hkv_gpu_attn_decode_split); this one
+ * split is what the tests hold the split's merged partials to. */
 int hkv_gpu_attn_decode(const float *q, int n_seq, int n_head, int n_head_kv, int d,
                         const uint16_t *k, const uint16_t *v, int64_t ld, int64_t hs, int64_t ss,
                         const int32_t *n_rows, const int32_t *idx, int64_t idx_ld, float scale,
@@ -157,7 +163,10 @@ size_t hkv_gpu_ctkvr_recall_ws_bytes(const hkv_gpu_ctkvr *ix, int64_t max_far);
  * candidates in increasing position, n_cand [n_seq*n_head_kv] their count;
  * a count above cand_cap means the list was cut (size cand_cap >= min(hi -
  * lo, Cp*rho + hi - t0)); -1 means hi - lo exceeded max_far (the workspace's
- * bitmap size). This is the candidate set ctkvr.c's select reranks. */
+ * bitmap size). This is the candidate set ctkvr.c's select reranks.
+ * Only tests call recall and dcu: they serve an index whose IVF lists live on
+ * the device (hetkv plan's --index gpu), which the pipeline does not build;
+ * it keeps the lists on the host and recalls with recall_top.cu. */
 int hkv_gpu_ctkvr_recall(const hkv_gpu_ctkvr *ix, const float *q, int64_t Cp, const int64_t *far,
                          int64_t max_far, int32_t *cand, int64_t cand_cap, int32_t *n_cand,
                          void *ws, size_t ws_bytes, void *stream, hkv_err *err);
@@ -234,7 +243,10 @@ int hkv_gpu_keep(const float *s, int64_t lds, int n_batch, int64_t n, const int3
  * over far [lo, hi) of built pages, per KV head the K pages of best group-max
  * bound sum_e max(q_e*max_e, q_e*min_e) (ties to the lower page), as
  * ascending positions into out [h*out_ld ...], the count into n_out[h]
- * (device); all of [lo, hi) when hi - lo <= K*P. */
+ * (device); all of [lo, hi) when hi - lo <= K*P.
+ * The pipeline folds tokens in one at a time (hkv_gpu_quest_fold) and uploads
+ * the host's bounds after a rebuild; extend, the rebuild from keys, is held
+ * by the tests to the host's bounds bit for bit and kept for that. */
 int hkv_gpu_quest_extend(uint16_t *bounds, int64_t np_cap, int n_head_kv, int d, int64_t P,
                          const uint16_t *k, int64_t ld, int64_t hs, int64_t lo, int64_t from,
                          int64_t to, void *stream, hkv_err *err);
@@ -260,7 +272,9 @@ int hkv_gpu_quest_select(const uint16_t *bounds, int64_t np_cap, int n_head_kv, 
  * page estimates, SparQ-tempered softmax per head summed over the group,
  * the top k list entries (ties to the lower entry) as ascending positions
  * into out [h*out_ld ...], counts into n_out (device); a list of at most k
- * entries comes back whole. d <= 256, g <= 64. */
+ * entries comes back whole. d <= 256, g <= 64.
+ * Likewise bounds: the pipeline pushes tokens (hkv_gpu_rocketkv_push) and
+ * uploads the host's pages after a rebuild; only tests call this one. */
 int hkv_gpu_rocketkv_bounds(const int32_t *cand, int64_t cap, const int32_t *n_cand, int n_head_kv,
                             int d, int64_t page, int64_t pcap, int64_t pg_from, const uint16_t *k,
                             int64_t ld, int64_t hs, uint16_t *bnd, void *stream, hkv_err *err);

@@ -39,7 +39,7 @@ logs=(build-emu/meson-logs/testlog.json)
 # is_parallel: false in their meson.build.
 jobs=(--num-processes "${HKV_TEST_JOBS:-2}")
 if [ $full = 0 ]; then
-    meson test -C build-emu --print-errorlogs "${jobs[@]}" --no-suite slow "$@" || status=$?
+    meson test -C build-emu --print-errorlogs "${jobs[@]}" --no-suite slow --no-suite sanitize "$@" || status=$?
     python3 tools/scripts/test_summary.py "${logs[@]}" || status=1
     exit $status
 fi
@@ -50,7 +50,7 @@ phase() { echo "test.sh: $1: $((SECONDS - t_phase)) s (total $SECONDS s)"; t_pha
 phase "setup and build-emu"
 tools/scripts/build.sh
 phase "build/"
-meson test -C build-emu --print-errorlogs "${jobs[@]}" "$@" || status=$?
+meson test -C build-emu --print-errorlogs "${jobs[@]}" --no-suite sanitize "$@" || status=$?
 phase "build-emu: every test"
 
 # Only what the sanitizer runs use is built under them: the gpu and emu
