@@ -7,7 +7,8 @@
 #                         suite there (unit suites, model, cli, batch, serve, eval,
 #                         plan, gpu, emu, ptxas, ref, and a representative part of
 #                         pipeline) except the tests tagged suite 'slow'
-#                         (tests/*/meson.build says why each is slow).
+#                         (tests/*/meson.build says why each is slow) or
+#                         'sanitize' (meant for the sanitizer builds).
 #   tools/scripts/test.sh --full  everything, what .ci/run calls: the default build build/
 #                         compiled (with nvcc where present: it must build), every
 #                         build-emu/ test including the 'slow' ones, then
@@ -15,10 +16,12 @@
 #                 decode and a second turn, and quest, snapkv, laq likewise; a long decode,
 #                 leak-checked), the unit suites (cpu, gguf, tokenizer, index, plan) and the
 #                 model suite's tiny-model tests under AddressSanitizer + UBSan + LeakSanitizer;
-#     build-tsan/ the gpu suite (but gpu_ctkvr and the policy kernels, below) and the ctkvr
-#                 pipeline run under ThreadSanitizer (the emu suite's stream tests spin on
-#                 volatile flags in pinned memory, a CUDA idiom that is a data race in the
-#                 C++ model TSan checks);
+#     build-tsan/ (clang, LLVM's libomp with its Archer tool, so TSan sees OpenMP's
+#                 barriers) the gpu suite (but gpu_ctkvr and the policy kernels, below), the
+#                 ctkvr pipeline run, the far attention's pieces and the decode products'
+#                 work stealing at 2 and 16 threads under ThreadSanitizer (the emu suite's
+#                 stream tests spin on volatile flags in pinned memory, a CUDA idiom that is
+#                 a data race in the C++ model TSan checks);
 #     build-fault/ the allocation-failure walk (tests/fault).
 #
 # Extra arguments go to build-emu's meson test (e.g. --suite gpu). Ends with
