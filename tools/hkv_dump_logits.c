@@ -15,6 +15,7 @@
  *            feeds positions [S, E) as a second prompt (a later turn; rows
  *            S..E-2 NaN) and decodes the rest. */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,59 +25,82 @@
 
 static const char usage[] =
     "usage: hkv-dump-logits -m MODEL --tokens 1,2,3 [--mode prefill|decode|batch|prompt] -o OUT.bin\n"
-    "                       [--prefix K]   (prompt mode: tokens prefilled by hkv_prefill)\n"
-    "                       [--turn2 S,E]  (prompt mode: positions S..E-1 as a second prompt)\n"
-    "                       [-t THREADS] [--isa scalar|avx2|avx512] [--rows N]\n"
-    "                       [--kv plain|tiered] [--policy NAME] [--policy-arg K=V] [--sink N] [--local N]\n"
-    "                       [--device cpu|cuda] [--gpu-mem SIZE] [--synthetic NAME] [--synthetic-weights T]\n"
+    "                       [options]\n"
+    "\n"
     "Writes little-endian float32 logits [n_tokens][vocab]; with --device cuda, the pipeline's\n"
-    "timeline as a JSON line on stdout.\n";
+    "timeline as a JSON line on stdout.\n"
+    "\n";
 
 #define MAXTOK 65536
+
+typedef struct dl_opts {
+    const char *model, *out, *mode, *tokens;
+    long long rows, prefix, turn2[2];
+    int n_turn2;
+    hkv_exec_cli x;
+    hkv_kv_cli kv;
+    hkv_device_cli dev;
+} dl_opts;
+
+/* --turn2 S,E: exactly two positions, S < E. */
+static int parse_turn2(void *base, const char *opt, const char *v, hkv_err *err) {
+    dl_opts *o = base;
+    o->n_turn2 = 2;
+    int rc = hkv_arg_int_list(opt, v, 1, MAXTOK, o->turn2, &o->n_turn2, err);
+    if (!rc && (o->n_turn2 != 2 || o->turn2[1] <= o->turn2[0]))
+        rc = hkv_seterr(err, HKV_E_INVAL, "--turn2 S,E: two positions, S < E");
+    return rc;
+}
+
+/* The program's own options; the model, threads/ISA, KV and device groups
+ * follow them in dl_uses(). */
+static const hkv_opt dl_opts_table[] = {
+    {.name = "--tokens", .arg = "LIST", .kind = HKV_OPT_STR, .off = offsetof(dl_opts, tokens),
+     .help = "the token ids, comma-separated"},
+    {.name = "--out", .short_name = 'o', .arg = "OUT.bin", .kind = HKV_OPT_STR,
+     .off = offsetof(dl_opts, out), .help = "where the logits go"},
+    {.name = "--mode", .arg = "MODE", .kind = HKV_OPT_STR, .off = offsetof(dl_opts, mode),
+     .help = "prefill (default), decode, batch or prompt (see the source's header)"},
+    {.name = "--prefix", .arg = "K", .kind = HKV_OPT_INT, .off = offsetof(dl_opts, prefix),
+     .lo = 1, .hi = MAXTOK, .help = "prompt mode: the first K tokens through hkv_prefill"},
+    {.name = "--turn2", .arg = "S,E", .kind = HKV_OPT_FN, .fn = parse_turn2,
+     .help = "prompt mode: positions S..E-1 as a second prompt"},
+    {.name = "--rows", .arg = "N", .kind = HKV_OPT_INT, .off = offsetof(dl_opts, rows),
+     .lo = 1, .hi = 65536, .help = "rows per forward call at most (default: the engine's)"},
+    {0},
+};
+
+static int dl_uses(dl_opts *o, hkv_opt_use *u) {
+    int n = 0;
+    u[n++] = (hkv_opt_use){.opts = hkv_model_opts, .base = &o->model};
+    u[n++] = (hkv_opt_use){.opts = dl_opts_table, .base = o};
+    u[n++] = (hkv_opt_use){.opts = hkv_exec_opts, .base = &o->x};
+    u[n++] = (hkv_opt_use){.opts = hkv_kv_opts, .base = &o->kv, .title = "KV cache"};
+    u[n++] = (hkv_opt_use){.opts = hkv_device_opts, .base = &o->dev, .title = "Device"};
+    return n;
+}
 
 int main(int argc, char **argv) {
     hkv_err err;
     hkv_err_clear(&err);
-    const char *model = NULL, *out_path = NULL, *mode = "prefill", *toks_s = NULL;
-    long long threads = 0, rows = 0, prefix = 0, turn2[2] = {-1, -1};
-    int n_turn2 = 0;
-    int isa = -1, rc = HKV_OK;
-    hkv_kv_cli kc;
-    hkv_kv_cli_init(&kc);
-    hkv_device_cli dc;
-    hkv_device_cli_init(&dc);
-    for (int i = 1; i < argc && !rc; i++) {
-        const char *a = argv[i], *v = NULL;
-        int k = hkv_kv_cli_parse(&kc, argc, argv, &i, &err);
-        if (k == 0) k = hkv_device_cli_parse(&dc, argc, argv, &i, &err);
-        if (k < 0) {
-            rc = k;
-            break;
-        }
-        if (k == 1) continue;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(usage, stdout);
-            return 0;
-        }
-        if ((rc = hkv_arg_value(argc, argv, &i, &v, &err))) break;
-        if (!strcmp(a, "-m")) model = v;
-        else if (!strcmp(a, "-o")) out_path = v;
-        else if (!strcmp(a, "--mode")) mode = v;
-        else if (!strcmp(a, "--tokens")) toks_s = v;
-        else if (!strcmp(a, "-t")) rc = hkv_arg_int(a, v, 1, 4096, &threads, &err);
-        else if (!strcmp(a, "--rows")) rc = hkv_arg_int(a, v, 1, 65536, &rows, &err);
-        else if (!strcmp(a, "--prefix")) rc = hkv_arg_int(a, v, 1, MAXTOK, &prefix, &err);
-        else if (!strcmp(a, "--turn2")) {
-            n_turn2 = 2;
-            rc = hkv_arg_int_list(a, v, 1, MAXTOK, turn2, &n_turn2, &err);
-            if (!rc && (n_turn2 != 2 || turn2[1] <= turn2[0]))
-                rc = hkv_seterr(&err, HKV_E_INVAL, "--turn2 S,E: two positions, S < E");
-        }
-        else if (!strcmp(a, "--isa")) {
-            if ((isa = hkv_isa_parse(v)) < 0) rc = hkv_seterr(&err, HKV_E_INVAL, "unknown isa '%s'", v);
-        } else rc = hkv_seterr(&err, HKV_E_INVAL, "unknown option '%s'", a);
+    dl_opts o;
+    memset(&o, 0, sizeof o);
+    o.mode = "prefill";
+    o.turn2[0] = o.turn2[1] = -1;
+    hkv_exec_cli_init(&o.x);
+    hkv_kv_cli_init(&o.kv);
+    hkv_device_cli_init(&o.dev);
+    hkv_opt_use uses[8];
+    const int n_uses = dl_uses(&o, uses);
+    int rc = hkv_opts_parse_prog("hkv-dump-logits", NULL, uses, n_uses, argc, argv, &err);
+    if (rc == 1) {
+        hkv_opts_help(stdout, usage, uses, n_uses);
+        return 0;
     }
-    if (!rc && ((!model && !dc.synthetic) || !out_path || !toks_s))
+    const char *model = o.model, *out_path = o.out, *mode = o.mode, *toks_s = o.tokens;
+    const long long prefix = o.prefix, *turn2 = o.turn2;
+    const int n_turn2 = o.n_turn2;
+    if (!rc && ((!model && !o.dev.synthetic) || !out_path || !toks_s))
         rc = hkv_seterr(&err, HKV_E_INVAL, "need -m MODEL (or --synthetic NAME), --tokens LIST and -o OUT");
     int is_batch = !strcmp(mode, "batch"), is_decode = !strcmp(mode, "decode");
     int is_prompt = !strcmp(mode, "prompt");
@@ -98,16 +122,16 @@ int main(int argc, char **argv) {
 
     hkv_engine_params ep;
     hkv_engine_params_default(&ep);
-    if ((rc = hkv_device_cli_apply(&dc, model, &ep, &err))) goto out;
-    ep.n_threads = (int)threads;
-    ep.isa = isa;
+    if ((rc = hkv_device_cli_apply(&o.dev, model, &ep, &err))) goto out;
+    ep.n_threads = (int)o.x.threads;
+    ep.isa = o.x.isa;
     ep.max_seqs = 3;
     ep.n_ctx = n + 1;
-    ep.max_rows = (int)rows;
-    if ((rc = hkv_kv_cli_apply(&kc, &ep, &err))) goto out;
-    ep.device_cuda = dc.cuda;
-    if ((rc = hkv_device_cli_check(&dc, model, &ep, 3, ep.n_ctx, &err)) ||
-        (rc = hkv_engine_open(&e, &ep, &err)) || (rc = hkv_device_cli_attach(&dc, e, &err)))
+    ep.max_rows = (int)o.rows;
+    if ((rc = hkv_kv_cli_apply(&o.kv, &ep, &err))) goto out;
+    ep.device_cuda = o.dev.cuda;
+    if ((rc = hkv_device_cli_check(&o.dev, model, &ep, 3, ep.n_ctx, &err)) ||
+        (rc = hkv_engine_open(&e, &ep, &err)) || (rc = hkv_device_cli_attach(&o.dev, e, &err)))
         goto out;
     const int V = e->model.cfg.vocab;
     logits = malloc((size_t)3 * n * V * sizeof(float));   /* [seq][pos][V] */
@@ -188,7 +212,7 @@ int main(int argc, char **argv) {
         goto out_lr;
     }
     if (fclose(f)) rc = hkv_seterr(&err, HKV_E_IO, "cannot write '%s'", out_path);
-    if (!rc && dc.cuda) {   /* the pipeline's timeline, a JSON line on stdout (tests read it) */
+    if (!rc && o.dev.cuda) {   /* the pipeline's timeline, a JSON line on stdout (tests read it) */
         json_t *o = json_object();
         int bad = 0;
         hkv_device_cli_json(o, e, &bad);

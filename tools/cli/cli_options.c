@@ -53,24 +53,48 @@ int hkv_opts_parse_one(const hkv_opt *opts, void *base, int argc, char **argv, i
     return 0;
 }
 
-int hkv_opts_parse(const char *cmd, const hkv_opt_use *uses, int n_uses, int argc, char **argv,
-                   hkv_err *err) {
+/* Does use u leave the option named name out? */
+static int omitted(const hkv_opt_use *u, const char *name) {
+    for (const char *const *o = u->omit; o && *o; o++)
+        if (!strcmp(*o, name)) return 1;
+    return 0;
+}
+
+int hkv_opts_parse_prog(const char *prog, const char *cmd, const hkv_opt_use *uses, int n_uses,
+                        int argc, char **argv, hkv_err *err) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) return 1;
         int u = 0, rc = 0;
+        const hkv_opt_use *refused = NULL;   /* a use that omits argv[i] */
         for (; u < n_uses; u++) {
             const hkv_opt *o = uses[u].opts;
             while (o->name && !matches(o, argv[i])) o++;
             if (!o->name) continue;
+            if (omitted(&uses[u], o->name)) {   /* a later use may still take it */
+                if (!refused) refused = &uses[u];
+                continue;
+            }
             if (uses[u].first && !*uses[u].first) *uses[u].first = o->name;
             if ((rc = hkv_opts_parse_one(o, uses[u].base, argc, argv, &i, err)) < 0) return rc;
             break;
         }
-        if (u == n_uses)
-            return hkv_seterr(err, HKV_E_INVAL, "%s: unknown option '%s' (see hetkv %s --help)", cmd,
-                              argv[i], cmd);
+        if (u < n_uses) continue;
+        if (refused && refused->omit_why)
+            return hkv_seterr(err, HKV_E_INVAL, "%s: %s", argv[i], refused->omit_why);
+        /* "argument" for a word without a dash: none of the commands takes one */
+        const char *what = argv[i][0] == '-' ? "option" : "argument";
+        if (!cmd)
+            return hkv_seterr(err, HKV_E_INVAL, "%s: unknown %s '%s' (see %s --help)", prog, what,
+                              argv[i], prog);
+        return hkv_seterr(err, HKV_E_INVAL, "%s: unknown %s '%s' (see %s %s --help)", cmd, what,
+                          argv[i], prog, cmd);
     }
     return HKV_OK;
+}
+
+int hkv_opts_parse(const char *cmd, const hkv_opt_use *uses, int n_uses, int argc, char **argv,
+                   hkv_err *err) {
+    return hkv_opts_parse_prog("hetkv", cmd, uses, n_uses, argc, argv, err);
 }
 
 /* "  -t, --threads N" padded to column 24 (two spaces when longer), then the
@@ -93,11 +117,12 @@ static void help_row(FILE *f, const hkv_opt *o) {
     }
 }
 
-/* Was name declared by a use before u? The parser takes that one. */
+/* Was name declared (and not omitted) by a use before u? The parser takes that one. */
 static int shadowed(const hkv_opt_use *uses, int u, const hkv_opt *o) {
     for (int k = 0; k < u; k++)
         for (const hkv_opt *p = uses[k].opts; p->name; p++)
-            if (!strcmp(p->name, o->name) || (o->short_name && p->short_name == o->short_name))
+            if ((!strcmp(p->name, o->name) || (o->short_name && p->short_name == o->short_name)) &&
+                !omitted(&uses[k], p->name))
                 return 1;
     return 0;
 }
@@ -114,7 +139,7 @@ void hkv_opts_help(FILE *f, const char *usage, const hkv_opt_use *uses, int n_us
         if (uses[u].title && !help_shown) help_row(f, &help_opt), help_shown = 1;
         if (uses[u].title) fprintf(f, "\n%s:\n", uses[u].title);
         for (const hkv_opt *o = uses[u].opts; o->name; o++)
-            if (!shadowed(uses, u, o)) help_row(f, o);
+            if (!shadowed(uses, u, o) && !omitted(&uses[u], o->name)) help_row(f, o);
     }
     if (!help_shown) help_row(f, &help_opt);
 }

@@ -43,14 +43,26 @@ typedef struct hkv_opt_use {
     void *base;            /* the struct the offsets point into */
     const char *title;     /* --help's heading ("KV cache"); NULL: none */
     const char **first;    /* NULL, or set to the first of the group's options given */
+    /* Options of a shared group this command does not take (eval and the
+     * KV group's --policy): NULL-terminated names, left out of the parser
+     * and --help; given anyway, the error is "NAME: omit_why" (or, with no
+     * omit_why, the unknown-option one). */
+    const char *const *omit;
+    const char *omit_why;
 } hkv_opt_use;
 
 /* Parse argv[1..]: every argument must be an option of one of the uses,
  * tried in order (a command's own table first overrides a group's option of
  * the same name), or -h/--help, which every command takes. 0: parsed; 1:
  * -h/--help met (the options before it parsed, none after it); < 0: an error
- * naming the option. cmd names the command in
- * the unknown-option error ("run: unknown option '--x' (see hetkv run --help)"). */
+ * naming the option. prog and cmd name the program and its command in the
+ * unknown-option error ("run: unknown option '--x' (see hetkv run --help)");
+ * cmd NULL for a program without commands ("hkv-dump-logits: unknown
+ * option '--x' (see hkv-dump-logits --help)"). cmd may hold a space
+ * ("bench far"). */
+int hkv_opts_parse_prog(const char *prog, const char *cmd, const hkv_opt_use *uses, int n_uses,
+                        int argc, char **argv, hkv_err *err);
+/* hkv_opts_parse_prog for a command of hetkv. */
 int hkv_opts_parse(const char *cmd, const hkv_opt_use *uses, int n_uses, int argc, char **argv,
                    hkv_err *err);
 /* argv[*i] against one table: 1 it was one (its value consumed, *i moved
@@ -58,8 +70,8 @@ int hkv_opts_parse(const char *cmd, const hkv_opt_use *uses, int n_uses, int arg
 int hkv_opts_parse_one(const hkv_opt *opts, void *base, int argc, char **argv, int *i,
                        hkv_err *err);
 /* usage, then each use's options under its heading, -h/--help after the
- * untitled ones; an option a use before it declared is left out, as the
- * parser never reaches it. */
+ * untitled ones; an option a use before it declared, or one the use omits,
+ * is left out, as the parser never reaches it. */
 void hkv_opts_help(FILE *f, const char *usage, const hkv_opt_use *uses, int n_uses);
 /* One table's options, as in hkv_opts_help. */
 void hkv_opts_help_table(FILE *f, const hkv_opt *opts);
