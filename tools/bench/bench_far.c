@@ -20,6 +20,7 @@
  * and what 32 such layers allow in tokens/s. No model, no prefill. */
 #include <math.h>
 #include <omp.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -151,52 +152,70 @@ static int seq_make(far_seq *q, const hkv_cpu_kernels *kn, hkv_mem_account *mem,
     return HKV_OK;
 }
 
+static const char far_usage[] =
+    "usage: hetkv bench far [options]\n\n"
+    "The host's far step of one layer (select + sparse attention for every\n"
+    "sequence and KV head) on synthetic clustered keys, against a bandwidth probe\n"
+    "of the same run (default: Llama-3-8B's 8 KV heads, g 4, d 128).\n\n";
+
+typedef struct far_opts {
+    long long ctxs[FAR_MAXL], batches[FAR_MAXL];
+    int n_ctx, n_batch;
+    long long steps, KH, g, d;
+    const char *configs;
+    hkv_exec_cli x;
+} far_opts;
+
+static const hkv_opt far_opts_table[] = {
+    {.name = "--ctx", .arg = "LIST", .kind = HKV_OPT_LIST, .off = offsetof(far_opts, ctxs),
+     .n_off = offsetof(far_opts, n_ctx), .cap = FAR_MAXL, .lo = 64, .hi = 1 << 24,
+     .help = "contexts (default 32768,98304)"},
+    {.name = "--batch", .arg = "LIST", .kind = HKV_OPT_LIST, .off = offsetof(far_opts, batches),
+     .n_off = offsetof(far_opts, n_batch), .cap = FAR_MAXL, .lo = 1, .hi = 256,
+     .help = "sequences per step (default 1,4)"},
+    {.name = "--configs", .arg = "SPEC", .kind = HKV_OPT_STR, .off = offsetof(far_opts, configs),
+     .help = "';'-separated selection policies, policy:key=val,...\n"
+             "(default ctkvr;ctkvr:sketch=2)"},
+    {.name = "--steps", .arg = "N", .kind = HKV_OPT_INT, .off = offsetof(far_opts, steps),
+     .lo = 1, .hi = 100000, .help = "steps timed per row (default 8)"},
+    {.name = "--kv-heads", .arg = "N", .kind = HKV_OPT_INT, .off = offsetof(far_opts, KH),
+     .lo = 1, .hi = 64, .help = "KV heads (default 8)"},
+    {.name = "--group", .arg = "G", .kind = HKV_OPT_INT, .off = offsetof(far_opts, g),
+     .lo = 1, .hi = 16, .help = "query heads per KV head (default 4)"},
+    {.name = "--head-dim", .arg = "D", .kind = HKV_OPT_INT, .off = offsetof(far_opts, d),
+     .lo = 32, .hi = 256, .help = "head dimension, a multiple of 32 (default 128)"},
+    {0},
+};
+
+/* The kernels are always the AVX512 ones (hkv_cpu_kernels_init falls back
+ * on a CPU without): the exec group without --isa. */
+static const char *const far_omit[] = {"--isa", NULL};
+
 int hkv_bench_far_main(int argc, char **argv)
 {
     hkv_err err;
     hkv_err_clear(&err);
-    long long ctxs[FAR_MAXL] = {32768, 98304}, batches[FAR_MAXL] = {1, 4};
-    int n_ctx = 2, n_batch = 2, rc = HKV_OK;
-    long long steps = 8, threads = 0, KH = 8, g = 4, d = 128;
-    const char *configs = "ctkvr;ctkvr:sketch=2";
-    for (int i = 1; i < argc && !rc; i++) {
-        const char *a = argv[i], *v = NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: hetkv bench far [--ctx LIST] [--batch LIST] [--configs SPEC] [--steps N]\n"
-                   "                       [-t THREADS] [--kv-heads N] [--group G] [--head-dim D]\n\n"
-                   "The host's far step of one layer (select + sparse attention for every\n"
-                   "sequence and KV head) on synthetic clustered keys, against a bandwidth probe\n"
-                   "of the same run (default: Llama-3-8B's 8 KV heads, g 4, d 128).\n");
-            return 0;
-        }
-        if ((rc = hkv_arg_value(argc, argv, &i, &v, &err))) break;
-        if (!strcmp(a, "--ctx")) {
-            n_ctx = FAR_MAXL;
-            rc = hkv_arg_int_list(a, v, 64, 1 << 24, ctxs, &n_ctx, &err);
-        } else if (!strcmp(a, "--batch")) {
-            n_batch = FAR_MAXL;
-            rc = hkv_arg_int_list(a, v, 1, 256, batches, &n_batch, &err);
-        } else if (!strcmp(a, "--configs")) {
-            configs = v;
-        } else if (!strcmp(a, "--steps")) {
-            rc = hkv_arg_int(a, v, 1, 100000, &steps, &err);
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            rc = hkv_arg_int(a, v, 1, 4096, &threads, &err);
-        } else if (!strcmp(a, "--kv-heads")) {
-            rc = hkv_arg_int(a, v, 1, 64, &KH, &err);
-        } else if (!strcmp(a, "--group")) {
-            rc = hkv_arg_int(a, v, 1, 16, &g, &err);
-        } else if (!strcmp(a, "--head-dim")) {
-            rc = hkv_arg_int(a, v, 32, 256, &d, &err);
-            if (!rc && d % 32) rc = hkv_seterr(&err, HKV_E_INVAL, "--head-dim %lld: a multiple of 32", d);
-        } else {
-            rc = hkv_seterr(&err, HKV_E_INVAL, "bench far: unknown option '%s'", a);
-        }
+    far_opts o = {.ctxs = {32768, 98304}, .batches = {1, 4}, .n_ctx = 2, .n_batch = 2, .steps = 8,
+                  .KH = 8, .g = 4, .d = 128, .configs = "ctkvr;ctkvr:sketch=2"};
+    hkv_exec_cli_init(&o.x);
+    const hkv_opt_use uses[] = {
+        {.opts = far_opts_table, .base = &o},
+        {.opts = hkv_exec_opts, .base = &o.x, .omit = far_omit},
+    };
+    int rc = hkv_opts_parse("bench far", uses, 2, argc, argv, &err);
+    if (rc == 1) {
+        hkv_opts_help(stdout, far_usage, uses, 2);
+        return 0;
     }
+    if (!rc && o.d % 32) rc = hkv_seterr(&err, HKV_E_INVAL, "--head-dim %lld: a multiple of 32", o.d);
     if (rc) {
         hkv_err_report(&err, stderr);
         return 2;
     }
+    const long long *ctxs = o.ctxs, *batches = o.batches, steps = o.steps, threads = o.x.threads;
+    const long long KH = o.KH, g = o.g, d = o.d;
+    const int n_ctx = o.n_ctx, n_batch = o.n_batch;
+    const char *configs = o.configs;
     if (threads > 0) omp_set_num_threads((int)threads);
     const int T = omp_get_max_threads();
     hkv_cpu_kernels kn;

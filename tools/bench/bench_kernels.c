@@ -21,6 +21,7 @@
  * the family the kernel uses), whichever binds. */
 #include <math.h>
 #include <omp.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,7 @@
 #include "kernels_impl.h"
 #include "peak.h"
 #include "bench_kernels.h"
+#include "cli.h"
 #include "bench_gpu.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
@@ -476,47 +478,73 @@ static void bench_causal(const bk *b, const hkv_cpu_kernels *t, const hkv_peak *
     }
 }
 
+static const char kernels_usage[] =
+    "usage: hetkv bench kernels [--isa scalar|avx2|avx512] [--quick] [--hot] [--cpu-time]\n"
+    "                           [--batched] [--device cpu]\n"
+    "       hetkv bench kernels --device cuda [--quick] [--json] [--reps N]   (the gpu/ kernels;\n"
+    "                           hetkv bench kernels --device cuda --help)\n"
+    "GEMV, batched matmul in both precisions, rerank (score_max), sparse and causal\n"
+    "attention, prefill matmul: GB/s, GOP/s or GFLOP/s beside a bandwidth probe and\n"
+    "compute peaks measured in the same run (roof%: against the binding one).\n\n";
+
+typedef struct kernels_opts {
+    int isa, quick, hot, batched, cpu_time;
+} kernels_opts;
+
+static int parse_kernels_isa(void *base, const char *opt, const char *v, hkv_err *err) {
+    (void)opt;
+    if ((((kernels_opts *)base)->isa = hkv_isa_parse(v)) < 0)
+        return hkv_seterr(err, HKV_E_INVAL, "bench kernels: unknown ISA '%s' (scalar, avx2, avx512)", v);
+    return HKV_OK;
+}
+
+/* --device cuda never gets here (hkv_bench_gpu_main takes it): cpu only. */
+static int parse_kernels_device(void *base, const char *opt, const char *v, hkv_err *err) {
+    (void)base, (void)opt;
+    if (strcmp(v, "cpu"))
+        return hkv_seterr(err, HKV_E_INVAL, "--device: '%s' is not cpu or cuda", v);
+    return HKV_OK;
+}
+
+static const hkv_opt kernels_opts_table[] = {
+    {.name = "--isa", .arg = "NAME", .kind = HKV_OPT_FN, .fn = parse_kernels_isa,
+     .help = "scalar, avx2 or avx512 kernels (default avx512, or the best below it)"},
+    {.name = "--quick", .kind = HKV_OPT_FLAG, .off = offsetof(kernels_opts, quick),
+     .help = "smaller cold sets, 2 trials"},
+    {.name = "--hot", .kind = HKV_OPT_FLAG, .off = offsetof(kernels_opts, hot),
+     .help = "one copy of each matrix, small caches (in-cache speed)"},
+    {.name = "--cpu-time", .kind = HKV_OPT_FLAG, .off = offsetof(kernels_opts, cpu_time),
+     .help = "time trials in CPU time, not wall time"},
+    {.name = "--batched", .kind = HKV_OPT_FLAG, .off = offsetof(kernels_opts, batched),
+     .help = "only the batched matmul (exact vs fast) rows"},
+    {.name = "--device", .arg = "cpu", .kind = HKV_OPT_FN, .fn = parse_kernels_device,
+     .help = "the host kernels (the default); cuda: the gpu/ kernels"},
+    {0},
+};
+
 int hkv_bench_kernels_main(int argc, char **argv)
 {
     /* --device cuda: the gpu/ kernels instead (bench_gpu.c) */
     for (int i = 1; i + 1 < argc; i++)
         if (!strcmp(argv[i], "--device") && !strcmp(argv[i + 1], "cuda"))
             return hkv_bench_gpu_main(argc, argv);
-    setvbuf(stdout, NULL, _IOLBF, 0);   /* rows appear as they are measured (long runs) */
-    bk b = {.cold_bytes = (size_t)1 << 30, .trial_seconds = 0.12, .trials = 5, .use_cpu_time = 0,
-            .cache_rows = 32768};
-    int isa = HKV_ISA_AVX512, quick = 0, hot = 0, only_qmm = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--quick")) {
-            quick = 1;
-        } else if (!strcmp(argv[i], "--hot")) {
-            hot = 1;
-        } else if (!strcmp(argv[i], "--batched")) {
-            only_qmm = 1;
-        } else if (!strcmp(argv[i], "--cpu-time")) {
-            b.use_cpu_time = 1;
-        } else if (!strcmp(argv[i], "--device") && i + 1 < argc && !strcmp(argv[i + 1], "cpu")) {
-            i++;   /* the host kernels: the default */
-        } else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
-            isa = hkv_isa_parse(argv[++i]);
-            if (isa < 0) {
-                fprintf(stderr, "hetkv: error: bench kernels: unknown ISA '%s' (scalar, avx2, avx512)\n", argv[i]);
-                return 2;
-            }
-        } else {
-            int help = !strcmp(argv[i], "-h") || !strcmp(argv[i], "--help");
-            fprintf(help ? stdout : stderr,
-                    "usage: hetkv bench kernels [--isa scalar|avx2|avx512] [--quick] [--hot] [--cpu-time]\n"
-                    "                           [--batched] [--device cpu]\n"
-                    "       hetkv bench kernels --device cuda [--quick] [--json] [--reps N]   (the gpu/ kernels;\n"
-                    "                           hetkv bench kernels --device cuda --help)\n"
-                    "GEMV, batched matmul in both precisions, rerank (score_max), sparse and causal\n"
-                    "attention, prefill matmul: GB/s, GOP/s or GFLOP/s beside a bandwidth probe and\n"
-                    "compute peaks measured in the same run (roof%%: against the binding one).\n"
-                    "--batched: only the batched matmul (exact vs fast) rows.\n");
-            return help ? 0 : 2;
-        }
+    hkv_err err;
+    hkv_err_clear(&err);
+    kernels_opts ko = {.isa = HKV_ISA_AVX512};
+    const hkv_opt_use use = {.opts = kernels_opts_table, .base = &ko};
+    int rc = hkv_opts_parse("bench kernels", &use, 1, argc, argv, &err);
+    if (rc == 1) {
+        hkv_opts_help(stdout, kernels_usage, &use, 1);
+        return 0;
     }
+    if (rc) {
+        hkv_err_report(&err, stderr);
+        return 2;
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);   /* rows appear as they are measured (long runs) */
+    bk b = {.cold_bytes = (size_t)1 << 30, .trial_seconds = 0.12, .trials = 5,
+            .use_cpu_time = ko.cpu_time, .cache_rows = 32768};
+    const int isa = ko.isa, quick = ko.quick, hot = ko.hot, only_qmm = ko.batched;
     if (quick) {
         b.cold_bytes = (size_t)256 << 20;
         b.trials = 2;

@@ -10,14 +10,22 @@ static const char *kind_name(int k) {
     return k == HKV_POLICY_SELECTION ? "selection" : k == HKV_POLICY_EVICTION ? "eviction" : "prefill";
 }
 
+static const char policies_usage[] =
+    "usage: hetkv policies\n\nList the KV policies, their kind and parameters "
+    "(use with --policy NAME --policy-arg KEY=VALUE).\n\n";
+
 int hkv_cmd_policies(int argc, char **argv) {
-    if (argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
-        puts("usage: hetkv policies\n\nList the KV policies, their kind and parameters "
-             "(use with --policy NAME --policy-arg KEY=VALUE).");
+    hkv_err err;
+    hkv_err_clear(&err);
+    /* No options of its own: the parser still gives -h/--help and the
+     * unknown-argument error every command words the same way. */
+    int rc = hkv_opts_parse("policies", NULL, 0, argc, argv, &err);
+    if (rc == 1) {
+        hkv_opts_help(stdout, policies_usage, NULL, 0);
         return 0;
     }
-    if (argc > 1) {
-        fprintf(stderr, "hetkv: error: policies: unknown argument '%s'\n", argv[1]);
+    if (rc) {
+        hkv_err_report(&err, stderr);
         return 2;
     }
     const hkv_policy_def *const *all = hkv_policy_list();
