@@ -15,6 +15,7 @@
  * the roofline, not the kernel's actual traffic. Under the CUDA emulator the
  * command runs a small subset, and every figure times the emulation. */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -249,58 +250,84 @@ static const char usage[] =
     "card not in the table) and of its peak for the unit (flop%), and the host's enqueue\n"
     "time per call. Under the CUDA emulator: a small subset, every row labelled 'emulated:\n"
     "not a speed'. --only q4,q8,f16,attention,policy: those rows (a comma list; the copies\n"
-    "always run, they are the probe).\n";
+    "always run, they are the probe).\n\n";
+
+/* The options as given; hkv_bench_gpu_main moves them into its bg. */
+typedef struct gpu_opts {
+    int quick, json, reps, reps_set;
+    unsigned only;
+} gpu_opts;
+
+/* hkv_bench_kernels_main sends only --device cuda here; anything else is refused. */
+static int parse_gpu_device(void *base, const char *opt, const char *v, hkv_err *err) {
+    (void)base, (void)opt;
+    if (strcmp(v, "cuda")) return hkv_seterr(err, HKV_E_INVAL, "bench kernels: --device %s here (cuda)", v);
+    return HKV_OK;
+}
+
+static int parse_only(void *base, const char *opt, const char *v, hkv_err *err) {
+    (void)opt;
+    static const char *const names[] = {"q4", "q8", "f16", "attention", "policy"};
+    gpu_opts *o = base;
+    o->only = 0;
+    for (const char *tok = v; tok && *tok;) {
+        const char *comma = strchr(tok, ',');
+        const size_t len = comma ? (size_t)(comma - tok) : strlen(tok);
+        int k = 0;
+        while (k < 5 && !(strlen(names[k]) == len && !strncmp(names[k], tok, len))) k++;
+        if (k == 5)
+            return hkv_seterr(err, HKV_E_INVAL, "bench kernels: --only %s: '%.*s' is not one of "
+                              "q4, q8, f16, attention, policy", v, (int)len, tok);
+        o->only |= 1u << k;
+        tok = comma ? comma + 1 : NULL;
+    }
+    return HKV_OK;
+}
+
+static int parse_reps(void *base, const char *opt, const char *v, hkv_err *err) {
+    (void)opt;
+    gpu_opts *o = base;
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (*end || x < 1 || x > BG_MAX_REPS)
+        return hkv_seterr(err, HKV_E_INVAL, "bench kernels: --reps %s (1..%d)", v, BG_MAX_REPS);
+    o->reps = (int)x, o->reps_set = 1;
+    return HKV_OK;
+}
+
+static const hkv_opt gpu_opts_table[] = {
+    {.name = "--device", .arg = "cuda", .kind = HKV_OPT_FN, .fn = parse_gpu_device,
+     .help = "the gpu/ kernels (this path)"},
+    {.name = "--quick", .kind = HKV_OPT_FLAG, .off = offsetof(gpu_opts, quick),
+     .help = "5 reps and smaller cold sets"},
+    {.name = "--json", .kind = HKV_OPT_FLAG, .off = offsetof(gpu_opts, json),
+     .help = "the rows as JSON"},
+    {.name = "--reps", .arg = "N", .kind = HKV_OPT_FN, .fn = parse_reps,
+     .help = "timed repetitions per row, 1..64 (default 10)"},
+    {.name = "--only", .arg = "LIST", .kind = HKV_OPT_FN, .fn = parse_only,
+     .help = "q4,q8,f16,attention,policy: only those rows"},
+    {0},
+};
 
 int hkv_bench_gpu_main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     hkv_err err;
     hkv_err_clear(&err);
-    bg b = {.reps = 10, .min_reps = 3, .warm = 1, .row_s = 0.25, .cold_bytes = (size_t)512 << 20,
-            .only = BG_ONLY_ALL};
-    int reps_set = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--device") && i + 1 < argc) {
-            if (strcmp(argv[++i], "cuda")) {
-                fprintf(stderr, "hetkv: error: bench kernels: --device %s here (cuda)\n", argv[i]);
-                return 2;
-            }
-        } else if (!strcmp(a, "--quick")) {
-            b.quick = 1;
-        } else if (!strcmp(a, "--json")) {
-            b.json = 1;
-        } else if (!strcmp(a, "--only") && i + 1 < argc) {
-            static const char *const names[] = {"q4", "q8", "f16", "attention", "policy"};
-            b.only = 0;
-            for (char *list = argv[++i], *tok = list; tok && *tok;) {
-                char *comma = strchr(tok, ',');
-                const size_t len = comma ? (size_t)(comma - tok) : strlen(tok);
-                int k = 0;
-                while (k < 5 && !(strlen(names[k]) == len && !strncmp(names[k], tok, len))) k++;
-                if (k == 5) {
-                    fprintf(stderr, "hetkv: error: bench kernels: --only %s: '%.*s' is not one of "
-                            "q4, q8, f16, attention, policy\n", list, (int)len, tok);
-                    return 2;
-                }
-                b.only |= 1u << k;
-                tok = comma ? comma + 1 : NULL;
-            }
-        } else if (!strcmp(a, "--reps") && i + 1 < argc) {
-            char *end;
-            long v = strtol(argv[++i], &end, 10);
-            if (*end || v < 1 || v > BG_MAX_REPS) {
-                fprintf(stderr, "hetkv: error: bench kernels: --reps %s (1..%d)\n", argv[i], BG_MAX_REPS);
-                return 2;
-            }
-            b.reps = (int)v, reps_set = 1;
-        } else {
-            int help = !strcmp(a, "-h") || !strcmp(a, "--help");
-            fputs(usage, help ? stdout : stderr);
-            if (!help) fprintf(stderr, "hetkv: error: bench kernels --device cuda: unknown option '%s'\n", a);
-            return help ? 0 : 2;
-        }
+    gpu_opts go = {.reps = 10, .only = BG_ONLY_ALL};
+    const hkv_opt_use use = {.opts = gpu_opts_table, .base = &go};
+    int prc = hkv_opts_parse("bench kernels --device cuda", &use, 1, argc, argv, &err);
+    if (prc == 1) {
+        hkv_opts_help(stdout, usage, &use, 1);
+        return 0;
     }
+    if (prc) {
+        hkv_err_report(&err, stderr);
+        return 2;
+    }
+    bg b = {.reps = go.reps, .min_reps = 3, .warm = 1, .row_s = 0.25, .cold_bytes = (size_t)512 << 20,
+            .only = go.only, .quick = go.quick, .json = go.json};
+    const int reps_set = go.reps_set;
     hkv_gpu_device dev[8];
     int n_dev = 0;
     char why[256] = "";
