@@ -113,6 +113,15 @@ cases = [
                            "--policy", "specpc", "--gen", "1024"], 1, "leaves no prompt"),
     ("dump bad token", [dump, *M, "--tokens", "1,99999999", "-o", os.path.join(tmp, "o.bin")], 1,
      "outside the vocabulary"),
+    # the option tables' parser names the program it runs in, and a group's
+    # options a command leaves out are refused by name
+    ("dump unknown option", [dump, "--bogus"], 2, "hkv-dump-logits: unknown option '--bogus' "
+     "(see hkv-dump-logits --help)"),
+    ("eval single-policy option", [hetkv, "eval", "--policy", "ctkvr"], 2,
+     "--policy: eval runs the tiered cache with the policies of --configs"),
+    ("policies argument", [hetkv, "policies", "foo"], 2, "policies: unknown argument 'foo'"),
+    ("bench far no --isa", [hetkv, "bench", "far", "--isa", "avx2"], 2, "bench far: unknown option '--isa'"),
+    ("bench kernels bad isa", [hetkv, "bench", "kernels", "--isa", "x"], 2, "unknown ISA 'x'"),
 ]
 if have_model:
     cases.append(("truncated model", [hetkv, "run", "-m", truncated, "-p", "x"], 1, "past the end"))
@@ -129,6 +138,13 @@ missing = [c for c in listed if c not in lines]
 ok = r.returncode == 0 and len(listed) >= 8 and not missing
 print(("PASS" if ok else "FAIL"), "help lists every command", f"({', '.join(listed)})",
       "" if ok else f"missing {missing} (exit {r.returncode})")
+passed += ok
+failed += not ok
+# eval's --help shows the KV group without the options it refuses
+r = subprocess.run([hetkv, "eval", "--help"], capture_output=True, text=True, timeout=60)
+opts = [ln.split()[0] for ln in r.stdout.splitlines() if ln.startswith("      --")]
+ok = r.returncode == 0 and "--sink" in opts and not {"--kv", "--policy", "--policy-arg"} & set(opts)
+print(("PASS" if ok else "FAIL"), "eval help leaves out --kv, --policy, --policy-arg", "" if ok else opts)
 passed += ok
 failed += not ok
 for name, argv, want_rc, frag in cases:

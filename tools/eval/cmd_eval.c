@@ -136,9 +136,13 @@ static int eval_uses(eval_opts *o, hkv_kv_cli *kc, hkv_opt_use *u) {
     u[n++] = (hkv_opt_use){.opts = eval_opts_table, .base = o};
     u[n++] = (hkv_opt_use){.opts = hkv_exec_opts, .base = &o->x};
     u[n++] = (hkv_opt_use){.opts = hkv_output_opts, .base = &o->of};
-    /* --kv, --policy and --policy-arg are refused below: the policies are --configs' */
-    u[n++] = (hkv_opt_use){.opts = hkv_kv_opts, .base = kc,
-                           .title = "KV cache (--sink, --local, --draft and --precision apply)"};
+    /* The policies are --configs': the KV group without the options that
+     * choose one cache and policy, refused by name if given. */
+    static const char *const single_policy[] = {"--kv", "--policy", "--policy-arg", NULL};
+    u[n++] = (hkv_opt_use){.opts = hkv_kv_opts, .base = kc, .title = "KV cache",
+                           .omit = single_policy,
+                           .omit_why = "eval runs the tiered cache with the policies of --configs; "
+                                       "--kv, --policy and --policy-arg do not apply"};
     return n;
 }
 
@@ -164,9 +168,6 @@ static int parse_opts(int argc, char **argv, eval_opts *o, hkv_kv_cli *kc, hkv_e
                         o->of.rows_fmt == HKV_ROWS_CSV ? "csv" : o->of.rows_fmt == HKV_ROWS_MD ? "md" : "jsonl");
     if (rc) return rc;
     if (!o->model) return hkv_seterr(err, HKV_E_INVAL, "eval: no model (-m MODEL)");
-    if (kc->kv || kc->policy || kc->n_pargs)
-        return hkv_seterr(err, HKV_E_INVAL, "eval runs the tiered cache with the policies of "
-                          "--configs; --kv, --policy and --policy-arg do not apply");
     if (o->no_fidelity) o->n_ctx = 0;
     if (!o->n_task_ctx && o->tasks) {
         /* The fidelity contexts (or, with --no-fidelity, the default ones):
