@@ -117,7 +117,7 @@ for v in asan tsan; do
     if [ "$v" = tsan ]; then
         sjobs=(--num-processes 1)
         lib=$(clang -print-file-name=libarcher.so)
-        [ -f "$lib" ] || lib=$(ls /usr/lib/llvm-*/lib/libarcher.so 2>/dev/null | tail -1)
+        [ -f "$lib" ] || lib=$(ls /usr/lib/llvm-*/lib/libarcher.so 2>/dev/null | tail -1 || true)
         [ -f "$lib" ] || { echo "test.sh: libarcher.so not found (libomp-dev)" >&2; exit 1; }
         archer=(OMP_TOOL_LIBRARIES="$lib" ARCHER_OPTIONS=verbose=1)
     fi
