@@ -35,6 +35,12 @@ if [ "${1:-}" = --full ]; then full=1; shift; fi
 tools/scripts/setup_deps.sh
 tools/scripts/get_model.sh
 tools/scripts/build.sh emu
+# nvcc for the ptxas suite: $NVCC, or the machine's own toolkit, or else NVIDIA's
+# PyPI wheels unpacked into .deps/cuda (tools/scripts/setup_nvcc.sh). Given to
+# build-emu's tests alone: meson would take $NVCC for a CUDA build of build/.
+nvcc=${NVCC:-$(command -v nvcc || true)}
+[ -n "$nvcc" ] || [ ! -x /usr/local/cuda/bin/nvcc ] || nvcc=/usr/local/cuda/bin/nvcc
+[ -n "$nvcc" ] || nvcc=$(tools/scripts/setup_nvcc.sh)
 status=0
 logs=(build-emu/meson-logs/testlog.json)
 # Two tests at a time on 2 cores: most are single-threaded Python driving one
@@ -42,7 +48,7 @@ logs=(build-emu/meson-logs/testlog.json)
 # is_parallel: false in their meson.build.
 jobs=(--num-processes "${HKV_TEST_JOBS:-2}")
 if [ $full = 0 ]; then
-    meson test -C build-emu --print-errorlogs "${jobs[@]}" --no-suite slow --no-suite sanitize "$@" || status=$?
+    NVCC="$nvcc" meson test -C build-emu --print-errorlogs "${jobs[@]}" --no-suite slow --no-suite sanitize "$@" || status=$?
     python3 tools/scripts/test_summary.py "${logs[@]}" || status=1
     exit $status
 fi
@@ -55,7 +61,7 @@ phase "setup and build-emu"
 # the tests, which run in build-emu/
 HKV_BUILD_TARGETS="tools/hetkv tools/hkv-dump-logits" tools/scripts/build.sh
 phase "build/"
-meson test -C build-emu --print-errorlogs "${jobs[@]}" --no-suite sanitize "$@" || status=$?
+NVCC="$nvcc" meson test -C build-emu --print-errorlogs "${jobs[@]}" --no-suite sanitize "$@" || status=$?
 phase "build-emu: every test"
 
 # Only what the sanitizer runs use is built under them: the gpu and emu
