@@ -281,7 +281,8 @@ static int64_t rerank_sketch(ctkvr *s, int layer, int kvh, const float *q, const
     const size_t at = (size_t)layer * s->KH + (size_t)kvh;
     const float *scale = s->sks + at * (size_t)s->cap * ng;
     sketch_catch_up(s, layer, kvh, far);
-    s->kern->score_max_i8(q, g, d, s->skc + at * (size_t)s->cap * d, d, scale, cand, n, a);
+    hkv_policy_score_max_i8(ws, s->kern, q, g, d, s->skc + at * (size_t)s->cap * d, d, scale, cand,
+                            n, a);
     ws->bytes += (uint64_t)n * (d + ng * 4);   /* the candidates' codes and scales */
     ct_head *hd = &s->lay[layer].kv[kvh];
     hd->reranks++;
@@ -324,7 +325,7 @@ static int64_t rerank_sketch(ctkvr *s, int layer, int kvh, const float *q, const
     }
     int64_t mo = n_in;
     if (nb > 0 && n_in < k) {
-        s->kern->score_max(q, g, d, far->k[kvh], far->ld, sp, nb, lb);   /* as the fp16 rerank */
+        hkv_policy_score_max(ws, s->kern, q, g, d, far->k[kvh], far->ld, sp, nb, lb);   /* as the fp16 rerank */
         ws->bytes += (uint64_t)nb * d * 2;
         hd->surv += nb;
         int32_t *bp = pick + n_in;
@@ -387,7 +388,8 @@ static int64_t select_impl(ctkvr *s, int layer, int kvh, const float *q, const h
         for (int64_t i = 0; i < n; i++) slots[i] = (int32_t)((hd->head + i) % C);
         for (int j = 0; j < g; j++) {
             const uint16_t *cj = ly->cent + ((int64_t)kvh * g + j) * d;
-            s->kern->score_max(qn + j * d, 1, d, cj, (int64_t)s->H * d, slots, n, j ? ct : cs);
+            hkv_policy_score_max(ws, s->kern, qn + j * d, 1, d, cj, (int64_t)s->H * d, slots, n,
+                                 j ? ct : cs);
             if (j)
                 for (int64_t i = 0; i < n; i++) cs[i] = ct[i] > cs[i] ? ct[i] : cs[i];
         }
@@ -443,7 +445,7 @@ static int64_t select_impl(ctkvr *s, int layer, int kvh, const float *q, const h
         return m;
     }
     /* rerank: q.k, max over the group's heads */
-    s->kern->score_max(q, g, d, far->k[kvh], far->ld, cand, n, sc);
+    hkv_policy_score_max(ws, s->kern, q, g, d, far->k[kvh], far->ld, cand, n, sc);
     ws->bytes += (uint64_t)n * d * 2;   /* the candidates' keys */
     if (!s->c.dcu) {
         int64_t m = hkv_topk(sc, n, rho_p, ia, tsc);

@@ -37,7 +37,7 @@ static int64_t oracle_select(void *self, int layer, int kvh, const float *q,
     }
     int32_t *rows = ws->i, *sel = ws->i + n, *tmp = ws->i + 2 * n;
     for (int64_t i = 0; i < n; i++) rows[i] = (int32_t)(far->lo + i);
-    s->kern->score_max(q, s->g, s->d, far->k[kvh], far->ld, rows, n, ws->f);
+    hkv_policy_score_max(ws, s->kern, q, s->g, s->d, far->k[kvh], far->ld, rows, n, ws->f);
     ws->bytes += (uint64_t)n * s->d * 2;   /* every far key */
     int64_t m = hkv_topk_asc(ws->f, n, s->k, sel, tmp);
     for (int64_t i = 0; i < m; i++) out[i] = rows[sel[i]];

@@ -111,6 +111,20 @@ typedef struct hkv_policy_env {
     int n_threads;               /* OpenMP workers that may call select concurrently */
 } hkv_policy_env;
 
+/* The kernels' score_max and score_max_i8 spread over the threads of a step
+ * (kv/kv_tiered_attn.c): the same s[i] as the kernel's call, bit for bit (a
+ * row's score does not depend on where it sits in a call, tests/cpu/
+ * test_attn.c), computed in pieces by the threads that have no selection of
+ * their own left, so one KV head's rerank is not one thread's. */
+typedef struct hkv_score_par {
+    void (*score_max)(const struct hkv_score_par *p, const float *q, int g, int d,
+                      const uint16_t *k, int64_t ld, const int32_t *idx, int64_t n, float *s);
+    void (*score_max_i8)(const struct hkv_score_par *p, const float *q, int g, int d,
+                         const int8_t *k, int64_t ld, const float *scale, const int32_t *idx,
+                         int64_t n, float *s);
+    void *ctx;
+} hkv_score_par;
+
 /* Per-call scratch the cache gives select (one per thread). */
 typedef struct hkv_policy_scratch {
     float *f;           /* floats */
@@ -119,7 +133,31 @@ typedef struct hkv_policy_scratch {
     uint64_t bytes;     /* select adds the bytes it read besides the rows it returns (its
                          * index, the keys it scored); the caller zeroes it and counts the
                          * returned rows itself (hkv_kv_tiered_bytes_read) */
+    const hkv_score_par *par;   /* NULL: score with the kernels directly */
 } hkv_policy_scratch;
+
+/* select's scoring of many rows: through ws->par where the cache offers it. */
+static inline void hkv_policy_score_max(const hkv_policy_scratch *ws, const hkv_cpu_kernels *kn,
+                                        const float *q, int g, int d, const uint16_t *k,
+                                        int64_t ld, const int32_t *idx, int64_t n, float *s)
+{
+    if (ws->par)
+        ws->par->score_max(ws->par, q, g, d, k, ld, idx, n, s);
+    else
+        kn->score_max(q, g, d, k, ld, idx, n, s);
+}
+
+static inline void hkv_policy_score_max_i8(const hkv_policy_scratch *ws,
+                                           const hkv_cpu_kernels *kn, const float *q, int g,
+                                           int d, const int8_t *k, int64_t ld,
+                                           const float *scale, const int32_t *idx, int64_t n,
+                                           float *s)
+{
+    if (ws->par)
+        ws->par->score_max_i8(ws->par, q, g, d, k, ld, scale, idx, n, s);
+    else
+        kn->score_max_i8(q, g, d, k, ld, scale, idx, n, s);
+}
 
 /* A selection policy's device part (the CPU-GPU pipeline, pipeline/): the
  * recall step of select, run on the device over a table the pipeline keeps

@@ -167,7 +167,8 @@ static int64_t quest_select(void *self, int layer, int kvh, const float *q, cons
             qpm[(int64_t)j * 2 * d + d + e] = x < 0 ? x : 0;
         }
     for (int64_t i = 0; i < np; i++) pg[i] = (int32_t)i;
-    s->kern->score_max(qpm, g, 2 * d, page_row(s, layer, kvh, 0), 2 * (int64_t)d, pg, np, sc);
+    hkv_policy_score_max(ws, s->kern, qpm, g, 2 * d, page_row(s, layer, kvh, 0), 2 * (int64_t)d, pg,
+                         np, sc);
     ws->bytes += (uint64_t)np * 2 * d * 2;   /* every page's fp16 min and max keys */
     int64_t m = hkv_topk_asc(sc, np, s->K, sel, tmp);   /* ascending: sequential gathers */
     int64_t c = 0;

@@ -383,7 +383,7 @@ static int64_t rocketkv_select(void *self, int layer, int kvh, const float *q,
         return m;
     }
     for (int64_t i = 0; i < m; i++) rows[i] = cand[idx[i]];   /* exact rerank of the top kk */
-    s->kern->score_max(q, g, d, far->k[kvh], far->ld, rows, m, sc);
+    hkv_policy_score_max(ws, s->kern, q, g, d, far->k[kvh], far->ld, rows, m, sc);
     ws->bytes += (uint64_t)m * d * 2;   /* the reranked keys */
     int64_t mk = hkv_topk_asc(sc, m, k, idx, scr);
     for (int64_t i = 0; i < mk; i++) out[i] = rows[idx[i]];

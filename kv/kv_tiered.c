@@ -437,6 +437,7 @@ static void t_destroy(void *self) {
     for (int i = 0; i < t->max_seqs; i++) seq_free(t, &t->seqs[i]);
     hkv_host_free(t->mem, HKV_TIER_WORKSPACE, t->scratch, t->scratch_bytes);
     hkv_host_free(t->mem, HKV_TIER_WORKSPACE, t->split, t->split_bytes);
+    hkv_score_team_free(&t->team);
     free(t->seqs);
     free(t);
 }

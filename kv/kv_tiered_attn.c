@@ -98,6 +98,8 @@ typedef struct layer_step {
     float *sq, *so, *sl, *po, *pl;     /* queries, partials, pieces' partials */
     int32_t *ssel;                     /* the slots' selections */
     int next_item, fail;               /* shared: the next item to claim; a failed selection */
+    int items_done;                    /* shared: items finished (their selections made) */
+    hkv_score_team *team;              /* NULL: each selection scores alone */
     int64_t next_piece;
 } layer_step;
 
@@ -111,7 +113,7 @@ static inline void spin_pause(void) {
  * near and far attention and its merge; with split, the decode row's
  * selection and the pieces it leaves for run_pieces. base: the thread's
  * scratch. */
-static void attend_item(layer_step *st, int w, float *base) {
+static void attend_item(layer_step *st, int w, float *base, int tid) {
     tiered *t = st->t;
     const int layer = st->layer, KH = st->KH, g = st->g, d = st->d, split = st->split;
     const float scale = st->scale;
@@ -134,7 +136,8 @@ static void attend_item(layer_step *st, int w, float *base) {
     float *ta = l_near + g, *tl = ta + 2 * (size_t)g * d;                /* audit: dense ref */
     int32_t *sel = (int32_t *)(tl + 2 * (size_t)g);
     hkv_policy_scratch ps = {.f = (float *)(sel + nd.max_sel), .nf = nd.pol_f,
-                             .i = (int32_t *)((float *)(sel + nd.max_sel) + nd.pol_f), .ni = nd.pol_i};
+                             .i = (int32_t *)((float *)(sel + nd.max_sel) + nd.pol_f), .ni = nd.pol_i,
+                             .par = st->team ? hkv_score_team_par(st->team, tid) : NULL};
     float *au = (float *)(ps.i + nd.pol_i);
     int32_t *tidx = (int32_t *)(au + (t->p.audit ? 4 * (size_t)nd.far + HKV_TOPK_SCRATCH(nd.far) : 0));
     const item *I = &items[w];
@@ -285,7 +288,8 @@ static void run_pieces(layer_step *st) {
     for (int64_t u; (u = __atomic_fetch_add(&st->next_piece, 1, __ATOMIC_RELAXED)) < np;) {
         const int k = (int)(u / P1);
         const int64_t j = u % P1;
-        while (!__atomic_load_n(&st->ready[k], __ATOMIC_ACQUIRE)) spin_pause();
+        while (!__atomic_load_n(&st->ready[k], __ATOMIC_ACQUIRE))   /* the selection's scoring */
+            if (!st->team || !hkv_score_team_help(st->team)) spin_pause();
         if (__atomic_load_n(&st->fail, __ATOMIC_RELAXED)) continue;   /* the step fails whole */
         const far_work *f = &st->fw[k];
         const float *qv = st->sq + k * gd;
@@ -407,22 +411,37 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
      * a team's wake-up. */
     int wide = !lse_out || nd.far > 0 || t->p.audit;
     for (int i = 0; i < n_segs && !wide; i++) wide = is_prompt(&segs[i]);
+    /* With several threads, a selection's scoring is spread over those that
+     * have no selection of their own left (kv_score_team.h). */
+    if (wide && nth > 1 && n_dec > 0 && t->team.n != nth) {
+        hkv_score_team_free(&t->team);
+        if ((rc = hkv_score_team_init(&t->team, t->kern, nth, err))) {
+            free(dec_of), free(fw), free(items);
+            return rc;
+        }
+    }
     layer_step st = {.t = t, .layer = layer, .KH = KH, .g = g, .d = d, .split = split,
                      .scale = scale, .nd = nd, .segs = segs, .rec = rec, .qkv = qkv,
                      .ld_qkv = ld_qkv, .ld_out = ld_out, .out = out, .lse_out = lse_out,
                      .items = items, .n_items = n_items, .n_dec = n_dec, .dec_of = dec_of,
                      .pending = pending, .ready = ready, .fw = fw, .P1 = P1, .sq = sq, .so = so,
-                     .sl = sl, .po = po, .pl = pl, .ssel = ssel};
+                     .sl = sl, .po = po, .pl = pl, .ssel = ssel,
+                     .team = wide && nth > 1 && n_dec > 0 ? &t->team : NULL};
     /* Items are claimed in order, one at a time (a prompt tile or a decode
      * row's KV head); with split, each thread then goes on to the pieces. */
 #pragma omp parallel if (wide)
     {
-        float *base = t->scratch + (size_t)omp_get_thread_num() * per;
+        const int tid = omp_get_thread_num();
+        float *base = t->scratch + (size_t)tid * per;
         for (int w; (w = __atomic_fetch_add(&st.next_item, 1, __ATOMIC_RELAXED)) < n_items;) {
-            attend_item(&st, w, base);
+            attend_item(&st, w, base, tid);
             if (split && dec_of[w] >= 0) __atomic_store_n(&ready[dec_of[w]], 1, __ATOMIC_RELEASE);
+            __atomic_fetch_add(&st.items_done, 1, __ATOMIC_RELEASE);
         }
         if (split) run_pieces(&st);
+        /* the last selections' scoring, rather than idling at the barrier */
+        while (st.team && __atomic_load_n(&st.items_done, __ATOMIC_ACQUIRE) < n_items)
+            if (!hkv_score_team_help(st.team)) spin_pause();
     }
     const int fail = st.fail;
     if (split && !fail) {

@@ -2,6 +2,7 @@
 #ifndef HKV_KV_TIERED_IMPL_H
 #define HKV_KV_TIERED_IMPL_H
 
+#include "kv_score_team.h"
 #include "kv_tiered.h"
 
 /* Rows a layer step stores without an OpenMP team (a decode batch's). */
@@ -59,6 +60,9 @@ typedef struct tiered {
      * demand (WORKSPACE tier). */
     float *split;
     size_t split_bytes;
+    /* The step's scoring spread over its threads (kv_score_team.h), made
+     * for the thread count of the first wide step (again if it changes). */
+    hkv_score_team team;
     /* Bytes the decode steps read from the cache and the policies' indices
      * (hkv_kv_tiered_bytes_read), added with atomics by the step's threads. */
     uint64_t bytes_read;

@@ -49,6 +49,27 @@ static void check_attn(const hkv_cpu_kernels *t, const char *what, const float *
     free(out); free(lse); free(rout); free(rlse);
 }
 
+/* A row's score does not depend on where it sits in a call (cpu/kernels.h):
+ * the scores of idx[0..n) computed in pieces starting at odd offsets equal
+ * the whole call's bit for bit, so the tiered cache may spread one rerank's
+ * rows over threads (kv/kv_tiered_attn.c). whole == NULL: score_max_i8. */
+static int pieces_equal(const hkv_cpu_kernels *t, const float *q, int g, int d, const void *k,
+                        int64_t ld, const float *scale, const int32_t *idx, int64_t n,
+                        const float *whole)
+{
+    float *s = alloc_poisoned(n);
+    for (int64_t a = 0, step = 5; a < n; a += step, step = step * 3 % 97 + 1) {
+        const int64_t m = a + step < n ? step : n - a;
+        if (scale)
+            t->score_max_i8(q, g, d, k, ld, scale, idx + a, m, s + a);
+        else
+            t->score_max(q, g, d, k, ld, idx + a, m, s + a);
+    }
+    const int same = memcmp(s, whole, (size_t)n * sizeof *s) == 0;
+    free(s);
+    return same;
+}
+
 static void check_score(const hkv_cpu_kernels *t, const float *q, int g, int d, const uint16_t *k,
                         int64_t ld, const int32_t *idx, int64_t n)
 {
@@ -64,6 +85,8 @@ static void check_score(const hkv_cpu_kernels *t, const float *q, int g, int d, 
     }
     CHECK(bad == 0 && worst <= 1e-5 && guard_intact(s, n), "%s score_max g=%d d=%d n=%lld: err %.3g, %d NaN",
           hkv_isa_name(t->isa), g, d, (long long)n, worst, bad);
+    CHECK(pieces_equal(t, q, g, d, k, ld, NULL, idx, n, s), "%s score_max g=%d d=%d n=%lld: in "
+          "pieces, the same scores bit for bit", hkv_isa_name(t->isa), g, d, (long long)n);
     free(s); free(rs); free(mag);
 }
 
@@ -97,6 +120,8 @@ static void check_score_i8(const hkv_cpu_kernels *t, const float *q, int g, int 
     }
     CHECK(bad == 0 && worst <= 1 && guard_intact(s, n), "%s score_max_i8 g=%d d=%d n=%lld: err %.3g "
           "of the bound, %d NaN", hkv_isa_name(t->isa), g, d, (long long)n, worst, bad);
+    CHECK(pieces_equal(t, q, g, d, k, ld, scale, idx, n, s), "%s score_max_i8 g=%d d=%d n=%lld: in "
+          "pieces, the same scores bit for bit", hkv_isa_name(t->isa), g, d, (long long)n);
     free(s);
 }
 

@@ -253,7 +253,7 @@ static void test_recall(hkv_gpu_ctx *ctx, gix *G, world *W, hkv_policy *p, int c
     float *dq = gpu_put(ctx, NULL, (size_t)n_seq * H * d * 4);
     int32_t *cand = malloc((size_t)n_seq * KH * cap * 4), *ncand = malloc(n_seq * KH * 4);
     float *q = malloc((size_t)n_seq * H * d * 4);
-    hkv_policy_scratch sw;
+    hkv_policy_scratch sw = {0};
     p->ops->scratch_need(p->self, max_far, &sw.nf, &sw.ni);
     sw.f = malloc(sw.nf * 4 + 4), sw.i = malloc(sw.ni * 4 + 4);
     int32_t *out = malloc((p->ops->max_select(p->self, max_far) + 1) * 4);

@@ -5,7 +5,10 @@ pieces of every row run side by side and are merged in order. Checks, on a
 tiny generated model with a far tier of ~4,600 rows (nine pieces):
 
   threads  the logits are bit-identical for -t 1, 2 and 5 (--threads; prompt mode, one
-           sequence; batch mode, three sequences), for full and quest;
+           sequence; batch mode, three sequences), for full and quest; and in prompt mode
+           for oracle, ctkvr and ctkvr on int8 sketches, whose scoring of one KV head's
+           rows is spread over the threads without a selection of their own
+           (kv/kv_score_team.c: 4,600 far keys, ~2,000 candidates, 8-18 pieces);
   plain    the tiered cache with full equals the plain contiguous cache (its
            own attention, no pieces) within 2e-4 of max|logit|.
 
@@ -57,9 +60,15 @@ def main():
         ids = [int(x) for x in np.random.default_rng(5).integers(3, 900, a.n_tokens)]
         near = ["--sink", "4", "--local", "64"]
         modes = {"prompt": ["--prefix", str(a.n_tokens - 10), "--rows", "512"], "batch": []}
-        for pol in (["--policy", "full"], ["--policy", "quest", "--policy-arg", "budget=3000"]):
+        pols = (["--policy", "full"], ["--policy", "quest", "--policy-arg", "budget=3000"],
+                ["--policy", "oracle", "--policy-arg", "k=500"],
+                ["--policy", "ctkvr", "--policy-arg", "Cp=8"],
+                ["--policy", "ctkvr", "--policy-arg", "Cp=8", "--policy-arg", "sketch=1"])
+        for pol in pols:
             for mode, margs in modes.items():
-                label = f"{pol[1]} {mode}"
+                if mode == "batch" and pol[1] not in ("full", "quest"):
+                    continue
+                label = f"{' '.join(pol[1::2])} {mode}"
                 try:
                     runs = {t: dump(a.bin_dir, model, ids, mode, near + pol + margs, t,
                                     os.path.join(tmp, f"{t}.bin")) for t in threads}

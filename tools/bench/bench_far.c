@@ -17,7 +17,9 @@
  * row also gives the bytes without them). Reported per step: seconds, bytes
  * read (what select counted, its index and scored keys, plus the K and V of
  * the rows attended), their rate against a bandwidth probe of the same run,
- * and what 32 such layers allow in tokens/s. No model, no prefill. */
+ * and what 32 such layers allow in tokens/s. No model, no prefill.
+ * --scoring shared,alone: each row also with every selection scoring its
+ * rows on its own thread (before kv/kv_score_team.c), side by side. */
 #include <math.h>
 #include <omp.h>
 #include <stddef.h>
@@ -29,6 +31,7 @@
 #include "cli.h"
 #include "host_mem.h"
 #include "kernels.h"
+#include "kv_score_team.h"
 #include "policy.h"
 
 #define FAR_MAXL 8
@@ -162,7 +165,7 @@ typedef struct far_opts {
     long long ctxs[FAR_MAXL], batches[FAR_MAXL];
     int n_ctx, n_batch;
     long long steps, KH, g, d;
-    const char *configs;
+    const char *configs, *scoring;
     hkv_exec_cli x;
 } far_opts;
 
@@ -184,6 +187,10 @@ static const hkv_opt far_opts_table[] = {
      .lo = 1, .hi = 16, .help = "query heads per KV head (default 4)"},
     {.name = "--head-dim", .arg = "D", .kind = HKV_OPT_INT, .off = offsetof(far_opts, d),
      .lo = 32, .hi = 256, .help = "head dimension, a multiple of 32 (default 128)"},
+    {.name = "--scoring", .arg = "MODES", .kind = HKV_OPT_STR, .off = offsetof(far_opts, scoring),
+     .help = "shared (default: a selection's scoring spread over the threads\n"
+             "without one of their own, as the tiered cache runs it), alone\n"
+             "(each on its own thread), or shared,alone: both, side by side"},
     {0},
 };
 
@@ -196,7 +203,7 @@ int hkv_bench_far_main(int argc, char **argv)
     hkv_err err;
     hkv_err_clear(&err);
     far_opts o = {.ctxs = {32768, 98304}, .batches = {1, 4}, .n_ctx = 2, .n_batch = 2, .steps = 8,
-                  .KH = 8, .g = 4, .d = 128, .configs = "ctkvr;ctkvr:sketch=2"};
+                  .KH = 8, .g = 4, .d = 128, .configs = "ctkvr;ctkvr:sketch=2", .scoring = "shared"};
     hkv_exec_cli_init(&o.x);
     const hkv_opt_use uses[] = {
         {.opts = far_opts_table, .base = &o},
@@ -208,6 +215,19 @@ int hkv_bench_far_main(int argc, char **argv)
         return 0;
     }
     if (!rc && o.d % 32) rc = hkv_seterr(&err, HKV_E_INVAL, "--head-dim %lld: a multiple of 32", o.d);
+    int modes[2], n_modes = 0;   /* 1: shared scoring, 0: alone */
+    if (!rc) {
+        char ms[64];
+        snprintf(ms, sizeof ms, "%s", o.scoring);
+        for (char *sv = NULL, *m = strtok_r(ms, ",", &sv); m && !rc; m = strtok_r(NULL, ",", &sv)) {
+            if (n_modes == 2 || (strcmp(m, "shared") && strcmp(m, "alone")))
+                rc = hkv_seterr(&err, HKV_E_INVAL, "--scoring '%s': shared, alone, or both, "
+                                "comma-separated", o.scoring);
+            else
+                modes[n_modes++] = !strcmp(m, "shared");
+        }
+        if (!rc && !n_modes) rc = hkv_seterr(&err, HKV_E_INVAL, "--scoring: empty");
+    }
     if (rc) {
         hkv_err_report(&err, stderr);
         return 2;
@@ -220,6 +240,11 @@ int hkv_bench_far_main(int argc, char **argv)
     const int T = omp_get_max_threads();
     hkv_cpu_kernels kn;
     hkv_cpu_kernels_init(&kn, HKV_ISA_AVX512);
+    hkv_score_team team;
+    if ((rc = hkv_score_team_init(&team, &kn, T, &err))) {
+        hkv_err_report(&err, stderr);
+        return 1;
+    }
     const double probe = hkv_bandwidth_probe((size_t)1 << 30, 5);
     printf("bench far: %lld KV heads, g %lld, d %lld; %d threads, %s kernels; probe %.1f GB/s\n", KH, g, d,
            T, hkv_isa_name(kn.isa), probe / 1e9);
@@ -228,6 +253,7 @@ int hkv_bench_far_main(int argc, char **argv)
     float *dir = malloc((size_t)KH * FAR_CLUSTERS * d * 4);
     if (!dir) {
         fprintf(stderr, "hetkv: error: bench far: no memory\n");
+        hkv_score_team_free(&team);
         return 1;
     }
     uint64_t s0 = 12345;
@@ -260,7 +286,9 @@ int hkv_bench_far_main(int argc, char **argv)
             break;
         }
         for (int ci = 0; ci < n_ctx && !rc; ci++)
-            for (int bi = 0; bi < n_batch && !rc; bi++) {
+            for (int bi = 0; bi < n_batch && !rc; bi++)
+            for (int mi = 0; mi < n_modes && !rc; mi++) {
+                const int shared = modes[mi] && T > 1;
                 const int64_t n = ctxs[ci];
                 const int B = (int)batches[bi];
                 hkv_mem_account mem = {0};
@@ -280,25 +308,38 @@ int hkv_bench_far_main(int argc, char **argv)
                     uint64_t sb = 0;
                     int fail = 0;
                     const double t0 = omp_get_wtime();
-#pragma omp parallel for schedule(dynamic, 1) reduction(+ : sb) reduction(| : fail)
-                    for (int it = 0; it < B * (int)KH; it++) {
-                        far_seq *q = &sq[it / KH];
-                        const int h = it % (int)KH;
-                        const float *qq = qs + ((size_t)(it / KH) * KH + h) * g * d;
-                        hkv_far_view fv = {.n_head_kv = (int)KH, .head_dim = (int)d, .lo = 0, .hi = n,
-                                           .k = q->kp, .v = q->vp, .ld = d};
-                        hkv_policy_scratch *w = &q->ws[h];
-                        const int64_t ms = q->pol.ops->max_select(q->pol.self, n);
-                        int32_t *sel = q->sel + (size_t)h * ms;
-                        w->bytes = 0;
-                        const int64_t m = q->pol.ops->select(q->pol.self, 0, h, qq, &fv, sel, w);
-                        if (m < 0) {
-                            fail = 1;
-                            continue;
+                    int next = 0, done = 0;
+                    const int n_it = B * (int)KH;
+                    /* items claimed one at a time; with shared scoring a
+                     * thread out of items takes pieces of the others' (as
+                     * kv/kv_tiered_attn.c runs a layer's far part) */
+#pragma omp parallel reduction(+ : sb) reduction(| : fail)
+                    {
+                        const int tid = omp_get_thread_num();
+                        for (int it; (it = __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED)) < n_it;) {
+                            far_seq *q = &sq[it / KH];
+                            const int h = it % (int)KH;
+                            const float *qq = qs + ((size_t)(it / KH) * KH + h) * g * d;
+                            hkv_far_view fv = {.n_head_kv = (int)KH, .head_dim = (int)d, .lo = 0,
+                                               .hi = n, .k = q->kp, .v = q->vp, .ld = d};
+                            hkv_policy_scratch *w = &q->ws[h];
+                            const int64_t ms = q->pol.ops->max_select(q->pol.self, n);
+                            int32_t *sel = q->sel + (size_t)h * ms;
+                            w->bytes = 0;
+                            w->par = shared ? hkv_score_team_par(&team, tid) : NULL;
+                            const int64_t m = q->pol.ops->select(q->pol.self, 0, h, qq, &fv, sel, w);
+                            if (m < 0)
+                                fail = 1;
+                            else {
+                                kn.attn_sparse(qq, (int)g, (int)d, q->kp[h], q->vp[h], d, sel, m,
+                                               1.0f / sqrtf((float)d), q->out + (size_t)h * g * d,
+                                               q->lse + (size_t)h * g);
+                                sb += w->bytes + (uint64_t)m * d * 4;
+                            }
+                            __atomic_fetch_add(&done, 1, __ATOMIC_RELEASE);
                         }
-                        kn.attn_sparse(qq, (int)g, (int)d, q->kp[h], q->vp[h], d, sel, m,
-                                       1.0f / sqrtf((float)d), q->out + (size_t)h * g * d, q->lse + (size_t)h * g);
-                        sb += w->bytes + (uint64_t)m * d * 4;
+                        while (shared && __atomic_load_n(&done, __ATOMIC_ACQUIRE) < n_it)
+                            hkv_score_team_help(&team);
                     }
                     const double dt = omp_get_wtime() - t0;
                     if (fail) rc = hkv_seterr(&err, HKV_E_INTERNAL, "bench far: a select failed");
@@ -306,7 +347,9 @@ int hkv_bench_far_main(int argc, char **argv)
                 }
                 if (!rc) {
                     const double st_s = t / (double)steps, mb = (double)bytes / (double)steps;
-                    printf("%-34s %7lld %5d | %9.3f %9.1f %8.1f %5.0f%% | %12.1f\n", one, (long long)n, B,
+                    char label[96];
+                    snprintf(label, sizeof label, "%s%s", one, n_modes > 1 && !shared ? " [alone]" : "");
+                    printf("%-34s %7lld %5d | %9.3f %9.1f %8.1f %5.0f%% | %12.1f\n", label, (long long)n, B,
                            st_s * 1e3, mb / 1e6, mb / st_s / 1e9, 100 * mb / st_s / probe,
                            B / (32.0 * st_s));
                     fflush(stdout);
@@ -316,6 +359,7 @@ int hkv_bench_far_main(int argc, char **argv)
             }
     }
     free(dir);
+    hkv_score_team_free(&team);
     if (rc) {
         hkv_err_report(&err, stderr);
         return 1;
