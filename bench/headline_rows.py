@@ -8,15 +8,20 @@ and plan_predict.jsonl (`hetkv plan --predict -o jsonl`), writes
 OUT_DIR/headline.json ({"rows": [...], "ratios": [...]}: per row the config,
 context, batch, GPU cap, decode tokens/s, time to first token, the step's
 timeline per decode step and the host's bytes per token; per context the best
-split tokens/s over the best dense tokens/s) and OUT_DIR/headline.md (the same
-as Markdown tables). Rows come from whatever the run measured: a step stopped
+split tokens/s over the best dense tokens/s; the batches bench refused at
+admission, from split_*.log and dense_*.log, with the reason) and
+OUT_DIR/headline.md (the same as Markdown tables). Rows come from whatever the run measured: a step stopped
 by its time limit leaves the rows it wrote."""
 from __future__ import annotations
 
 import glob
 import json
 import os
+import re
 import sys
+
+# tools/bench/cmd_bench.c: a largest batch the device or the host cannot hold
+REFUSED = re.compile(r"^hetkv bench: batch (\d+) refused: (.*)$")
 
 KEEP = ["config", "policy", "budget", "ctx", "batch", "gpu_mem", "decode_tok_s", "step_ms",
         "ttft_s", "prefill_tok_s", "fork_s", "chunk", "dev_cpu_busy_ms", "dev_cpu_wait_ms",
@@ -58,6 +63,15 @@ def main() -> int:
                 row = {"kind": kind, "file": os.path.basename(path)}
                 row.update({k: r.get(k) for k in KEEP})
                 rows.append(row)
+    refused = []
+    for path in sorted(glob.glob(os.path.join(out, "split_*.log")) +
+                       glob.glob(os.path.join(out, "dense_*.log"))):
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                m = REFUSED.match(line.strip())
+                if m:
+                    refused.append({"file": os.path.basename(path), "batch": int(m.group(1)),
+                                    "reason": m.group(2)})
     pred = {}
     ppath = os.path.join(out, "plan_predict.jsonl")
     if os.path.exists(ppath):
@@ -89,7 +103,7 @@ def main() -> int:
             "ctkvr_over_dense": bc["decode_tok_s"] / bd["decode_tok_s"] if bc and bd else None,
         })
     with open(os.path.join(out, "headline.json"), "w", encoding="utf-8") as f:
-        json.dump({"rows": rows, "ratios": ratios}, f, indent=1)
+        json.dump({"rows": rows, "ratios": ratios, "refused": refused}, f, indent=1)
     md = ["| kind | config | ctx | batch | decode tok/s | predicted | TTFT s | step ms | host busy | "
           "host waits | device waits | device products | near | PCIe up/down MB | host MB/token | "
           "host roofline tok/s |", "|" + "---|" * 16]
@@ -112,6 +126,9 @@ def main() -> int:
             f"{bc['batch']}, {bc['decode_tok_s']:.1f}" if bc else "-",
             f"{bd['batch']}, {bd['decode_tok_s']:.1f}" if bd else "-",
             fmt(q["split_over_dense"], 2), fmt(q["ctkvr_over_dense"], 2)]) + " |")
+    if refused:
+        md += ["", "| refused (file, batch) | why |", "|---|---|"]
+        md += [f"| {q['file']}, {q['batch']} | {q['reason']} |" for q in refused]
     with open(os.path.join(out, "headline.md"), "w", encoding="utf-8") as f:
         f.write("\n".join(md) + "\n")
     print("\n".join(md))

@@ -366,6 +366,28 @@ int hkv_plan_admit(const hkv_plan_params *p, const hkv_plan *o, uint64_t cap, hk
                       cp);
 }
 
+int hkv_plan_admit_host(const hkv_plan_params *p, const hkv_plan *o, uint64_t avail,
+                        int capped, hkv_err *err) {
+    if (!avail || o->pinned <= avail) return HKV_OK;
+    uint64_t ig = 0, ih = 0;
+    int rc = hkv_plan_index_bytes(p, &ig, &ih, err);
+    if (rc) return rc;
+    const uint64_t ih_all = p->index_on_host ? (uint64_t)p->batch * ih : 0;
+    char t[32], kv[32], ix[32], per[32], av[32];
+    hkv_fmt_bytes((double)o->pinned, t, sizeof t);
+    hkv_fmt_bytes((double)(o->pinned - ih_all), kv, sizeof kv);
+    hkv_fmt_bytes((double)ih_all, ix, sizeof ix);
+    hkv_fmt_bytes((double)o->per_seq_pinned, per, sizeof per);
+    hkv_fmt_bytes((double)avail, av, sizeof av);
+    return hkv_seterr(err, HKV_E_CAPACITY,
+                      "batch %d x context %lld with policy %s needs %s of page-locked host memory "
+                      "(far tier K and V %s, index lists %s; %s a sequence) but %s %s%s: at most "
+                      "%lld such sequences fit", p->batch, (long long)p->n_ctx,
+                      p->policy ? p->policy->name : "full", t, kv, ix, per,
+                      capped ? "the cap is" : "the host has", av, capped ? "" : " available",
+                      (long long)(o->per_seq_pinned ? avail / o->per_seq_pinned : 0));
+}
+
 int hkv_plan_max_batch(const hkv_plan_params *p, uint64_t cap, int max_batch, int *out,
                        hkv_err *err) {
     *out = 0;

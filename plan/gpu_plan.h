@@ -78,6 +78,15 @@ int hkv_plan_compute(const hkv_plan_params *p, hkv_plan *out, hkv_err *err);
  * workspace S) but the cap is C". */
 int hkv_plan_admit(const hkv_plan_params *p, const hkv_plan *plan, uint64_t cap, hkv_err *err);
 
+/* HKV_OK when plan->pinned (the far tiers, and the index lists kept on the
+ * host) fits in avail bytes of host memory (avail 0: unknown, not checked;
+ * capped: avail is the user's cap, not what the host has);
+ * else HKV_E_CAPACITY naming what each sequence needs and what the host has.
+ * Page-locked memory cannot be paged out: a far tier past the host's memory
+ * fails partway through a prompt, so it is refused before anything loads. */
+int hkv_plan_admit_host(const hkv_plan_params *p, const hkv_plan *plan, uint64_t avail,
+                        int capped, hkv_err *err);
+
 /* Largest batch in [0, max_batch] whose plan fits cap (0: not even one). */
 int hkv_plan_max_batch(const hkv_plan_params *p, uint64_t cap, int max_batch, int *out,
                        hkv_err *err);

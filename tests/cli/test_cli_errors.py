@@ -123,6 +123,18 @@ cases = [
     ("bench far no --isa", [hetkv, "bench", "far", "--isa", "avx2"], 2, "bench far: unknown option '--isa'"),
     ("bench kernels bad isa", [hetkv, "bench", "kernels", "--isa", "x"], 2, "unknown ISA 'x'"),
 ]
+# the far tier is page-locked: a batch x context past the host's memory (or
+# --host-mem) is refused at admission, naming what a sequence needs; bench
+# measures the batches that fit and names the ones refused
+cases.append(("host-mem without cuda", [hetkv, "bench", *M, "--host-mem", "1G"], 1, "needs --device cuda"))
+if have_dev:
+    host = [hetkv, "bench", "--synthetic", "llama3.1-8b@1", "--device", "cuda", "--gpu-mem", "3G",
+            "--host-mem", "300M", "--ctx", "32768", "--configs", "ctkvr", "--admit-only"]
+    cases.append(("host memory does not fit", host + ["--batch", "2"], 1,
+                  "needs 566.38 MiB of page-locked host memory (far tier K and V 256.26 MiB, index lists "
+                  "310.12 MiB; 283.19 MiB a sequence) but the cap is 300.00 MiB: at most 1 such sequences fit"))
+    cases.append(("host memory: largest batch refused", host + ["--batch", "1,2,4"], 0,
+                  "batch 2 refused: --device cuda, --host-mem: batch 2 x context 32801"))
 if have_model:
     cases.append(("truncated model", [hetkv, "run", "-m", truncated, "-p", "x"], 1, "past the end"))
 

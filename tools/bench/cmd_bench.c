@@ -221,8 +221,10 @@ int hkv_cmd_bench(int argc, char **argv) {
     }
     /* the names the measuring code below was written with */
     const char *model = o.model, *configs = o.configs, *budgets = o.budgets;
-    const long long *ctxs = o.ctxs, *batches = o.batches;
-    const int n_ctx = o.n_ctx, n_batch = o.n_batch, isa = o.x.isa;
+    const long long *ctxs = o.ctxs;
+    long long *batches = o.batches;   /* less the batches refused at admission */
+    const int n_ctx = o.n_ctx, isa = o.x.isa;
+    int n_batch = o.n_batch;
     int json = o.out.json;
     const int rows_fmt = o.out.rows_fmt, admit_only = o.admit_only;
     const long long steps = o.steps, threads = o.x.threads, probe_mib = o.probe_mib, chunk = o.chunk;
@@ -274,19 +276,35 @@ int hkv_cmd_bench(int argc, char **argv) {
     const int in_place = !ep.kv_plain && n_batch == 1 && only && only->prep == HKV_PREP_NONE;
     if (in_place) ep.max_seqs = (int)max_batch;
     /* --device cuda and only full measured: the whole context near when it
-     * fits (hkv_device_cli_check_near), as run, batch and serve do */
+     * fits (hkv_device_cli_check_near), as run, batch and serve do.
+     * --device cuda: the device and the plan's admission of every
+     * configuration, before anything is loaded (a refusal wins); cpu: OK.
+     * A largest batch that the device or the host cannot hold is refused,
+     * named with the reason, and the smaller ones are measured. */
     int all_full = !ep.kv_plain && !strcmp(ep.tiered.policy->name, "full");
     for (int i = 0; configs && i < n_cfg; i++) all_full &= !strcmp(cfg[i].def->name, "full");
-    if (all_full)
-        rc = hkv_device_cli_check_near(&dc, model, &ep, kc.local >= 0, (int)max_batch,
-                                       max_ctx + steps + 1, &err);
-    /* --device cuda: the device and the plan's admission of every
-     * configuration, before anything is loaded (a refusal wins); cpu: OK. */
-    for (int i = 0; !rc && i < (configs ? n_cfg : 1); i++) {
-        hkv_engine_params cp = ep;
-        if (configs) cp.tiered.policy = cfg[i].def, cp.tiered.args = cfg[i].args;
-        rc = hkv_device_cli_check(&dc, model, &cp, (int)max_batch, max_ctx + steps + 1, &err);
-        if (rc) break;
+    const int local0 = ep.tiered.L_local;
+    for (;;) {
+        ep.tiered.L_local = local0;
+        if (all_full)
+            rc = hkv_device_cli_check_near(&dc, model, &ep, kc.local >= 0, (int)max_batch,
+                                           max_ctx + steps + 1, &err);
+        for (int i = 0; !rc && i < (configs ? n_cfg : 1); i++) {
+            hkv_engine_params cp = ep;
+            if (configs) cp.tiered.policy = cfg[i].def, cp.tiered.args = cfg[i].args;
+            rc = hkv_device_cli_check(&dc, model, &cp, (int)max_batch, max_ctx + steps + 1, &err);
+        }
+        if (rc != HKV_E_CAPACITY || n_batch == 1) break;
+        fprintf(stderr, "hetkv bench: batch %lld refused: %s\n", max_batch, err.msg);
+        hkv_err_clear(&err);
+        rc = HKV_OK;
+        int k = 0;
+        for (int i = 0; i < n_batch; i++)
+            if (batches[i] != max_batch) batches[k++] = batches[i];
+        n_batch = k;
+        max_batch = 0;
+        for (int i = 0; i < n_batch; i++) max_batch = batches[i] > max_batch ? batches[i] : max_batch;
+        ep.max_seqs = in_place ? (int)max_batch : (int)max_batch + 1;
     }
     if (rc) {
         hkv_err_report(&err, stderr);

@@ -80,11 +80,13 @@ int hkv_kv_cli_parse(hkv_kv_cli *k, int argc, char **argv, int *i, hkv_err *err)
 int hkv_kv_cli_apply(const hkv_kv_cli *k, hkv_engine_params *ep, hkv_err *err);
 
 /* Device and model-source options shared by run, bench, info and plan
- * (cli_device.c): --device cpu|cuda  --gpu-mem SIZE  --synthetic NAME
+ * (cli_device.c): --device cpu|cuda  --gpu-mem SIZE  --host-mem SIZE  --synthetic NAME
  * --synthetic-weights q4|q8|f16|f32  --gpu-gemm MODE  --gpu-profile. */
 typedef struct hkv_device_cli {
     int cuda;                 /* --device cuda */
     uint64_t gpu_mem;         /* --gpu-mem; 0: not given */
+    uint64_t host_mem;        /* --host-mem: the page-locked far tier's cap; 0: what the host
+                                 has available (MemAvailable) */
     const char *synthetic;    /* --synthetic NAME (checked against the table) */
     int synthetic_wtype;      /* enum hkv_wtype */
     int gemm;                 /* --gpu-gemm: enum hkv_qmat_gemm, -1 auto */

@@ -35,6 +35,11 @@ static int parse_gpu_mem(void *base, const char *opt, const char *v, hkv_err *er
     return hkv_parse_size("--gpu-mem", v, &((hkv_device_cli *)base)->gpu_mem, err);
 }
 
+static int parse_host_mem(void *base, const char *opt, const char *v, hkv_err *err) {
+    (void)opt;
+    return hkv_parse_size("--host-mem", v, &((hkv_device_cli *)base)->host_mem, err);
+}
+
 static int parse_gemm(void *base, const char *opt, const char *v, hkv_err *err) {
     (void)opt;
     static const char *const modes[] = {"split", "fp16", "fp32"};   /* enum hkv_qmat_gemm */
@@ -85,6 +90,10 @@ const hkv_opt hkv_device_opts[] = {
              "anything is loaded (hetkv plan prints the plan)"},
     {.name = "--gpu-mem", .arg = "SIZE", .kind = HKV_OPT_FN, .fn = parse_gpu_mem,
      .help = "GPU memory cap, e.g. 24G (default: the device's free memory)"},
+    {.name = "--host-mem", .arg = "SIZE", .kind = HKV_OPT_FN, .fn = parse_host_mem,
+     .help = "page-locked host memory the far tiers (and host-side index lists)\n"
+             "may take, e.g. 64G: a batch x context past it is refused at\n"
+             "admission (default: the host's available memory)"},
     {.name = "--gpu-gemm", .arg = "auto|split|fp16|fp32", .kind = HKV_OPT_FN, .fn = parse_gemm,
      .help = "the weight products of more than 8 rows:\n"
              "split (fp16 hi + lo on tensor cores, ~fp32 accuracy, 3x the\n"
@@ -152,6 +161,9 @@ int hkv_device_cli_cap(const hkv_device_cli *d, uint64_t *cap, char *desc, size_
     if (!d->cuda) {
         if (d->gpu_mem)
             return hkv_seterr(err, HKV_E_INVAL, "--gpu-mem caps the GPU side: it needs --device cuda");
+        if (d->host_mem)
+            return hkv_seterr(err, HKV_E_INVAL, "--host-mem caps the page-locked far tier: it needs "
+                              "--device cuda");
         if (d->gemm >= 0)
             return hkv_seterr(err, HKV_E_INVAL, "--gpu-gemm picks the GPU's products: it needs --device cuda");
         if (d->profile)
@@ -223,6 +235,11 @@ int hkv_device_cli_check(const hkv_device_cli *d, const char *model_path, const 
         plan.weights = wb;
     }
     if ((rc = hkv_plan_admit(&pp, &plan, cap, err))) return hkv_err_prefix(err, "--device cuda (%s)", desc);
+    /* the far tier is page-locked: it must fit in what the host has now */
+    const uint64_t avail = hkv_host_mem_free();
+    const int capped = d->host_mem && (d->host_mem < avail || !avail);
+    if ((rc = hkv_plan_admit_host(&pp, &plan, capped ? d->host_mem : avail, capped, err)))
+        return hkv_err_prefix(err, "--device cuda%s", capped ? ", --host-mem" : "");
     return HKV_OK;
 }
 

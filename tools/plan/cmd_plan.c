@@ -181,7 +181,8 @@ static int plan_uses(plan_opts *o, hkv_opt_use *u) {
                            .title = "PREDICTION of decode speed on a GPU from its data sheet (no GPU "
                                     "used or needed)"};
     u[n++] = (hkv_opt_use){.opts = plan_predict_only, .base = o, .first = &o->pred_only};
-    u[n++] = (hkv_opt_use){.opts = hkv_device_opts, .base = &o->dev,
+    static const char *const dev_omit[] = {"--host-mem", NULL};   /* plan's own, above */
+    u[n++] = (hkv_opt_use){.opts = hkv_device_opts, .base = &o->dev, .omit = dev_omit,
                            .title = "Device and model source (--synthetic-weights: the weights' "
                                     "format on the device under --predict)"};
     return n;
