@@ -8,6 +8,7 @@
  * job. The publisher reuses its slot only after every claimed piece is done
  * (done == pieces), and a helper reads the job's arguments between its
  * claim and its done, so the arguments it reads are the job's it claimed. */
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,10 +36,14 @@ typedef struct score_member {
     int tid;
 } score_member;
 
-static inline void pause_once(void) {
+void hkv_spin_wait(unsigned *spins) {
+    if (++*spins < 4096) {
 #if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
+        __builtin_ia32_pause();
 #endif
+    } else {
+        sched_yield();
+    }
 }
 
 static void run_piece(const hkv_cpu_kernels *kn, const score_job *j, int64_t piece) {
@@ -92,8 +97,9 @@ static void run_job(const hkv_score_par *p, score_job *args) {
     __atomic_store_n(&j->word, gen << (2 * WORD_BITS) | (uint64_t)pieces << WORD_BITS,
                      __ATOMIC_RELEASE);
     while (take_piece(t->kern, j)) {}
+    unsigned spins = 0;
     while (__atomic_load_n(&j->done, __ATOMIC_ACQUIRE) < pieces)
-        if (!hkv_score_team_help(t)) pause_once();
+        if (!hkv_score_team_help(t)) hkv_spin_wait(&spins);
 }
 
 static void par_score_max(const hkv_score_par *p, const float *q, int g, int d, const uint16_t *k,

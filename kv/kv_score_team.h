@@ -42,4 +42,10 @@ const hkv_score_par *hkv_score_team_par(const hkv_score_team *t, int tid);
  * waiting. Threads call it wherever they would otherwise spin. */
 int hkv_score_team_help(hkv_score_team *t);
 
+/* One turn of a thread's wait for another's work: a pause, and after a few
+ * thousand of them a yield of the core, so that a waiter on a machine with
+ * more threads than free cores does not burn the time slice of the thread
+ * it waits for. spins: the caller's counter, 0 at the wait's start. */
+void hkv_spin_wait(unsigned *spins);
+
 #endif

@@ -103,11 +103,6 @@ typedef struct layer_step {
     int64_t next_piece;
 } layer_step;
 
-static inline void spin_pause(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-}
 
 /* One attention item: a prompt tile's causal attention, or a decode row's
  * near and far attention and its merge; with split, the decode row's
@@ -288,8 +283,9 @@ static void run_pieces(layer_step *st) {
     for (int64_t u; (u = __atomic_fetch_add(&st->next_piece, 1, __ATOMIC_RELAXED)) < np;) {
         const int k = (int)(u / P1);
         const int64_t j = u % P1;
+        unsigned spins = 0;
         while (!__atomic_load_n(&st->ready[k], __ATOMIC_ACQUIRE))   /* the selection's scoring */
-            if (!st->team || !hkv_score_team_help(st->team)) spin_pause();
+            if (!st->team || !hkv_score_team_help(st->team)) hkv_spin_wait(&spins);
         if (__atomic_load_n(&st->fail, __ATOMIC_RELAXED)) continue;   /* the step fails whole */
         const far_work *f = &st->fw[k];
         const float *qv = st->sq + k * gd;
@@ -413,7 +409,8 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
     for (int i = 0; i < n_segs && !wide; i++) wide = is_prompt(&segs[i]);
     /* With several threads, a selection's scoring is spread over those that
      * have no selection of their own left (kv_score_team.h). */
-    if (wide && nth > 1 && n_dec > 0 && t->team.n != nth) {
+    const int shared = wide && nth > 1 && n_dec > 0 && !t->p.score_alone;
+    if (shared && t->team.n != nth) {
         hkv_score_team_free(&t->team);
         if ((rc = hkv_score_team_init(&t->team, t->kern, nth, err))) {
             free(dec_of), free(fw), free(items);
@@ -426,7 +423,7 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
                      .items = items, .n_items = n_items, .n_dec = n_dec, .dec_of = dec_of,
                      .pending = pending, .ready = ready, .fw = fw, .P1 = P1, .sq = sq, .so = so,
                      .sl = sl, .po = po, .pl = pl, .ssel = ssel,
-                     .team = wide && nth > 1 && n_dec > 0 ? &t->team : NULL};
+                     .team = shared ? &t->team : NULL};
     /* Items are claimed in order, one at a time (a prompt tile or a decode
      * row's KV head); with split, each thread then goes on to the pieces. */
 #pragma omp parallel if (wide)
@@ -440,8 +437,9 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
         }
         if (split) run_pieces(&st);
         /* the last selections' scoring, rather than idling at the barrier */
+        unsigned spins = 0;
         while (st.team && __atomic_load_n(&st.items_done, __ATOMIC_ACQUIRE) < n_items)
-            if (!hkv_score_team_help(st.team)) spin_pause();
+            if (!hkv_score_team_help(st.team)) hkv_spin_wait(&spins);
     }
     const int fail = st.fail;
     if (split && !fail) {

@@ -22,6 +22,9 @@ typedef struct hkv_tiered_params {
                                       (hkv_pinned_alloc); 0: ordinary host memory. Set by the
                                       engine for --device cuda; FAR is accounted the same way */
     int pin_numa_node;             /* with pin_far: the GPU's NUMA node to bind to, -1: none */
+    int score_alone;               /* 1: each selection scores its rows on its own thread, not
+                                      shared with the step's idle threads (kv_score_team.h);
+                                      for side-by-side timing (bench far --scoring alone) */
 } hkv_tiered_params;
 
 void hkv_tiered_params_default(hkv_tiered_params *p);

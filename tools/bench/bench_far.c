@@ -3,23 +3,25 @@
  *
  *   hetkv bench far [--ctx 32768,98304] [--batch 1,4] [--configs "ctkvr;ctkvr:sketch=2"]
  *                   [--steps N] [-t THREADS] [--kv-heads 8] [--group 4] [--head-dim 128]
+ *                   [--scoring shared|alone|shared,alone]
  *
- * Per (context, batch, configuration): B sequences, each its own far tier of
- * one layer (KV heads x ctx rows of fp16 K and V: keys near one of 256
- * cluster directions per head, so the index has structure to find) and its
- * own policy instance, built at prompt end from the last C queries (queries
- * drift along a path near the clusters, as in tests/index). Then `steps`
- * decode steps: every (sequence, KV head) selects its far rows (the policy's
- * select, as the tiered cache calls it) and attends them (attn_sparse), all
- * items of a step in one OpenMP loop, as kv_tiered_attn runs a layer's far
- * part. This is the part the CPU-GPU pipeline leaves the host (the recall's
- * reads included here: on the device path ctkvr recalls on the GPU, so the
- * row also gives the bytes without them). Reported per step: seconds, bytes
- * read (what select counted, its index and scored keys, plus the K and V of
- * the rows attended), their rate against a bandwidth probe of the same run,
- * and what 32 such layers allow in tokens/s. No model, no prefill.
+ * Per (context, batch, configuration): a tiered cache (kv/kv_tiered.h) of one
+ * layer with the policy, the code the CPU-GPU pipeline leaves the host. One
+ * prompt of ctx rows goes in as the device path stores it (store-only
+ * chunks: keys near one of 256 cluster directions per KV head, so the index
+ * has structure to find; the last C queries drift along a path near the
+ * clusters, as in tests/index), its prompt end builds the policy's index,
+ * and B copies of it (seq_copy) decode `steps` steps through layer_step_far:
+ * every (sequence, KV head) selects its far rows and attends them, the far
+ * pieces and the selections' scoring shared by the threads as the pipeline's
+ * host steps run (kv/kv_tiered_attn.c, kv/kv_score_team.c). ctkvr recalls on
+ * the host here (on the device path it recalls on the GPU, so the row also
+ * gives the bytes without those reads). Reported per step: seconds, bytes
+ * read (the cache's counter: the policy's index and scored keys, the K and
+ * V of the rows attended), their rate against a bandwidth probe of the same
+ * run, and what 32 such layers allow in tokens/s. No model weights.
  * --scoring shared,alone: each row also with every selection scoring its
- * rows on its own thread (before kv/kv_score_team.c), side by side. */
+ * rows on its own thread, side by side. */
 #include <math.h>
 #include <omp.h>
 #include <stddef.h>
@@ -31,23 +33,11 @@
 #include "cli.h"
 #include "host_mem.h"
 #include "kernels.h"
-#include "kv_score_team.h"
+#include "kv_tiered.h"
 #include "policy.h"
 
 #define FAR_MAXL 8
 #define FAR_CLUSTERS 256
-
-typedef struct far_seq {
-    uint16_t *k, *v;          /* [KH][n][d] */
-    const uint16_t **kp, **vp;
-    hkv_policy pol;
-    hkv_policy_scratch *ws;   /* [KH]: one per item of a step */
-    int32_t *sel;             /* [KH][max_sel] */
-    float *out, *lse;         /* [KH][g][d], [KH][g] */
-    uint64_t rng;
-    hkv_mem_account *mem;
-    size_t kv_bytes;          /* of k, and of v */
-} far_seq;
 
 static uint64_t rnd(uint64_t *s)
 {
@@ -78,81 +68,101 @@ static void make_query(const float *dir, int KH, int g, int d, uint64_t *s, floa
     }
 }
 
-static void seq_free(far_seq *q, int KH)
+/* Prompt rows [m][(H + 2 KH) d] at positions p0..p0+m of a prompt of n:
+ * keys near a cluster of their KV head, values Gaussian, queries (the last
+ * nq of the prompt only: the index's; store-only rows attend nothing)
+ * drifting near the clusters. */
+static void prompt_rows(const float *dir, int KH, int g, int d, int64_t p0, int64_t m, int64_t n,
+                        int64_t nq, uint64_t seed, uint64_t *qrng, float *qstate, float *qkv,
+                        int threads)
 {
-    if (q->pol.ops) q->pol.ops->destroy(q->pol.self);
-    for (int h = 0; q->ws && h < KH; h++) free(q->ws[h].f), free(q->ws[h].i);
-    hkv_host_free(q->mem, HKV_TIER_FAR, q->k, q->kv_bytes);
-    hkv_host_free(q->mem, HKV_TIER_FAR, q->v, q->kv_bytes);
-    free(q->ws), free(q->kp), free(q->vp), free(q->sel), free(q->out), free(q->lse);
-    memset(q, 0, sizeof *q);
+    const int H = KH * g;
+    const int64_t ld = (int64_t)(H + 2 * KH) * d;
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t r = 0; r < m; r++) {
+        uint64_t s = seed ^ (uint64_t)((p0 + r) * 0x2545F4914F6CDD1Dull);
+        float *row = qkv + r * ld, *k = row + (int64_t)H * d, *v = k + (int64_t)KH * d;
+        memset(row, 0, (size_t)H * d * sizeof *row);
+        for (int h = 0; h < KH; h++) {
+            const float *c = dir + ((int64_t)h * FAR_CLUSTERS + (int64_t)(rnd(&s) % FAR_CLUSTERS)) * d;
+            for (int e = 0; e < d; e++) k[(int64_t)h * d + e] = c[e] + 0.35f * gauss(&s);
+            for (int e = 0; e < d; e++) v[(int64_t)h * d + e] = gauss(&s);
+        }
+    }
+    for (int64_t r = 0; r < m; r++)   /* in order: the drift is a path */
+        if (p0 + r >= n - nq) make_query(dir, KH, g, d, qrng, qstate, qkv + r * ld);
 }
 
-/* One sequence: its far tier, the policy built over it; 0 or an error code. */
-static int seq_make(far_seq *q, const hkv_cpu_kernels *kn, hkv_mem_account *mem, const float *dir,
-                    int KH, int g, int d, int64_t n, const hkv_policy_def *def,
-                    const hkv_policy_args *args, int threads, uint64_t seed, hkv_err *err)
+/* One row of the step: a decode query near the clusters, a new key and value. */
+static void decode_row(const float *dir, int KH, int g, int d, uint64_t *rng, float *qstate,
+                       float *row)
 {
-    memset(q, 0, sizeof *q);
-    q->rng = seed;
     const int H = KH * g;
-    const size_t rows = (size_t)KH * (size_t)n * d;
-    q->mem = mem;
-    q->kv_bytes = rows * 2;
-    q->k = hkv_host_alloc(mem, HKV_TIER_FAR, rows * 2, err);
-    q->v = hkv_host_alloc(mem, HKV_TIER_FAR, rows * 2, err);
-    q->kp = calloc((size_t)KH, sizeof *q->kp);
-    q->vp = calloc((size_t)KH, sizeof *q->vp);
-    q->ws = calloc((size_t)KH, sizeof *q->ws);
-    if (!q->k || !q->v) return hkv_err_prefix(err, "bench far: a far tier of %lld rows", (long long)n);
-    if (!q->kp || !q->vp || !q->ws) return hkv_seterr(err, HKV_E_NOMEM, "bench far: no memory");
-    float x[512];
-#pragma omp parallel for schedule(static) num_threads(threads) private(x)
-    for (int64_t i = 0; i < (int64_t)KH * n; i++) {
-        uint64_t s = seed ^ (uint64_t)(i * 0x2545F4914F6CDD1Dull);
-        const int h = (int)(i / n);
-        const float *c = dir + ((int64_t)h * FAR_CLUSTERS + (int64_t)(rnd(&s) % FAR_CLUSTERS)) * d;
-        for (int e = 0; e < d; e++) x[e] = c[e] + 0.35f * gauss(&s);
-        kn->f32_to_f16(x, q->k + i * d, d);
-        for (int e = 0; e < d; e++) x[e] = gauss(&s);
-        kn->f32_to_f16(x, q->v + i * d, d);
-    }
-    for (int h = 0; h < KH; h++) q->kp[h] = q->k + (size_t)h * n * d, q->vp[h] = q->v + (size_t)h * n * d;
-    hkv_policy_env env = {.shape = {1, H, KH, d}, .n_ctx = n + 64, .L_init = 0, .L_local = 1,
-                          .kern = kn, .mem = mem, .n_threads = threads};
-    int rc = def->create(&q->pol, args, &env, err);
-    if (rc) return rc;
-    /* prompt end: the last C (queries_wanted) queries */
-    int64_t nq = def->queries_wanted ? def->queries_wanted(args, &env) : 0;
-    if (nq > n) nq = n;
-    uint16_t *qh = malloc((size_t)(nq > 0 ? nq : 1) * H * d * 2);
-    float *qf = malloc((size_t)H * d * 4), *st = calloc((size_t)H * d, 4);
-    if (!qh || !qf || !st) {
-        free(qh), free(qf), free(st);
-        return hkv_seterr(err, HKV_E_NOMEM, "bench far: no memory for %lld prompt queries", (long long)nq);
-    }
-    for (int64_t i = 0; i < nq; i++) {
-        make_query(dir, KH, g, d, &q->rng, st, qf);
-        kn->f32_to_f16(qf, qh + i * H * d, (int64_t)H * d);
-    }
-    hkv_far_view fv = {.n_head_kv = KH, .head_dim = d, .lo = 0, .hi = n, .k = q->kp, .v = q->vp, .ld = d};
-    hkv_query_view qv = {.n = nq, .pos0 = n - nq, .q = qh, .ld = (int64_t)H * d};
-    rc = q->pol.ops->prefill_end ? q->pol.ops->prefill_end(q->pol.self, 0, &fv, &qv, err) : HKV_OK;
-    free(qh), free(qf), free(st);
-    if (rc) return rc;
-    const int64_t ms = q->pol.ops->max_select ? q->pol.ops->max_select(q->pol.self, n) : n;
-    q->sel = malloc((size_t)KH * (ms > 0 ? ms : 1) * 4);
-    q->out = malloc((size_t)H * d * 4);
-    q->lse = malloc((size_t)H * 4);
-    if (!q->sel || !q->out || !q->lse) return hkv_seterr(err, HKV_E_NOMEM, "bench far: no memory");
+    make_query(dir, KH, g, d, rng, qstate, row);
+    float *k = row + (int64_t)H * d, *v = k + (int64_t)KH * d;
     for (int h = 0; h < KH; h++) {
-        hkv_policy_scratch *w = &q->ws[h];
-        if (q->pol.ops->scratch_need) q->pol.ops->scratch_need(q->pol.self, n, &w->nf, &w->ni);
-        w->f = malloc((size_t)(w->nf + 1) * 4);
-        w->i = malloc((size_t)(w->ni + 1) * 4);
-        if (!w->f || !w->i) return hkv_seterr(err, HKV_E_NOMEM, "bench far: no memory for scratch");
+        const float *c = dir + ((int64_t)h * FAR_CLUSTERS + (int64_t)(rnd(rng) % FAR_CLUSTERS)) * d;
+        for (int e = 0; e < d; e++) k[(int64_t)h * d + e] = c[e] + 0.35f * gauss(rng);
+        for (int e = 0; e < d; e++) v[(int64_t)h * d + e] = gauss(rng);
     }
-    return HKV_OK;
+}
+
+/* One row of the table: a cache of one layer, the prompt stored and its
+ * index built, B copies decoding `steps` timed steps (and one warm-up). */
+static int far_row(const hkv_cpu_kernels *kn, const float *dir, int KH, int g, int d, int64_t n,
+                   int B, long long steps, const hkv_policy_def *def, const hkv_policy_args *args,
+                   int shared, int threads, double *sec, uint64_t *bytes, hkv_err *err)
+{
+    const int H = KH * g;
+    const int64_t ld = (int64_t)(H + 2 * KH) * d, chunk = 4096;
+    hkv_tiered_params tp;
+    hkv_tiered_params_default(&tp);
+    tp.policy = def;
+    tp.args = *args;
+    tp.score_alone = !shared;
+    const hkv_kv_shape shape = {1, H, KH, d};
+    hkv_mem_account mem = {0};
+    hkv_kv kv = {0};
+    int rc = hkv_kv_tiered_create(&kv, &shape, B + 1, &tp, kn, &mem, err);
+    const int64_t cap = n + steps + 2;
+    float *qkv = malloc((size_t)chunk * ld * sizeof *qkv);
+    float *out = malloc((size_t)chunk * H * d * sizeof *out);
+    float *lse = malloc((size_t)chunk * H * sizeof *lse);
+    float *qstate = calloc((size_t)(B + 1) * H * d, sizeof *qstate);
+    hkv_seg *segs = calloc((size_t)B, sizeof *segs);
+    if (!rc && (!qkv || !out || !lse || !qstate || !segs))
+        rc = hkv_seterr(err, HKV_E_NOMEM, "bench far: no memory for the rows");
+    if (!rc) rc = kv.ops->seq_open(kv.self, 0, cap, err);
+    /* as many prompt queries as the policy keeps (seq_open asked it) */
+    hkv_policy_env env = {.shape = shape, .n_ctx = cap, .L_init = tp.L_init, .L_local = tp.L_local,
+                          .kern = kn, .mem = &mem, .n_threads = threads};
+    int64_t nq = def->queries_wanted ? def->queries_wanted(args, &env) : 0;
+    uint64_t qrng = 777 + (uint64_t)n;
+    for (int64_t p0 = 0; !rc && p0 < n; p0 += chunk) {
+        const int64_t m = n - p0 < chunk ? n - p0 : chunk;
+        prompt_rows(dir, KH, g, d, p0, m, n, nq, 12345 + (uint64_t)n, &qrng, qstate, qkv, threads);
+        hkv_seg sg = {.seq = 0, .pos = p0, .row = 0, .n = (int32_t)m,
+                      .flags = HKV_SEG_STORE_ONLY | (p0 + m == n ? HKV_SEG_PROMPT_END : HKV_SEG_PROMPT)};
+        rc = kv.ops->layer_step_far(kv.self, 0, &sg, 1, qkv, ld, out, (int64_t)H * d, lse, NULL, err);
+    }
+    for (int b = 1; !rc && b <= B; b++) {   /* the batch: copies of the prompt */
+        if (!(rc = kv.ops->seq_open(kv.self, b, cap, err))) rc = kv.ops->seq_copy(kv.self, b, 0, err);
+    }
+    *sec = 0, *bytes = 0;
+    for (long long step = 0; step <= steps && !rc; step++) {
+        for (int b = 0; b < B; b++) {
+            decode_row(dir, KH, g, d, &qrng, qstate + (size_t)(b + 1) * H * d, qkv + b * ld);
+            segs[b] = (hkv_seg){.seq = b + 1, .pos = n + step, .row = b, .n = 1};
+        }
+        const uint64_t r0 = hkv_kv_tiered_bytes_read(&kv);
+        const double t0 = omp_get_wtime();
+        rc = kv.ops->layer_step_far(kv.self, 0, segs, B, qkv, ld, out, (int64_t)H * d, lse, NULL, err);
+        const double dt = omp_get_wtime() - t0;
+        if (step > 0) *sec += dt, *bytes += hkv_kv_tiered_bytes_read(&kv) - r0;   /* step 0 warms */
+    }
+    if (kv.ops) kv.ops->destroy(kv.self);
+    free(qkv), free(out), free(lse), free(qstate), free(segs);
+    return rc;
 }
 
 static const char far_usage[] =
@@ -240,11 +250,7 @@ int hkv_bench_far_main(int argc, char **argv)
     const int T = omp_get_max_threads();
     hkv_cpu_kernels kn;
     hkv_cpu_kernels_init(&kn, HKV_ISA_AVX512);
-    hkv_score_team team;
-    if ((rc = hkv_score_team_init(&team, &kn, T, &err))) {
-        hkv_err_report(&err, stderr);
-        return 1;
-    }
+
     const double probe = hkv_bandwidth_probe((size_t)1 << 30, 5);
     printf("bench far: %lld KV heads, g %lld, d %lld; %d threads, %s kernels; probe %.1f GB/s\n", KH, g, d,
            T, hkv_isa_name(kn.isa), probe / 1e9);
@@ -253,7 +259,6 @@ int hkv_bench_far_main(int argc, char **argv)
     float *dir = malloc((size_t)KH * FAR_CLUSTERS * d * 4);
     if (!dir) {
         fprintf(stderr, "hetkv: error: bench far: no memory\n");
-        hkv_score_team_free(&team);
         return 1;
     }
     uint64_t s0 = 12345;
@@ -289,77 +294,22 @@ int hkv_bench_far_main(int argc, char **argv)
             for (int bi = 0; bi < n_batch && !rc; bi++)
             for (int mi = 0; mi < n_modes && !rc; mi++) {
                 const int shared = modes[mi] && T > 1;
-                const int64_t n = ctxs[ci];
-                const int B = (int)batches[bi];
-                hkv_mem_account mem = {0};
-                far_seq *sq = calloc((size_t)B, sizeof *sq);
-                if (!sq) rc = hkv_seterr(&err, HKV_E_NOMEM, "bench far: no memory");
-                for (int b = 0; b < B && !rc; b++)
-                    rc = seq_make(&sq[b], &kn, &mem, dir, (int)KH, (int)g, (int)d, n, def, &args, T,
-                                  1000 + 77 * (uint64_t)b + (uint64_t)n, &err);
-                float *qs = malloc((size_t)B * KH * g * d * 4), *st = calloc((size_t)B * KH * g * d, 4);
-                if (!rc && (!qs || !st)) rc = hkv_seterr(&err, HKV_E_NOMEM, "bench far: no memory");
                 double t = 0;
                 uint64_t bytes = 0;
-                for (long long step = 0; step <= steps && !rc; step++) {
-                    for (int b = 0; b < B; b++)
-                        make_query(dir, (int)KH, (int)g, (int)d, &sq[b].rng, st + (size_t)b * KH * g * d,
-                                   qs + (size_t)b * KH * g * d);
-                    uint64_t sb = 0;
-                    int fail = 0;
-                    const double t0 = omp_get_wtime();
-                    int next = 0, done = 0;
-                    const int n_it = B * (int)KH;
-                    /* items claimed one at a time; with shared scoring a
-                     * thread out of items takes pieces of the others' (as
-                     * kv/kv_tiered_attn.c runs a layer's far part) */
-#pragma omp parallel reduction(+ : sb) reduction(| : fail)
-                    {
-                        const int tid = omp_get_thread_num();
-                        for (int it; (it = __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED)) < n_it;) {
-                            far_seq *q = &sq[it / KH];
-                            const int h = it % (int)KH;
-                            const float *qq = qs + ((size_t)(it / KH) * KH + h) * g * d;
-                            hkv_far_view fv = {.n_head_kv = (int)KH, .head_dim = (int)d, .lo = 0,
-                                               .hi = n, .k = q->kp, .v = q->vp, .ld = d};
-                            hkv_policy_scratch *w = &q->ws[h];
-                            const int64_t ms = q->pol.ops->max_select(q->pol.self, n);
-                            int32_t *sel = q->sel + (size_t)h * ms;
-                            w->bytes = 0;
-                            w->par = shared ? hkv_score_team_par(&team, tid) : NULL;
-                            const int64_t m = q->pol.ops->select(q->pol.self, 0, h, qq, &fv, sel, w);
-                            if (m < 0)
-                                fail = 1;
-                            else {
-                                kn.attn_sparse(qq, (int)g, (int)d, q->kp[h], q->vp[h], d, sel, m,
-                                               1.0f / sqrtf((float)d), q->out + (size_t)h * g * d,
-                                               q->lse + (size_t)h * g);
-                                sb += w->bytes + (uint64_t)m * d * 4;
-                            }
-                            __atomic_fetch_add(&done, 1, __ATOMIC_RELEASE);
-                        }
-                        while (shared && __atomic_load_n(&done, __ATOMIC_ACQUIRE) < n_it)
-                            hkv_score_team_help(&team);
-                    }
-                    const double dt = omp_get_wtime() - t0;
-                    if (fail) rc = hkv_seterr(&err, HKV_E_INTERNAL, "bench far: a select failed");
-                    if (step > 0) t += dt, bytes += sb;   /* the first step warms caches */
-                }
+                rc = far_row(&kn, dir, (int)KH, (int)g, (int)d, ctxs[ci], (int)batches[bi], steps,
+                             def, &args, shared, T, &t, &bytes, &err);
                 if (!rc) {
                     const double st_s = t / (double)steps, mb = (double)bytes / (double)steps;
                     char label[96];
                     snprintf(label, sizeof label, "%s%s", one, n_modes > 1 && !shared ? " [alone]" : "");
-                    printf("%-34s %7lld %5d | %9.3f %9.1f %8.1f %5.0f%% | %12.1f\n", label, (long long)n, B,
-                           st_s * 1e3, mb / 1e6, mb / st_s / 1e9, 100 * mb / st_s / probe,
-                           B / (32.0 * st_s));
+                    printf("%-34s %7lld %5lld | %9.3f %9.1f %8.1f %5.0f%% | %12.1f\n", label,
+                           ctxs[ci], batches[bi], st_s * 1e3, mb / 1e6, mb / st_s / 1e9,
+                           100 * mb / st_s / probe, (double)batches[bi] / (32.0 * st_s));
                     fflush(stdout);
                 }
-                for (int b = 0; b < B; b++) seq_free(&sq[b], (int)KH);
-                free(sq), free(qs), free(st);
             }
     }
     free(dir);
-    hkv_score_team_free(&team);
     if (rc) {
         hkv_err_report(&err, stderr);
         return 1;

@@ -1,0 +1,51 @@
+#!/usr/bin/env python3
+"""hetkv bench far (tools/bench/bench_far.c): the host's far step of one layer
+through the tiered cache, a small shape on 2 threads.
+
+Checks: a row per (configuration, context, batch, scoring mode); bytes per
+step > 0 that grow with the batch; the same bytes with the selections'
+scoring shared by the threads and alone (the same selections: the shared
+scores are the kernel's, bit for bit); a bad --scoring refused.
+
+    python3 tests/cli/test_bench_far.py BUILD_DIR
+Last line: 'test_bench_far: N passed, N failed'."""
+import os
+import re
+import subprocess
+import sys
+
+hetkv = os.path.join(sys.argv[1], "tools", "hetkv")
+passed = failed = 0
+
+
+def check(ok, what, detail=""):
+    global passed, failed
+    passed += bool(ok)
+    failed += not ok
+    print(f"{'ok  ' if ok else 'FAIL'} {what}{': ' + str(detail) if detail else ''}")
+
+
+cmd = [hetkv, "bench", "far", "--ctx", "8192", "--batch", "1,3", "--kv-heads", "4", "--group", "2",
+       "--head-dim", "128", "--configs", "ctkvr:rho_p=256;quest:budget=1024", "--steps", "3",
+       "--scoring", "shared,alone", "-t", "2"]
+p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+check(p.returncode == 0, "bench far runs", p.stderr.strip()[-300:])
+row = re.compile(r"^(\S+)( \[alone\])?\s+(\d+)\s+(\d+) \|\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+)% \|\s+([\d.]+)$")
+rows = {}
+for line in p.stdout.splitlines():
+    m = row.match(line)
+    if m:
+        rows[(m.group(1), bool(m.group(2)), int(m.group(3)), int(m.group(4)))] = float(m.group(6))
+check(len(rows) == 8, "a row per configuration, batch and scoring mode", sorted(rows))
+for cfg in ("ctkvr:rho_p=256", "quest:budget=1024"):
+    for b in (1, 3):
+        sh, al = rows.get((cfg, False, 8192, b)), rows.get((cfg, True, 8192, b))
+        check(sh is not None and sh > 0 and sh == al, f"{cfg} batch {b}: MB/step shared = alone > 0",
+              f"{sh} / {al}")
+    one, three = rows.get((cfg, False, 8192, 1)), rows.get((cfg, False, 8192, 3))
+    check(one and three and 2.5 * one < three < 3.5 * one, f"{cfg}: three sequences read ~3x one",
+          f"{one} -> {three}")
+p = subprocess.run([hetkv, "bench", "far", "--scoring", "both"], capture_output=True, text=True, timeout=60)
+check(p.returncode == 2 and "--scoring 'both'" in p.stderr, "a bad --scoring refused", p.stderr.strip())
+print(f"test_bench_far: {passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)
