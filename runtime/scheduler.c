@@ -23,6 +23,17 @@ typedef struct slot {
     int smp_ok;
 } slot;
 
+/* A kept prompt prefix (the prefix cache): its KV in engine slot
+ * max_batch + k, as of `len` tokens, a whole number of chunks. */
+typedef struct prefix_entry {
+    int used;
+    int32_t *tok;                 /* the prefix's tokens */
+    int64_t len, cap, q_keep;     /* its tokens, the slot's capacity, queries its ring keeps */
+    const hkv_policy_def *def;
+    hkv_policy_args args;
+    uint64_t bytes, last_use;
+} prefix_entry;
+
 struct hkv_sched {
     hkv_engine *e;
     hkv_sched_params p;
@@ -37,6 +48,8 @@ struct hkv_sched {
     hkv_seg *segs;
     int64_t *lrows;
     int *rows;                    /* decode row -> slot */
+    prefix_entry *pfx;            /* [prefix_slots] */
+    uint64_t pfx_clock;
     hkv_sched_stats st;
 };
 
@@ -116,6 +129,14 @@ int hkv_sched_create(hkv_sched **out, hkv_engine *e, const hkv_sched_params *p, 
     if (p->max_batch < 1 || p->max_batch > e->p.max_seqs)
         return hkv_seterr(err, HKV_E_RANGE, "scheduler: a batch of %d does not fit the engine's "
                           "%d sequence slots", p->max_batch, e->p.max_seqs);
+    if (p->prefix_slots < 0 || p->prefix_slots > e->p.max_seqs - p->max_batch)
+        return hkv_seterr(err, HKV_E_RANGE, "scheduler: %d kept prefixes beside a batch of %d do "
+                          "not fit the engine's %d sequence slots", p->prefix_slots, p->max_batch,
+                          e->p.max_seqs);
+    if (p->prefix_slots && e->be.ops && strcmp(e->be.ops->name, "cpu"))
+        return hkv_seterr(err, HKV_E_UNSUPPORTED, "the prefix cache runs on the host path only "
+                          "today (--device cpu): the %s backend keeps its own copies of a "
+                          "sequence's prompt", e->be.ops->name);
     hkv_sched *s = calloc(1, sizeof *s);
     if (!s) return hkv_seterr(err, HKV_E_NOMEM, "no memory for the scheduler");
     s->e = e;
@@ -129,7 +150,9 @@ int hkv_sched_create(hkv_sched **out, hkv_engine *e, const hkv_sched_params *p, 
     s->segs = malloc(B * sizeof(hkv_seg));
     s->lrows = malloc(B * sizeof(int64_t));
     s->rows = malloc(B * sizeof(int));
-    if (!s->slots || !s->logits || !s->toks || !s->segs || !s->lrows || !s->rows) {
+    s->pfx = p->prefix_slots ? calloc((size_t)p->prefix_slots, sizeof *s->pfx) : NULL;
+    if (!s->slots || !s->logits || !s->toks || !s->segs || !s->lrows || !s->rows ||
+        (p->prefix_slots && !s->pfx)) {
         hkv_sched_free(s);
         return hkv_seterr(err, HKV_E_NOMEM, "no memory for a scheduler of %d sequences",
                           p->max_batch);
@@ -152,6 +175,12 @@ void hkv_sched_free(hkv_sched *s) {
         r->next_ = NULL;
         if (s->p.on_drop) s->p.on_drop(s->p.ud, r);
     }
+    for (int k = 0; s->pfx && k < s->p.prefix_slots; k++)
+        if (s->pfx[k].used) {
+            s->e->kv.ops->seq_close(s->e->kv.self, s->p.max_batch + k);
+            free(s->pfx[k].tok);
+        }
+    free(s->pfx);
     free(s->slots);
     free(s->logits);
     free(s->toks);
@@ -294,12 +323,126 @@ static void first_token(hkv_sched *s, int i, const float *logits) {
     }
 }
 
+/* Queries the sequence's ring keeps for its prompt end (kv_tiered.c's
+ * q_keep): a copy's ring is taken over only when both keep as many. */
+static int64_t ring_of(const hkv_sched *s, const hkv_policy_def *def, const hkv_policy_args *a,
+                       int64_t cap) {
+    const hkv_engine *e = s->e;
+    if (!hkv_kv_has_far(&e->kv)) return 0;
+    const hkv_model_config *c = &e->model.cfg;
+    const hkv_near_window w = hkv_kv_near_window(&e->kv);
+    hkv_policy_env env = {.shape = {c->n_layer, c->n_head, c->n_head_kv, c->head_dim},
+                          .n_ctx = cap, .L_init = w.L_init, .L_local = w.L_local,
+                          .kern = &e->kern};
+    int64_t q = e->p.tiered.keep_queries;
+    if (def && def->queries_wanted) {
+        const int64_t want = def->queries_wanted(a, &env);
+        if (want > q) q = want;
+    }
+    return q < cap ? q : cap;
+}
+
+static void prefix_drop(hkv_sched *s, int k) {
+    prefix_entry *x = &s->pfx[k];
+    s->e->kv.ops->seq_close(s->e->kv.self, s->p.max_batch + k);
+    s->reserved -= x->bytes;
+    s->st.prefix_entries--;
+    s->st.prefix_bytes -= x->bytes;
+    free(x->tok);
+    memset(x, 0, sizeof *x);
+}
+
+/* Drops the least recently used kept prefix: 1, or 0 when none is kept. */
+static int prefix_evict_lru(hkv_sched *s) {
+    int k = -1;
+    for (int j = 0; j < s->p.prefix_slots; j++)
+        if (s->pfx[j].used && (k < 0 || s->pfx[j].last_use < s->pfx[k].last_use)) k = j;
+    if (k < 0) return 0;
+    prefix_drop(s, k);
+    s->st.prefix_evicted++;
+    return 1;
+}
+
+/* The longest kept prefix slot i's request may start from: the same
+ * policy, a proper prefix of its prompt, and either rings of one size or a
+ * rest of the prompt long enough to refill the ring. -1: none. */
+static int prefix_find(const hkv_sched *s, int i) {
+    const slot *sl = &s->slots[i];
+    const hkv_sched_req *r = sl->r;
+    hkv_policy_args a;
+    const hkv_policy_def *def = req_policy(s, r, &a);
+    const int64_t ring = ring_of(s, def, &a, sl->cap);
+    int best = -1;
+    for (int k = 0; k < s->p.prefix_slots; k++) {
+        const prefix_entry *x = &s->pfx[k];
+        if (!x->used || x->def != def || memcmp(&x->args, &a, sizeof a) || x->len >= r->n_prompt ||
+            (x->q_keep != ring && ring > r->n_prompt - x->len) ||
+            (best >= 0 && x->len <= s->pfx[best].len) ||
+            memcmp(x->tok, r->prompt, (size_t)x->len * sizeof *x->tok))
+            continue;
+        best = k;
+    }
+    return best;
+}
+
+/* Keep slot i's prompt as of now (sl->fed tokens, whole chunks) unless an
+ * entry holds it already; replaces the least recently used entry, and
+ * gives up quietly (the cache is an optimisation) when the KV does not fit
+ * the budget or a copy fails. */
+static void prefix_store(hkv_sched *s, int i) {
+    hkv_engine *e = s->e;
+    slot *sl = &s->slots[i];
+    hkv_sched_req *r = sl->r;
+    hkv_policy_args a;
+    const hkv_policy_def *def = req_policy(s, r, &a);
+    int k = -1;
+    for (int j = 0; j < s->p.prefix_slots; j++) {
+        const prefix_entry *x = &s->pfx[j];
+        if (x->used && x->def == def && !memcmp(&x->args, &a, sizeof a) && x->len == sl->fed &&
+            !memcmp(x->tok, r->prompt, (size_t)x->len * sizeof *x->tok))
+            return;   /* kept already */
+        if (k < 0 || (s->pfx[k].used && (!x->used || x->last_use < s->pfx[k].last_use))) k = j;
+    }
+    if (s->pfx[k].used) {
+        prefix_drop(s, k);
+        s->st.prefix_evicted++;
+    }
+    if (s->p.mem_budget && s->reserved + r->kv_bytes > s->p.mem_budget) return;
+    prefix_entry *x = &s->pfx[k];
+    const int q = s->p.max_batch + k;
+    hkv_err err;
+    hkv_err_clear(&err);
+    if (!(x->tok = malloc((size_t)sl->fed * sizeof *x->tok))) return;
+    if ((def && hkv_kv_has_far(&e->kv) && hkv_kv_set_policy(&e->kv, q, def, &a, &err)) ||
+        e->kv.ops->seq_open(e->kv.self, q, sl->cap, &err)) {
+        free(x->tok);
+        x->tok = NULL;
+        return;
+    }
+    if (e->kv.ops->seq_copy(e->kv.self, q, i, &err)) {
+        e->kv.ops->seq_close(e->kv.self, q);
+        free(x->tok);
+        x->tok = NULL;
+        return;
+    }
+    memcpy(x->tok, r->prompt, (size_t)sl->fed * sizeof *x->tok);
+    x->used = 1, x->len = sl->fed, x->cap = sl->cap, x->q_keep = ring_of(s, def, &a, sl->cap);
+    x->def = def, x->args = a, x->bytes = r->kv_bytes, x->last_use = ++s->pfx_clock;
+    s->reserved += x->bytes;
+    s->st.prefix_stored++;
+    s->st.prefix_entries++;
+    s->st.prefix_bytes += x->bytes;
+}
+
 static void admit(hkv_sched *s) {
     hkv_engine *e = s->e;
     for (int i = 0; i < s->p.max_batch && s->head; i++) {
         slot *sl = &s->slots[i];
         if (sl->state != SLOT_FREE) continue;
         hkv_sched_req *r = s->head;
+        /* kept prefixes are a cache: they make room for a request */
+        while (s->p.mem_budget && s->reserved + r->kv_bytes > s->p.mem_budget &&
+               prefix_evict_lru(s)) {}
         if (s->p.mem_budget && s->reserved + r->kv_bytes > s->p.mem_budget) break;   /* waits */
         s->head = r->next_;
         if (!s->head) s->tail = NULL;
@@ -338,6 +481,17 @@ static void admit(hkv_sched *s) {
         hkv_policy_args args;
         const hkv_policy_def *def = hkv_kv_seq_policy(&e->kv, i, &args);
         sl->whole = def && def->prep != HKV_PREP_NONE;
+        const int k = s->p.prefix_slots && !sl->whole ? prefix_find(s, i) : -1;
+        if (k >= 0) {   /* the kept prefix's KV, then only the rest of the prompt */
+            if ((rc = e->kv.ops->seq_copy(e->kv.self, i, s->p.max_batch + k, &err))) {
+                finish(s, i, rc, &err);
+                continue;
+            }
+            sl->fed = s->pfx[k].len;
+            s->pfx[k].last_use = ++s->pfx_clock;
+            s->st.prefix_hits++;
+            s->st.prefix_tokens += sl->fed;
+        }
     }
 }
 
@@ -410,6 +564,10 @@ static int64_t prefill_one(hkv_sched *s) {
         rc = hkv_prefill_chunk(e, best, r->prompt, r->n_prompt, 0, sl->fed, fed, lg, &err);
         sl->fed += fed;
         sl->base = r->n_prompt;
+        /* the prompt as of its last whole chunk before the end: kept */
+        if (!rc && s->p.prefix_slots && sl->fed < r->n_prompt &&
+            sl->fed == (r->n_prompt - 1) / c * c)
+            prefix_store(s, best);
     }
     double dt = hkv_now() - t0;
     r->t_prefill += dt;

@@ -14,7 +14,15 @@
  *
  * Policies whose prep runs around the whole prompt (laq and speckv
  * lookahead, fastkv token-selective propagation, specpc draft compression)
- * prefill their prompt in one step, as hkv_generate does. */
+ * prefill their prompt in one step, as hkv_generate does.
+ *
+ * Prefix cache (prefix_slots > 0): a prompt's KV as of its last whole chunk
+ * before the end is kept in a sequence slot of its own (slots max_batch ..
+ * max_batch + prefix_slots - 1, least recently used replaced), and a later
+ * request whose prompt starts with those tokens, under the same policy,
+ * starts from a copy of it and prefills only the rest. The copy is the KV
+ * the request would have computed itself (the same chunks, the same
+ * kernels), so its tokens are those it gets without the cache. */
 #ifndef HKV_SCHEDULER_H
 #define HKV_SCHEDULER_H
 
@@ -42,6 +50,8 @@ typedef struct hkv_sched_params {
                                needs the same chunk boundaries whatever else runs */
     uint64_t mem_budget;    /* host bytes for the KV of the sequences in flight; 0: no cap */
     int batch_invariant;    /* decode steps with the batch-invariant GEMV (default 1) */
+    int prefix_slots;       /* prompt prefixes kept for reuse (0: none); the engine needs
+                               max_batch + prefix_slots sequence slots */
     hkv_sched_done_cb on_done;
     hkv_sched_done_cb on_drop;   /* may be NULL: called by hkv_sched_free for each request
                                     still queued or running, unfinished (no on_done), so the
@@ -87,9 +97,14 @@ struct hkv_sched_req {
 };
 
 typedef struct hkv_sched_stats {
-    int64_t n_prompt_tokens, n_gen_tokens;
+    int64_t n_prompt_tokens, n_gen_tokens;  /* prompt tokens prefilled (reused ones not) */
     int64_t steps, decode_rows;
     double t_prefill, t_decode;             /* wall time in prefill and decode calls */
+    int64_t prefix_hits, prefix_tokens;     /* requests that started from a kept prefix, and
+                                               the prompt tokens they did not prefill */
+    int64_t prefix_stored, prefix_evicted;  /* prefixes kept, and replaced */
+    int prefix_entries;                     /* kept now */
+    uint64_t prefix_bytes;                  /* their KV reservations */
 } hkv_sched_stats;
 
 typedef struct hkv_sched hkv_sched;

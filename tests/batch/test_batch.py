@@ -14,7 +14,10 @@ ctkvr and snapkv with a small near tier), shard (--shard I/N splits the
 lines), policies (laq and fastkv, whose prep
 takes the whole prompt, run in a batch), mpi (mpirun -n 2: the same tokens as
 one process, every custom_id once, both ranks decoding; a worker rank killed
-mid-job fails the job and the rerun finishes it; skipped, 77, without mpirun).
+mid-job fails the job and the rerun finishes it; skipped, 77, without mpirun),
+prefix (--prefix-cache: questions over one shared document start from the
+kept prefix, the summary counts the hits and the reused tokens, and the
+tokens equal those without the cache, under full and ctkvr).
 """
 import json
 import os
@@ -346,6 +349,41 @@ def case_policies():
               and all(o["hetkv"]["policy"] == pol[1] for o in res), f"policies {pol[1]}: {res[:1]}")
 
 
+def case_prefix():
+    doc = " ".join(WORDS[:300])
+    qs = ["Who wrote it?", "What is it about?", "Name one command.", "How is it tested?",
+          "Which GPU?"]
+    reqs = [{"custom_id": f"x{i}", "method": "POST", "url": "/v1/chat/completions",
+             "body": {"messages": [{"role": "user", "content": doc + "\n\nQuestion: " + q}],
+                      "max_tokens": 4, "temperature": 0}} for i, q in enumerate(qs)]
+    reqs.append(req("other", 30, 4, True, start=900))   # shares nothing
+    inp = os.path.join(tmp, "x.jsonl")
+    write_jsonl(inp, reqs)
+    for extra in ([], ["--policy", "ctkvr", "--sink", "4", "--local", "32"]):
+        name = extra[1] if extra else "full"
+        outs = []
+        for pc in ("0", "2"):
+            out = os.path.join(tmp, f"x{pc}_{name}.jsonl")
+            p = run(["--json", "--max-batch", "2", "--chunk", "64", "--prefix-cache", pc, *extra],
+                    inp, out)
+            check(p.returncode == 0, f"prefix {name} --prefix-cache {pc}: {p.stderr[-300:]}")
+            outs.append(toks(results(out)))
+            summ = json.loads(p.stdout.strip().splitlines()[-1]) if p.stdout.strip() else {}
+            if pc == "2":
+                pcs = summ.get("prefix_cache", {})
+                # the first two run side by side (no prefix kept yet); the
+                # other three questions start from the document's prefix
+                check(pcs.get("hits", 0) >= len(qs) - 2 and pcs.get("reused_tokens", 0) >= 64 * 3,
+                      f"prefix {name}: hits and reused tokens {pcs}")
+            else:
+                check("prefix_cache" not in summ, f"prefix {name}: a summary without the cache: {summ}")
+        diff = [k for k in outs[0] if outs[0][k] != outs[1].get(k)]
+        check(len(outs[0]) == len(reqs) and not diff,
+              f"prefix {name}: tokens with and without --prefix-cache differ for {diff}")
+    p = run(["--prefix-cache", "999"], inp, os.path.join(tmp, "x_bad.jsonl"))
+    check(p.returncode == 2 and "--prefix-cache" in p.stderr, f"prefix: 999 kept prefixes: {p.stderr[-200:]}")
+
+
 def case_shard():
     reqs = [req(f"s{i}", 5 + i, 3, i % 2 == 0) for i in range(7)]
     inp = os.path.join(tmp, "sh.jsonl")
@@ -424,7 +462,7 @@ def case_mpi():
     check(toks(res) == toks(results(one)), "mpi: after the rerun the tokens differ")
 
 
-{"mpi": case_mpi, "format": case_format, "shard": case_shard, "bad_lines": case_bad_lines, "resume": case_resume, "sigterm": case_sigterm,
+{"mpi": case_mpi, "prefix": case_prefix, "format": case_format, "shard": case_shard, "bad_lines": case_bad_lines, "resume": case_resume, "sigterm": case_sigterm,
  "invariance": case_invariance, "policies": case_policies}[case]()
 print(f"batch {case}: {len(failures)} failures")
 sys.exit(1 if failures else 0)

@@ -79,9 +79,10 @@ int hkv_batch_scan_output(const char *out_path, int64_t n_lines, char *done, cha
                           int64_t *n_done, int *n_torn, hkv_err *err);
 
 /* The scheduler options batch and serve share (batch_opts.c): --max-batch N,
- * --mem SIZE, --chunk N, -c/--ctx N. */
+ * --mem SIZE, --chunk N, -c/--ctx N, --prefix-cache N. */
 typedef struct hkv_sched_cli {
     long long max_batch, chunk, ctx;   /* ctx 0: the model's */
+    long long prefix_cache;            /* prompt prefixes kept (scheduler.h), 0: none */
     uint64_t mem;                      /* 0: free memory after loading, less 10% */
 } hkv_sched_cli;
 void hkv_sched_cli_init(hkv_sched_cli *s);

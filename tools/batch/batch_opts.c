@@ -8,6 +8,7 @@ void hkv_sched_cli_init(hkv_sched_cli *s) {
     s->chunk = 256;
     s->ctx = 0;
     s->mem = 0;
+    s->prefix_cache = 0;
 }
 
 const hkv_opt hkv_sched_opts[] = {
@@ -21,5 +22,12 @@ const hkv_opt hkv_sched_opts[] = {
     {.name = "--ctx", .short_name = 'c', .arg = "N", .kind = HKV_OPT_INT,
      .off = offsetof(hkv_sched_cli, ctx), .lo = 2, .hi = (double)(1LL << 31),
      .help = "context per sequence: prompt + max_tokens (default: the model's)"},
+    {.name = "--prefix-cache", .arg = "N", .kind = HKV_OPT_INT,
+     .off = offsetof(hkv_sched_cli, prefix_cache), .lo = 0, .hi = 256,
+     .help = "keep the KV of up to N prompt prefixes (each as of its last whole\n"
+             "--chunk before the prompt's end, least recently used replaced);\n"
+             "a request that starts with one, under the same policy, prefills\n"
+             "only the rest, with the same tokens as without (default 0: off;\n"
+             "host path only; counted in --mem)"},
     {0},
 };

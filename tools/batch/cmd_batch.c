@@ -475,6 +475,11 @@ static void summary(job *j, hkv_sched *s, const char *how) {
                 el > 0 ? j->prompt_toks / el : 0, (long long)j->gen_toks,
                 el > 0 ? j->gen_toks / el : 0, (long long)st.steps,
                 st.steps ? (double)st.decode_rows / st.steps : 0);
+        if (j->o->sc.prefix_cache)
+            fprintf(stderr, "hetkv batch: prefix cache: %lld requests started from a kept prefix, "
+                    "%lld prompt tokens not prefilled; %lld prefixes kept, %lld replaced\n",
+                    (long long)st.prefix_hits, (long long)st.prefix_tokens,
+                    (long long)st.prefix_stored, (long long)st.prefix_evicted);
     }
     if (j->o->json) {   /* through jansson: the policy text comes from the command line */
         json_t *o = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:I, s:I, s:f, s:f, s:I, "
@@ -501,6 +506,14 @@ static void summary(job *j, hkv_sched *s, const char *how) {
             for (int r = 1; r < j->mpi->size; r++) json_array_append_new(a, json_integer(j->by_rank[r]));
             json_object_set_new(o, "answered_by_rank", a);
         }
+        if (o && j->o->sc.prefix_cache)
+            json_object_set_new(o, "prefix_cache",
+                                json_pack("{s:I, s:I, s:I, s:I, s:I}", "hits",
+                                          (json_int_t)st.prefix_hits, "reused_tokens",
+                                          (json_int_t)st.prefix_tokens, "stored",
+                                          (json_int_t)st.prefix_stored, "evicted",
+                                          (json_int_t)st.prefix_evicted, "bytes",
+                                          (json_int_t)st.prefix_bytes));
         char *txt = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
         if (txt) puts(txt);
         free(txt);
@@ -581,7 +594,7 @@ engine:;
     ep.model_path = o.model;
     ep.n_threads = (int)o.x.threads;
     ep.isa = o.x.isa;
-    ep.max_seqs = (int)o.sc.max_batch;
+    ep.max_seqs = (int)(o.sc.max_batch + o.sc.prefix_cache);   /* the kept prefixes' slots */
     ep.n_ctx = o.sc.ctx;
     ep.max_rows = (int)o.sc.chunk;
     ep.device_cuda = o.dev.cuda;
@@ -598,6 +611,7 @@ engine:;
     hkv_sched_params sp;
     hkv_sched_params_default(&sp);
     sp.max_batch = (int)o.sc.max_batch;
+    sp.prefix_slots = (int)o.sc.prefix_cache;
     sp.chunk = o.sc.chunk;
     sp.batch_invariant = !o.no_invariant;
     if (o.sc.mem) {

@@ -214,6 +214,9 @@ static void gauges(engine_loop *L) {
     s->m.steps = st.steps;
     s->m.step_s = st.t_prefill + st.t_decode;
     s->m.kv_reserved = kv;
+    s->m.prefix_hits = st.prefix_hits;
+    s->m.prefix_tokens = st.prefix_tokens;
+    s->m.prefix_bytes = st.prefix_bytes;
     for (int k = 0; k < HKV_TIER_COUNT; k++) s->m.tier_bytes[k] = s->e->mem.bytes[k];
 }
 
@@ -335,7 +338,7 @@ int hkv_cmd_serve(int argc, char **argv) {
     ep.model_path = o.model;
     ep.n_threads = (int)o.x.threads;
     ep.isa = o.x.isa;
-    ep.max_seqs = (int)o.sc.max_batch;
+    ep.max_seqs = (int)(o.sc.max_batch + o.sc.prefix_cache);   /* the kept prefixes' slots */
     ep.n_ctx = o.sc.ctx;
     ep.max_rows = (int)o.sc.chunk;
     ep.device_cuda = o.dev.cuda;
@@ -353,6 +356,7 @@ int hkv_cmd_serve(int argc, char **argv) {
     hkv_sched_params sp;
     hkv_sched_params_default(&sp);
     sp.max_batch = (int)o.sc.max_batch;
+    sp.prefix_slots = (int)o.sc.prefix_cache;
     sp.chunk = o.sc.chunk;
     if (o.sc.mem) {
         sp.mem_budget = o.sc.mem;

@@ -64,6 +64,8 @@ typedef struct hkv_srv_metrics {
     long long steps;
     double step_s;                        /* prefill + decode seconds of those steps */
     uint64_t kv_reserved;                 /* KV bytes reserved for the running requests */
+    long long prefix_hits, prefix_tokens; /* requests from a kept prefix, tokens not prefilled */
+    uint64_t prefix_bytes;                /* the kept prefixes' KV reservations */
     uint64_t tier_bytes[HKV_TIER_COUNT];  /* the engine's host memory per tier */
 } hkv_srv_metrics;
 

@@ -205,6 +205,12 @@ char *hkv_srv_metrics_text(hkv_srv *s) {
          "Seconds in prefill and decode forward calls (per step: divide by steps_total).", m.step_s},
         {"kv_reserved_bytes", "gauge", "KV bytes reserved for the running sequences.",
          (double)m.kv_reserved},
+        {"prefix_cache_hits_total", "counter", "Requests that started from a kept prompt prefix.",
+         (double)m.prefix_hits},
+        {"prefix_cache_tokens_total", "counter",
+         "Prompt tokens those requests did not prefill (--prefix-cache).", (double)m.prefix_tokens},
+        {"prefix_cache_bytes", "gauge", "KV bytes reserved for the kept prompt prefixes.",
+         (double)m.prefix_bytes},
         {"shutting_down", "gauge", "1 after SIGINT or SIGTERM.", stopping},
     };
     for (size_t i = 0; i < sizeof one / sizeof *one; i++) {
