@@ -26,6 +26,14 @@ void *cb_alloc(cuda_be *b, int tier, size_t bytes, hkv_err *err) {
     return p;
 }
 
+int cb_policy_takes(cuda_be *b, const hkv_seg *sg, int layer, const hkv_policy *pol, int count) {
+    const int why = pol->ops->device_takes ? pol->ops->device_takes(pol->self, layer)
+                                           : HKV_FALLBACK_NONE;
+    if (why == HKV_FALLBACK_NONE) return 1;
+    if (count && cb_far_tokens(b, sg)) cb_fallback(b, why);
+    return 0;
+}
+
 int cb_stage(cuda_be *b, int id, void *dev, const void *src, size_t bytes, hkv_err *err) {
     if (!bytes) return HKV_OK;
     if (id >= 0 && b->up_len[id] == bytes && !memcmp(b->up_cache[id], src, bytes)) return HKV_OK;

@@ -29,6 +29,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "policy.h"
 #include "status.h"
 
 struct hkv_engine;
@@ -109,12 +110,19 @@ typedef struct hkv_pipeline_stats {
     int64_t page_resyncs;       /* (sequence, layer) page bounds (quest) or candidate lists
                                    (rocketkv) uploaded whole */
     int64_t index_builds_dev;   /* (sequence, layer) prompt-end index builds on the device */
-    int64_t index_builds_host;  /* offered to the device but built by the host (no copy of
-                                   the keys, a later turn, no room) */
+    int64_t index_builds_host;  /* offered to the device but built by the host (a later
+                                   turn's partial rebuild, a shape, no room: in fallbacks) */
     int64_t window_scores_dev;  /* (sequence, layer) prompt-end window scores on the device
                                    (snapkv, rocketkv's stage 1, fastkv, laq, speckv) */
     int64_t window_scores_host; /* offered to the device but scored by the host (absent
-                                   positions after a token-selective prefill, no room) */
+                                   positions after a token-selective prefill, a shape, no
+                                   room: in fallbacks) */
+    int64_t fallbacks[HKV_FALLBACK_COUNT];   /* work the device offers done by the host
+                                   instead, by reason (enum hkv_fallback, index/policy.h):
+                                   (sequence, layer) prompt-end builds and scorings, and
+                                   (decode row, layer) device selections (a kept set, pages,
+                                   candidate lists, a recall) the policy or the device could
+                                   not give while the far tier held tokens */
     size_t dev_peak, dev_in_use;     /* device bytes, all tiers */
     size_t dev_tier[5];              /* in use per tier (enum hkv_tier) */
 } hkv_pipeline_stats;

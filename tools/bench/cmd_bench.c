@@ -576,6 +576,7 @@ int hkv_cmd_bench(int argc, char **argv) {
                 hkv_jset(t, "index_builds_host", json_integer(q->pre.index_builds_host), &bad);
                 hkv_jset(t, "window_scores_device", json_integer(q->pre.window_scores_dev), &bad);
                 hkv_jset(t, "window_scores_host", json_integer(q->pre.window_scores_host), &bad);
+                hkv_device_cli_fallbacks(t, &q->pre, &bad);
                 hkv_jset(t, "bytes_h2d", json_integer((json_int_t)q->pre.bytes_h2d), &bad);
                 hkv_jset(t, "bytes_d2h", json_integer((json_int_t)q->pre.bytes_d2h), &bad);
                 hkv_jset(r, "prefill_timeline", t, &bad);

@@ -269,6 +269,20 @@ int hkv_device_cli_attach(const hkv_device_cli *d, hkv_engine *e, hkv_err *err) 
     return HKV_OK;
 }
 
+int64_t hkv_device_fallbacks_total(const hkv_pipeline_stats *ps) {
+    int64_t n = 0;
+    for (int k = HKV_FALLBACK_NONE + 1; k < HKV_FALLBACK_COUNT; k++) n += ps->fallbacks[k];
+    return n;
+}
+
+void hkv_device_cli_fallbacks(json_t *t, const hkv_pipeline_stats *ps, int *bad) {
+    json_t *f = json_object();   /* every reason, zeros too: a reader needs no list of names */
+    for (int k = HKV_FALLBACK_NONE + 1; k < HKV_FALLBACK_COUNT; k++)
+        hkv_jset(f, hkv_fallback_name(k), json_integer(ps->fallbacks[k]), bad);
+    hkv_jset(t, "fallbacks", f, bad);
+    hkv_jset(t, "fallbacks_total", json_integer(hkv_device_fallbacks_total(ps)), bad);
+}
+
 void hkv_device_cli_timeline(json_t *t, const hkv_pipeline_stats *ps, int prompt_rows, int *bad) {
     hkv_jset(t, "host_deferred_steps", json_integer(ps->host_deferred), bad);
     hkv_jset(t, "pingpong_steps", json_integer(ps->pingpong_steps), bad);
@@ -296,6 +310,7 @@ void hkv_device_cli_timeline(json_t *t, const hkv_pipeline_stats *ps, int prompt
     hkv_jset(t, "kept_resyncs", json_integer(ps->keep_resyncs), bad);
     hkv_jset(t, "device_selects", json_integer(ps->device_selects), bad);
     hkv_jset(t, "page_resyncs", json_integer(ps->page_resyncs), bad);
+    hkv_device_cli_fallbacks(t, ps, bad);
     int any = 0;   /* "ops" only when --gpu-profile timed more than the products */
     for (int k = 0; k < HKV_DEV_OP_COUNT; k++)
         any |= ps->dev_op[k] > 0 && !(k >= HKV_DEV_OP_QKV && k <= HKV_DEV_OP_HEAD);
@@ -354,7 +369,8 @@ void hkv_device_cli_summary(FILE *f, hkv_engine *e) {
             "%.3f s; copied %s down, %s up; %lld near-tier resyncs; "
             "%lld recalls on the device; prompt attention %lld rows on the device (%lld with "
             "keys streamed from the far tier), %lld on the host; index builds %lld on the device, %lld on the host; kept rows attended on the device "
-            "%lld times (%lld copies up); far selections on the device %lld; device peak %s%s\n",
+            "%lld times (%lld copies up); far selections on the device %lld; %lld fallbacks to the "
+            "host; device peak %s%s\n",
             hkv_gpu_backend(), (long long)ps.layer_steps,
             (long long)ps.decode_rows, (long long)ps.prompt_rows, (long long)ps.host_deferred,
             (long long)ps.pingpong_steps,
@@ -364,6 +380,6 @@ void hkv_device_cli_summary(FILE *f, hkv_engine *e) {
             (long long)ps.recall_rows, (long long)ps.prompt_rows_dev,
             (long long)ps.prompt_rows_streamed, (long long)ps.prompt_rows_host, (long long)ps.index_builds_dev,
             (long long)ps.index_builds_host, (long long)ps.keep_rows, (long long)ps.keep_resyncs,
-            (long long)ps.device_selects, pk,
+            (long long)ps.device_selects, (long long)hkv_device_fallbacks_total(&ps), pk,
             strcmp(hkv_gpu_backend(), "cuda-emu") ? "" : " (emulated: structure, not GPU speed)");
 }
