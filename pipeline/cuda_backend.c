@@ -716,6 +716,7 @@ int hkv_cuda_backend_create(hkv_backend *be, struct hkv_engine *e, const hkv_cud
     b->gemm = p->gemm;
     b->profile = p->profile;
     b->lockstep = p->lockstep;
+    b->offload_mem = p->offload_mem;
     b->NL = c->n_layer, b->H = c->n_head, b->KH = c->n_head_kv, b->d = c->head_dim;
     const hkv_near_window w = hkv_kv_near_window(&e->kv);
     b->Li = w.L_init, b->Ll = w.L_local, b->NR = w.L_init + w.L_local;

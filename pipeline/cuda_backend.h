@@ -51,6 +51,10 @@ typedef struct hkv_cuda_params {
                               is fed (cuda_prefill.c): 0 as many as fit, -1 none; the keys past
                               the copy stream from the far tier, a block at a time */
     int64_t prompt_block;  /* keys per streamed block (0: HKV_PROMPT_BLOCK_DEFAULT) */
+    size_t offload_mem;    /* the most device bytes one prompt-end offload (ctkvr's index
+                              build, the window scores: cuda_index.c) may take; past it the
+                              host does that work (fallbacks no_room). 0: what is free (the
+                              build's own workspace at most 256 MiB) */
 } hkv_cuda_params;
 
 /* Keys per block of a streamed prompt: 16 MiB of K and V for each staging

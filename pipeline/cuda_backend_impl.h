@@ -173,6 +173,7 @@ typedef struct cuda_be {
     int gemm;                       /* hkv_cuda_params.gemm */
     int profile;                    /* hkv_cuda_params.profile */
     int lockstep;                   /* hkv_cuda_params.lockstep: never defer a host step */
+    size_t offload_mem;           /* hkv_cuda_params.offload_mem (0: no cap) */
     int64_t qd, qkv_w;
     /* weights */
     hkv_gpu_qmat tok, out;

@@ -95,16 +95,21 @@ static int top_lists(const hkv_far_accel *a, int layer, const hkv_far_view *far,
     /* the prompt's copy holds these keys, or they go up for the build */
     const int copy = p->cap && p->step_layer == layer && p->step_end >= far->hi;
     const int64_t n_far = far->hi - far->lo;
+    const size_t krow = (size_t)far->hi * d;   /* an uploaded head's rows [0, hi) (lo.. used) */
+    /* the scratch besides the workspace, which shrinks to what the cap leaves */
+    const size_t fixed = (copy ? 0 : (size_t)KH * krow * 2) + 2 * (size_t)n * H * d * 2 +
+                         (size_t)KH * n * (rho + 2) * 4 + (size_t)KH * 2 * 4;
     size_t ws = hkv_gpu_ctkvr_build_ws_bytes(n_far, n);
-    const size_t ws_min = hkv_gpu_ctkvr_build_ws_bytes(n_far, 1), ws_cap = (size_t)256 << 20;
+    const size_t ws_min = hkv_gpu_ctkvr_build_ws_bytes(n_far, 1);
+    const int room = !b->offload_mem || b->offload_mem >= fixed + ws_min;
+    const size_t ws_cap = b->offload_mem && room ? b->offload_mem - fixed : (size_t)256 << 20;
     if (ws > ws_cap) ws = ws_cap > ws_min ? ws_cap : ws_min;
     bscratch sc = {0};
     hkv_gpu_ctkvr ix = {.n_seq = 1, .n_head = H, .n_head_kv = KH, .d = d, .C = n, .rho = rho};
     int32_t *dslot;
     uint16_t *dq, *dk = NULL;
     void *dws;
-    const size_t krow = (size_t)far->hi * d;   /* an uploaded head's rows [0, hi) (lo.. used) */
-    if ((!copy && !(dk = bs_alloc(b, &sc, (size_t)KH * krow * 2))) ||
+    if (!room || (!copy && !(dk = bs_alloc(b, &sc, (size_t)KH * krow * 2))) ||
         !(ix.cent = bs_alloc(b, &sc, (size_t)n * H * d * 2)) ||
         !(ix.ivf = bs_alloc(b, &sc, (size_t)KH * n * rho * 4)) ||
         !(ix.len = bs_alloc(b, &sc, (size_t)KH * n * 4)) ||
@@ -189,7 +194,10 @@ static int window_scores(const hkv_far_accel *a, const hkv_ws_job *j, int *fallb
     int32_t *drows = NULL, *dn = NULL, *hrows = NULL;
     void *dws;
     const size_t wsb = hkv_gpu_window_scores_ws_bytes(W, H, nmax), krow = (size_t)far->hi * d;
-    if (!(dk = bs_alloc(b, &sc, (size_t)KH * krow * 2)) ||
+    const size_t total = (size_t)KH * krow * 2 + (size_t)W * H * d * 2 + (size_t)KH * nmax * 4 +
+                         wsb + (j->q_weight ? (size_t)W * 4 : 0) +
+                         (j->rows ? (size_t)KH * (nmax + 1) * 4 : 0);
+    if ((b->offload_mem && total > b->offload_mem) || !(dk = bs_alloc(b, &sc, (size_t)KH * krow * 2)) ||
         !(dq = bs_alloc(b, &sc, (size_t)W * H * d * 2)) ||
         !(dout = bs_alloc(b, &sc, (size_t)KH * nmax * 4)) || !(dws = bs_alloc(b, &sc, wsb)) ||
         (j->q_weight && !(dw = bs_alloc(b, &sc, (size_t)W * 4))) ||

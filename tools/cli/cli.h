@@ -93,6 +93,7 @@ typedef struct hkv_device_cli {
     int pingpong;             /* --gpu-pingpong: micro-batch ping-pong */
     int64_t prompt_keys;      /* --gpu-prompt-keys N: N, or -1 for 0; 0: not given (as many as fit) */
     int64_t prompt_block;     /* --gpu-prompt-block N; 0: not given */
+    uint64_t offload_mem;     /* --gpu-offload-mem SIZE; 0: not given */
 } hkv_device_cli;
 void hkv_device_cli_init(hkv_device_cli *d);
 /* The group's table (base: hkv_device_cli). */

@@ -35,6 +35,11 @@ static int parse_gpu_mem(void *base, const char *opt, const char *v, hkv_err *er
     return hkv_parse_size("--gpu-mem", v, &((hkv_device_cli *)base)->gpu_mem, err);
 }
 
+static int parse_offload_mem(void *base, const char *opt, const char *v, hkv_err *err) {
+    (void)opt;
+    return hkv_parse_size("--gpu-offload-mem", v, &((hkv_device_cli *)base)->offload_mem, err);
+}
+
 static int parse_gemm(void *base, const char *opt, const char *v, hkv_err *err) {
     (void)opt;
     static const char *const modes[] = {"split", "fp16", "fp32"};   /* enum hkv_qmat_gemm */
@@ -109,6 +114,11 @@ const hkv_opt hkv_device_opts[] = {
              "them from the far tier, streamed through the device in blocks"},
     {.name = "--gpu-prompt-block", .arg = "N", .kind = HKV_OPT_FN, .fn = parse_prompt_block,
      .help = "keys per streamed block (default 4096)"},
+    {.name = "--gpu-offload-mem", .arg = "SIZE", .kind = HKV_OPT_FN, .fn = parse_offload_mem,
+     .help = "the most GPU memory one prompt-end offload (ctkvr's index build,\n"
+             "the eviction policies' window scores) may take; past it the host\n"
+             "does that work, counted in the timeline's fallbacks as no_room\n"
+             "(default: what is free)"},
     {.name = "--synthetic", .arg = "NAME", .kind = HKV_OPT_FN, .fn = parse_synthetic,
      .help = "random weights of a real shape instead of -m: llama3-8b,\n"
              "llama3.1-8b, yi-9b, qwen2.5-7b, smollm2-135m (no tokenizer);\n"
@@ -163,6 +173,9 @@ int hkv_device_cli_cap(const hkv_device_cli *d, uint64_t *cap, char *desc, size_
         if (d->prompt_keys || d->prompt_block)
             return hkv_seterr(err, HKV_E_INVAL, "--gpu-prompt-keys and --gpu-prompt-block shape the GPU's "
                               "prompt attention: they need --device cuda");
+        if (d->offload_mem)
+            return hkv_seterr(err, HKV_E_INVAL, "--gpu-offload-mem caps the GPU's prompt-end work: it "
+                              "needs --device cuda");
         return HKV_OK;
     }
     hkv_gpu_device dev[1];
@@ -261,7 +274,8 @@ int hkv_device_cli_attach(const hkv_device_cli *d, hkv_engine *e, hkv_err *err) 
     hkv_cuda_params cp = {.device = 0, .gpu_mem = (size_t)cap, .gemm = d->gemm,
                           .profile = d->profile, .lockstep = d->lockstep,
                           .pingpong = d->pingpong, .prompt_keys = d->prompt_keys,
-                          .prompt_block = d->prompt_block};
+                          .prompt_block = d->prompt_block,
+                          .offload_mem = (size_t)d->offload_mem};
     hkv_backend be;
     if ((rc = hkv_cuda_backend_create(&be, e, &cp, err)))
         return hkv_err_prefix(err, "--device cuda (%s)", desc);
