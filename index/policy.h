@@ -81,12 +81,13 @@ enum hkv_fallback {
     HKV_FALLBACK_NO_ROOM,          /* no device memory for the work now (a runtime answer:
                                       the capability query said yes) */
     HKV_FALLBACK_BEFORE_SELECTION, /* the policy has no device table for the layer yet (no
-                                      prompt end, or a prompt too short to select from) */
+                                      prompt end yet; quest: no far token yet) */
     HKV_FALLBACK_CONFIG,           /* the policy's parameters have no device part (rocketkv
                                       rerank > 1) */
     HKV_FALLBACK_POLICY_OOM,       /* the policy's own table could not grow (rocketkv) */
-    HKV_FALLBACK_NO_DEVICE_COPY,   /* the device's copy of the near ring or of the table is
-                                      not current (a rewind, lists behind the far tier) */
+    HKV_FALLBACK_NO_DEVICE_COPY,   /* the device's copy of the near ring is not current (the
+                                      first decode step after a prompt end, a rewind) or its
+                                      lists are behind the far tier */
     HKV_FALLBACK_COUNT
 };
 /* "shape", "absent_rows", ... (NULL for NONE and past the end). */

@@ -125,7 +125,13 @@ static int decode_pages(cuda_be *b, const hkv_seg *sg, int layer, int count, hkv
     hkv_policy pol;
     int rc = hkv_kv_seq_instance(&b->e->kv, sg->seq, NULL, &pol, err);
     if (rc) return rc;
-    if (!pol.ops->page_table || !cb_policy_takes(b, sg, layer, &pol, count)) return 0;
+    if (!pol.ops->page_table) return 0;
+    const int g = b->H / b->KH;
+    if (b->d > 256 || (size_t)g * 2 * b->d * 4 > 48 * 1024) {   /* gpu/quest_select.cu's shapes */
+        if (count && cb_far_tokens(b, sg)) cb_fallback(b, HKV_FALLBACK_SHAPE);
+        return 0;
+    }
+    if (!cb_policy_takes(b, sg, layer, &pol, count)) return 0;
     if ((rc = pol.ops->page_table(pol.self, layer, t)))
         return hkv_seterr(err, rc, "sequence %d, layer %d: the policy's page table", sg->seq, layer);
     return 1;
