@@ -355,12 +355,16 @@ def main(argv=None) -> int:
                     except (ValueError, IndexError) as e:
                         got[" ".join(dev)] = (f"exit {p.returncode}: {e}: {p.stderr.strip()[-300:]}", {})
                 (tc, _), (tg, tl), (tk, tk_tl) = got["cpu"], got["cuda"], got["cuda --gpu-lockstep"]
+                # no far tokens, so nothing for the device to hand back: no fallback
                 res.report(tc == tg == tk and tl.get("host_deferred_steps", 0) > 0
-                           and tk_tl.get("host_deferred_steps", 1) == 0,
+                           and tk_tl.get("host_deferred_steps", 1) == 0
+                           and tl.get("fallbacks_total", 1) == 0
+                           and tk_tl.get("fallbacks_total", 1) == 0,
                            f"run {name}: host steps behind the device, the CPU path's tokens",
                            f"cpu {tc} cuda {tg} lockstep {tk}; deferred "
                            f"{tl.get('host_deferred_steps')} of {tl.get('layer_steps')} layer steps, "
-                           f"lockstep {tk_tl.get('host_deferred_steps')}")
+                           f"lockstep {tk_tl.get('host_deferred_steps')}; fallbacks "
+                           f"{fallbacks(tl)}, lockstep {fallbacks(tk_tl)}")
         if a.expect_pingpong:   # the decode steps ran as two micro-batches
             for name, pol in cases.items():
                 if only and name.split()[0] not in only or "--draft" in pol:
@@ -368,10 +372,16 @@ def main(argv=None) -> int:
                 p = run([hetkv, "bench", "-m", model, "--device", "cuda", "--ctx", "40", "--batch", "4",
                          "--steps", "3", "--json", *NEAR, *pol, *a.device_args.split()], a.timeout)
                 try:
-                    tl = json.loads(p.stdout.strip().splitlines()[-1])["results"][0]["timeline"]
-                    res.report(p.returncode == 0 and tl["pingpong_steps"] > 0,
+                    pt = json.loads(p.stdout.strip().splitlines()[-1])["results"][0]
+                    tl = pt["timeline"]
+                    # the sequences are forks of the prompt's, their first step (a near
+                    # resync) untimed: the timed steps and the prefill fall back nowhere
+                    res.report(p.returncode == 0 and tl["pingpong_steps"] > 0
+                               and tl["fallbacks_total"] == 0
+                               and pt["prefill_timeline"]["fallbacks_total"] == 0,
                                f"bench {name} batch 4: micro-batch steps",
-                               f"{tl['pingpong_steps']} micro-batch layer steps")
+                               f"{tl['pingpong_steps']} micro-batch layer steps; fallbacks "
+                               f"{fallbacks(tl)}, prefill {fallbacks(pt['prefill_timeline'])}")
                 except (ValueError, KeyError, IndexError) as e:
                     res.report(False, f"bench {name} batch 4: micro-batch steps",
                                f"exit {p.returncode}: {e}: {p.stderr.strip()[-300:]}")
