@@ -123,10 +123,11 @@ typedef struct hkv_pipeline_stats {
                                    room: in fallbacks) */
     int64_t fallbacks[HKV_FALLBACK_COUNT];   /* work the device offers done by the host
                                    instead, by reason (enum hkv_fallback, index/policy.h):
-                                   (sequence, layer) prompt-end builds and scorings, and
+                                   (sequence, layer) prompt-end builds and scorings,
                                    (decode row, layer) device selections (a kept set, pages,
                                    candidate lists, a recall) the policy or the device could
-                                   not give while the far tier held tokens */
+                                   not give while the far tier held tokens, and (prompt row,
+                                   layer)s of a head size the prefill kernels do not take */
     size_t dev_peak, dev_in_use;     /* device bytes, all tiers */
     size_t dev_tier[5];              /* in use per tier (enum hkv_tier) */
 } hkv_pipeline_stats;
