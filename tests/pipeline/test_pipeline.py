@@ -447,6 +447,8 @@ def main(argv=None) -> int:
                                f"run {name}: JSON names the device and its timeline",
                                json.dumps(d)[:300])
                     # the first decode step follows the prompt end (n_prompt tokens)
+                    if model not in N_LAYER:   # (no dump of this model on the device yet)
+                        dump(a, model, [1], "prefill", [], "cuda", 0, tmp)
                     exp = expected_fallbacks(name.split()[0], N_LAYER[model], [j["n_prompt"]])
                     fok, fmsg = check_fallbacks(a, tl, exp)
                     res.report(fok, f"run {name}: fallbacks as expected", fmsg[2:])
