@@ -360,10 +360,13 @@ int hkv_ctkvr_prefill_end(void *self, int layer, const hkv_far_view *far,
         };
         if (far->hi > far->lo) {   /* on the device when it offers, else here */
             const hkv_far_accel *acc = far->accel && far->accel->top_lists ? far->accel : NULL;
-            rc = acc ? acc->top_lists(acc, layer, far, b.q, b.ldq, m, H, s->c.rho, slot, ly->ivf,
-                                      ly->len, C, err)
-                     : HKV_E_UNSUPPORTED;
-            if (rc == HKV_E_UNSUPPORTED) rc = hkv_ctkvr_build_lists(s->kern, &b, s->mem, err);
+            int fb = HKV_FALLBACK_SHAPE;   /* the host builds unless the device did (a no of the
+                                              device is counted there) */
+            if (acc && acc->takes_top_lists(acc, layer, far, m, H, s->c.rho, slot, C) ==
+                           HKV_FALLBACK_NONE)
+                rc = acc->top_lists(acc, layer, far, b.q, b.ldq, m, H, s->c.rho, slot, ly->ivf,
+                                    ly->len, C, &fb, err);
+            if (!rc && fb != HKV_FALLBACK_NONE) rc = hkv_ctkvr_build_lists(s->kern, &b, s->mem, err);
         }
         hkv_host_free(s->mem, HKV_TIER_WORKSPACE, slot, bytes);
         if (rc) return hkv_err_prefix(err, "ctkvr prompt end, layer %d", layer);

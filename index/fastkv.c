@@ -292,12 +292,18 @@ static void fastkv_destroy(void *self)
 }
 
 /* The kept set for a device holding its rows: fixed once evicted. */
+static int fastkv_device_takes(void *self, int layer)
+{
+    const fastkv *f = self;
+    return layer >= 0 && layer < f->L && f->lay[layer].evicted ? HKV_FALLBACK_NONE
+                                                               : HKV_FALLBACK_BEFORE_SELECTION;
+}
+
 static int fastkv_kept_set(void *self, int layer, hkv_kept_set *out)
 {
     const fastkv *f = self;
-    if (layer < 0 || layer >= f->L) return HKV_E_INVAL;
+    if (layer < 0 || layer >= f->L || !f->lay[layer].evicted) return HKV_E_INVAL;
     const fk_layer *ly = &f->lay[layer];
-    if (!ly->evicted) return HKV_E_UNSUPPORTED;
     *out = (hkv_kept_set){.pos = ly->kept, .n = ly->n_kept, .ld = f->budget, .from = ly->evict_hi,
                           .version = 1};
     return HKV_OK;
@@ -307,6 +313,7 @@ static const hkv_policy_ops fastkv_ops = {
     .prefill_end = fastkv_prefill_end,
     .on_far_append = fastkv_on_far_append,
     .select = fastkv_select,
+    .device_takes = fastkv_device_takes,
     .kept_set = fastkv_kept_set,
     .max_select = fastkv_max_select,
     .scratch_need = fastkv_scratch_need,

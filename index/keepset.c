@@ -105,9 +105,13 @@ int64_t hkv_keepset_pick(const hkv_keepset *k, int layer, int kvh, const hkv_far
     return c;
 }
 
+int hkv_keepset_takes(const hkv_keepset *k, int layer) {
+    return layer >= 0 && layer < k->L && k->done[layer] ? HKV_FALLBACK_NONE
+                                                        : HKV_FALLBACK_BEFORE_SELECTION;
+}
+
 int hkv_keepset_kept(const hkv_keepset *k, int layer, hkv_kept_set *out) {
-    if (layer < 0 || layer >= k->L) return HKV_E_INVAL;
-    if (!k->done[layer]) return HKV_E_UNSUPPORTED;
+    if (layer < 0 || layer >= k->L || !k->done[layer]) return HKV_E_INVAL;
     const size_t at = (size_t)layer * k->KH;
     *out = (hkv_kept_set){.pos = k->kept + at * k->budget, .n = k->n_kept + at, .ld = k->budget,
                           .from = k->sel_hi[layer], .version = k->version};

@@ -44,7 +44,8 @@ int hkv_keepset_select(hkv_keepset *k, int layer, const hkv_far_view *far,
 int64_t hkv_keepset_pick(const hkv_keepset *k, int layer, int kvh, const hkv_far_view *far,
                          int32_t *out);
 /* The layer's kept sets for a device that holds their rows (policy.h's
- * kept_set op): HKV_E_UNSUPPORTED before the layer's first selection. */
+ * device_takes and kept_set ops): none before the layer's first selection. */
+int hkv_keepset_takes(const hkv_keepset *k, int layer);
 int hkv_keepset_kept(const hkv_keepset *k, int layer, hkv_kept_set *out);
 int64_t hkv_keepset_max_select(const hkv_keepset *k, int64_t n_far);
 /* Layers selected, mean kept and scored far tokens per KV head. */

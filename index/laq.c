@@ -143,6 +143,10 @@ static void laq_destroy(void *self) {
     hkv_host_free(mem, HKV_TIER_INDEX, s, sizeof *s);
 }
 
+static int laq_device_takes(void *self, int layer) {
+    return hkv_keepset_takes(&((laq *)self)->ks, layer);
+}
+
 static int laq_kept_set(void *self, int layer, hkv_kept_set *out) {
     return hkv_keepset_kept(&((laq *)self)->ks, layer, out);
 }
@@ -151,6 +155,7 @@ static const hkv_policy_ops laq_ops = {
     .prefill_end = laq_prefill_end,
     .on_far_append = laq_on_far_append,
     .select = laq_select,
+    .device_takes = laq_device_takes,
     .kept_set = laq_kept_set,
     .max_select = laq_max_select,
     .scratch_need = laq_scratch_need,

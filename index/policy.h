@@ -67,27 +67,62 @@ typedef struct hkv_far_view {
     const struct hkv_far_accel *accel;
 } hkv_far_view;
 
-/* Top-rho lists on the device (pipeline/cuda_index.c): for n query rows (q
- * fp16 [n][n_head][d], row stride ldq) and each KV head h, the rho
- * positions p of [far->lo, far->hi) with the largest max over h's g query
- * heads of q . k_h[p] (raw dot products, ties to the lower position; all of
- * them when there are at most rho), in no particular order, into ivf +
- * (h*n_slots + slot[h*n + i])*rho, their count into len[h*n_slots + slot].
- * Returns HKV_E_UNSUPPORTED, with nothing written and err untouched, when
- * the device cannot (no copy of these keys, no room, slots it does not
- * take): the policy then builds on the host. */
+/* Why work a device offers to take ran on the host instead: the answer of
+ * the capability queries below (HKV_FALLBACK_NONE: the device takes it),
+ * and the index of the device's fallback counters (pipeline/cuda_backend.h,
+ * the timeline's "fallbacks"). A device's refusal is never an error code. */
+enum hkv_fallback {
+    HKV_FALLBACK_NONE = 0,
+    HKV_FALLBACK_SHAPE,            /* heads, head size, group, strides or slots the kernel
+                                      does not take */
+    HKV_FALLBACK_ABSENT_ROWS,      /* a far view with absent positions (after a
+                                      token-selective prefill) */
+    HKV_FALLBACK_PARTIAL_REBUILD,  /* an index rebuild of some slots only (a later turn) */
+    HKV_FALLBACK_NO_ROOM,          /* no device memory for the work now (a runtime answer:
+                                      the capability query said yes) */
+    HKV_FALLBACK_BEFORE_SELECTION, /* the policy has no device table for the layer yet (no
+                                      prompt end yet; quest: no far token yet) */
+    HKV_FALLBACK_CONFIG,           /* the policy's parameters have no device part (rocketkv
+                                      rerank > 1) */
+    HKV_FALLBACK_POLICY_OOM,       /* the policy's own table could not grow (rocketkv) */
+    HKV_FALLBACK_NO_DEVICE_COPY,   /* the device's copy of the near ring is not current (the
+                                      first decode step after a prompt end, a rewind) or its
+                                      lists are behind the far tier */
+    HKV_FALLBACK_COUNT
+};
+/* "shape", "absent_rows", ... (NULL for NONE and past the end). */
+const char *hkv_fallback_name(int reason);
+
+/* A device that offers a policy's prompt-end work (pipeline/cuda_index.c).
+ * Each op has a capability query, asked once per unit of work (a (sequence,
+ * layer) build or scoring): HKV_FALLBACK_NONE when the device takes it,
+ * else the reason, which the device counts as that unit's fallback and the
+ * caller then does the work on the host. After a yes the op itself returns
+ * HKV_OK with *fallback = HKV_FALLBACK_NONE (done on the device) or
+ * HKV_FALLBACK_NO_ROOM (nothing written, counted: the host does it), and an
+ * error code only for a real failure.
+ *
+ * top_lists: for n query rows (q fp16 [n][n_head][d], row stride ldq) and
+ * each KV head h, the rho positions p of [far->lo, far->hi) with the
+ * largest max over h's g query heads of q . k_h[p] (raw dot products, ties
+ * to the lower position; all of them when there are at most rho), in no
+ * particular order, into ivf + (h*n_slots + slot[h*n + i])*rho, their count
+ * into len[h*n_slots + slot]. */
 struct hkv_ws_job;
 typedef struct hkv_far_accel {
+    int (*takes_top_lists)(const struct hkv_far_accel *a, int layer, const hkv_far_view *far,
+                           int64_t n, int n_head, int64_t rho, const int32_t *slot,
+                           int64_t n_slots);
     int (*top_lists)(const struct hkv_far_accel *a, int layer, const hkv_far_view *far,
                      const uint16_t *q, int64_t ldq, int64_t n, int n_head, int64_t rho,
                      const int32_t *slot, int32_t *ivf, int32_t *len, int64_t n_slots,
-                     hkv_err *err);
+                     int *fallback, hkv_err *err);
     /* index/window_scores.h's hkv_ws_window_scores of job (its far view the
-     * one this accel came with) on the device: the eviction policies' prompt
-     * end. HKV_E_UNSUPPORTED, nothing written, when the device cannot: the
-     * host scores. */
+     * one this accel came with) on the device: the eviction policies'
+     * prompt end. */
+    int (*takes_window_scores)(const struct hkv_far_accel *a, const struct hkv_ws_job *job);
     int (*window_scores)(const struct hkv_far_accel *a, const struct hkv_ws_job *job,
-                         hkv_err *err);
+                         int *fallback, hkv_err *err);
     void *ud;
     int seq;
 } hkv_far_accel;
@@ -267,28 +302,30 @@ typedef struct hkv_policy_ops {
      * Returns their count (<= cap) or a negative HKV_E_*. */
     int (*tsp_layer)(void *self, int64_t n_prompt);
     int64_t (*tsp_rows)(void *self, int32_t *out, int64_t cap);
-    /* The device part (NULL for a policy without one). recall_table: the
-     * layer's table, its FIFO per KV head into fifo (int32 [n_head_kv][2]:
-     * oldest slot, slots in use) and, into dirty[n_head_kv], the slot each
-     * KV head's select rewrote since the last call (-1: none; a second slot
-     * rewritten before the call moves the version instead); the call clears
-     * them. Not concurrent with select. select_recalled: select given the
-     * device's recall for that KV head, the same result as select. */
+    /* The device part (NULL for a policy without one). A policy has at most
+     * one of recall_table, kept_set, page_table, cand_table, and the
+     * pipeline asks device_takes (its capability query) before reading it:
+     * HKV_FALLBACK_NONE when the layer's table can be read now, else why the
+     * host selects instead (enum hkv_fallback; the pipeline counts it).
+     * device_takes NULL: always. The table ops are not concurrent with
+     * select; asked against device_takes' answer they return HKV_E_INVAL.
+     * recall_table: the layer's table, its FIFO per KV head into fifo (int32
+     * [n_head_kv][2]: oldest slot, slots in use) and, into dirty[n_head_kv],
+     * the slot each KV head's select rewrote since the last call (-1: none; a
+     * second slot rewritten before the call moves the version instead); the
+     * call clears them. select_recalled: select given the device's recall
+     * for that KV head, the same result as select. */
+    int (*device_takes)(void *self, int layer);
     int (*recall_table)(void *self, int layer, hkv_recall_table *t, int32_t *fifo, int32_t *dirty);
     int64_t (*select_recalled)(void *self, int layer, int kvh, const float *q,
                                const hkv_far_view *far, const hkv_recalled *r, int32_t *out,
                                hkv_policy_scratch *ws);
-    /* An eviction policy's kept set (NULL for other kinds): HKV_OK with *out
-     * filled once the layer has one; HKV_E_UNSUPPORTED before (select then
-     * returns the whole far tier). Not concurrent with select. */
+    /* An eviction policy's kept set (hkv_kept_set); until the layer has one
+     * select returns the whole far tier. */
     int (*kept_set)(void *self, int layer, hkv_kept_set *out);
-    /* A selection policy's page bounds (NULL for others; policy.h
-     * hkv_page_table): HKV_OK with *out filled once the layer's pages are
-     * built. Not concurrent with select. */
+    /* A selection policy's page bounds (hkv_page_table). */
     int (*page_table)(void *self, int layer, hkv_page_table *out);
-    /* A two-stage policy's candidate lists (NULL for others; hkv_cand_table):
-     * HKV_OK with *out filled while the device can run its stage 2 for the
-     * layer. Not concurrent with select. */
+    /* A two-stage policy's candidate lists (hkv_cand_table). */
     int (*cand_table)(void *self, int layer, hkv_cand_table *out);
     /* Statistics line for reports (may be NULL). */
     void (*describe)(void *self, char *buf, size_t cap);

@@ -181,11 +181,17 @@ static int64_t quest_select(void *self, int layer, int kvh, const float *q, cons
     return c;
 }
 
+static int quest_device_takes(void *self, int layer)
+{
+    const quest *s = self;
+    return layer >= 0 && layer < s->L && s->built_hi[layer] >= 0 ? HKV_FALLBACK_NONE
+                                                                : HKV_FALLBACK_BEFORE_SELECTION;
+}
+
 static int quest_page_table(void *self, int layer, hkv_page_table *out)
 {
     const quest *s = self;
-    if (layer < 0 || layer >= s->L) return HKV_E_INVAL;
-    if (s->built_hi[layer] < 0) return HKV_E_UNSUPPORTED;
+    if (layer < 0 || layer >= s->L || s->built_hi[layer] < 0) return HKV_E_INVAL;
     *out = (hkv_page_table){.bounds = page_row(s, layer, 0, 0), .np_cap = s->np_cap, .P = s->P,
                            .K = s->K, .lo = s->lo[layer], .hi = s->built_hi[layer],
                            .version = s->version};
@@ -219,6 +225,7 @@ static const hkv_policy_ops quest_ops = {
     .select = quest_select,
     .max_select = quest_max_select,
     .scratch_need = quest_scratch_need,
+    .device_takes = quest_device_takes,
     .page_table = quest_page_table,
     .describe = quest_describe,
     .destroy = quest_destroy,

@@ -85,3 +85,17 @@ double hkv_policy_arg(const hkv_policy_def *d, const hkv_policy_args *a, const c
     if (i < 0) return NAN;
     return isnan(a->v[i]) ? d->params[i].dflt : a->v[i];
 }
+
+const char *hkv_fallback_name(int reason) {
+    static const char *const names[HKV_FALLBACK_COUNT] = {
+        [HKV_FALLBACK_SHAPE] = "shape",
+        [HKV_FALLBACK_ABSENT_ROWS] = "absent_rows",
+        [HKV_FALLBACK_PARTIAL_REBUILD] = "partial_rebuild",
+        [HKV_FALLBACK_NO_ROOM] = "no_room",
+        [HKV_FALLBACK_BEFORE_SELECTION] = "before_first_selection",
+        [HKV_FALLBACK_CONFIG] = "policy_config",
+        [HKV_FALLBACK_POLICY_OOM] = "policy_oom",
+        [HKV_FALLBACK_NO_DEVICE_COPY] = "no_device_copy",
+    };
+    return reason > HKV_FALLBACK_NONE && reason < HKV_FALLBACK_COUNT ? names[reason] : NULL;
+}

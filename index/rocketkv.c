@@ -391,12 +391,20 @@ static int64_t rocketkv_select(void *self, int layer, int kvh, const float *q,
 }
 
 /* The device's stage 2 is the rerank = 1 select (gpu/rocketkv_hsa.cu). */
-static int rocketkv_cand_table(void *self, int layer, hkv_cand_table *out)
+static int rocketkv_device_takes(void *self, int layer)
 {
     const rocketkv *s = self;
-    if (layer < 0 || layer >= s->L || s->rerank != 1) return HKV_E_UNSUPPORTED;
+    if (layer < 0 || layer >= s->L) return HKV_FALLBACK_SHAPE;
+    if (s->rerank != 1) return HKV_FALLBACK_CONFIG;
+    if (!s->lay[layer].built) return HKV_FALLBACK_BEFORE_SELECTION;
+    return s->lay[layer].oom ? HKV_FALLBACK_POLICY_OOM : HKV_FALLBACK_NONE;
+}
+
+static int rocketkv_cand_table(void *self, int layer, hkv_cand_table *out)
+{
+    if (rocketkv_device_takes(self, layer) != HKV_FALLBACK_NONE) return HKV_E_INVAL;
+    const rocketkv *s = self;
     const rk_layer *ly = &s->lay[layer];
-    if (!ly->built || ly->oom) return HKV_E_UNSUPPORTED;
     *out = (hkv_cand_table){.cand = ly->cand, .n = ly->n, .bnd = ly->bnd, .cap = ly->cap,
                             .pcap = ly->pcap, .page = ly->sp.page, .dims = ly->sp.dims,
                             .k = ly->sp.k, .list_hi = ly->list_hi, .version = ly->version};
@@ -440,6 +448,7 @@ static const hkv_policy_ops rocketkv_ops = {
     .select = rocketkv_select,
     .max_select = rocketkv_max_select,
     .scratch_need = rocketkv_scratch_need,
+    .device_takes = rocketkv_device_takes,
     .cand_table = rocketkv_cand_table,
     .describe = rocketkv_describe,
     .destroy = rocketkv_destroy,

@@ -214,12 +214,18 @@ static void snapkv_destroy(void *self)
 }
 
 /* The kept set for a device holding its rows: fixed once evicted. */
+static int snapkv_device_takes(void *self, int layer)
+{
+    const snapkv *s = self;
+    return layer >= 0 && layer < s->L && s->lay[layer].evicted ? HKV_FALLBACK_NONE
+                                                               : HKV_FALLBACK_BEFORE_SELECTION;
+}
+
 static int snapkv_kept_set(void *self, int layer, hkv_kept_set *out)
 {
     const snapkv *s = self;
-    if (layer < 0 || layer >= s->L) return HKV_E_INVAL;
+    if (layer < 0 || layer >= s->L || !s->lay[layer].evicted) return HKV_E_INVAL;
     const sk_layer *ly = &s->lay[layer];
-    if (!ly->evicted) return HKV_E_UNSUPPORTED;
     *out = (hkv_kept_set){.pos = ly->kept, .n = ly->n_kept, .ld = s->budget, .from = ly->evict_hi,
                           .version = 1};
     return HKV_OK;
@@ -229,6 +235,7 @@ static const hkv_policy_ops snapkv_ops = {
     .prefill_end = snapkv_prefill_end,
     .on_far_append = snapkv_on_far_append,
     .select = snapkv_select,
+    .device_takes = snapkv_device_takes,
     .kept_set = snapkv_kept_set,
     .max_select = snapkv_max_select,
     .scratch_need = snapkv_scratch_need,

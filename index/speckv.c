@@ -148,6 +148,10 @@ static void speckv_destroy(void *self) {
     hkv_host_free(mem, HKV_TIER_INDEX, s, sizeof *s);
 }
 
+static int speckv_device_takes(void *self, int layer) {
+    return hkv_keepset_takes(&((speckv *)self)->ks, layer);
+}
+
 static int speckv_kept_set(void *self, int layer, hkv_kept_set *out) {
     return hkv_keepset_kept(&((speckv *)self)->ks, layer, out);
 }
@@ -156,6 +160,7 @@ static const hkv_policy_ops speckv_ops = {
     .prefill_end = speckv_prefill_end,
     .on_far_append = speckv_on_far_append,
     .select = speckv_select,
+    .device_takes = speckv_device_takes,
     .kept_set = speckv_kept_set,
     .max_select = speckv_max_select,
     .scratch_need = speckv_scratch_need,

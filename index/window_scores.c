@@ -153,9 +153,12 @@ int hkv_ws_window_scores(const hkv_cpu_kernels *kern, const hkv_ws_job *j,
                           "d=%d, %lld window rows", j->n_head, KH, d, (long long)j->qv->n);
     const int g = j->n_head / KH;
     const int64_t W = j->qv->n, R = W * g;
-    if (W > 0 && far->accel && far->accel->window_scores) {   /* a device holding the keys */
-        const int rc = far->accel->window_scores(far->accel, j, err);
-        if (rc != HKV_E_UNSUPPORTED) return rc;
+    const hkv_far_accel *acc = far->accel;
+    if (W > 0 && acc && acc->window_scores &&   /* a device that takes it (it counts a no) */
+        acc->takes_window_scores(acc, j) == HKV_FALLBACK_NONE) {
+        int fb = HKV_FALLBACK_NONE;
+        const int rc = acc->window_scores(acc, j, &fb, err);
+        if (rc || fb == HKV_FALLBACK_NONE) return rc;
     }
     int64_t ntask = 0;
     for (int h = 0; h < KH; h++) {

@@ -26,6 +26,14 @@ void *cb_alloc(cuda_be *b, int tier, size_t bytes, hkv_err *err) {
     return p;
 }
 
+int cb_policy_takes(cuda_be *b, const hkv_seg *sg, int layer, const hkv_policy *pol, int count) {
+    const int why = pol->ops->device_takes ? pol->ops->device_takes(pol->self, layer)
+                                           : HKV_FALLBACK_NONE;
+    if (why == HKV_FALLBACK_NONE) return 1;
+    if (count && cb_far_tokens(b, sg)) cb_fallback(b, why);
+    return 0;
+}
+
 int cb_stage(cuda_be *b, int id, void *dev, const void *src, size_t bytes, hkv_err *err) {
     if (!bytes) return HKV_OK;
     if (id >= 0 && b->up_len[id] == bytes && !memcmp(b->up_cache[id], src, bytes)) return HKV_OK;
@@ -708,6 +716,7 @@ int hkv_cuda_backend_create(hkv_backend *be, struct hkv_engine *e, const hkv_cud
     b->gemm = p->gemm;
     b->profile = p->profile;
     b->lockstep = p->lockstep;
+    b->offload_mem = p->offload_mem;
     b->NL = c->n_layer, b->H = c->n_head, b->KH = c->n_head_kv, b->d = c->head_dim;
     const hkv_near_window w = hkv_kv_near_window(&e->kv);
     b->Li = w.L_init, b->Ll = w.L_local, b->NR = w.L_init + w.L_local;

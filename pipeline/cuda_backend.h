@@ -29,6 +29,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "policy.h"
 #include "status.h"
 
 struct hkv_engine;
@@ -50,6 +51,10 @@ typedef struct hkv_cuda_params {
                               is fed (cuda_prefill.c): 0 as many as fit, -1 none; the keys past
                               the copy stream from the far tier, a block at a time */
     int64_t prompt_block;  /* keys per streamed block (0: HKV_PROMPT_BLOCK_DEFAULT) */
+    size_t offload_mem;    /* the most device bytes one prompt-end offload (ctkvr's index
+                              build, the window scores: cuda_index.c) may take; past it the
+                              host does that work (fallbacks no_room). 0: what is free (the
+                              build's own workspace at most 256 MiB) */
 } hkv_cuda_params;
 
 /* Keys per block of a streamed prompt: 16 MiB of K and V for each staging
@@ -109,12 +114,20 @@ typedef struct hkv_pipeline_stats {
     int64_t page_resyncs;       /* (sequence, layer) page bounds (quest) or candidate lists
                                    (rocketkv) uploaded whole */
     int64_t index_builds_dev;   /* (sequence, layer) prompt-end index builds on the device */
-    int64_t index_builds_host;  /* offered to the device but built by the host (no copy of
-                                   the keys, a later turn, no room) */
+    int64_t index_builds_host;  /* offered to the device but built by the host (a later
+                                   turn's partial rebuild, a shape, no room: in fallbacks) */
     int64_t window_scores_dev;  /* (sequence, layer) prompt-end window scores on the device
                                    (snapkv, rocketkv's stage 1, fastkv, laq, speckv) */
     int64_t window_scores_host; /* offered to the device but scored by the host (absent
-                                   positions after a token-selective prefill, no room) */
+                                   positions after a token-selective prefill, a shape, no
+                                   room: in fallbacks) */
+    int64_t fallbacks[HKV_FALLBACK_COUNT];   /* work the device offers done by the host
+                                   instead, by reason (enum hkv_fallback, index/policy.h):
+                                   (sequence, layer) prompt-end builds and scorings,
+                                   (decode row, layer) device selections (a kept set, pages,
+                                   candidate lists, a recall) the policy or the device could
+                                   not give while the far tier held tokens, and (prompt row,
+                                   layer)s of a head size the prefill kernels do not take */
     size_t dev_peak, dev_in_use;     /* device bytes, all tiers */
     size_t dev_tier[5];              /* in use per tier (enum hkv_tier) */
 } hkv_pipeline_stats;

@@ -173,6 +173,7 @@ typedef struct cuda_be {
     int gemm;                       /* hkv_cuda_params.gemm */
     int profile;                    /* hkv_cuda_params.profile */
     int lockstep;                   /* hkv_cuda_params.lockstep: never defer a host step */
+    size_t offload_mem;           /* hkv_cuda_params.offload_mem (0: no cap) */
     int64_t qd, qkv_w;
     /* weights */
     hkv_gpu_qmat tok, out;
@@ -245,6 +246,23 @@ typedef struct cuda_be {
     struct dalloc { void *p; size_t bytes; int tier; } *allocs;
     int n_allocs, cap_allocs;
 } cuda_be;
+
+/* Count one unit of offered work the host does instead (reason: enum
+ * hkv_fallback; NONE counts nothing); returns reason. */
+static inline int cb_fallback(cuda_be *b, int reason) {
+    if (reason > HKV_FALLBACK_NONE && reason < HKV_FALLBACK_COUNT) b->stats.fallbacks[reason]++;
+    return reason;
+}
+
+/* The capability query of decode segment sg's policy (policy.h,
+ * device_takes) for layer: 1 when its device part's table may be read now,
+ * 0 when not, < 0 an error. With count, a no is counted as a fallback when
+ * the host then has far tokens to select from (sg's far tier not empty). */
+int cb_policy_takes(cuda_be *b, const hkv_seg *sg, int layer, const hkv_policy *pol, int count);
+/* 1 when decode segment sg leaves far tokens for the host this step. */
+static inline int cb_far_tokens(const cuda_be *b, const hkv_seg *sg) {
+    return sg->pos >= b->Li + b->Ll;
+}
 
 /* Device memory accounted in the backend's list (freed at destroy). */
 void *cb_alloc(cuda_be *b, int tier, size_t bytes, hkv_err *err);

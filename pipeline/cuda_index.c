@@ -17,7 +17,8 @@
  * 128K, one layer at a time) against a host build of minutes at that size.
  * Only first builds (each KV head's slots 0..n-1) are taken; a later turn's
  * partial rebuild or no room for the scratch leave the build to the host
- * (counted: index_builds_device / index_builds_host).
+ * (counted: index_builds_device / index_builds_host, and the reason in
+ * fallbacks).
  *
  * The window scores of snapkv, rocketkv's stage 1, fastkv, laq and speckv
  * (index/window_scores.h: each window query's softmax over the far keys,
@@ -28,7 +29,11 @@
  * them and the scores come down; pooling and the top-k stay with the policy
  * (O(n_far)). A far view with absent positions (after a token-selective
  * prefill) or no room leave them to the host (window_scores_device /
- * window_scores_host). */
+ * window_scores_host, and the reason in fallbacks).
+ *
+ * Each op's capability query (takes_*) is asked once per (sequence, layer)
+ * and counts its no; the op itself can still find no room now, also
+ * counted. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,32 +60,56 @@ static void bs_free(cuda_be *b, bscratch *s) {
     }
 }
 
+/* Whether the device builds these lists (policy.h, hkv_far_accel). */
+static int top_lists_why(const cuda_be *b, int s, int layer, const hkv_far_view *far, int64_t n,
+                         int n_head, int64_t rho, const int32_t *slot, int64_t n_slots) {
+    if (s < 0 || s >= b->max_seqs || layer < 0 || layer >= b->NL || n_head != b->H || n < 1 ||
+        n > n_slots || rho < 1 || far->n_head_kv != b->KH || far->head_dim != b->d ||
+        far->lo < 0 || far->hi <= far->lo || far->ld != b->d)
+        return HKV_FALLBACK_SHAPE;
+    if (far->rows) return HKV_FALLBACK_ABSENT_ROWS;
+    for (int h = 0; h < b->KH; h++)
+        for (int64_t i = 0; i < n; i++)
+            if (slot[(size_t)h * n + i] != i) return HKV_FALLBACK_PARTIAL_REBUILD;
+    return HKV_FALLBACK_NONE;
+}
+
+static int takes_top_lists(const hkv_far_accel *a, int layer, const hkv_far_view *far, int64_t n,
+                           int n_head, int64_t rho, const int32_t *slot, int64_t n_slots) {
+    cuda_be *b = a->ud;
+    const int why = top_lists_why(b, a->seq, layer, far, n, n_head, rho, slot, n_slots);
+    if (why) b->stats.index_builds_host++;
+    return cb_fallback(b, why);
+}
+
 static int top_lists(const hkv_far_accel *a, int layer, const hkv_far_view *far, const uint16_t *q,
                      int64_t ldq, int64_t n, int n_head, int64_t rho, const int32_t *slot,
-                     int32_t *ivf, int32_t *len, int64_t n_slots, hkv_err *err) {
+                     int32_t *ivf, int32_t *len, int64_t n_slots, int *fallback, hkv_err *err) {
     cuda_be *b = a->ud;
     const int s = a->seq, KH = b->KH, H = b->H, d = b->d;
-    if (s < 0 || s >= b->max_seqs || layer < 0 || layer >= b->NL || n_head != H || n < 1 ||
-        n > n_slots || rho < 1 || far->n_head_kv != KH || far->head_dim != d || far->rows)
-        return HKV_E_UNSUPPORTED;
+    *fallback = HKV_FALLBACK_NONE;
+    if (top_lists_why(b, s, layer, far, n, n_head, rho, slot, n_slots))
+        return hkv_seterr(err, HKV_E_INVAL, "device index build, sequence %d layer %d: not a "
+                          "build the device takes (ask takes_top_lists first)", s, layer);
     const cb_prompt *p = &b->pp[s];
-    if (far->lo < 0 || far->hi <= far->lo || far->ld != d) goto host;
     /* the prompt's copy holds these keys, or they go up for the build */
     const int copy = p->cap && p->step_layer == layer && p->step_end >= far->hi;
-    for (int h = 0; h < KH; h++)
-        for (int64_t i = 0; i < n; i++)
-            if (slot[(size_t)h * n + i] != i) goto host;   /* not a first build */
     const int64_t n_far = far->hi - far->lo;
+    const size_t krow = (size_t)far->hi * d;   /* an uploaded head's rows [0, hi) (lo.. used) */
+    /* the scratch besides the workspace, which shrinks to what the cap leaves */
+    const size_t fixed = (copy ? 0 : (size_t)KH * krow * 2) + 2 * (size_t)n * H * d * 2 +
+                         (size_t)KH * n * (rho + 2) * 4 + (size_t)KH * 2 * 4;
     size_t ws = hkv_gpu_ctkvr_build_ws_bytes(n_far, n);
-    const size_t ws_min = hkv_gpu_ctkvr_build_ws_bytes(n_far, 1), ws_cap = (size_t)256 << 20;
+    const size_t ws_min = hkv_gpu_ctkvr_build_ws_bytes(n_far, 1);
+    const int room = !b->offload_mem || b->offload_mem >= fixed + ws_min;
+    const size_t ws_cap = b->offload_mem && room ? b->offload_mem - fixed : (size_t)256 << 20;
     if (ws > ws_cap) ws = ws_cap > ws_min ? ws_cap : ws_min;
     bscratch sc = {0};
     hkv_gpu_ctkvr ix = {.n_seq = 1, .n_head = H, .n_head_kv = KH, .d = d, .C = n, .rho = rho};
     int32_t *dslot;
     uint16_t *dq, *dk = NULL;
     void *dws;
-    const size_t krow = (size_t)far->hi * d;   /* an uploaded head's rows [0, hi) (lo.. used) */
-    if ((!copy && !(dk = bs_alloc(b, &sc, (size_t)KH * krow * 2))) ||
+    if (!room || (!copy && !(dk = bs_alloc(b, &sc, (size_t)KH * krow * 2))) ||
         !(ix.cent = bs_alloc(b, &sc, (size_t)n * H * d * 2)) ||
         !(ix.ivf = bs_alloc(b, &sc, (size_t)KH * n * rho * 4)) ||
         !(ix.len = bs_alloc(b, &sc, (size_t)KH * n * 4)) ||
@@ -88,7 +117,9 @@ static int top_lists(const hkv_far_accel *a, int layer, const hkv_far_view *far,
         !(dslot = bs_alloc(b, &sc, (size_t)KH * n * 4)) ||
         !(dq = bs_alloc(b, &sc, (size_t)n * H * d * 2)) || !(dws = bs_alloc(b, &sc, ws))) {
         bs_free(b, &sc);
-        goto host;   /* no room on the device now */
+        b->stats.index_builds_host++;   /* no room on the device now */
+        *fallback = cb_fallback(b, HKV_FALLBACK_NO_ROOM);
+        return HKV_OK;
     }
     int rc = HKV_OK;
     if (ldq == (int64_t)H * d)
@@ -117,42 +148,70 @@ static int top_lists(const hkv_far_accel *a, int layer, const hkv_far_view *far,
     b->stats.bytes_d2h += (size_t)KH * n * (rho + 1) * 4;
     b->stats.index_builds_dev++;
     return HKV_OK;
-host:
-    b->stats.index_builds_host++;
-    return HKV_E_UNSUPPORTED;
 }
 
-static int window_scores(const hkv_far_accel *a, const hkv_ws_job *j, hkv_err *err) {
+/* Whether the device scores this job (policy.h, hkv_far_accel). */
+static int window_scores_why(const cuda_be *b, const hkv_ws_job *j) {
+    const hkv_far_view *far = j->far;
+    const hkv_query_view *qv = j->qv;
+    const int KH = b->KH, H = b->H, d = b->d;
+    if (far->rows) return HKV_FALLBACK_ABSENT_ROWS;
+    if (far->n_head_kv != KH || far->head_dim != d || j->n_head != H || far->ld != d ||
+        far->hi - far->lo < 1 || qv->n < 1 || !qv->q || (d & 1) || d > 256 ||
+        qv->n * (H / KH) > 65535)
+        return HKV_FALLBACK_SHAPE;
+    for (int h = 0; h < KH; h++)   /* some KV head has keys to score */
+        if ((j->rows ? j->n_rows[h] : far->hi - far->lo) > 0) return HKV_FALLBACK_NONE;
+    return HKV_FALLBACK_SHAPE;
+}
+
+static int takes_window_scores(const hkv_far_accel *a, const hkv_ws_job *j) {
+    cuda_be *b = a->ud;
+    const int why = window_scores_why(b, j);
+    if (why) b->stats.window_scores_host++;
+    return cb_fallback(b, why);
+}
+
+static int window_scores(const hkv_far_accel *a, const hkv_ws_job *j, int *fallback,
+                         hkv_err *err) {
     cuda_be *b = a->ud;
     const hkv_far_view *far = j->far;
     const hkv_query_view *qv = j->qv;
     const int KH = b->KH, H = b->H, d = b->d;
     const int64_t lo = far->lo, n_all = far->hi - far->lo, W = qv->n;
-    if (far->n_head_kv != KH || far->head_dim != d || j->n_head != H || far->rows ||
-        far->ld != d || n_all < 1 || W < 1 || !qv->q || (d & 1) || d > 256 ||
-        W * (H / KH) > 65535)
-        goto host;
+    *fallback = HKV_FALLBACK_NONE;
+    if (window_scores_why(b, j))
+        return hkv_seterr(err, HKV_E_INVAL, "device window scores, sequence %d: not a job the "
+                          "device takes (ask takes_window_scores first)", a->seq);
     int64_t nmax = 0;   /* scored keys per KV head */
     for (int h = 0; h < KH; h++) {
         const int64_t n = j->rows ? j->n_rows[h] : n_all;
         if (n > nmax) nmax = n;
     }
-    if (nmax < 1) goto host;
     bscratch sc = {0};
     uint16_t *dk, *dq;
     float *dout, *dw = NULL;
     int32_t *drows = NULL, *dn = NULL, *hrows = NULL;
     void *dws;
     const size_t wsb = hkv_gpu_window_scores_ws_bytes(W, H, nmax), krow = (size_t)far->hi * d;
-    if (!(dk = bs_alloc(b, &sc, (size_t)KH * krow * 2)) ||
+    const size_t total = (size_t)KH * krow * 2 + (size_t)W * H * d * 2 + (size_t)KH * nmax * 4 +
+                         wsb + (j->q_weight ? (size_t)W * 4 : 0) +
+                         (j->rows ? (size_t)KH * (nmax + 1) * 4 : 0);
+    if ((b->offload_mem && total > b->offload_mem) || !(dk = bs_alloc(b, &sc, (size_t)KH * krow * 2)) ||
         !(dq = bs_alloc(b, &sc, (size_t)W * H * d * 2)) ||
         !(dout = bs_alloc(b, &sc, (size_t)KH * nmax * 4)) || !(dws = bs_alloc(b, &sc, wsb)) ||
         (j->q_weight && !(dw = bs_alloc(b, &sc, (size_t)W * 4))) ||
         (j->rows && (!(drows = bs_alloc(b, &sc, (size_t)KH * nmax * 4)) ||
-                     !(dn = bs_alloc(b, &sc, (size_t)KH * 4)) ||
-                     !(hrows = malloc((size_t)KH * (nmax + 1) * 4))))) {
+                     !(dn = bs_alloc(b, &sc, (size_t)KH * 4))))) {
         bs_free(b, &sc);
-        goto host;   /* no room now */
+        b->stats.window_scores_host++;   /* no room now */
+        *fallback = cb_fallback(b, HKV_FALLBACK_NO_ROOM);
+        return HKV_OK;
+    }
+    if (j->rows && !(hrows = malloc((size_t)KH * (nmax + 1) * 4))) {
+        bs_free(b, &sc);
+        return hkv_seterr(err, HKV_E_NOMEM, "device window scores, sequence %d: no host memory "
+                          "for the row lists", a->seq);
     }
     /* Keys of [lo, hi) where the far view has them (rows [0, lo) unused) */
     int rc = HKV_OK;
@@ -188,13 +247,12 @@ static int window_scores(const hkv_far_accel *a, const hkv_ws_job *j, hkv_err *e
     b->stats.bytes_d2h += (size_t)KH * nmax * 4;
     b->stats.window_scores_dev++;
     return HKV_OK;
-host:
-    b->stats.window_scores_host++;
-    return HKV_E_UNSUPPORTED;
 }
 
 void cb_index_attach(cuda_be *b) {
-    const hkv_far_accel a = {.top_lists = top_lists, .window_scores = window_scores, .ud = b};
+    const hkv_far_accel a = {.takes_top_lists = takes_top_lists, .top_lists = top_lists,
+                             .takes_window_scores = takes_window_scores,
+                             .window_scores = window_scores, .ud = b};
     hkv_kv_set_far_accel(&b->e->kv, &a);
 }
 

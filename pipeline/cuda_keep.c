@@ -141,13 +141,17 @@ static int upload_set(cuda_be *b, int s, int layer, const hkv_kept_set *ks, hkv_
     return HKV_OK;
 }
 
-/* 1 when sequence seq's policy has a kept set for layer (into *ks), 0 when
- * not, < 0 an error. */
-static int seq_kept(cuda_be *b, int seq, int layer, hkv_kept_set *ks, hkv_err *err) {
+/* 1 when decode segment sg's policy has a kept set for layer (into *ks), 0
+ * when not (with count, a fallback counted), < 0 an error. */
+static int seq_kept(cuda_be *b, const hkv_seg *sg, int layer, int count, hkv_kept_set *ks,
+                    hkv_err *err) {
     hkv_policy pol;
-    int rc = hkv_kv_seq_instance(&b->e->kv, seq, NULL, &pol, err);
+    int rc = hkv_kv_seq_instance(&b->e->kv, sg->seq, NULL, &pol, err);
     if (rc) return rc;
-    return pol.ops->kept_set && pol.ops->kept_set(pol.self, layer, ks) == HKV_OK;
+    if (!pol.ops->kept_set || !cb_policy_takes(b, sg, layer, &pol, count)) return 0;
+    if ((rc = pol.ops->kept_set(pol.self, layer, ks)))
+        return hkv_seterr(err, rc, "sequence %d, layer %d: the policy's kept set", sg->seq, layer);
+    return 1;
 }
 
 int cb_keep_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64_t r0, int64_t n,
@@ -164,7 +168,7 @@ int cb_keep_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64_t
         const hkv_seg *sg = &segs[i];
         if ((sg->flags & (HKV_SEG_PROMPT | HKV_SEG_PROMPT_END)) || sg->n > 1) continue;
         hkv_kept_set ks;
-        if ((rc = seq_kept(b, sg->seq, layer, &ks, err)) <= 0) {
+        if ((rc = seq_kept(b, sg, layer, 1, &ks, err)) <= 0) {   /* (the step's one count) */
             if (rc) return rc;
             continue;
         }
@@ -180,7 +184,7 @@ int cb_keep_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64_t
         int32_t *nr = k->h_nrows + (size_t)j * KH;
         for (int h = 0; h < KH; h++) nr[h] = 0;
         hkv_kept_set ks;
-        if (need && (rc = seq_kept(b, sg->seq, layer, &ks, err)) < 0) return rc;
+        if (need && (rc = seq_kept(b, sg, layer, 0, &ks, err)) < 0) return rc;
         if (need && rc == 1) {
             const size_t m = (size_t)sg->seq * NL + layer;
             const uint64_t ep = hkv_kv_seq_epoch(kv, sg->seq);

@@ -118,14 +118,23 @@ static int ensure_out(cuda_be *b, int64_t sel_ld, hkv_err *err) {
 }
 
 /* 1 when segment sg is a decode row whose policy has pages for layer (into
- * *t), 0 when not, < 0 an error. */
-static int decode_pages(cuda_be *b, const hkv_seg *sg, int layer, hkv_page_table *t,
+ * *t), 0 when not (with count, a fallback counted), < 0 an error. */
+static int decode_pages(cuda_be *b, const hkv_seg *sg, int layer, int count, hkv_page_table *t,
                         hkv_err *err) {
     if ((sg->flags & (HKV_SEG_PROMPT | HKV_SEG_PROMPT_END)) || sg->n > 1) return 0;
     hkv_policy pol;
     int rc = hkv_kv_seq_instance(&b->e->kv, sg->seq, NULL, &pol, err);
     if (rc) return rc;
-    return pol.ops->page_table && pol.ops->page_table(pol.self, layer, t) == HKV_OK;
+    if (!pol.ops->page_table) return 0;
+    const int g = b->H / b->KH;
+    if (b->d > 256 || (size_t)g * 2 * b->d * 4 > 48 * 1024) {   /* gpu/quest_select.cu's shapes */
+        if (count && cb_far_tokens(b, sg)) cb_fallback(b, HKV_FALLBACK_SHAPE);
+        return 0;
+    }
+    if (!cb_policy_takes(b, sg, layer, &pol, count)) return 0;
+    if ((rc = pol.ops->page_table(pol.self, layer, t)))
+        return hkv_seterr(err, rc, "sequence %d, layer %d: the policy's page table", sg->seq, layer);
+    return 1;
 }
 
 int cb_select_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64_t r0, int64_t n,
@@ -141,7 +150,7 @@ int cb_select_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64
     int64_t np_need = 0, sel_need = 0;
     for (int i = 0; i < n_segs; i++) {
         hkv_page_table t;
-        if ((rc = decode_pages(b, &segs[i], layer, &t, err)) <= 0) {
+        if ((rc = decode_pages(b, &segs[i], layer, 1, &t, err)) <= 0) {   /* (the one count) */
             if (rc) return rc;
             continue;
         }
@@ -158,7 +167,7 @@ int cb_select_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64
     for (int i = 0; i < n_segs; i++) {
         const hkv_seg *sg = &segs[i];
         hkv_page_table t;
-        if ((rc = decode_pages(b, sg, layer, &t, err)) <= 0) {
+        if ((rc = decode_pages(b, sg, layer, 0, &t, err)) <= 0) {
             if (rc) return rc;
             continue;
         }
@@ -167,6 +176,7 @@ int cb_select_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64
         const int64_t p = sg->pos;
         if (b->m_len[m] != p || b->m_epoch[m] != ep) {   /* no current ring to fold from */
             g->ver[m] = 0;
+            if (cb_far_tokens(b, sg)) cb_fallback(b, HKV_FALLBACK_NO_DEVICE_COPY);
             continue;
         }
         uint16_t *bd = g->bounds + m * tab;

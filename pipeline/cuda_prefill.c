@@ -149,6 +149,9 @@ int cb_prefill_plan(cuda_be *b, int layer, const hkv_seg *segs, int n_segs) {
         }
         if (!dev) {
             b->stats.prompt_rows_host += sg->n;
+            /* a head size the prefill kernels do not take: every prompt row, counted (a
+             * later turn, selected positions or no room are prompt_rows_host alone) */
+            if (!b->pp_ok) b->stats.fallbacks[HKV_FALLBACK_SHAPE] += sg->n;
             continue;
         }
         p->step_end = p->stream ? p->res : sg->pos + sg->n;   /* (what the index build may read) */

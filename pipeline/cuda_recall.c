@@ -155,6 +155,11 @@ int cb_recall_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64
         hkv_policy pol;
         if ((rc = hkv_kv_seq_instance(kv, sg->seq, NULL, &pol, err))) return rc;
         if (!pol.ops->recall_table || !pol.ops->select_recalled) continue;
+        if ((size_t)g * d * 4 > 48 * 1024) {   /* gpu/recall_top.cu's shared memory */
+            if (cb_far_tokens(b, sg)) cb_fallback(b, HKV_FALLBACK_SHAPE);
+            continue;
+        }
+        if (!cb_policy_takes(b, sg, layer, &pol, 1)) continue;
         hkv_recall_table *t = &r->tab[n_desc];
         if ((rc = pol.ops->recall_table(pol.self, layer, t, fifo + (size_t)n_desc * KH * 2,
                                         r->dirty + (size_t)n_desc * KH)))

@@ -56,23 +56,31 @@ void cb_rocket_destroy(cuda_be *b) {
 }
 
 /* 1 when segment sg is a decode row whose policy has lists for layer (into
- * *t), 0 when not, < 0 an error. */
-static int decode_lists(cuda_be *b, const hkv_seg *sg, int layer, hkv_cand_table *t,
+ * *t), 0 when not (with count, a fallback counted), < 0 an error. */
+static int decode_lists(cuda_be *b, const hkv_seg *sg, int layer, int count, hkv_cand_table *t,
                         hkv_err *err) {
     if ((sg->flags & (HKV_SEG_PROMPT | HKV_SEG_PROMPT_END)) || sg->n > 1) return 0;
-    if (b->d > 256 || b->H / b->KH > 64) return 0;   /* the estimate kernel's shapes */
     hkv_policy pol;
     int rc = hkv_kv_seq_instance(&b->e->kv, sg->seq, NULL, &pol, err);
     if (rc) return rc;
-    return pol.ops->cand_table && pol.ops->cand_table(pol.self, layer, t) == HKV_OK;
+    if (!pol.ops->cand_table) return 0;
+    if (b->d > 256 || b->H / b->KH > 64) {   /* the estimate kernel's shapes */
+        if (count && cb_far_tokens(b, sg)) cb_fallback(b, HKV_FALLBACK_SHAPE);
+        return 0;
+    }
+    if (!cb_policy_takes(b, sg, layer, &pol, count)) return 0;
+    if ((rc = pol.ops->cand_table(pol.self, layer, t)))
+        return hkv_seterr(err, rc, "sequence %d, layer %d: the policy's candidate lists", sg->seq,
+                          layer);
+    return 1;
 }
 
 int64_t cb_rocket_sel_need(cuda_be *b, int layer, const hkv_seg *segs, int n_segs) {
     int64_t need = 0;
-    for (int i = 0; i < n_segs; i++) {
+    for (int i = 0; i < n_segs; i++) {   /* (the step's one count of a fallback) */
         hkv_cand_table t;
         hkv_err e;
-        if (decode_lists(b, &segs[i], layer, &t, &e) == 1 && t.k > need) need = t.k;
+        if (decode_lists(b, &segs[i], layer, 1, &t, &e) == 1 && t.k > need) need = t.k;
     }
     return need;
 }
@@ -142,7 +150,7 @@ int cb_rocket_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, hkv_e
     int64_t need = 0, page = 0;
     for (int i = 0; i < n_segs; i++) {
         hkv_cand_table t;
-        if ((rc = decode_lists(b, &segs[i], layer, &t, err)) <= 0) {
+        if ((rc = decode_lists(b, &segs[i], layer, 0, &t, err)) <= 0) {
             if (rc) return rc;
             continue;
         }
@@ -155,7 +163,7 @@ int cb_rocket_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, hkv_e
     for (int i = 0; i < n_segs; i++) {
         const hkv_seg *sg = &segs[i];
         hkv_cand_table t;
-        if ((rc = decode_lists(b, sg, layer, &t, err)) <= 0) {
+        if ((rc = decode_lists(b, sg, layer, 0, &t, err)) <= 0) {
             if (rc) return rc;
             continue;
         }
@@ -165,6 +173,7 @@ int cb_rocket_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, hkv_e
         const int push = p >= Li + Ll;   /* the token this step pushes out of the ring */
         if (b->m_len[m] != p || b->m_epoch[m] != ep || (push && t.list_hi != pf)) {
             r->ver[m] = 0;   /* no current ring to push from, or lists behind the far tier */
+            if (cb_far_tokens(b, sg)) cb_fallback(b, HKV_FALLBACK_NO_DEVICE_COPY);
             continue;
         }
         if (r->ver[m] != t.version || r->epoch[m] != ep) {

@@ -216,6 +216,8 @@ int main(int argc, char **argv) {
         json_t *o = json_object();
         int bad = 0;
         hkv_device_cli_json(o, e, &bad);
+        /* the layers, so that a test can expect its fallbacks per (row, layer) */
+        hkv_jset(o, "n_layer", json_integer(e->model.cfg.n_layer), &bad);
         char *js = bad ? NULL : json_dumps(o, JSON_COMPACT);
         if (js) printf("%s\n", js);
         else rc = hkv_seterr(&err, HKV_E_NOMEM, "no memory for the timeline's JSON");

@@ -16,7 +16,11 @@ exercised at every step. Checks:
           (top-2 gap below tol * max|cpu|), counted;
   run     `hetkv run --device cuda --temp 0` gives the CPU path's tokens;
   memory  a --gpu-mem cap too small for the weights is refused with a message
-          naming the tier and the sizes, exit 1, no crash.
+          naming the tier and the sizes, exit 1, no crash;
+  fallbacks  the timeline's fallbacks (work the device offers that the host
+          did instead, by reason) are exactly what the case expects: none
+          but those its structure makes (expected_fallbacks), plus the reason
+          --expect-fallback names for a case about falling back.
 Exit 0: all passed, 1: a failure, 77: no CUDA device usable (not built with
 the emulator or CUDA) or --model absent. Last line: 'test_pipeline: N passed, N failed'.
 """
@@ -90,12 +94,61 @@ def dump(a, model, ids, mode, extra, device, vocab, tmp):
         raise RuntimeError(f"{' '.join(cmd[:3])} ... --device {device} failed ({p.returncode}): "
                            f"{p.stderr.strip()[-400:]}")
     if device == "cuda":   # its timeline, a JSON line on stdout
+        j = json.loads(p.stdout.strip().splitlines()[-1])
         LAST_TIMELINE.clear()
-        LAST_TIMELINE.update(json.loads(p.stdout.strip().splitlines()[-1])["device"]["timeline"])
+        LAST_TIMELINE.update(j["device"]["timeline"])
+        N_LAYER[model] = j["n_layer"]
     return np.fromfile(out, dtype="<f4").reshape(len(ids), -1)
 
 
 LAST_TIMELINE: dict = {}   # the last --device cuda dump's pipeline timeline
+N_LAYER: dict = {}         # model: its layers (from the dumps' JSON)
+
+
+def fallbacks(tl: dict) -> dict:
+    """The timeline's fallbacks with a count (reason: count)."""
+    return {k: v for k, v in tl.get("fallbacks", {}).items() if v}
+
+
+def far_from() -> int:
+    """The first position whose decode step leaves far tokens (sinks + local)."""
+    return int(NEAR[1]) + int(NEAR[3])
+
+
+def expected_fallbacks(policy: str, n_layer: int, decode_after: list, no_prompt: int = 0) -> dict:
+    """The fallbacks a case's structure makes, reason: count of (decode row, layer)s.
+    decode_after: the first decode position after each prompt end that has one;
+    no_prompt: decode rows with far tokens of a sequence that never had a prompt end.
+      quest, rocketkv: the first decode step after a prompt end selects on the host,
+        the device's near ring not current yet (it is uploaded whole in that step):
+        no_device_copy;
+      a sequence without a prompt end (batch mode's first): the eviction policies and
+        rocketkv have no selection for the device to use, so the host selects at every
+        step with far tokens; quest builds its pages from its first far token on, after
+        the step that brings it: before_first_selection.
+    Everything else (ctkvr, full, oracle, the prompt-end builds and scores) is on the
+    device: no fallback."""
+    exp = {}
+    first = sum(1 for p in decode_after if p >= far_from())
+    if policy in ("quest", "rocketkv") and first:
+        exp["no_device_copy"] = n_layer * first
+    if no_prompt and policy in ("snapkv", "laq", "speckv", "rocketkv"):
+        exp["before_first_selection"] = n_layer * no_prompt
+    if no_prompt and policy == "quest":
+        exp["before_first_selection"] = n_layer
+    return exp
+
+
+def check_fallbacks(a, tl: dict, exp: dict) -> tuple[bool, str]:
+    """The timeline's fallbacks against exp; with --expect-fallback, that reason
+    counted besides (how many depends on the work offered) and the rest as exp."""
+    got = fallbacks(tl)
+    ok = sum(got.values()) == tl.get("fallbacks_total", -1)
+    if a.expect_fallback:
+        ok = ok and got.pop(a.expect_fallback, 0) > 0
+    ok = ok and got == exp
+    return ok, (f"; fallbacks {fallbacks(tl)} (expected {exp}"
+                f"{' and ' + a.expect_fallback if a.expect_fallback else ''})")
 
 
 def compare(c, g, tol):
@@ -166,6 +219,12 @@ def main(argv=None) -> int:
     ap.add_argument("--expect-device-scores", action="store_true",
                     help="every prompt-mode case's prompt-end window scores ran on the device "
                          "(window_scores_device > 0, none declined to the host)")
+    ap.add_argument("--expect-fallback", metavar="REASON",
+                    help="a case about falling back (e.g. no_room, with --device-args "
+                         "'--gpu-offload-mem 1K'): every prompt-mode case and greedy run counts "
+                         "REASON in the timeline's fallbacks besides what its structure makes, "
+                         "and still gives the CPU path's logits and tokens; with no_room no "
+                         "prompt-end index build or window scoring ran on the device")
     ap.add_argument("--timeout", type=float, default=900)
     a = ap.parse_args(argv)
     global NEAR
@@ -224,6 +283,15 @@ def main(argv=None) -> int:
                     c = dump(a, model, ids, "prompt", extra + mode_args, "cpu", vocab, tmp)
                     g = dump(a, model, ids, "prompt", extra + mode_args, "cuda", vocab, tmp)
                     ok, msg = compare(c, g, tol)
+                    exp = expected_fallbacks(name.split()[0], N_LAYER[model],
+                                             [p for p in (pre, t2[1]) if p < n])
+                    fok, fmsg = check_fallbacks(a, LAST_TIMELINE, exp)
+                    ok, msg = ok and fok, msg + fmsg
+                    if a.expect_fallback == "no_room":   # the prompt-end work went to the host
+                        done = LAST_TIMELINE.get("index_builds_device", 0) + \
+                            LAST_TIMELINE.get("window_scores_device", 0)
+                        ok = ok and done == 0
+                        msg += f", {done} prompt-end offloads on the device"
                     if a.expect_streamed:
                         st = LAST_TIMELINE.get("prompt_rows_streamed", 0)
                         ok = ok and st > 0
@@ -249,7 +317,13 @@ def main(argv=None) -> int:
                 c = dump(a, model, ids, "batch", extra, "cpu", vocab, tmp)
                 g = dump(a, model, ids, "batch", extra, "cuda", vocab, tmp)
                 ok, msg = compare(c, g, tol)
-                res.report(ok, label, msg)
+                # seq 0 decodes from its first token (no prompt end), seqs 1 and 2
+                # from the end of prompts of n // 3 and n // 2 tokens (hkv-dump-logits)
+                exp = expected_fallbacks(name.split()[0], N_LAYER[model],
+                                         [p for p in (n // 3, n // 2) if p < n],
+                                         max(0, n - far_from()))
+                fok, fmsg = check_fallbacks(a, LAST_TIMELINE, exp)
+                res.report(ok and fok, label, msg + fmsg)
             except (RuntimeError, subprocess.TimeoutExpired) as e:
                 res.report(False, label, str(e))
         if a.long:   # a long decode through the pipeline (DCU grows the index every step)
@@ -281,12 +355,16 @@ def main(argv=None) -> int:
                     except (ValueError, IndexError) as e:
                         got[" ".join(dev)] = (f"exit {p.returncode}: {e}: {p.stderr.strip()[-300:]}", {})
                 (tc, _), (tg, tl), (tk, tk_tl) = got["cpu"], got["cuda"], got["cuda --gpu-lockstep"]
+                # no far tokens, so nothing for the device to hand back: no fallback
                 res.report(tc == tg == tk and tl.get("host_deferred_steps", 0) > 0
-                           and tk_tl.get("host_deferred_steps", 1) == 0,
+                           and tk_tl.get("host_deferred_steps", 1) == 0
+                           and tl.get("fallbacks_total", 1) == 0
+                           and tk_tl.get("fallbacks_total", 1) == 0,
                            f"run {name}: host steps behind the device, the CPU path's tokens",
                            f"cpu {tc} cuda {tg} lockstep {tk}; deferred "
                            f"{tl.get('host_deferred_steps')} of {tl.get('layer_steps')} layer steps, "
-                           f"lockstep {tk_tl.get('host_deferred_steps')}")
+                           f"lockstep {tk_tl.get('host_deferred_steps')}; fallbacks "
+                           f"{fallbacks(tl)}, lockstep {fallbacks(tk_tl)}")
         if a.expect_pingpong:   # the decode steps ran as two micro-batches
             for name, pol in cases.items():
                 if only and name.split()[0] not in only or "--draft" in pol:
@@ -294,10 +372,16 @@ def main(argv=None) -> int:
                 p = run([hetkv, "bench", "-m", model, "--device", "cuda", "--ctx", "40", "--batch", "4",
                          "--steps", "3", "--json", *NEAR, *pol, *a.device_args.split()], a.timeout)
                 try:
-                    tl = json.loads(p.stdout.strip().splitlines()[-1])["results"][0]["timeline"]
-                    res.report(p.returncode == 0 and tl["pingpong_steps"] > 0,
+                    pt = json.loads(p.stdout.strip().splitlines()[-1])["results"][0]
+                    tl = pt["timeline"]
+                    # the sequences are forks of the prompt's, their first step (a near
+                    # resync) untimed: the timed steps and the prefill fall back nowhere
+                    res.report(p.returncode == 0 and tl["pingpong_steps"] > 0
+                               and tl["fallbacks_total"] == 0
+                               and pt["prefill_timeline"]["fallbacks_total"] == 0,
                                f"bench {name} batch 4: micro-batch steps",
-                               f"{tl['pingpong_steps']} micro-batch layer steps")
+                               f"{tl['pingpong_steps']} micro-batch layer steps; fallbacks "
+                               f"{fallbacks(tl)}, prefill {fallbacks(pt['prefill_timeline'])}")
                 except (ValueError, KeyError, IndexError) as e:
                     res.report(False, f"bench {name} batch 4: micro-batch steps",
                                f"exit {p.returncode}: {e}: {p.stderr.strip()[-300:]}")
@@ -312,8 +396,9 @@ def main(argv=None) -> int:
             pol = cases[name]
             toks = {}
             for dev in ("cpu", "cuda"):
+                dargs = a.device_args.split() if dev == "cuda" else []
                 p = run([hetkv, "run", "-m", model, "-p", RUN_PROMPT, "-n", "12",
-                         "--temp", "0", "--json", "--device", dev, *NEAR, *pol], a.timeout)
+                         "--temp", "0", "--json", "--device", dev, *NEAR, *pol, *dargs], a.timeout)
                 if p.returncode != 0:
                     toks[dev] = f"exit {p.returncode}: {p.stderr.strip()[-300:]}"
                     continue
@@ -325,9 +410,12 @@ def main(argv=None) -> int:
                     # ctkvr's centroid recall runs on the device (pipeline/cuda_recall.c)
                     # and its index is built there at prompt end (pipeline/cuda_index.c),
                     # never by the host; SmolLM2's 8-token prompt leaves no far tier to index
+                    # (with --expect-fallback no_room: by the host, counted)
+                    nr = a.expect_fallback == "no_room"
                     recalls_ok = name != "ctkvr" or (
-                        tl.get("device_recalls", 0) > 0 and tl.get("index_builds_host", 1) == 0
-                        and (a.model or tl.get("index_builds_device", 0) > 0))
+                        tl.get("device_recalls", 0) > 0 and
+                        (nr or (tl.get("index_builds_host", 1) == 0
+                                and (a.model or tl.get("index_builds_device", 0) > 0))))
                     # the prompt (from position 0, room on the device) is attended there
                     recalls_ok = recalls_ok and tl.get("prompt_rows_device", 0) > 0 \
                         and tl.get("prompt_rows_host", 1) == 0
@@ -338,8 +426,8 @@ def main(argv=None) -> int:
                     if evicts:   # their prompt-end window scores too (cuda_index.c)
                         recalls_ok = recalls_ok and tl.get("device_kept_rows", 0) > 0 \
                             and 0 < tl.get("kept_resyncs", 0) < tl.get("layer_steps", 0) \
-                            and tl.get("window_scores_device", 0) > 0 \
-                            and tl.get("window_scores_host", 1) == 0
+                            and (nr or (tl.get("window_scores_device", 0) > 0
+                                        and tl.get("window_scores_host", 1) == 0))
                     else:
                         recalls_ok = recalls_ok and tl.get("device_kept_rows", 1) == 0
                     # quest selects its pages on the device (pipeline/cuda_pages.c), and
@@ -358,6 +446,12 @@ def main(argv=None) -> int:
                                and tl.get("bytes_d2h", 0) > 0 and recalls_ok and timed,
                                f"run {name}: JSON names the device and its timeline",
                                json.dumps(d)[:300])
+                    # the first decode step follows the prompt end (n_prompt tokens)
+                    if model not in N_LAYER:   # (no dump of this model on the device yet)
+                        dump(a, model, [1], "prefill", [], "cuda", 0, tmp)
+                    exp = expected_fallbacks(name.split()[0], N_LAYER[model], [j["n_prompt"]])
+                    fok, fmsg = check_fallbacks(a, tl, exp)
+                    res.report(fok, f"run {name}: fallbacks as expected", fmsg[2:])
             res.report(toks["cpu"] == toks["cuda"], f"run {name}: greedy tokens equal",
                        f"cpu {toks['cpu']} cuda {toks['cuda']}")
         # hetkv bench --device cuda: decode steps through the pipeline, timeline per point
@@ -370,7 +464,9 @@ def main(argv=None) -> int:
             tl = pt["timeline"]
             ok = (p.returncode == 0 and dev["backend"] in ("cuda", "cuda-emu") and tl["bytes_d2h"] > 0
                   and tl["bytes_h2d"] > 0 and tl["cpu_busy_s"] > 0 and pt["decode_tok_s"] > 0
-                  and tl["device_recalls"] > 0 and 0 < tl["device_products_s"] <= tl["device_total_s"])
+                  and tl["device_recalls"] > 0 and 0 < tl["device_products_s"] <= tl["device_total_s"]
+                  # ctkvr's decode steps and its shared prefill: nothing fell back
+                  and tl["fallbacks_total"] == 0 and pt["prefill_timeline"]["fallbacks_total"] == 0)
             res.report(ok, "bench --device cuda --json: a timeline per point", json.dumps(tl))
         except (ValueError, KeyError, IndexError) as e:
             res.report(False, "bench --device cuda --json", f"exit {p.returncode}: {e}: "

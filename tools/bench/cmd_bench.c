@@ -199,6 +199,12 @@ static json_t *point_row(const point *q, const row_ctx *x) {
     json_object_set_new(r, "prefill_h2d_gb", pp ? json_real(pp->bytes_h2d / 1e9) : json_null());
     json_object_set_new(r, "prefill_rows_streamed",
                         pp ? json_integer(pp->prompt_rows_streamed) : json_null());
+    /* work the device offers done by the host instead, the prefill's and the timed
+     * steps' (by reason in the --json timelines) */
+    json_object_set_new(r, "dev_fallbacks",
+                        pl || pp ? json_integer((pl ? hkv_device_fallbacks_total(pl) : 0) +
+                                                (pp ? hkv_device_fallbacks_total(pp) : 0))
+                                 : json_null());
     return r;
 }
 
@@ -594,6 +600,7 @@ int hkv_cmd_bench(int argc, char **argv) {
                 hkv_jset(t, "index_builds_host", json_integer(q->pre.index_builds_host), &bad);
                 hkv_jset(t, "window_scores_device", json_integer(q->pre.window_scores_dev), &bad);
                 hkv_jset(t, "window_scores_host", json_integer(q->pre.window_scores_host), &bad);
+                hkv_device_cli_fallbacks(t, &q->pre, &bad);
                 hkv_jset(t, "bytes_h2d", json_integer((json_int_t)q->pre.bytes_h2d), &bad);
                 hkv_jset(t, "bytes_d2h", json_integer((json_int_t)q->pre.bytes_d2h), &bad);
                 hkv_jset(r, "prefill_timeline", t, &bad);

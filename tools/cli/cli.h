@@ -95,6 +95,7 @@ typedef struct hkv_device_cli {
     int pingpong;             /* --gpu-pingpong: micro-batch ping-pong */
     int64_t prompt_keys;      /* --gpu-prompt-keys N: N, or -1 for 0; 0: not given (as many as fit) */
     int64_t prompt_block;     /* --gpu-prompt-block N; 0: not given */
+    uint64_t offload_mem;     /* --gpu-offload-mem SIZE; 0: not given */
 } hkv_device_cli;
 void hkv_device_cli_init(hkv_device_cli *d);
 /* The group's table (base: hkv_device_cli). */
@@ -138,6 +139,12 @@ void hkv_device_cli_json(json_t *o, hkv_engine *e, int *bad);
 struct hkv_pipeline_stats;
 void hkv_device_cli_timeline(json_t *t, const struct hkv_pipeline_stats *ps, int prompt_rows,
                              int *bad);
+/* "fallbacks": {reason: count} for every reason (index/policy.h, enum
+ * hkv_fallback), and "fallbacks_total": the work the device offers that the
+ * host did instead. Part of every timeline. */
+void hkv_device_cli_fallbacks(json_t *t, const struct hkv_pipeline_stats *ps, int *bad);
+/* Their sum. */
+int64_t hkv_device_fallbacks_total(const struct hkv_pipeline_stats *ps);
 void hkv_device_cli_summary(FILE *f, hkv_engine *e);
 
 /* The subcommands. */

@@ -40,6 +40,11 @@ static int parse_host_mem(void *base, const char *opt, const char *v, hkv_err *e
     return hkv_parse_size("--host-mem", v, &((hkv_device_cli *)base)->host_mem, err);
 }
 
+static int parse_offload_mem(void *base, const char *opt, const char *v, hkv_err *err) {
+    (void)opt;
+    return hkv_parse_size("--gpu-offload-mem", v, &((hkv_device_cli *)base)->offload_mem, err);
+}
+
 static int parse_gemm(void *base, const char *opt, const char *v, hkv_err *err) {
     (void)opt;
     static const char *const modes[] = {"split", "fp16", "fp32"};   /* enum hkv_qmat_gemm */
@@ -118,6 +123,11 @@ const hkv_opt hkv_device_opts[] = {
              "them from the far tier, streamed through the device in blocks"},
     {.name = "--gpu-prompt-block", .arg = "N", .kind = HKV_OPT_FN, .fn = parse_prompt_block,
      .help = "keys per streamed block (default 4096)"},
+    {.name = "--gpu-offload-mem", .arg = "SIZE", .kind = HKV_OPT_FN, .fn = parse_offload_mem,
+     .help = "the most GPU memory one prompt-end offload (ctkvr's index build,\n"
+             "the eviction policies' window scores) may take; past it the host\n"
+             "does that work, counted in the timeline's fallbacks as no_room\n"
+             "(default: what is free)"},
     {.name = "--synthetic", .arg = "NAME", .kind = HKV_OPT_FN, .fn = parse_synthetic,
      .help = "random weights of a real shape instead of -m: llama3-8b,\n"
              "llama3.1-8b, yi-9b, qwen2.5-7b, smollm2-135m (no tokenizer);\n"
@@ -175,6 +185,9 @@ int hkv_device_cli_cap(const hkv_device_cli *d, uint64_t *cap, char *desc, size_
         if (d->prompt_keys || d->prompt_block)
             return hkv_seterr(err, HKV_E_INVAL, "--gpu-prompt-keys and --gpu-prompt-block shape the GPU's "
                               "prompt attention: they need --device cuda");
+        if (d->offload_mem)
+            return hkv_seterr(err, HKV_E_INVAL, "--gpu-offload-mem caps the GPU's prompt-end work: it "
+                              "needs --device cuda");
         return HKV_OK;
     }
     hkv_gpu_device dev[1];
@@ -278,12 +291,27 @@ int hkv_device_cli_attach(const hkv_device_cli *d, hkv_engine *e, hkv_err *err) 
     hkv_cuda_params cp = {.device = 0, .gpu_mem = (size_t)cap, .gemm = d->gemm,
                           .profile = d->profile, .lockstep = d->lockstep,
                           .pingpong = d->pingpong, .prompt_keys = d->prompt_keys,
-                          .prompt_block = d->prompt_block};
+                          .prompt_block = d->prompt_block,
+                          .offload_mem = (size_t)d->offload_mem};
     hkv_backend be;
     if ((rc = hkv_cuda_backend_create(&be, e, &cp, err)))
         return hkv_err_prefix(err, "--device cuda (%s)", desc);
     hkv_engine_set_backend(e, be);
     return HKV_OK;
+}
+
+int64_t hkv_device_fallbacks_total(const hkv_pipeline_stats *ps) {
+    int64_t n = 0;
+    for (int k = HKV_FALLBACK_NONE + 1; k < HKV_FALLBACK_COUNT; k++) n += ps->fallbacks[k];
+    return n;
+}
+
+void hkv_device_cli_fallbacks(json_t *t, const hkv_pipeline_stats *ps, int *bad) {
+    json_t *f = json_object();   /* every reason, zeros too: a reader needs no list of names */
+    for (int k = HKV_FALLBACK_NONE + 1; k < HKV_FALLBACK_COUNT; k++)
+        hkv_jset(f, hkv_fallback_name(k), json_integer(ps->fallbacks[k]), bad);
+    hkv_jset(t, "fallbacks", f, bad);
+    hkv_jset(t, "fallbacks_total", json_integer(hkv_device_fallbacks_total(ps)), bad);
 }
 
 void hkv_device_cli_timeline(json_t *t, const hkv_pipeline_stats *ps, int prompt_rows, int *bad) {
@@ -313,6 +341,7 @@ void hkv_device_cli_timeline(json_t *t, const hkv_pipeline_stats *ps, int prompt
     hkv_jset(t, "kept_resyncs", json_integer(ps->keep_resyncs), bad);
     hkv_jset(t, "device_selects", json_integer(ps->device_selects), bad);
     hkv_jset(t, "page_resyncs", json_integer(ps->page_resyncs), bad);
+    hkv_device_cli_fallbacks(t, ps, bad);
     int any = 0;   /* "ops" only when --gpu-profile timed more than the products */
     for (int k = 0; k < HKV_DEV_OP_COUNT; k++)
         any |= ps->dev_op[k] > 0 && !(k >= HKV_DEV_OP_QKV && k <= HKV_DEV_OP_HEAD);
@@ -371,7 +400,8 @@ void hkv_device_cli_summary(FILE *f, hkv_engine *e) {
             "%.3f s; copied %s down, %s up; %lld near-tier resyncs; "
             "%lld recalls on the device; prompt attention %lld rows on the device (%lld with "
             "keys streamed from the far tier), %lld on the host; index builds %lld on the device, %lld on the host; kept rows attended on the device "
-            "%lld times (%lld copies up); far selections on the device %lld; device peak %s%s\n",
+            "%lld times (%lld copies up); far selections on the device %lld; %lld fallbacks to the "
+            "host; device peak %s%s\n",
             hkv_gpu_backend(), (long long)ps.layer_steps,
             (long long)ps.decode_rows, (long long)ps.prompt_rows, (long long)ps.host_deferred,
             (long long)ps.pingpong_steps,
@@ -381,6 +411,6 @@ void hkv_device_cli_summary(FILE *f, hkv_engine *e) {
             (long long)ps.recall_rows, (long long)ps.prompt_rows_dev,
             (long long)ps.prompt_rows_streamed, (long long)ps.prompt_rows_host, (long long)ps.index_builds_dev,
             (long long)ps.index_builds_host, (long long)ps.keep_rows, (long long)ps.keep_resyncs,
-            (long long)ps.device_selects, pk,
+            (long long)ps.device_selects, (long long)hkv_device_fallbacks_total(&ps), pk,
             strcmp(hkv_gpu_backend(), "cuda-emu") ? "" : " (emulated: structure, not GPU speed)");
 }
