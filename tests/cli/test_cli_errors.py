@@ -135,6 +135,14 @@ if have_dev:
                   "310.12 MiB; 283.19 MiB a sequence) but the cap is 300.00 MiB: at most 1 such sequences fit"))
     cases.append(("host memory: largest batch refused", host + ["--batch", "1,2,4"], 0,
                   "batch 2 refused: --device cuda, --host-mem: batch 2 x context 32801"))
+if have_model and have_dev:
+    one_line = os.path.join(tmp, "one.jsonl")
+    with open(one_line, "w") as f:
+        f.write(json.dumps({"custom_id": "a", "method": "POST", "url": "/v1/completions",
+                            "body": {"prompt": "hi", "max_tokens": 2}}) + "\n")
+    cases.append(("prefix cache on the device", [hetkv, "batch", *M, "-i", one_line, "-o",
+                  os.path.join(tmp, "one_out.jsonl"), "-c", "256", "--device", "cuda",
+                  "--prefix-cache", "2"], 1, "the prefix cache runs on the host path only"))
 if have_model:
     cases.append(("truncated model", [hetkv, "run", "-m", truncated, "-p", "x"], 1, "past the end"))
 
