@@ -599,9 +599,11 @@ engine:;
     ep.max_rows = (int)o.sc.chunk;
     ep.device_cuda = o.dev.cuda;
     if ((rc = hkv_kv_cli_apply(&o.kv, &ep, &err))) goto out;
-    if ((rc = hkv_device_cli_check_near(&o.dev, o.model, &ep, o.kv.local >= 0, (int)o.sc.max_batch,
-                                        o.sc.ctx, &err)))
+    if ((rc = hkv_device_cli_check_near(&o.dev, o.model, &ep, o.kv.local >= 0,
+                                        hkv_kv_cli_auto(&o.kv), (int)o.sc.max_batch, o.sc.ctx,
+                                        &err)))
         goto out;
+    if (hkv_kv_cli_auto(&o.kv)) o.kv.policy = ep.tiered.policy->name;   /* what auto picked */
     if ((rc = hkv_engine_open(&j.e, &ep, &err)) || (rc = hkv_device_cli_attach(&o.dev, j.e, &err)))
         goto out;
     policy_text(&o, j.policy, sizeof j.policy);

@@ -293,7 +293,7 @@ int hkv_cmd_bench(int argc, char **argv) {
     for (;;) {
         ep.tiered.L_local = local0;
         if (all_full)
-            rc = hkv_device_cli_check_near(&dc, model, &ep, kc.local >= 0, (int)max_batch,
+            rc = hkv_device_cli_check_near(&dc, model, &ep, kc.local >= 0, 0, (int)max_batch,
                                            max_ctx + steps + 1, &err);
         for (int i = 0; !rc && i < (configs ? n_cfg : 1); i++) {
             hkv_engine_params cp = ep;

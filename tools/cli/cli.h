@@ -78,6 +78,9 @@ extern const hkv_opt hkv_kv_opts[];
 int hkv_kv_cli_parse(hkv_kv_cli *k, int argc, char **argv, int *i, hkv_err *err);
 /* Check and apply to engine params. */
 int hkv_kv_cli_apply(const hkv_kv_cli *k, hkv_engine_params *ep, hkv_err *err);
+/* 1 when the policy is the runtime's to pick (--policy auto, or none given,
+ * on the tiered cache): hkv_device_cli_check_near decides with the plan. */
+int hkv_kv_cli_auto(const hkv_kv_cli *k);
 
 /* Device and model-source options shared by run, bench, info and plan
  * (cli_device.c): --device cpu|cuda  --gpu-mem SIZE  --host-mem SIZE  --synthetic NAME
@@ -122,10 +125,14 @@ int hkv_device_cli_check(const hkv_device_cli *d, const char *model_path,
  * full and no --local (local_given 0), the near tier grows to hold the whole
  * context when the plan admits that too, so full attends on the device (the
  * dense baseline, no far tier and no host work per layer); else it stays as
- * it is. Says which on stderr when it grows. */
+ * it is. Says which on stderr when it grows. With auto (hkv_kv_cli_auto)
+ * and --device cuda, a context that does not fit the device whole runs
+ * ctkvr in the split instead of full (whose far part would be the host's
+ * whole far tier every step), said on stderr; ep->tiered.policy names what
+ * was picked. */
 int hkv_device_cli_check_near(const hkv_device_cli *d, const char *model_path,
-                              hkv_engine_params *ep, int local_given, int batch, int64_t n_ctx,
-                              hkv_err *err);
+                              hkv_engine_params *ep, int local_given, int auto_policy, int batch,
+                              int64_t n_ctx, hkv_err *err);
 /* After hkv_engine_open: with --device cuda, the CUDA backend (weights to
  * the device under the cap) becomes the engine's. */
 int hkv_device_cli_attach(const hkv_device_cli *d, hkv_engine *e, hkv_err *err);

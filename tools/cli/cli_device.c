@@ -257,10 +257,10 @@ int hkv_device_cli_check(const hkv_device_cli *d, const char *model_path, const 
 }
 
 int hkv_device_cli_check_near(const hkv_device_cli *d, const char *model_path,
-                              hkv_engine_params *ep, int local_given, int batch, int64_t n_ctx,
-                              hkv_err *err) {
-    if (d->cuda && !local_given && !ep->kv_plain && ep->tiered.policy &&
-        !strcmp(ep->tiered.policy->name, "full")) {
+                              hkv_engine_params *ep, int local_given, int auto_policy, int batch,
+                              int64_t n_ctx, hkv_err *err) {
+    const int full = ep->tiered.policy && !strcmp(ep->tiered.policy->name, "full");
+    if (d->cuda && !local_given && !ep->kv_plain && full) {
         hkv_model_config cfg;
         int rc = hkv_cli_model_config(model_path, d->synthetic, &cfg, err);
         if (rc) return rc;
@@ -271,12 +271,20 @@ int hkv_device_cli_check_near(const hkv_device_cli *d, const char *model_path,
             hkv_err tried;
             hkv_err_clear(&tried);
             if (!hkv_device_cli_check(d, model_path, ep, batch, ctx, &tried)) {
-                fprintf(stderr, "hetkv: --device cuda, policy full: the near tier holds the whole "
+                fprintf(stderr, "hetkv: --device cuda, policy %s: the near tier holds the whole "
                         "context (%lld rows per sequence and KV head), so attention runs on the "
-                        "device alone (--local N keeps the split)\n", (long long)ctx);
+                        "device alone (--local N keeps the split)\n",
+                        auto_policy ? "auto -> full" : "full", (long long)ctx);
                 return HKV_OK;
             }
-            ep->tiered.L_local = local;   /* does not fit: the split as asked */
+            ep->tiered.L_local = local;   /* does not fit: the split */
+            if (auto_policy) {
+                ep->tiered.policy = &hkv_policy_ctkvr;
+                hkv_policy_args_init(ep->tiered.policy, &ep->tiered.args);
+                fprintf(stderr, "hetkv: --device cuda, policy auto -> ctkvr: batch %d x context "
+                        "%lld does not fit the device whole (%s), so ctkvr selects from the far "
+                        "tier on the host\n", batch, (long long)ctx, tried.msg);
+            }
         }
     }
     return hkv_device_cli_check(d, model_path, ep, batch, n_ctx, err);

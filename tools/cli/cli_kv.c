@@ -40,9 +40,11 @@ static int parse_policy_arg(void *base, const char *opt, const char *v, hkv_err 
 
 const hkv_opt hkv_kv_opts[] = {
     {.name = "--policy", .arg = "NAME", .kind = HKV_OPT_STR, .off = offsetof(hkv_kv_cli, policy),
-     .help = "KV policy: full (default), oracle, ctkvr, quest, snapkv, rocketkv,\n"
-             "fastkv, laq, speckv, specpc;\n"
-             "'hetkv policies' lists them with their parameters"},
+     .help = "KV policy: full, oracle, ctkvr, quest, snapkv, rocketkv,\n"
+             "fastkv, laq, speckv, specpc, or auto: with --device cuda the whole\n"
+             "KV on the device (full, dense) when the cap admits it, else ctkvr\n"
+             "with the far tier on the host (the default with --device cuda;\n"
+             "full otherwise); 'hetkv policies' lists them with their parameters"},
     {.name = "--policy-arg", .arg = "K=V", .kind = HKV_OPT_FN, .fn = parse_policy_arg,
      .help = "a policy parameter (repeatable)"},
     {.name = "--draft", .arg = "MODEL", .kind = HKV_OPT_STR, .off = offsetof(hkv_kv_cli, draft),
@@ -62,6 +64,10 @@ const hkv_opt hkv_kv_opts[] = {
     {0},
 };
 
+int hkv_kv_cli_auto(const hkv_kv_cli *k) {
+    return (!k->kv || strcmp(k->kv, "plain")) && (!k->policy || !strcmp(k->policy, "auto"));
+}
+
 int hkv_kv_cli_parse(hkv_kv_cli *k, int argc, char **argv, int *i, hkv_err *err) {
     return hkv_opts_parse_one(hkv_kv_opts, k, argc, argv, i, err);
 }
@@ -76,7 +82,11 @@ int hkv_kv_cli_apply(const hkv_kv_cli *k, hkv_engine_params *ep, hkv_err *err) {
         return HKV_OK;
     }
     hkv_tiered_params *tp = &ep->tiered;
-    if (k->policy) {
+    if (hkv_kv_cli_auto(k) && k->policy) {   /* full until the device's plan decides */
+        if (k->n_pargs)
+            return hkv_seterr(err, HKV_E_INVAL, "--policy auto picks full or ctkvr itself: name "
+                              "the policy to give it --policy-arg");
+    } else if (k->policy) {
         const hkv_policy_def *d = hkv_policy_find(k->policy);
         if (!d) {
             char names[256] = "";

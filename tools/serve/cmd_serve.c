@@ -343,8 +343,9 @@ int hkv_cmd_serve(int argc, char **argv) {
     ep.max_rows = (int)o.sc.chunk;
     ep.device_cuda = o.dev.cuda;
     if ((rc = hkv_kv_cli_apply(&o.kv, &ep, &err))) goto out;
-    if ((rc = hkv_device_cli_check_near(&o.dev, o.model, &ep, o.kv.local >= 0, (int)o.sc.max_batch,
-                                        o.sc.ctx, &err)))
+    if ((rc = hkv_device_cli_check_near(&o.dev, o.model, &ep, o.kv.local >= 0,
+                                        hkv_kv_cli_auto(&o.kv), (int)o.sc.max_batch, o.sc.ctx,
+                                        &err)))
         goto out;
     if ((rc = hkv_engine_open(&s.e, &ep, &err)) || (rc = hkv_device_cli_attach(&o.dev, s.e, &err)))
         goto out;

@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""--policy auto, the default with --device cuda (tools/cli/cli_device.c): the
+whole KV on the device (full, dense) when the plan admits the batch x context
+under the cap, else ctkvr in the split. On SmolLM2, 2 sequences at 4K:
+
+  fits      --gpu-mem 3G: full with the near tier holding the whole context,
+            and the greedy tokens the CPU path's under full;
+  split     --gpu-mem 300M (weights and the split fit, the whole KV not): ctkvr
+            with the default near tier, the CPU path's tokens under ctkvr;
+  named     --policy full there is refused by the plan, naming the bytes;
+  batch     hetkv batch with no --policy names the picked policy per line;
+  refused   --policy auto with --policy-arg is refused by name.
+
+    python3 tests/pipeline/test_auto.py BUILD_DIR MODEL
+Exit 77 without a CUDA device (a GPU or the emulator) or the model."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+build, model = sys.argv[1], sys.argv[2]
+hetkv = os.path.join(build, "tools", "hetkv")
+if not os.path.exists(model):
+    print(f"skip: {model} is missing (tools/scripts/get_model.sh fetches it)")
+    sys.exit(77)
+info = subprocess.run([hetkv, "info", "--json"], capture_output=True, text=True, timeout=60)
+if not json.loads(info.stdout).get("cuda", {}).get("devices"):
+    print("skip: no CUDA device (a GPU, or a -Dgpu_emu=true build)")
+    sys.exit(77)
+failed = passed = 0
+
+
+def check(ok, what, detail=""):
+    global failed, passed
+    passed += bool(ok)
+    failed += not ok
+    print(f"{'ok  ' if ok else 'FAIL'} {what}{': ' + str(detail) if detail else ''}")
+
+
+def run(*extra):
+    cmd = [hetkv, "run", "-m", model, "-p", "The capital of France is", "-n", "5", "-c", "4096",
+           "-b", "2", "-t", "2", "--json", *extra]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if p.returncode:
+        return None, p.stderr.strip()[-300:]
+    return json.loads(p.stdout), p.stderr
+
+
+fits, e1 = run("--device", "cuda", "--gpu-mem", "3G")
+cpu_full, _ = run("--policy", "full")
+check(fits and fits["policy"] == "full" and fits["near_rows"] >= 4096 and "auto -> full" in e1,
+      "fits: full, the whole context near", fits and (fits["policy"], fits["near_rows"]))
+check(fits and cpu_full and fits["tokens"] == cpu_full["tokens"], "fits: the CPU path's tokens",
+      fits and cpu_full and (fits["tokens"], cpu_full["tokens"]))
+split, e2 = run("--device", "cuda", "--gpu-mem", "300M")
+cpu_ct, _ = run("--policy", "ctkvr")
+check(split and split["policy"] == "ctkvr" and split["near_rows"] < 4096 and "auto -> ctkvr" in e2,
+      "split: ctkvr", split and (split["policy"], split["near_rows"]))
+check(split and cpu_ct and split["tokens"] == cpu_ct["tokens"], "split: the CPU path's tokens",
+      split and cpu_ct and (split["tokens"], cpu_ct["tokens"]))
+named, e3 = run("--device", "cuda", "--gpu-mem", "300M", "--policy", "full")
+check(named is None and "with policy full needs" in e3 and "but the cap is 300.00 MiB" in e3,
+      "named full: refused by the plan", e3)
+with tempfile.TemporaryDirectory() as tmp:
+    inp, out = os.path.join(tmp, "i.jsonl"), os.path.join(tmp, "o.jsonl")
+    with open(inp, "w") as f:
+        for i in range(2):
+            f.write(json.dumps({"custom_id": f"a{i}", "method": "POST", "url": "/v1/completions",
+                                "body": {"prompt": f"Count to {i + 3}:", "max_tokens": 3}}) + "\n")
+    p = subprocess.run([hetkv, "batch", "-m", model, "-i", inp, "-o", out, "-c", "4096",
+                        "--max-batch", "2", "-t", "2", "-q", "--device", "cuda", "--gpu-mem", "300M"],
+                       capture_output=True, text=True, timeout=600)
+    lines = [json.loads(l) for l in open(out)] if os.path.exists(out) else []
+    check(p.returncode == 0 and len(lines) == 2 and all(o["hetkv"]["policy"] == "ctkvr" for o in lines),
+          "batch: the picked policy on every line", p.stderr[-200:] or [o["hetkv"]["policy"] for o in lines])
+p = subprocess.run([hetkv, "run", "-m", model, "-p", "x", "--policy", "auto", "--policy-arg", "rho_p=64"],
+                   capture_output=True, text=True, timeout=60)
+check(p.returncode != 0 and "--policy auto picks full or ctkvr itself" in p.stderr, "auto with --policy-arg refused",
+      p.stderr.strip())
+print(f"test_auto: {passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)
