@@ -320,9 +320,10 @@ int hkv_cmd_bench(int argc, char **argv) {
         goto out;
     }
     if (!json)
-        fprintf(stderr, "hetkv bench: %s, %d threads (%s), %s kernels, precision %s\n", c->name,
+        fprintf(stderr, "hetkv bench: %s, %d threads (%s), %s%s kernels, precision %s\n", c->name,
                 hkv_threads_count(e->threads), hkv_threads_pinned(e->threads) ? "pinned" : "not pinned",
-                hkv_isa_name(e->kern.isa), hkv_precision_name(e->kern.precision));
+                hkv_isa_name(e->kern.isa), e->kern.avxvnni ? " (AVX-VNNI)" : "",
+                hkv_precision_name(e->kern.precision));
     double probe = hkv_bandwidth_probe((size_t)probe_mib << 20, 5);
     hkv_peak peak;   /* the compute roofline beside the bandwidth one, same threads */
     hkv_compute_peak(&peak, e->kern.isa, 5);
