@@ -54,7 +54,7 @@ int hkv_cpu_kernels_init(hkv_cpu_kernels *t, int isa)
     case HKV_ISA_AVX512:
         HKV_FILL_TABLE(t, avx512);
         if (info.avx512_vnni) {   /* the int8 products exist only with VNNI */
-            t->quant_act = hkv_quant_act_avx512vnni;
+            t->quant_act = hkv_quant_act_avx2;   /* AVX2 is enough, and one quantiser means one rounding */
             t->qgemm = hkv_qgemm_avx512vnni;
             hkv_cpu_kernels_set_amx(t, 1);   /* AMX tiles where granted: the same bits */
 #if defined(HKV_HAVE_AMX_BF16)

@@ -1,15 +1,16 @@
 /* Products on int8 activations (precision FAST) for AVX2 CPUs without
  * AVX512-VNNI (vpmaddubsw + vpmaddwd; the kernel is qgemm_avx2.inc), and
- * the activations' quantiser at 256 bits, which the AVX-VNNI build
- * (qgemm_avxvnni.c) shares. Reached only through the table. */
+ * the activations' quantiser at 256 bits, which every FAST table uses
+ * (AVX-VNNI, AVX512-VNNI, AMX). Reached only through the table. */
 #define QG2_VNNI 0
 #define QG2_SFX avx2
 #include "qgemm_avx2.inc"
 
-/* As hkv_quant_act_avx512vnni, bit for bit: the same rounding (MXCSR,
- * nearest even) and clamp, and the block's float sum in the order GCC's
- * _mm512_reduce_add_ps forms it (x[i] + x[16+i], halves, quarters, pairs),
- * so sx, and with it every FAST output, matches the AVX-512 path. */
+/* Per 32-block: d = max|x| / 127, q = x * (127 / max|x|) rounded to
+ * nearest even (MXCSR) and clamped to [-127, 127], sa = 128 * sum(q), and
+ * sx = sum(x) in the order the AVX-512 quantiser this replaced formed it
+ * (x[i] + x[16+i], then halves, quarters, pairs), which kept the FAST
+ * outputs' bits when it took over. */
 void hkv_quant_act_avx2(const float *x, int64_t i0, int64_t i1, const hkv_qact *a)
 {
     const int64_t cols = a->cols, nb = cols / HKV_WBLOCK;

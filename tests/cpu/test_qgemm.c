@@ -17,7 +17,7 @@
  *  - the AVX2 table's two builds (vpmaddubsw, forced by HKV_ISA_NO_AVXVNNI,
  *    and AVX-VNNI where the CPU has it) through all of the above, and every
  *    FAST kernel the CPU runs (AVX2, AVX-VNNI, AVX512-VNNI, AMX) giving
- *    the same bits, quantiser included;
+ *    the same bits (the tables share hkv_quant_act_avx2);
  *  - where the table has no qgemm (scalar, AVX-512 without VNNI)
  *    set_precision(FAST) says EXACT and hkv_matmul gives the exact path's
  *    bits; FAST without ws is refused. */
