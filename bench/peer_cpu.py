@@ -14,7 +14,8 @@ best of the repetitions is reported (the machines are shared: the best is the
 least disturbed), with the same-run bandwidth probe. Writes the raw outputs
 and table.md into --out. --isa goes to hetkv (e.g. avx2-novnni: the AVX2 kernels
 without AVX-VNNI, an AVX2-only CPU's, beside a llama.cpp built for AVX2 only:
-tools/scripts/llama_cpp_peer.sh).
+tools/scripts/llama_cpp_peer.sh); with avx2* hetkv also runs under
+ONEDNN_MAX_CPU_ISA=AVX2.
 """
 import argparse
 import json
@@ -27,9 +28,9 @@ BATCHES = [1, 4, 16, 64]
 NGEN = 16
 
 
-def run(cmd, log):
+def run(cmd, log, env=None):
     print("+", " ".join(cmd), file=sys.stderr)
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     with open(log, "a") as f:
         f.write("$ " + " ".join(cmd) + "\n" + r.stdout + r.stderr + "\n")
     if r.returncode != 0:
@@ -37,10 +38,19 @@ def run(cmd, log):
     return r.stdout, r.stderr
 
 
+def hetkv_env(a):
+    """--isa avx2*: oneDNN (the exact path's sgemm), which picks its own ISA,
+    held to AVX2 as well, so that exact is what an AVX2-only CPU runs."""
+    if not a.isa or not a.isa.startswith("avx2"):
+        return None
+    return dict(os.environ, ONEDNN_MAX_CPU_ISA="AVX2")
+
+
 def hetkv_rows(a, precision, ctx, batches, log):
     out, _ = run([a.hetkv, "bench", "-m", a.model, "--ctx", str(ctx), "--batch",
                   ",".join(map(str, batches)), "--steps", str(NGEN), "-t", str(a.threads),
-                  "--precision", precision, "-o", "jsonl"] + (["--isa", a.isa] if a.isa else []), log)
+                  "--precision", precision, "-o", "jsonl"] + (["--isa", a.isa] if a.isa else []), log,
+                 hetkv_env(a))
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
