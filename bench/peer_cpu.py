@@ -2,7 +2,7 @@
 """hetkv against llama.cpp on the CPU, side by side in one run (issue 15's table).
 
     python3 bench/peer_cpu.py [--hetkv build/tools/hetkv] [--peer DIR] [-m MODEL]
-                              [-t THREADS] [--reps N] [--out DIR]
+                              [-t THREADS] [--reps N] [--out DIR] [--isa NAME]
 
 DIR holds llama-bench and llama-batched-bench (tools/scripts/llama_cpp_peer.sh builds
 them and prints DIR). For each repetition, in turn: hetkv bench (exact and
@@ -12,7 +12,10 @@ batches (each sequence its own prompt, as hetkv's, and with -pps, the prompt
 shared, as the issue measured); llama-bench prefill at 1024 and 8192. The
 best of the repetitions is reported (the machines are shared: the best is the
 least disturbed), with the same-run bandwidth probe. Writes the raw outputs
-and table.md into --out.
+and table.md into --out. --isa goes to hetkv (e.g. avx2-novnni: the AVX2 kernels
+without AVX-VNNI, an AVX2-only CPU's, beside a llama.cpp built for AVX2 only:
+tools/scripts/llama_cpp_peer.sh); with avx2* hetkv also runs under
+ONEDNN_MAX_CPU_ISA=AVX2.
 """
 import argparse
 import json
@@ -25,9 +28,9 @@ BATCHES = [1, 4, 16, 64]
 NGEN = 16
 
 
-def run(cmd, log):
+def run(cmd, log, env=None):
     print("+", " ".join(cmd), file=sys.stderr)
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     with open(log, "a") as f:
         f.write("$ " + " ".join(cmd) + "\n" + r.stdout + r.stderr + "\n")
     if r.returncode != 0:
@@ -35,10 +38,19 @@ def run(cmd, log):
     return r.stdout, r.stderr
 
 
+def hetkv_env(a):
+    """--isa avx2*: oneDNN (the exact path's sgemm), which picks its own ISA,
+    held to AVX2 as well, so that exact is what an AVX2-only CPU runs."""
+    if not a.isa or not a.isa.startswith("avx2"):
+        return None
+    return dict(os.environ, ONEDNN_MAX_CPU_ISA="AVX2")
+
+
 def hetkv_rows(a, precision, ctx, batches, log):
     out, _ = run([a.hetkv, "bench", "-m", a.model, "--ctx", str(ctx), "--batch",
                   ",".join(map(str, batches)), "--steps", str(NGEN), "-t", str(a.threads),
-                  "--precision", precision, "-o", "jsonl"], log)
+                  "--precision", precision, "-o", "jsonl"] + (["--isa", a.isa] if a.isa else []), log,
+                 hetkv_env(a))
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
@@ -79,6 +91,7 @@ def main():
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--out", default="bench/out/peer-cpu")
+    ap.add_argument("--isa", help="hetkv --isa (default: the best this CPU has)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     log = os.path.join(a.out, "raw.txt")
@@ -110,7 +123,7 @@ def main():
     def ratio(x, y):
         return "–" if x is None or not y else f"{x / y:.2f}x"
 
-    lines = [f"Threads {a.threads}, model {os.path.basename(a.model)}, best of {a.reps} "
+    lines = [f"Threads {a.threads}, model {os.path.basename(a.model)}, hetkv --isa {a.isa or 'best'}, best of {a.reps} "
              f"repetitions; bandwidth probe {min(probe):.1f}-{max(probe):.1f} GB/s over the run.", "",
              "| tok/s | " + " | ".join(f"decode b{b}" for b in BATCHES) + " | prefill 1K | prefill 8K |",
              "|---|" + "---|" * (len(BATCHES) + 2)]

@@ -50,6 +50,7 @@ void hkv_isa_detect(hkv_isa_info *out)
         unsigned max_sub = a;
         if (max_sub >= 1) {
             __cpuid_count(7, 1, a, b, c, d);
+            out->avx_vnni = bit(a, 4);
             out->avx512_bf16 = bit(a, 5);
         }
     }
@@ -100,5 +101,6 @@ int hkv_isa_parse(const char *s)
     if (!s) return -1;
     for (int i = HKV_ISA_SCALAR; i <= HKV_ISA_AVX512; i++)
         if (strcmp(s, isa_names[i]) == 0) return i;
+    if (strcmp(s, "avx2-novnni") == 0) return HKV_ISA_AVX2 | HKV_ISA_NO_AVXVNNI;
     return -1;
 }

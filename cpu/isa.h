@@ -9,10 +9,16 @@ enum hkv_isa {
     HKV_ISA_AVX2 = 1,     /* AVX2 + FMA + F16C */
     HKV_ISA_AVX512 = 2,   /* AVX-512 F/BW/VL/DQ + F16C */
 };
+/* Or'ed into a level asked of hkv_cpu_kernels_init: the FAST products on
+ * AVX2 without AVX-VNNI even where the CPU has it (an AVX2-only CPU's
+ * kernels, for timings and tests on a newer one). "avx2-novnni" parses to
+ * HKV_ISA_AVX2 | HKV_ISA_NO_AVXVNNI. */
+#define HKV_ISA_NO_AVXVNNI 0x100
 
 typedef struct hkv_isa_info {
     int avx2, fma, f16c;
     int avx512f, avx512bw, avx512vl, avx512dq, avx512_bf16, avx512_fp16, avx512_vnni;
+    int avx_vnni;             /* AVX-VNNI: vpdpbusd at 256 bits, VEX-encoded */
     int amx_bf16, amx_int8;
     int os_avx, os_avx512, os_amx;
     int best;                 /* enum hkv_isa: best level usable here */
@@ -25,7 +31,7 @@ const char *hkv_isa_name(int isa);
  * data on request (arch_prctl ARCH_REQ_XCOMP_PERM; once granted it stays).
  * Else 0. */
 int hkv_amx_request(const hkv_isa_info *info);
-/* Parse "scalar" | "avx2" | "avx512"; -1 if unknown. */
+/* Parse "scalar" | "avx2" | "avx2-novnni" | "avx512"; -1 if unknown. */
 int hkv_isa_parse(const char *s);
 
 #endif

@@ -17,10 +17,28 @@
         (t)->exp = hkv_exp_##sfx;                \
     } while (0)
 
+/* The 256-bit FAST products: AVX-VNNI where the CPU has it and the caller
+ * did not opt out (HKV_ISA_NO_AVXVNNI), else vpmaddubsw; the same bits. */
+static void fast_avx2(hkv_cpu_kernels *t, const hkv_isa_info *info, int no_vnni)
+{
+    t->quant_act = hkv_quant_act_avx2;
+    t->qgemm = hkv_qgemm_avx2;
+#if defined(HKV_HAVE_AVXVNNI)
+    if (info->avx_vnni && !no_vnni) {
+        t->qgemm = hkv_qgemm_avxvnni;
+        t->avxvnni = 1;
+    }
+#else
+    (void)info, (void)no_vnni;
+#endif
+}
+
 int hkv_cpu_kernels_init(hkv_cpu_kernels *t, int isa)
 {
     hkv_isa_info info;
     hkv_isa_detect(&info);
+    const int no_vnni = (isa & HKV_ISA_NO_AVXVNNI) != 0;
+    if (isa >= 0) isa &= ~HKV_ISA_NO_AVXVNNI;
     if (isa > info.best) isa = info.best;
     if (isa < HKV_ISA_SCALAR) isa = HKV_ISA_SCALAR;
     t->isa = isa;
@@ -29,13 +47,14 @@ int hkv_cpu_kernels_init(hkv_cpu_kernels *t, int isa)
     t->quant_act = NULL;
     t->qgemm = NULL;
     t->amx = 0;
+    t->avxvnni = 0;
     t->attn_causal_fast = NULL;
     switch (isa) {
 #if defined(__x86_64__)
     case HKV_ISA_AVX512:
         HKV_FILL_TABLE(t, avx512);
         if (info.avx512_vnni) {   /* the int8 products exist only with VNNI */
-            t->quant_act = hkv_quant_act_avx512vnni;
+            t->quant_act = hkv_quant_act_avx2;   /* AVX2 is enough, and one quantiser means one rounding */
             t->qgemm = hkv_qgemm_avx512vnni;
             hkv_cpu_kernels_set_amx(t, 1);   /* AMX tiles where granted: the same bits */
 #if defined(HKV_HAVE_AMX_BF16)
@@ -44,7 +63,10 @@ int hkv_cpu_kernels_init(hkv_cpu_kernels *t, int isa)
 #endif
         }
         break;
-    case HKV_ISA_AVX2: HKV_FILL_TABLE(t, avx2); break;
+    case HKV_ISA_AVX2:
+        HKV_FILL_TABLE(t, avx2);
+        fast_avx2(t, &info, no_vnni);
+        break;
 #endif
     default: t->isa = HKV_ISA_SCALAR; HKV_FILL_TABLE(t, scalar); break;
     }
@@ -74,7 +96,7 @@ int hkv_cpu_kernels_set_precision(hkv_cpu_kernels *t, int precision)
 int hkv_cpu_kernels_set_amx(hkv_cpu_kernels *t, int on)
 {
     t->amx = 0;
-    if (!t->qgemm) return 0;
+    if (!t->qgemm || t->isa != HKV_ISA_AVX512) return 0;   /* the 256-bit kernels have no AMX twin */
 #if defined(HKV_HAVE_AMX) && defined(__x86_64__)
     hkv_isa_info info;
     hkv_isa_detect(&info);

@@ -103,8 +103,9 @@ typedef struct hkv_cpu_kernels {
      * hkv_cpu_kernels_set_precision, which keeps EXACT where qgemm is NULL. */
     int precision;
 
-    /* Fast path (NULL where the CPU lacks AVX512-VNNI; hkv_matmul then stays
-     * exact). quant_act: rows [i0, i1) of x (cols each, a multiple of 32)
+    /* Fast path (AVX512-VNNI or AMX on the AVX-512 table, vpmaddubsw or
+     * AVX-VNNI on the AVX2 one; NULL on scalar and on AVX-512 without VNNI,
+     * where hkv_matmul stays exact). quant_act: rows [i0, i1) of x (cols each, a multiple of 32)
      * into a. qgemm: y[i][r] = sum_c W[r][c] a[i][c] for i < n, r in
      * [r0, r1), Q4/Q8 weights only. Any n (tiles of tokens inside); each
      * row's result is formed in the same order whatever n and r0..r1 are,
@@ -116,6 +117,9 @@ typedef struct hkv_cpu_kernels {
     void (*qgemm)(const hkv_wmat *w, const hkv_qact *a, int n, float *y, int64_t ldy,
                   int64_t r0, int64_t r1);
     int amx;
+    /* 1 where qgemm is the AVX2 table's AVX-VNNI build (vpdpbusd at 256
+     * bits), 0 for vpmaddubsw or the AVX-512 kernels: the same bits. */
+    int avxvnni;
 
     /* Dequantise rows [r0, r1) of W to float dst[r1-r0][cols]. */
     void (*dequant_rows)(const hkv_wmat *w, int64_t r0, int64_t r1, float *dst);
@@ -181,8 +185,8 @@ typedef struct hkv_cpu_kernels {
 
 enum hkv_precision { HKV_PREC_EXACT = 0, HKV_PREC_FAST = 1 };
 
-/* Set t->precision; FAST only where the table has qgemm (AVX512-VNNI),
- * else EXACT. Returns the precision in effect. */
+/* Set t->precision; FAST only where the table has qgemm (AVX2, or
+ * AVX-512 with VNNI), else EXACT. Returns the precision in effect. */
 int hkv_cpu_kernels_set_precision(hkv_cpu_kernels *t, int precision);
 /* FAST products on AMX tiles (on = 1, init's choice where AMX-INT8 is
  * granted) or on vpdpbusd alone (0, for A/B timings): the same results.

@@ -48,9 +48,18 @@ HKV_DECLARE_ISA_KERNELS(avx512)
 
 /* The int8-activation kernels (precision FAST), AVX512-VNNI build
  * (qgemm_avx512.c); in the table only where hkv_isa_detect saw VNNI. */
-void hkv_quant_act_avx512vnni(const float *x, int64_t i0, int64_t i1, const hkv_qact *a);
 void hkv_qgemm_avx512vnni(const hkv_wmat *w, const hkv_qact *a, int n, float *y, int64_t ldy,
                           int64_t r0, int64_t r1);
+/* The same products at 256 bits (qgemm_avx2.inc), bitwise the AVX-512
+ * kernel's results: vpmaddubsw (qgemm_avx2.c, with the quantiser every FAST
+ * table uses, AVX-512 and AMX included)
+ * and AVX-VNNI's vpdpbusd (qgemm_avxvnni.c, built where the compiler has
+ * it: HKV_HAVE_AVXVNNI; in the table only where hkv_isa_detect saw it). */
+void hkv_quant_act_avx2(const float *x, int64_t i0, int64_t i1, const hkv_qact *a);
+void hkv_qgemm_avx2(const hkv_wmat *w, const hkv_qact *a, int n, float *y, int64_t ldy,
+                    int64_t r0, int64_t r1);
+void hkv_qgemm_avxvnni(const hkv_wmat *w, const hkv_qact *a, int n, float *y, int64_t ldy,
+                       int64_t r0, int64_t r1);
 /* The same products, 16-token tiles on AMX (qgemm_amx.c; built where the
  * compiler has AMX, HKV_HAVE_AMX): bitwise the VNNI kernel's results. In the
  * table only where hkv_amx_request granted the tile state. */

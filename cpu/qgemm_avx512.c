@@ -1,6 +1,7 @@
 /* Products on int8 activations (precision FAST), AVX512-VNNI: the
- * activations are quantised per 32-block once per call (hkv_qact), and
- * vpdpbusd multiplies the weights' integers by them, 64 multiply-adds per
+ * activations are quantised per 32-block once per call (hkv_qact, by
+ * hkv_quant_act_avx2, which every FAST table shares), and vpdpbusd
+ * multiplies the weights' integers by them, 64 multiply-adds per
  * instruction where the fp32 GEMV does 16.
  *
  * Lanes are rows: 16 consecutive rows are decoded together, a block of
@@ -38,40 +39,6 @@
  * Compiled with AVX512-VNNI; reached only through the table, which has it
  * only where hkv_isa_detect saw VNNI. */
 #include "qgemm_vnni.h"
-
-/* ---- quantisation -------------------------------------------------------- */
-
-void hkv_quant_act_avx512vnni(const float *x, int64_t i0, int64_t i1, const hkv_qact *a)
-{
-    const int64_t cols = a->cols, nb = cols / HKV_WBLOCK;
-    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
-    const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
-    for (int64_t i = i0; i < i1; i++) {
-        const float *xr = x + i * cols;
-        int8_t *q = a->q + i * cols;
-        float *d = a->d + i * nb, *sx = a->sx + i * nb;
-        int32_t *sa = a->sa + i * nb;
-        for (int64_t b = 0; b < nb; b++) {
-            __m512 v0 = _mm512_loadu_ps(xr + b * 32), v1 = _mm512_loadu_ps(xr + b * 32 + 16);
-            float amax = _mm512_reduce_max_ps(
-                _mm512_max_ps(_mm512_and_ps(v0, absmask), _mm512_and_ps(v1, absmask)));
-            /* below 1e-30 (or NaN) the block quantises to zero: 127 / amax
-             * would overflow; the min term still gets the exact sum */
-            const int live = amax >= 1e-30f;
-            const float id = live ? 127.0f / amax : 0.0f;
-            /* round to nearest even (MXCSR default), as rintf */
-            __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id)));
-            __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id)));
-            q0 = _mm512_max_epi32(_mm512_min_epi32(q0, hi), lo);
-            q1 = _mm512_max_epi32(_mm512_min_epi32(q1, hi), lo);
-            _mm_storeu_si128((__m128i *)(q + b * 32), _mm512_cvtepi32_epi8(q0));
-            _mm_storeu_si128((__m128i *)(q + b * 32 + 16), _mm512_cvtepi32_epi8(q1));
-            d[b] = live ? amax / 127.0f : 0.0f;
-            sx[b] = _mm512_reduce_add_ps(_mm512_add_ps(v0, v1));
-            sa[b] = 128 * _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
-        }
-    }
-}
 
 /* A few tokens (T <= QG_DIRECT): each block multiplied as it is
  * transposed, in registers, with no pass buffer to write and reread (at

@@ -14,7 +14,11 @@
  *  - batch invariance: a row's output is bitwise the same alone (n = 1),
  *    inside n = 37, and inside any row range, through qgemm and through
  *    hkv_matmul in FAST (threads, 64-token chunks);
- *  - where the table has no qgemm (AVX2, scalar, AVX-512 without VNNI)
+ *  - the AVX2 table's two builds (vpmaddubsw, forced by HKV_ISA_NO_AVXVNNI,
+ *    and AVX-VNNI where the CPU has it) through all of the above, and every
+ *    FAST kernel the CPU runs (AVX2, AVX-VNNI, AVX512-VNNI, AMX) giving
+ *    the same bits (the tables share hkv_quant_act_avx2);
+ *  - where the table has no qgemm (scalar, AVX-512 without VNNI)
  *    set_precision(FAST) says EXACT and hkv_matmul gives the exact path's
  *    bits; FAST without ws is refused. */
 #include "kernels_impl.h"
@@ -266,45 +270,119 @@ static void test_fallback(const hkv_cpu_kernels *t0, test_rng *rng)
     }
 }
 
+/* One table's FAST kernels through every check above. */
+static void test_fast_table(const hkv_cpu_kernels *t, test_rng *rng)
+{
+    for (int64_t cols = 32; cols <= 1536; cols = cols * 3 + 32) test_quant(t, cols, 5, rng);
+    test_quant(t, 544, 3, rng);
+    double worst = 0;
+    for (int type = HKV_W_Q8; type <= HKV_W_Q4; type++) {
+        test_qgemm_shape(t, type, 37, 576, 64, rng, &worst);    /* 2 groups + 5 rows; 18 blocks */
+        test_qgemm_shape(t, type, 8, 512, 64, rng, &worst);     /* one partial group, 16 blocks */
+        test_qgemm_shape(t, type, 5, 96, 19, rng, &worst);      /* 3 blocks: partial loads */
+        test_qgemm_shape(t, type, 1, 32, 9, rng, &worst);       /* one block, one row */
+        test_qgemm_shape(t, type, 3, 4096, 7, rng, &worst);     /* 4 passes of 32 blocks */
+        test_qgemm_shape(t, type, 33, 1056, 13, rng, &worst);   /* 33 blocks: a pass of one; a 1-row group */
+        test_qgemm_shape(t, type, 17, 1600, 11, rng, &worst);   /* 50 blocks: a pass of 18 */
+        test_qgemm_shape(t, type, 16, 800, 9, rng, &worst);     /* 25 blocks: Q4 and Q8 load tails */
+        test_matmul_fast(t, type, 131, 576, 37, rng);
+        test_matmul_fast(t, type, 70, 1536, 150, rng);         /* > 64: chunks */
+        test_matmul_parts(t, type, 576, 1, rng);
+        test_matmul_parts(t, type, 576, 70, rng);               /* > 64: chunks */
+    }
+    printf("%s%s: worst |fast - exact| / sum|W x| = %.3g; AMX tiles %s\n", hkv_isa_name(t->isa),
+           t->isa == HKV_ISA_AVX2 ? (t->avxvnni ? " (AVX-VNNI)" : " (vpmaddubsw)") : "", worst,
+           t->amx ? "used and compared with VNNI" : "not used");
+}
+
+/* Every FAST kernel this CPU runs gives the same bits (the integer sums are
+ * exact and the fp32 step is the same, qgemm_avx2.inc): quant_act and
+ * qgemm of each table against the first, Q4 and Q8, n = 1 and 21. */
+static void test_same_bits(const hkv_cpu_kernels *tabs, int nt, test_rng *rng)
+{
+    const int64_t rows = 45, cols = 1056;
+    for (int type = HKV_W_Q8; type <= HKV_W_Q4; type++) {
+        ref_wmat m;
+        ref_make_wmat(&m, type, rows, cols, rng);
+        if (type == HKV_W_Q8)
+            for (int64_t i = 0; i < rows * cols; i += 5) ((int8_t *)m.q)[i] = -128;
+        const int n = 21;
+        float *x = malloc(sizeof(float) * n * cols);
+        fill_x(x, n, cols, rng);
+        const size_t qb = hkv_qact_bytes(cols, n);
+        void *b0 = qbuf_alloc(cols, n), *b1 = qbuf_alloc(cols, n);
+        float *y0 = alloc_poisoned((int64_t)n * rows), *y1 = alloc_poisoned((int64_t)n * rows);
+        hkv_qact a0, a1;
+        hkv_qact_view(&a0, b0, cols, n);
+        hkv_qact_view(&a1, b1, cols, n);
+        memset(b0, 0, qb);
+        tabs[0].quant_act(x, 0, n, &a0);
+        tabs[0].qgemm(&m.w, &a0, n, y0, rows, 0, rows);
+        for (int k = 1; k < nt; k++) {
+            memset(b1, 0, qb);
+            tabs[k].quant_act(x, 0, n, &a1);
+            int dq = memcmp(b0, b1, qb) != 0, dy = 0;
+            for (int nn = 1; nn <= n; nn += 20) {
+                poison(y1, (int64_t)n * rows);
+                tabs[k].qgemm(&m.w, &a1, nn, y1, rows, 0, rows);
+                for (int64_t j = 0; j < (int64_t)nn * rows; j++) dy += memcmp(&y0[j], &y1[j], sizeof(float)) != 0;
+            }
+            CHECK(dq == 0 && dy == 0, "%s %s vs %s%s: quantised activations %s, %d outputs differ", tname(type),
+                  hkv_isa_name(tabs[0].isa), hkv_isa_name(tabs[k].isa), tabs[k].avxvnni ? " (AVX-VNNI)" : "",
+                  dq ? "differ" : "equal", dy);
+        }
+        free(y0); free(y1); free(b0); free(b1); free(x);
+        ref_free_wmat(&m);
+    }
+}
+
 int main(void)
 {
-    hkv_cpu_kernels t;
+    hkv_cpu_kernels t, tabs[4];
+    int ntabs = 0, avx512_ran = 0, vnni256_ran = 0, amx_ran = 0;
     test_rng rng = {15};
     hkv_isa_info info;
     hkv_isa_detect(&info);
-    int tested = 0;
     FOR_EACH_ISA(t, isa) {
         if (!t.qgemm) {
             test_fallback(&t, &rng);
             continue;
         }
-        tested = 1;
-        CHECK(info.avx512_vnni && isa == HKV_ISA_AVX512, "qgemm in a table without VNNI");
-        for (int64_t cols = 32; cols <= 1536; cols = cols * 3 + 32) test_quant(&t, cols, 5, &rng);
-        test_quant(&t, 544, 3, &rng);
-        double worst = 0;
-        for (int type = HKV_W_Q8; type <= HKV_W_Q4; type++) {
-            test_qgemm_shape(&t, type, 37, 576, 64, &rng, &worst);    /* 2 groups + 5 rows; 18 blocks */
-            test_qgemm_shape(&t, type, 8, 512, 64, &rng, &worst);     /* one partial group, 16 blocks */
-            test_qgemm_shape(&t, type, 5, 96, 19, &rng, &worst);      /* 3 blocks: partial loads */
-            test_qgemm_shape(&t, type, 1, 32, 9, &rng, &worst);       /* one block, one row */
-            test_qgemm_shape(&t, type, 3, 4096, 7, &rng, &worst);     /* 4 passes of 32 blocks */
-            test_qgemm_shape(&t, type, 33, 1056, 13, &rng, &worst);   /* 33 blocks: a pass of one; a 1-row group */
-            test_qgemm_shape(&t, type, 17, 1600, 11, &rng, &worst);   /* 50 blocks: a pass of 18 */
-            test_qgemm_shape(&t, type, 16, 800, 9, &rng, &worst);     /* 25 blocks: Q4 and Q8 load tails */
-            test_matmul_fast(&t, type, 131, 576, 37, &rng);
-            test_matmul_fast(&t, type, 70, 1536, 150, &rng);         /* > 64: chunks */
-            test_matmul_parts(&t, type, 576, 1, &rng);
-            test_matmul_parts(&t, type, 576, 70, &rng);               /* > 64: chunks */
+        CHECK((info.avx512_vnni && isa == HKV_ISA_AVX512) || isa == HKV_ISA_AVX2,
+              "qgemm in a %s table without VNNI", hkv_isa_name(isa));
+        if (isa == HKV_ISA_AVX2) {   /* both 256-bit builds, each forced where the CPU runs it */
+            hkv_cpu_kernels plain;
+            CHECK(hkv_cpu_kernels_init(&plain, HKV_ISA_AVX2 | HKV_ISA_NO_AVXVNNI) == HKV_ISA_AVX2 &&
+                  !plain.avxvnni && plain.qgemm == hkv_qgemm_avx2, "avx2-novnni gave another table");
+            test_fast_table(&plain, &rng);
+            tabs[ntabs++] = plain;
+            if (t.avxvnni) {
+                CHECK(info.avx_vnni, "AVX-VNNI kernel in the table of a CPU without it");
+                test_fast_table(&t, &rng);
+                tabs[ntabs++] = t;
+                vnni256_ran = 1;
+            }
+            continue;
         }
-        printf("%s: worst |fast - exact| / sum|W x| = %.3g; AMX tiles %s\n", hkv_isa_name(isa), worst,
-               t.amx ? "used and compared with VNNI" : "not on this CPU (VNNI only)");
+        avx512_ran = 1;
+        test_fast_table(&t, &rng);
+        tabs[ntabs++] = t;
+        if (t.amx) {
+            amx_ran = 1;
+            hkv_cpu_kernels_set_amx(&t, 0);
+            tabs[ntabs++] = t;
+        }
     }
+    if (ntabs > 1) test_same_bits(tabs, ntabs, &rng);
+    printf("FAST kernels compared bit for bit: %d\n", ntabs);
     /* "untested ISA:" lines are collected by tools/scripts/test_summary.py, so a green
      * run says which kernels this CPU could not exercise. */
-    if (!tested)
-        printf("untested ISA: avx512_vnni: qgemm (cpu/qgemm_avx512.c); only the exact fallback ran\n");
-    else if (!t.amx)
+    if (!avx512_ran)
+        printf("untested ISA: avx512_vnni: qgemm (cpu/qgemm_avx512.c); only the exact fallback ran on AVX-512\n");
+    else if (!amx_ran)
         printf("untested ISA: amx_int8: qgemm's AMX tiles (cpu/qgemm_amx.c)\n");
+    if (!vnni256_ran)
+        printf("untested ISA: avx_vnni: qgemm's AVX-VNNI build (cpu/qgemm_avxvnni.c)%s\n",
+               info.avx_vnni ? " (not compiled in)" : "");
     return test_report("test_qgemm");
 }

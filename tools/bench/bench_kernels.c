@@ -1,7 +1,7 @@
 /* hkv-bench-kernels: speed of the host kernels next to a memory-bandwidth
  * probe measured in the same run (DESIGN.md, performance model).
  *
- *   hetkv bench kernels [--isa scalar|avx2|avx512] [--quick] [--hot] [--cpu-time]
+ *   hetkv bench kernels [--isa scalar|avx2|avx2-novnni|avx512] [--quick] [--hot] [--cpu-time]
  *   (also built as the standalone hkv-bench-kernels; --device cuda: the gpu/
  *   kernels instead, bench_gpu.c)
  *
@@ -479,7 +479,7 @@ static void bench_causal(const bk *b, const hkv_cpu_kernels *t, const hkv_peak *
 }
 
 static const char kernels_usage[] =
-    "usage: hetkv bench kernels [--isa scalar|avx2|avx512] [--quick] [--hot] [--cpu-time]\n"
+    "usage: hetkv bench kernels [--isa scalar|avx2|avx2-novnni|avx512] [--quick] [--hot] [--cpu-time]\n"
     "                           [--batched] [--device cpu]\n"
     "       hetkv bench kernels --device cuda [--quick] [--json] [--reps N]   (the gpu/ kernels;\n"
     "                           hetkv bench kernels --device cuda --help)\n"
@@ -494,7 +494,7 @@ typedef struct kernels_opts {
 static int parse_kernels_isa(void *base, const char *opt, const char *v, hkv_err *err) {
     (void)opt;
     if ((((kernels_opts *)base)->isa = hkv_isa_parse(v)) < 0)
-        return hkv_seterr(err, HKV_E_INVAL, "bench kernels: unknown ISA '%s' (scalar, avx2, avx512)", v);
+        return hkv_seterr(err, HKV_E_INVAL, "bench kernels: unknown ISA '%s' (scalar, avx2, avx2-novnni, avx512)", v);
     return HKV_OK;
 }
 
@@ -508,7 +508,7 @@ static int parse_kernels_device(void *base, const char *opt, const char *v, hkv_
 
 static const hkv_opt kernels_opts_table[] = {
     {.name = "--isa", .arg = "NAME", .kind = HKV_OPT_FN, .fn = parse_kernels_isa,
-     .help = "scalar, avx2 or avx512 kernels (default avx512, or the best below it)"},
+     .help = "scalar, avx2, avx2-novnni or avx512 kernels (default avx512, or the best below it)"},
     {.name = "--quick", .kind = HKV_OPT_FLAG, .off = offsetof(kernels_opts, quick),
      .help = "smaller cold sets, 2 trials"},
     {.name = "--hot", .kind = HKV_OPT_FLAG, .off = offsetof(kernels_opts, hot),

@@ -59,7 +59,7 @@ const hkv_opt hkv_kv_opts[] = {
     {.name = "--precision", .arg = "P", .kind = HKV_OPT_FN, .fn = parse_precision,
      .help = "exact (default): fp32 activations in every weight product (the\n"
              "reference); fast: Q4/Q8 products on int8 activations quantised\n"
-             "per 32, faster batches (AVX512-VNNI only, else exact; SmolLM2:\n"
+             "per 32, faster batches (AVX2 or AVX512-VNNI, scalar stays exact; SmolLM2:\n"
              "mean KL 1e-2 from exact, docs/HOST_KERNELS.md)"},
     {0},
 };

@@ -161,7 +161,7 @@ static int parse_isa(void *base, const char *opt, const char *v, hkv_err *err) {
     (void)opt;
     hkv_exec_cli *x = base;
     if ((x->isa = hkv_isa_parse(v)) < 0)
-        return hkv_seterr(err, HKV_E_INVAL, "--isa: unknown '%s' (scalar, avx2, avx512)", v);
+        return hkv_seterr(err, HKV_E_INVAL, "--isa: unknown '%s' (scalar, avx2, avx2-novnni, avx512)", v);
     return HKV_OK;
 }
 
@@ -170,7 +170,7 @@ const hkv_opt hkv_exec_opts[] = {
      .off = offsetof(hkv_exec_cli, threads), .lo = 1, .hi = 4096,
      .help = "CPU threads (default: one per core)"},
     {.name = "--isa", .arg = "NAME", .kind = HKV_OPT_FN, .fn = parse_isa,
-     .help = "force kernels: scalar, avx2, avx512 (default: best)"},
+     .help = "force kernels: scalar, avx2, avx2-novnni (AVX2 without AVX-VNNI), avx512 (default: best)"},
     {0},
 };
 

@@ -78,7 +78,7 @@ int hkv_cmd_info(int argc, char **argv) {
         {"avx2", isa.avx2}, {"fma", isa.fma}, {"f16c", isa.f16c}, {"avx512f", isa.avx512f},
         {"avx512bw", isa.avx512bw}, {"avx512vl", isa.avx512vl}, {"avx512dq", isa.avx512dq},
         {"avx512_bf16", isa.avx512_bf16}, {"avx512_fp16", isa.avx512_fp16},
-        {"avx512_vnni", isa.avx512_vnni}, {"amx_bf16", isa.amx_bf16}, {"amx_int8", isa.amx_int8},
+        {"avx512_vnni", isa.avx512_vnni}, {"avx_vnni", isa.avx_vnni}, {"amx_bf16", isa.amx_bf16}, {"amx_int8", isa.amx_int8},
     };
     const int nf = (int)(sizeof flags / sizeof flags[0]);
     if (json) {

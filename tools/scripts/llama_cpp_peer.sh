@@ -8,6 +8,9 @@
 #   tools/scripts/llama_cpp_peer.sh [VERSION]                 # default 0.3.36 (llama.cpp of that release)
 #   tools/scripts/llama_cpp_peer.sh --cuda sm_90 [VERSION]     # the CUDA backend for one architecture
 #                                                      # (sm_90 H100/H200, sm_89 RTX 4090; issue 37)
+#   tools/scripts/llama_cpp_peer.sh --avx2 [VERSION]           # CPU, AVX2/FMA/F16C only (no AVX-512,
+#                                                      # no AVX-VNNI): an AVX2-only CPU's llama.cpp
+#                                                      # on any x86 machine (issue 38)
 #
 # The CUDA build is static (BUILD_SHARED_LIBS=OFF) so the two binaries travel
 # to a GPU machine alone (they load the machine's libcudart and libcublas);
@@ -18,14 +21,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 cuda=""
-if [ "${1:-}" = "--cuda" ]; then
+avx2=""
+if [ "${1:-}" = "--avx2" ]; then
+    avx2=1
+    shift
+elif [ "${1:-}" = "--cuda" ]; then
     cuda=${2:?--cuda needs an architecture, e.g. sm_90}
     case "$cuda" in sm_[0-9][0-9]) ;; *) echo "llama_cpp_peer: --cuda $cuda: expected sm_NN" >&2; exit 2 ;; esac
     shift 2
 fi
 ver=${1:-0.3.36}
 dir=build-peer/llama-cpp-python-$ver
-out=$dir/build${cuda:+-cuda-$cuda}
+out=$dir/build${cuda:+-cuda-$cuda}${avx2:+-avx2}
 bin=$out/bin
 if [ -x "$bin/llama-bench" ] && [ -x "$bin/llama-batched-bench" ]; then
     echo "$bin"
@@ -59,7 +66,10 @@ fi
 # same ISA as native (AVX-512 F/CD/VL/DQ/BW, VBMI, VNNI, BF16, AVX-VNNI) but
 # no AMX, which is llama.cpp at its best on that machine short of the crash.
 isa=(-DGGML_NATIVE=ON)
-if grep -qw amx_int8 /proc/cpuinfo 2>/dev/null; then
+if [ -n "$avx2" ]; then
+    isa=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+         -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF)
+elif grep -qw amx_int8 /proc/cpuinfo 2>/dev/null; then
     isa=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
          -DGGML_AVX_VNNI=ON -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON
          -DGGML_AVX512_BF16=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF)
