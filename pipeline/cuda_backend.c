@@ -710,6 +710,12 @@ int hkv_cuda_backend_create(hkv_backend *be, struct hkv_engine *e, const hkv_cud
         return hkv_seterr(err, HKV_E_UNSUPPORTED, "the CUDA backend needs the tiered KV cache (its "
                           "far tier is attended by the CPU)");
     const hkv_model_config *c = &e->model.cfg;
+    /* the device's attention kernels (gpu/gpu_kernels.h): refused here, not
+     * at the first decode step */
+    if (c->head_dim % 32 || c->head_dim > 256)
+        return hkv_seterr(err, HKV_E_UNSUPPORTED, "the CUDA backend's attention needs a head size "
+                          "that is a multiple of 32 and at most 256; %s has %d (--device cpu "
+                          "runs it)", c->name[0] ? c->name : "this model", c->head_dim);
     cuda_be *b = calloc(1, sizeof *b);
     if (!b) return hkv_seterr(err, HKV_E_NOMEM, "no host memory for the CUDA backend");
     b->e = e;

@@ -135,6 +135,15 @@ if have_dev:
                   "310.12 MiB; 283.19 MiB a sequence) but the cap is 300.00 MiB: at most 1 such sequences fit"))
     cases.append(("host memory: largest batch refused", host + ["--batch", "1,2,4"], 0,
                   "batch 2 refused: --device cuda, --host-mem: batch 2 x context 32801"))
+if have_dev:   # a head size the device's attention kernels do not take: refused at creation
+    hd48 = os.path.join(tmp, "hd48.gguf")
+    gen = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                       "tools", "scripts", "gen_tiny_gguf.py")
+    subprocess.run([sys.executable, gen, "--arch", "llama", "--layers", "1", "--dim", "96", "--heads", "2",
+                    "--kv-heads", "1", "--head-dim", "48", "--ffn", "96", "--vocab", "400", "--wtype", "f16",
+                    "-q", "-o", hd48], check=True, timeout=120)
+    cases.append(("device head size 48", [dump, "-m", hd48, "--tokens", "1,2,3", "--device", "cuda", "-o",
+                  os.path.join(tmp, "hd48.bin")], 1, "needs a head size that is a multiple of 32 and at most 256"))
 if have_model and have_dev:
     one_line = os.path.join(tmp, "one.jsonl")
     with open(one_line, "w") as f:
