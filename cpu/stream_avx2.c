@@ -20,7 +20,7 @@ double hkv_stream_read_avx2(const void *buf, size_t bytes)
             a[u] = _mm256_add_epi64(a[u], _mm256_loadu_si256((const __m256i *)(p + 32 * u)));
     }
     for (int u = 1; u < 8; u++) a[0] = _mm256_add_epi64(a[0], a[u]);
-    int64_t t[4];
+    uint64_t t[4];   /* unsigned: the lanes' sum wraps, a signed one would overflow */
     _mm256_storeu_si256((__m256i *)t, a[0]);
     return (double)(t[0] + t[1] + t[2] + t[3]);
 }

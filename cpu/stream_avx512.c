@@ -21,5 +21,10 @@ double hkv_stream_read_avx512(const void *buf, size_t bytes)
             a[u] = _mm512_add_epi64(a[u], _mm512_loadu_si512((const void *)(p + 64 * u)));
     }
     for (int u = 1; u < 8; u++) a[0] = _mm512_add_epi64(a[0], a[u]);
-    return (double)_mm512_reduce_add_epi64(a[0]);
+    /* the sum only keeps the loads alive: lanes added as unsigned (wrapping),
+     * where _mm512_reduce_add_epi64's signed + overflows (UBSan) */
+    uint64_t t[8], s = 0;
+    _mm512_storeu_si512((void *)t, a[0]);
+    for (int u = 0; u < 8; u++) s += t[u];
+    return (double)s;
 }
