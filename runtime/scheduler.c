@@ -395,17 +395,17 @@ static void prefix_store(hkv_sched *s, int i) {
     hkv_sched_req *r = sl->r;
     hkv_policy_args a;
     const hkv_policy_def *def = req_policy(s, r, &a);
-    int k = -1;
     for (int j = 0; j < s->p.prefix_slots; j++) {
         const prefix_entry *x = &s->pfx[j];
         if (x->used && x->def == def && !memcmp(&x->args, &a, sizeof a) && x->len == sl->fed &&
             !memcmp(x->tok, r->prompt, (size_t)x->len * sizeof *x->tok))
             return;   /* kept already */
-        if (k < 0 || (s->pfx[k].used && (!x->used || x->last_use < s->pfx[k].last_use))) k = j;
     }
-    if (s->pfx[k].used) {
-        prefix_drop(s, k);
-        s->st.prefix_evicted++;
+    int k = -1;   /* a free entry, or the least recently used one's */
+    for (int pass = 0; k < 0 && pass < 2; pass++) {
+        if (pass) prefix_evict_lru(s);
+        for (int j = 0; k < 0 && j < s->p.prefix_slots; j++)
+            if (!s->pfx[j].used) k = j;
     }
     if (s->p.mem_budget && s->reserved + r->kv_bytes > s->p.mem_budget) return;
     prefix_entry *x = &s->pfx[k];
