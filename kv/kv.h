@@ -82,6 +82,13 @@ typedef struct hkv_kv_ops {
     /* Copy the tokens stored for src into dst (open, with room): forks a
      * shared prompt (benchmarks, parallel sampling). */
     int (*seq_copy)(void *self, int dst, int src, hkv_err *err);
+    /* dst (open, with room) holds src's first n tokens (n <= seq_len(src)),
+     * as seq_copy then seq_rewind to n would leave it, with src's rows
+     * shared by reference rather than copied where the cache can
+     * (kv_prefix.h: the whole pages below n): dst and src then read the
+     * same memory for those positions, held once. NULL where the cache
+     * cannot share. */
+    int (*seq_share)(void *self, int dst, int src, int64_t n, hkv_err *err);
     /* Tokens stored so far for seq. */
     int64_t (*seq_len)(void *self, int seq);
     /* Drop every token of seq at positions >= n (n <= seq_len): the next

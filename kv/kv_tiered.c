@@ -2,14 +2,16 @@
  *
  * Layout per (sequence, layer, KV head): near rows [L_init + L_local][d]
  * (sinks, then the ring, slot L_init + (p - L_init) % L_local) and far rows
- * [cap][d] indexed by position. While a prompt is fed, every token is
- * written to the far rows (prefill attention is causal over them); at prompt
- * end the last L_local tokens are copied into the ring and the far tier
- * becomes [L_init, len - L_local). In decode a new token takes its ring slot
- * and the token it displaces moves to the far tier. Rows stay contiguous per
- * head so every kernel takes (base, stride, row indices) with no page-table
- * indirection; 64-token pages of a head are the transfer unit of the GPU
- * path. Attention is in kv_tiered_attn.c. */
+ * [stride][d] indexed by position (stride: the capacity rounded to whole
+ * pages). Every token is written to its far row; a decode token also takes
+ * its ring slot. The far tier, what the policies select from, is
+ * [L_init, far_hi): at prompt end the last L_local tokens are copied into
+ * the ring and far_hi = len - L_local; in decode the token a new one
+ * displaces from its slot joins it. Rows stay contiguous per head so every
+ * kernel takes (base, stride, row indices) with no page-table indirection;
+ * 64-token pages of a head are the transfer unit of the GPU path. The
+ * first rows of a sequence may be a prefix shared with others by page
+ * mapping (kv_prefix.h, seq_share). Attention is in kv_tiered_attn.c. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -71,12 +73,69 @@ static int policy_rebuild(tiered *t, tseq *q, hkv_err *err) {
  * memory as before; FAR is accounted either way. */
 static int far_alloc(tiered *t, hkv_pinned *b, size_t bytes, hkv_err *err) {
     const int node = t->p.pin_far ? t->p.pin_numa_node : -1;
+    /* host memory in pages of its own, so a shared prefix can be mapped over it */
     return hkv_pinned_alloc(b, t->mem, &t->pin, HKV_TIER_FAR, bytes, node,
-                            t->p.pin_far ? 0 : HKV_PIN_NO_CUDA, err);
+                            t->p.pin_far ? 0 : HKV_PIN_MAPPED, err);
+}
+
+int tiered_prefix_unmap(tiered *t, tseq *q, int keep, hkv_err *err) {
+    if (!q->pre) return HKV_OK;
+    void *bufs[2] = {q->far_k, q->far_v};
+    int rc = hkv_kv_prefix_unmap(q->pre, bufs, q->stride, q->pre_rows, keep, err);
+    if (rc) return rc;
+    q->pre = NULL;
+    q->pre_rows = 0;
+    q->epoch = ++t->epoch;
+    return HKV_OK;
+}
+
+/* A sequence keeps a near tier unless its policy is full on the host path
+ * (no device to mirror it, no audit to compare with it): full attends every
+ * position from the far rows in place (kv_tiered_attn.c), so the ring
+ * would be a copy nobody reads. Made from the far rows when the policy
+ * changes (near_fill). */
+static int wants_near(const tiered *t, const tseq *q) {
+    return !(q->def == &hkv_policy_full && !t->p.pin_far && !t->p.audit);
+}
+
+/* The near tier of (q, layer) from the far rows, as of `end` tokens: the
+ * sinks and the ring's positions. */
+static void near_from_far(tiered *t, tseq *q, int layer, int64_t end) {
+    const int KH = t->s.n_head_kv, d = t->s.head_dim, Li = t->p.L_init, Ll = t->p.L_local;
+    const size_t row = (size_t)d * 2;
+    const int64_t ring_from = end - Ll > Li ? end - Ll : Li;
+    for (int h = 0; h < KH; h++) {
+        uint16_t *nk = near_rows(t, q, q->near_k, layer, h), *nv = near_rows(t, q, q->near_v, layer, h);
+        const uint16_t *fk = far_rows(t, q, q->far_k, layer, h), *fv = far_rows(t, q, q->far_v, layer, h);
+        for (int64_t p = 0; p < end && p < Li; p++) {
+            memcpy(nk + p * d, fk + p * d, row);
+            memcpy(nv + p * d, fv + p * d, row);
+        }
+        for (int64_t p = ring_from; p < end; p++) {
+            int64_t s = ring_slot(t, p);
+            memcpy(nk + s * d, fk + p * d, row);
+            memcpy(nv + s * d, fv + p * d, row);
+        }
+    }
+}
+
+/* A near tier for q (open, without one), filled from its far rows. */
+static int near_fill(tiered *t, tseq *q, hkv_err *err) {
+    const size_t bytes = (size_t)t->s.n_layer * t->s.n_head_kv * t->NR * t->s.head_dim * 2;
+    if (!(q->near_k = hkv_host_alloc(t->mem, HKV_TIER_NEAR, bytes, err))) return HKV_E_NOMEM;
+    if (!(q->near_v = hkv_host_alloc(t->mem, HKV_TIER_NEAR, bytes, err))) {
+        hkv_host_free(t->mem, HKV_TIER_NEAR, q->near_k, bytes);
+        q->near_k = NULL;
+        return HKV_E_NOMEM;
+    }
+    q->near_bytes = bytes;
+    for (int l = 0; l < t->s.n_layer; l++) near_from_far(t, q, l, q->len);
+    return HKV_OK;
 }
 
 static void seq_free(tiered *t, tseq *q) {
     if (q->pol.ops) q->pol.ops->destroy(q->pol.self);
+    tiered_prefix_unmap(t, q, 0, NULL);   /* (without keep it cannot fail) */
     hkv_host_free(t->mem, HKV_TIER_NEAR, q->near_k, q->near_bytes);
     hkv_host_free(t->mem, HKV_TIER_NEAR, q->near_v, q->near_bytes);
     hkv_pinned_free(&q->far_kb, t->mem, &t->pin);
@@ -106,6 +165,7 @@ static int t_seq_open(void *self, int seq, int64_t n_ctx, hkv_err *err) {
     q->def = def;
     q->args = args;
     q->cap = n_ctx;
+    q->stride = hkv_kv_prefix_stride(n_ctx, (size_t)t->s.head_dim * 2);
     q->epoch = ++t->epoch;
     const int L = t->s.n_layer, KH = t->s.n_head_kv, d = t->s.head_dim;
     hkv_policy_env env = policy_env(t, q);
@@ -115,13 +175,13 @@ static int t_seq_open(void *self, int seq, int64_t n_ctx, hkv_err *err) {
         if (w > q->q_keep) q->q_keep = w;
     }
     if (q->q_keep > n_ctx) q->q_keep = n_ctx;
-    q->near_bytes = (size_t)L * KH * t->NR * d * 2;
-    q->far_bytes = (size_t)L * KH * (size_t)n_ctx * d * 2;
+    q->near_bytes = wants_near(t, q) ? (size_t)L * KH * t->NR * d * 2 : 0;
+    q->far_bytes = (size_t)L * KH * (size_t)q->stride * d * 2;
     q->qh_bytes = (size_t)L * q->q_keep * t->s.n_head * d * 2;
     int rc = HKV_E_NOMEM;
     q->far_kb.node = q->far_vb.node = -1;
-    if (!(q->near_k = hkv_host_alloc(t->mem, HKV_TIER_NEAR, q->near_bytes, err)) ||
-        !(q->near_v = hkv_host_alloc(t->mem, HKV_TIER_NEAR, q->near_bytes, err)) ||
+    if ((q->near_bytes && !(q->near_k = hkv_host_alloc(t->mem, HKV_TIER_NEAR, q->near_bytes, err))) ||
+        (q->near_bytes && !(q->near_v = hkv_host_alloc(t->mem, HKV_TIER_NEAR, q->near_bytes, err))) ||
         far_alloc(t, &q->far_kb, q->far_bytes, err) || far_alloc(t, &q->far_vb, q->far_bytes, err) ||
         (q->qh_bytes && !(q->qh = hkv_host_alloc(t->mem, HKV_TIER_INDEX, q->qh_bytes, err))))
         goto fail;
@@ -168,26 +228,33 @@ static int64_t t_seq_len(void *self, int seq) {
     return seq >= 0 && seq < t->max_seqs && t->seqs[seq].open ? t->seqs[seq].len : 0;
 }
 
-static int t_seq_copy(void *self, int dst, int src, hkv_err *err) {
-    tiered *t = self;
+static int check_pair(const tiered *t, int dst, int src, const char *what, hkv_err *err) {
     if (dst < 0 || dst >= t->max_seqs || src < 0 || src >= t->max_seqs || dst == src ||
         !t->seqs[dst].open || !t->seqs[src].open)
-        return hkv_seterr(err, HKV_E_INVAL, "cannot copy sequence %d to %d", src, dst);
-    tseq *d = &t->seqs[dst];
-    const tseq *s = &t->seqs[src];
+        return hkv_seterr(err, HKV_E_INVAL, "cannot %s sequence %d to %d", what, src, dst);
+    const tseq *d = &t->seqs[dst], *s = &t->seqs[src];
     if (s->len > d->cap)
         return hkv_seterr(err, HKV_E_CAPACITY, "sequence %d holds %lld tokens, more than the "
                           "%lld that sequence %d has room for", src, (long long)s->len,
                           (long long)d->cap, dst);
+    return HKV_OK;
+}
+
+/* src's tokens into dst, whose far rows below `from` already hold them;
+ * far rows from `upto` on are not copied (dst is rewound below them). */
+static int copy_state(tiered *t, tseq *d, const tseq *s, int64_t from, int64_t upto, hkv_err *err) {
     const int L = t->s.n_layer, KH = t->s.n_head_kv, d_ = t->s.head_dim;
-    memcpy(d->near_k, s->near_k, s->near_bytes);
-    memcpy(d->near_v, s->near_v, s->near_bytes);
-    for (int l = 0; l < L; l++)
-        for (int h = 0; h < KH; h++) {
-            size_t n = (size_t)s->len * d_ * 2;
-            memcpy(far_rows(t, d, d->far_k, l, h), far_rows(t, s, s->far_k, l, h), n);
-            memcpy(far_rows(t, d, d->far_v, l, h), far_rows(t, s, s->far_v, l, h), n);
-        }
+    if (d->near_k && s->near_k) {
+        memcpy(d->near_k, s->near_k, s->near_bytes);
+        memcpy(d->near_v, s->near_v, s->near_bytes);
+    }
+    if (upto > from)
+        for (int l = 0; l < L; l++)
+            for (int h = 0; h < KH; h++) {
+                size_t n = (size_t)(upto - from) * d_ * 2;
+                memcpy(far_rows(t, d, d->far_k, l, h) + from * d_, far_rows(t, s, s->far_k, l, h) + from * d_, n);
+                memcpy(far_rows(t, d, d->far_v, l, h) + from * d_, far_rows(t, s, s->far_v, l, h) + from * d_, n);
+            }
     /* Query rings agree slot by slot only when their sizes do. */
     if (d->q_keep == s->q_keep && d->qh) memcpy(d->qh, s->qh, s->qh_bytes);
     memcpy(d->prompt_open, s->prompt_open, (size_t)L * sizeof *d->prompt_open);
@@ -199,7 +266,61 @@ static int t_seq_copy(void *self, int dst, int src, hkv_err *err) {
     d->prompt_done = s->prompt_done;
     d->epoch = ++t->epoch;
     memset(&d->audit, 0, sizeof d->audit);
+    if (d->near_k && !s->near_k)   /* a near tier from the far rows that hold everything */
+        for (int l = 0; l < L; l++) near_from_far(t, d, l, d->len);
     return policy_rebuild(t, d, err);
+}
+
+static int t_seq_copy(void *self, int dst, int src, hkv_err *err) {
+    tiered *t = self;
+    int rc = check_pair(t, dst, src, "copy", err);
+    if (rc) return rc;
+    tseq *d = &t->seqs[dst];
+    if ((rc = tiered_prefix_unmap(t, d, 1, err))) return rc;   /* its rows are rewritten */
+    return copy_state(t, d, &t->seqs[src], 0, t->seqs[src].len, err);
+}
+
+/* As copy then rewind to n, with src's rows below the last whole page of
+ * its length shared by reference (kv_prefix.h): made a shared prefix the
+ * first time src is shared, mapped into src itself and then into each dst
+ * (as far as n reaches). */
+static int t_seq_share(void *self, int dst, int src, int64_t n, hkv_err *err) {
+    tiered *t = self;
+    int rc = check_pair(t, dst, src, "share", err);
+    if (rc) return rc;
+    if (n < 0 || n > t->seqs[src].len)
+        return hkv_seterr(err, HKV_E_RANGE, "sharing %lld tokens of sequence %d, which holds %lld",
+                          (long long)n, src, (long long)t->seqs[src].len);
+    if (t->p.pin_far)
+        return hkv_seterr(err, HKV_E_UNSUPPORTED, "a prefix shared by reference needs the host "
+                          "path's far tier (with a CUDA device it is page-locked memory that the "
+                          "device reads)");
+    tseq *d = &t->seqs[dst], *s = &t->seqs[src];
+    const int64_t pr = hkv_kv_prefix_page_rows((size_t)t->s.head_dim * 2);
+    if (!s->pre && s->len >= pr) {
+        void *bufs[2] = {s->far_k, s->far_v};
+        const int64_t rows = s->len / pr * pr;
+        hkv_kv_prefix *p;
+        if ((rc = hkv_kv_prefix_create(&p, bufs, 2, t->s.n_layer * t->s.n_head_kv, s->stride, rows,
+                                       (size_t)t->s.head_dim * 2, t->mem, err)))
+            return rc;
+        if ((rc = hkv_kv_prefix_map(p, bufs, s->stride, rows, err))) {
+            hkv_kv_prefix_drop(p);
+            return rc;
+        }
+        s->pre = p;
+        s->pre_rows = rows;
+    }
+    if ((rc = tiered_prefix_unmap(t, d, 1, err))) return rc;
+    const int64_t rows = s->pre_rows < n / pr * pr ? s->pre_rows : n / pr * pr;
+    if (s->pre && rows > 0) {
+        void *bufs[2] = {d->far_k, d->far_v};
+        if ((rc = hkv_kv_prefix_map(s->pre, bufs, d->stride, rows, err))) return rc;
+        d->pre = s->pre;
+        d->pre_rows = rows;
+    }
+    if ((rc = copy_state(t, d, s, d->pre_rows, n, err))) return rc;
+    return n < d->len ? tiered_seq_rewind(t, dst, n, err) : HKV_OK;
 }
 
 static int t_set_policy(void *self, int seq, const hkv_policy_def *def, const hkv_policy_args *a,
@@ -216,6 +337,8 @@ static int t_set_policy(void *self, int seq, const hkv_policy_def *def, const hk
     q->def = def;
     q->args = *a;
     if (!q->open) return HKV_OK;
+    int rc;
+    if (!q->near_k && wants_near(t, q) && (rc = near_fill(t, q, err))) return rc;
     memset(&q->audit, 0, sizeof q->audit);
     q->epoch = ++t->epoch;   /* a device mirror of the old policy's index is stale */
     return policy_rebuild(t, q, err);
@@ -223,22 +346,9 @@ static int t_set_policy(void *self, int seq, const hkv_policy_def *def, const hk
 
 /* The last min(q_keep, end) queries as one contiguous block, for prompt end. */
 int tiered_prompt_end(tiered *t, tseq *q, int layer, int64_t end, hkv_err *err) {
-    const int KH = t->s.n_head_kv, d = t->s.head_dim, Li = t->p.L_init, Ll = t->p.L_local;
-    const size_t row = (size_t)d * 2;
+    const int d = t->s.head_dim, Li = t->p.L_init, Ll = t->p.L_local;
     int64_t ring_from = end - Ll > Li ? end - Ll : Li;
-    for (int h = 0; h < KH; h++) {
-        uint16_t *nk = near_rows(t, q, q->near_k, layer, h), *nv = near_rows(t, q, q->near_v, layer, h);
-        const uint16_t *fk = far_rows(t, q, q->far_k, layer, h), *fv = far_rows(t, q, q->far_v, layer, h);
-        for (int64_t p = 0; p < end && p < Li; p++) {
-            memcpy(nk + p * d, fk + p * d, row);
-            memcpy(nv + p * d, fv + p * d, row);
-        }
-        for (int64_t p = ring_from; p < end; p++) {
-            int64_t s = ring_slot(t, p);
-            memcpy(nk + s * d, fk + p * d, row);
-            memcpy(nv + s * d, fv + p * d, row);
-        }
-    }
+    if (q->near_k) near_from_far(t, q, layer, end);
     q->far_hi[layer] = ring_from;
     q->prompt_open[layer] = 0;
     q->prompt_done = 1;
@@ -279,18 +389,6 @@ static void keep_queries(tiered *t, tseq *q, int layer, const hkv_seg *sg, const
                             ring + (size_t)(seg_pos(sg, i) % q->q_keep) * qrow, (int64_t)qrow);
 }
 
-/* Copy positions [from, to) from the near tier into the far rows, so the far
- * rows are complete before a prompt continues a decoded sequence. */
-static void flush_near(tiered *t, tseq *q, int layer, int64_t from, int64_t to) {
-    const int KH = t->s.n_head_kv, d = t->s.head_dim;
-    for (int h = 0; h < KH; h++)
-        for (int64_t p = from; p < to; p++) {
-            int64_t s = p < t->p.L_init ? p : ring_slot(t, p);
-            memcpy(far_rows(t, q, q->far_k, layer, h) + p * d, near_rows(t, q, q->near_k, layer, h) + s * d, (size_t)d * 2);
-            memcpy(far_rows(t, q, q->far_v, layer, h) + p * d, near_rows(t, q, q->near_v, layer, h) + s * d, (size_t)d * 2);
-        }
-}
-
 static int append_segment(tiered *t, int layer, const hkv_seg *sg, const float *qkv,
                           int64_t ld_qkv, hkv_err *err) {
     tseq *q = &t->seqs[sg->seq];
@@ -299,11 +397,7 @@ static int append_segment(tiered *t, int layer, const hkv_seg *sg, const float *
     int prompt = (sg->flags & (HKV_SEG_PROMPT | HKV_SEG_PROMPT_END)) || sg->n > 1;
     int rc;
     if (prompt) {
-        if (!q->prompt_open[layer]) {
-            int64_t lo = q->far_hi[layer];
-            flush_near(t, q, layer, lo, sg->pos);
-            q->prompt_open[layer] = 1;
-        }
+        q->prompt_open[layer] = 1;   /* (decode rows are in the far rows already) */
         if ((rc = tiered_tsp_note(t, q, layer, sg, err))) return rc;
         for (int i = 0; i < sg->n; i++) {
             const float *row = qkv + (sg->row + i) * ld_qkv;
@@ -322,20 +416,26 @@ static int append_segment(tiered *t, int layer, const hkv_seg *sg, const float *
     const float *row = qkv + sg->row * ld_qkv;
     int64_t slot = p < t->p.L_init ? p : ring_slot(t, p);
     if (p >= (int64_t)t->p.L_init + t->p.L_local) {
-        /* The ring slot's token, position p - L_local, moves to the far tier. */
+        /* The ring slot's token, position p - L_local, joins the far tier
+         * (its far row was written with it). */
         int64_t old = p - t->p.L_local;
-        for (int h = 0; h < KH; h++) {
-            memcpy(far_rows(t, q, q->far_k, layer, h) + old * d, near_rows(t, q, q->near_k, layer, h) + slot * d, (size_t)d * 2);
-            memcpy(far_rows(t, q, q->far_v, layer, h) + old * d, near_rows(t, q, q->near_v, layer, h) + slot * d, (size_t)d * 2);
-        }
         q->far_hi[layer] = old + 1;
         hkv_far_view fv;
         tiered_far_view(t, q, layer, &fv);
         q->pol.ops->on_far_append(q->pol.self, layer, &fv);
     }
+    /* Every token is written to its far row as well as its near slot: the
+     * far rows then hold every position below the length, which full
+     * attention reads in place (kv_tiered_attn.c) and a prompt that
+     * continues a decoded sequence finds there. */
     for (int h = 0; h < KH; h++) {
-        kn->f32_to_f16(row + (size_t)(H + h) * d, near_rows(t, q, q->near_k, layer, h) + slot * d, d);
-        kn->f32_to_f16(row + (size_t)(H + KH + h) * d, near_rows(t, q, q->near_v, layer, h) + slot * d, d);
+        uint16_t *fk = far_rows(t, q, q->far_k, layer, h) + p * d;
+        uint16_t *fv = far_rows(t, q, q->far_v, layer, h) + p * d;
+        kn->f32_to_f16(row + (size_t)(H + h) * d, fk, d);
+        kn->f32_to_f16(row + (size_t)(H + KH + h) * d, fv, d);
+        if (!q->near_k) continue;
+        memcpy(near_rows(t, q, q->near_k, layer, h) + slot * d, fk, (size_t)d * 2);
+        memcpy(near_rows(t, q, q->near_v, layer, h) + slot * d, fv, (size_t)d * 2);
     }
     keep_queries(t, q, layer, sg, qkv, ld_qkv);
     return HKV_OK;
@@ -469,6 +569,7 @@ static const hkv_kv_ops tiered_ops = {
     .seq_open = t_seq_open,
     .seq_close = t_seq_close,
     .seq_copy = t_seq_copy,
+    .seq_share = t_seq_share,
     .seq_len = t_seq_len,
     .seq_rewind = tiered_seq_rewind,
     .layer_step = t_layer_step,
@@ -549,6 +650,9 @@ static int t_near(void *self, int seq, int layer, const uint16_t **k, const uint
         return hkv_seterr(err, HKV_E_RANGE, "near tier of sequence %d, layer %d: not open or out "
                           "of range", seq, layer);
     tseq *q = &t->seqs[seq];
+    if (!q->near_k)
+        return hkv_seterr(err, HKV_E_INVAL, "sequence %d keeps no near tier (full on the host path "
+                          "reads every row from the far tier)", seq);
     *k = near_rows(t, q, q->near_k, layer, 0);
     *v = near_rows(t, q, q->near_v, layer, 0);
     *rows = t->NR;

@@ -2,6 +2,7 @@
 #ifndef HKV_KV_TIERED_IMPL_H
 #define HKV_KV_TIERED_IMPL_H
 
+#include "kv_prefix.h"
 #include "kv_score_team.h"
 #include "kv_tiered.h"
 
@@ -19,6 +20,9 @@ typedef struct tsp_list {
 typedef struct tseq {
     int open;
     int64_t cap, len;
+    int64_t stride;           /* far rows per (layer, KV head) run: cap rounded to pages */
+    hkv_kv_prefix *pre;       /* NULL, or the shared prefix mapped over far rows [0, pre_rows) */
+    int64_t pre_rows;
     int prompt_done;          /* a prompt end has been processed (policy index exists) */
     int *prompt_open;         /* [n_layer]: a prompt is being fed to this layer */
     int64_t *far_hi;          /* [n_layer]: far tier is positions [L_init, far_hi) */
@@ -75,13 +79,17 @@ static inline uint16_t *near_rows(const tiered *t, const tseq *q, uint16_t *base
 }
 static inline uint16_t *far_rows(const tiered *t, const tseq *q, uint16_t *base, int layer,
                                  int h) {
-    return base + (((size_t)layer * t->s.n_head_kv + h) * q->cap) * t->s.head_dim;
+    return base + (((size_t)layer * t->s.n_head_kv + h) * q->stride) * t->s.head_dim;
 }
 static inline int64_t ring_slot(const tiered *t, int64_t pos) {
     return t->p.L_init + (pos - t->p.L_init) % t->p.L_local;
 }
 
 void tiered_far_view(const tiered *t, const tseq *q, int layer, hkv_far_view *v);
+/* Give up q's mapping of its shared prefix (kv_prefix.h): with keep, q gets
+ * its own copy of those rows (before it writes below them); without (it is
+ * closing), the mapping goes with its far rows. */
+int tiered_prefix_unmap(tiered *t, tseq *q, int keep, hkv_err *err);
 int tiered_prompt_end(tiered *t, tseq *q, int layer, int64_t end, hkv_err *err);
 /* Rewind (kv_tiered_lookahead.c): drop positions >= n. */
 int tiered_seq_rewind(void *self, int seq, int64_t n, hkv_err *err);

@@ -3,14 +3,10 @@
  * handing the policy the kept queries of the lookahead tokens, and a view
  * of a freshly fed prompt's rows and queries.
  *
- * Where a position lives. While a prompt is fed (prompt_open) every token
- * is in the far rows. After a prompt end or in decode, the far rows hold
- * [0, far_hi) (the prompt rows also stay there: prompt end copies, it does
- * not move) and the near tier holds the sinks and the ring; a decode token
- * that displaces position p from its ring slot first moves p to the far
- * rows. So after any sequence of steps, a position p < n is either in its
- * ring slot (p >= far_hi) or in the far rows (p < far_hi, or a prompt is
- * open): a rewind restores the ring from the far rows where needed. */
+ * Where a position lives. Every position below the length is in its far
+ * row (kv_tiered.c writes decode tokens there too); the near tier holds the
+ * sinks and the ring, and the far tier is [L_init, far_hi). A rewind
+ * restores the ring from the far rows where its slots hold later tokens. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,12 +21,14 @@ int tiered_seq_rewind(void *self, int seq, int64_t n, hkv_err *err) {
     if (n < 0 || n > q->len)
         return hkv_seterr(err, HKV_E_RANGE, "rewind of sequence %d to %lld tokens, but it holds %lld",
                           seq, (long long)n, (long long)q->len);
+    int rc;
+    if (n < q->pre_rows && (rc = tiered_prefix_unmap(t, q, 1, err))) return rc;   /* rows get rewritten */
     const int KH = t->s.n_head_kv, d = t->s.head_dim, Li = t->p.L_init, Ll = t->p.L_local;
     const size_t row = (size_t)d * 2;
     const int64_t ring_from = n - Ll > Li ? n - Ll : Li;
     for (int l = 0; l < t->s.n_layer; l++) {
         const int all_far = q->prompt_open[l];
-        for (int h = 0; h < KH; h++) {
+        for (int h = 0; h < KH && q->near_k; h++) {
             uint16_t *nk = near_rows(t, q, q->near_k, l, h), *nv = near_rows(t, q, q->near_v, l, h);
             const uint16_t *fk = far_rows(t, q, q->far_k, l, h), *fv = far_rows(t, q, q->far_v, l, h);
             if (all_far)

@@ -363,24 +363,29 @@ static int prefix_evict_lru(hkv_sched *s) {
     return 1;
 }
 
-/* The longest kept prefix slot i's request may start from: the same
- * policy, a proper prefix of its prompt, and either rings of one size or a
- * rest of the prompt long enough to refill the ring. -1: none. */
-static int prefix_find(const hkv_sched *s, int i) {
+/* The kept prefix slot i's request may start from with the most tokens,
+ * *n of them: the same policy, an entry shorter than the prompt, and the
+ * tokens they have in common in whole chunks (the boundaries the request
+ * would use itself), with either rings of one size or a rest of the prompt
+ * long enough to refill the ring. -1: none. */
+static int prefix_find(const hkv_sched *s, int i, int64_t *n) {
     const slot *sl = &s->slots[i];
     const hkv_sched_req *r = sl->r;
     hkv_policy_args a;
     const hkv_policy_def *def = req_policy(s, r, &a);
-    const int64_t ring = ring_of(s, def, &a, sl->cap);
+    const int64_t ring = ring_of(s, def, &a, sl->cap), c = chunk_of(s);
     int best = -1;
+    *n = 0;
     for (int k = 0; k < s->p.prefix_slots; k++) {
         const prefix_entry *x = &s->pfx[k];
-        if (!x->used || x->def != def || memcmp(&x->args, &a, sizeof a) || x->len >= r->n_prompt ||
-            (x->q_keep != ring && ring > r->n_prompt - x->len) ||
-            (best >= 0 && x->len <= s->pfx[best].len) ||
-            memcmp(x->tok, r->prompt, (size_t)x->len * sizeof *x->tok))
+        if (!x->used || x->def != def || memcmp(&x->args, &a, sizeof a) || x->len >= r->n_prompt)
             continue;
+        int64_t m = 0;
+        while (m < x->len && x->tok[m] == r->prompt[m]) m++;
+        m = m / c * c;
+        if (m <= *n || (x->q_keep != ring && ring > r->n_prompt - m)) continue;
         best = k;
+        *n = m;
     }
     return best;
 }
@@ -389,6 +394,33 @@ static int prefix_find(const hkv_sched *s, int i) {
  * entry holds it already; replaces the least recently used entry, and
  * gives up quietly (the cache is an optimisation) when the KV does not fit
  * the budget or a copy fails. */
+
+/* dst from src's KV: shared by reference where the cache can (kv.h,
+ * seq_share), else copied. The far-tier bytes the sharing released are
+ * counted as saved and leave dst's request's reservation, so admission
+ * counts the shared rows once. */
+static int prefix_fork(hkv_sched *s, int dst, int src, int64_t n, hkv_err *err) {
+    hkv_engine *e = s->e;
+    const hkv_kv_ops *ops = e->kv.ops;
+    if (!ops->seq_share) {
+        int rc = ops->seq_copy(e->kv.self, dst, src, err);
+        return rc || n == ops->seq_len(e->kv.self, src) ? rc : ops->seq_rewind(e->kv.self, dst, n, err);
+    }
+    const size_t before = e->mem.bytes[HKV_TIER_FAR];
+    int rc = ops->seq_share(e->kv.self, dst, src, n, err);
+    const size_t after = e->mem.bytes[HKV_TIER_FAR];
+    if (rc || after >= before) return rc;
+    const uint64_t saved = before - after;
+    s->st.prefix_saved_bytes += saved;
+    hkv_sched_req *r = dst < s->p.max_batch ? s->slots[dst].r : NULL;
+    if (r) {
+        const uint64_t cut = saved < r->kv_bytes ? saved : r->kv_bytes;
+        r->kv_bytes -= cut;
+        s->reserved -= cut;
+    }
+    return HKV_OK;
+}
+
 static void prefix_store(hkv_sched *s, int i) {
     hkv_engine *e = s->e;
     slot *sl = &s->slots[i];
@@ -419,7 +451,9 @@ static void prefix_store(hkv_sched *s, int i) {
         x->tok = NULL;
         return;
     }
-    if (e->kv.ops->seq_copy(e->kv.self, q, i, &err)) {
+    /* by reference where the cache can: the request's own rows become the
+     * shared prefix, which the entry and the request then read in place */
+    if (prefix_fork(s, q, i, sl->fed, &err)) {
         e->kv.ops->seq_close(e->kv.self, q);
         free(x->tok);
         x->tok = NULL;
@@ -432,6 +466,25 @@ static void prefix_store(hkv_sched *s, int i) {
     s->st.prefix_stored++;
     s->st.prefix_entries++;
     s->st.prefix_bytes += x->bytes;
+}
+
+/* Slot i's request starts from the kept prefix it has most tokens in common
+ * with, if any (then only the rest of its prompt is prefilled). Asked at
+ * admission and again before its first chunk: prompts are prefilled one at
+ * a time, so requests admitted together over one document find the prefix
+ * that the first of them kept. */
+static int prefix_start(hkv_sched *s, int i, hkv_err *err) {
+    slot *sl = &s->slots[i];
+    int64_t n;
+    const int k = s->p.prefix_slots && !sl->whole && sl->fed == 0 ? prefix_find(s, i, &n) : -1;
+    if (k < 0) return HKV_OK;
+    int rc = prefix_fork(s, i, s->p.max_batch + k, n, err);
+    if (rc) return rc;
+    sl->fed = n;
+    s->pfx[k].last_use = ++s->pfx_clock;
+    s->st.prefix_hits++;
+    s->st.prefix_tokens += n;
+    return HKV_OK;
 }
 
 static void admit(hkv_sched *s) {
@@ -481,17 +534,7 @@ static void admit(hkv_sched *s) {
         hkv_policy_args args;
         const hkv_policy_def *def = hkv_kv_seq_policy(&e->kv, i, &args);
         sl->whole = def && def->prep != HKV_PREP_NONE;
-        const int k = s->p.prefix_slots && !sl->whole ? prefix_find(s, i) : -1;
-        if (k >= 0) {   /* the kept prefix's KV, then only the rest of the prompt */
-            if ((rc = e->kv.ops->seq_copy(e->kv.self, i, s->p.max_batch + k, &err))) {
-                finish(s, i, rc, &err);
-                continue;
-            }
-            sl->fed = s->pfx[k].len;
-            s->pfx[k].last_use = ++s->pfx_clock;
-            s->st.prefix_hits++;
-            s->st.prefix_tokens += sl->fed;
-        }
+        if ((rc = prefix_start(s, i, &err))) finish(s, i, rc, &err);
     }
 }
 
@@ -549,6 +592,11 @@ static int64_t prefill_one(hkv_sched *s) {
     hkv_sched_req *r = sl->r;
     hkv_err err;
     hkv_err_clear(&err);
+    int64_t rc0;
+    if (sl->fed == 0 && (rc0 = prefix_start(s, best, &err))) {   /* kept since admission? */
+        finish(s, best, (int)rc0, &err);
+        return 0;
+    }
     float *lg = s->logits;   /* free between decode steps */
     double t0 = hkv_now();
     int64_t fed, rc;

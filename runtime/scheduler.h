@@ -20,9 +20,12 @@
  * before the end is kept in a sequence slot of its own (slots max_batch ..
  * max_batch + prefix_slots - 1, least recently used replaced), and a later
  * request whose prompt starts with those tokens, under the same policy,
- * starts from a copy of it and prefills only the rest. The copy is the KV
- * the request would have computed itself (the same chunks, the same
- * kernels), so its tokens are those it gets without the cache. */
+ * starts from it and prefills only the rest. The tiered cache shares the
+ * prefix's rows by reference (kv.h, seq_share: one copy in host memory for
+ * the entry and every request on it, read once a step under full); the
+ * plain cache copies them. Either way the request holds the KV it would
+ * have computed itself (the same chunks, the same kernels), so its tokens
+ * are those it gets without the cache. */
 #ifndef HKV_SCHEDULER_H
 #define HKV_SCHEDULER_H
 
@@ -105,6 +108,8 @@ typedef struct hkv_sched_stats {
     int64_t prefix_stored, prefix_evicted;  /* prefixes kept, and replaced */
     int prefix_entries;                     /* kept now */
     uint64_t prefix_bytes;                  /* their KV reservations */
+    uint64_t prefix_saved_bytes;            /* far-tier bytes shared rather than copied (a
+                                               hit's, and a kept prefix's own) */
 } hkv_sched_stats;
 
 typedef struct hkv_sched hkv_sched;

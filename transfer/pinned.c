@@ -22,6 +22,7 @@ const char *hkv_pinned_kind_name(int kind) {
     case HKV_PIN_PAGEABLE_NUMA: return "pageable, NUMA-bound";
     case HKV_PIN_CUDA_HOST: return "pinned (cudaHostAlloc)";
     case HKV_PIN_CUDA_REGISTERED: return "pinned (NUMA-bound, cudaHostRegister)";
+    case HKV_PIN_PAGEABLE_MAPPED: return "pageable, mapped";
     }
     return "?";
 }
@@ -49,21 +50,27 @@ static int check_node(int node, int tier, size_t bytes, hkv_err *err) {
     return HKV_OK;
 }
 
-/* mmap rounded to pages, bound to node with MPOL_BIND (pages fault in on it). */
+/* mmap rounded to pages, bound to node with MPOL_BIND (pages fault in on it;
+ * node < 0: not bound). */
 static void *map_on_node(size_t bytes, int node, size_t *mapped, int tier, hkv_err *err) {
     const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
     size_t len = (bytes + pg - 1) / pg * pg;
     if (len < bytes) {
-        fail(err, HKV_E_NOMEM, "NUMA-bound memory", tier, bytes, "size overflows");
+        fail(err, HKV_E_NOMEM, "mapped host memory", tier, bytes, "size overflows");
         return NULL;
     }
     void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                    -1, 0);
     if (p == MAP_FAILED) {
-        fail(err, HKV_E_NOMEM, "NUMA-bound memory", tier, bytes, strerror(errno));
+        fail(err, HKV_E_NOMEM, "mapped host memory", tier, bytes, strerror(errno));
         return NULL;
     }
     unsigned long mask[16] = {0};
+    if (node < 0) {
+        hkv_host_advise_huge(p, len);
+        *mapped = len;
+        return p;
+    }
     if (node >= (int)(sizeof mask * 8)) {
         munmap(p, len);
         fail(err, HKV_E_INVAL, "NUMA-bound memory", tier, bytes, "node number too large");
@@ -110,6 +117,7 @@ int hkv_pinned_alloc(hkv_pinned *out, hkv_mem_account *acc, hkv_pinned_account *
     int rc;
     if (numa_node >= 0 && (rc = check_node(numa_node, tier, bytes, err))) return rc;
     char why[256] = "";
+    if (flags & HKV_PIN_MAPPED) flags |= HKV_PIN_NO_CUDA;
     const int use_cuda = !(flags & HKV_PIN_NO_CUDA) && cuda_usable(why, sizeof why);
     if (!use_cuda && (flags & HKV_PIN_REQUIRE)) {
         if (flags & HKV_PIN_NO_CUDA) snprintf(why, sizeof why, "CUDA was excluded by the caller");
@@ -140,9 +148,9 @@ int hkv_pinned_alloc(hkv_pinned *out, hkv_mem_account *acc, hkv_pinned_account *
             out->node = numa_node;
         }
 #endif
-    } else if (numa_node >= 0) {
+    } else if (numa_node >= 0 || (flags & HKV_PIN_MAPPED)) {
         if (!(out->p = map_on_node(bytes, numa_node, &out->mapped, tier, err))) return HKV_E_NOMEM;
-        out->kind = HKV_PIN_PAGEABLE_NUMA;
+        out->kind = numa_node >= 0 ? HKV_PIN_PAGEABLE_NUMA : HKV_PIN_PAGEABLE_MAPPED;
         out->node = numa_node;
     } else {
         if (!(out->p = hkv_host_alloc(NULL, tier, bytes, err))) return HKV_E_NOMEM;
@@ -173,7 +181,8 @@ void hkv_pinned_free(hkv_pinned *b, hkv_mem_account *acc, hkv_pinned_account *pi
         munmap(b->p, b->mapped);
         break;
 #endif
-    case HKV_PIN_PAGEABLE_NUMA: munmap(b->p, b->mapped); break;
+    case HKV_PIN_PAGEABLE_NUMA:
+    case HKV_PIN_PAGEABLE_MAPPED: munmap(b->p, b->mapped); break;
     default: free(b->p); break;
     }
     if (acc) {

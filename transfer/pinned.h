@@ -21,11 +21,16 @@ enum hkv_pinned_kind {
     HKV_PIN_PAGEABLE_NUMA,      /* plain host memory bound to a NUMA node */
     HKV_PIN_CUDA_HOST,          /* cudaHostAlloc(portable | mapped) */
     HKV_PIN_CUDA_REGISTERED,    /* mmap + mbind to the node + cudaHostRegister */
+    HKV_PIN_PAGEABLE_MAPPED,    /* plain host memory, whole pages of its own mmap */
 };
 
 /* Flags. */
 #define HKV_PIN_REQUIRE 1       /* fail unless the memory is page-locked for a GPU */
 #define HKV_PIN_NO_CUDA 2       /* never use CUDA (plain host memory) */
+/* Plain host memory in whole pages of its own mapping, so that the caller may
+ * map other pages over parts of it (a shared prefix, kv/kv_prefix.h); with a
+ * NUMA node, bound as HKV_PIN_PAGEABLE_NUMA. Implies HKV_PIN_NO_CUDA. */
+#define HKV_PIN_MAPPED 4
 
 typedef struct hkv_pinned_account {
     size_t bytes, peak, n_allocs;   /* page-locked bytes only */

@@ -78,6 +78,29 @@ brows = [json.loads(l) for l in b.stdout.splitlines()]
 want = [("full", None), ("quest", 10), ("quest", 64), ("snapkv", 40)]
 if [(r["policy"], r["budget"]) for r in brows] != want:
     fails.append(f"--budgets: {[(r['policy'], r['budget']) for r in brows]}, not {want}: {b.stderr[-300:]}")
+# --shared-prefix: the forks hold the prompt once (3 forks x 2 layers x 3 KV heads x 1024 rows x
+# K and V of 128 bytes less), and full's cascade reads its pieces once a step
+SP = ["bench", "--synthetic", "smollm2-135m@2", "--ctx", "1024", "--batch", "4", "--steps", "2",
+      "--probe-mib", "64", "--local", "32", "-t", "2", "-o", "jsonl"]
+sp = {}
+for extra in ([], ["--shared-prefix"]):
+    q = subprocess.run([hetkv, *SP, *extra], capture_output=True, text=True, timeout=600)
+    r = [json.loads(l) for l in q.stdout.splitlines()]
+    if q.returncode or len(r) != 1 or r[0]["shared_prefix"] != bool(extra):
+        fails.append(f"--shared-prefix {extra}: exit {q.returncode}: {q.stderr[-300:]}")
+    else:
+        sp[bool(extra)] = r[0]
+if len(sp) == 2:
+    held = sp[False]["kv_host_bytes"] - sp[True]["kv_host_bytes"]
+    if abs(held - 3 * 2 * 3 * 1024 * 128 * 2) > 1e-4 * held:
+        fails.append(f"--shared-prefix: {held} fewer KV bytes held, not {3 * 2 * 3 * 1024 * 256}")
+    if not sp[True]["host_bytes_per_step"] < 0.5 * sp[False]["host_bytes_per_step"]:
+        fails.append(f"--shared-prefix: {sp[True]['host_bytes_per_step']} bytes read a step, "
+                     f"{sp[False]['host_bytes_per_step']} unshared")
+q = subprocess.run([hetkv, *[a for a in SP if a not in ("--local", "32")], "--shared-prefix", "--kv",
+                    "plain"], capture_output=True, text=True)
+if q.returncode != 2 or "--shared-prefix" not in q.stderr:
+    fails.append(f"--shared-prefix --kv plain: exit {q.returncode}: {q.stderr[-200:]}")
 p = subprocess.run([hetkv, *ARGS, "-o", "xml"], capture_output=True, text=True)
 if p.returncode != 2 or "unknown format 'xml'" not in p.stderr:
     fails.append(f"-o xml: exit {p.returncode}: {p.stderr}")

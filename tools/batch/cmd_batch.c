@@ -475,11 +475,15 @@ static void summary(job *j, hkv_sched *s, const char *how) {
                 el > 0 ? j->prompt_toks / el : 0, (long long)j->gen_toks,
                 el > 0 ? j->gen_toks / el : 0, (long long)st.steps,
                 st.steps ? (double)st.decode_rows / st.steps : 0);
-        if (j->o->sc.prefix_cache)
+        if (j->o->sc.prefix_cache) {
+            char saved[32];
+            hkv_fmt_bytes((double)st.prefix_saved_bytes, saved, sizeof saved);
             fprintf(stderr, "hetkv batch: prefix cache: %lld requests started from a kept prefix, "
-                    "%lld prompt tokens not prefilled; %lld prefixes kept, %lld replaced\n",
+                    "%lld prompt tokens not prefilled; %lld prefixes kept, %lld replaced; %s of KV "
+                    "shared rather than copied\n",
                     (long long)st.prefix_hits, (long long)st.prefix_tokens,
-                    (long long)st.prefix_stored, (long long)st.prefix_evicted);
+                    (long long)st.prefix_stored, (long long)st.prefix_evicted, saved);
+        }
     }
     if (j->o->json) {   /* through jansson: the policy text comes from the command line */
         json_t *o = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:I, s:I, s:f, s:f, s:I, "
@@ -508,12 +512,13 @@ static void summary(job *j, hkv_sched *s, const char *how) {
         }
         if (o && j->o->sc.prefix_cache)
             json_object_set_new(o, "prefix_cache",
-                                json_pack("{s:I, s:I, s:I, s:I, s:I}", "hits",
+                                json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "hits",
                                           (json_int_t)st.prefix_hits, "reused_tokens",
                                           (json_int_t)st.prefix_tokens, "stored",
                                           (json_int_t)st.prefix_stored, "evicted",
                                           (json_int_t)st.prefix_evicted, "bytes",
-                                          (json_int_t)st.prefix_bytes));
+                                          (json_int_t)st.prefix_bytes, "saved_bytes",
+                                          (json_int_t)st.prefix_saved_bytes));
         char *txt = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
         if (txt) puts(txt);
         free(txt);

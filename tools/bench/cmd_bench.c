@@ -40,7 +40,7 @@ static const char bench_usage[] =
 typedef struct bench_opts {
     const char *model, *configs, *budgets;
     long long ctxs[MAXL], batches[MAXL];
-    int n_ctx, n_batch, admit_only, cpu_time;
+    int n_ctx, n_batch, admit_only, cpu_time, shared_prefix;
     long long steps, probe_mib, chunk;
     hkv_exec_cli x;
     hkv_output_cli out;
@@ -88,6 +88,11 @@ static const hkv_opt bench_opts_table[] = {
      .help = "time the prefill and the decode steps in the process's CPU time, not\n"
              "wall time: tokens per CPU-second, steady on a shared machine (with\n"
              "-t 1; more threads add their spin at the joins)"},
+    {.name = "--shared-prefix", .kind = HKV_OPT_FLAG, .off = offsetof(bench_opts, shared_prefix),
+     .help = "the batch's sequences share the prompt's KV by reference (one copy\n"
+             "in host memory, its attention under full read once a step for\n"
+             "all of them) instead of each holding a copy; the rows report the\n"
+             "KV bytes held either way"},
     {.name = "--admit-only", .kind = HKV_OPT_FLAG, .off = offsetof(bench_opts, admit_only),
      .help = "check that the GPU memory plan admits every configuration at\n"
              "the largest context and batch, then exit (0: admitted, 1: refused,\n"
@@ -119,6 +124,8 @@ typedef struct point {
                              * tiered cache's counter; on the device path: the far part) */
     double ttft_s;         /* time to first token (prefill + first token); < 0: not measured */
     double fork_s;         /* the batch's first sequence: copy of the prompt and policy build */
+    double kv_held;        /* host bytes of the near and far tiers with the batch open */
+    int shared_prefix;     /* the batch shared the prompt by reference (--shared-prefix) */
     int has_pl;            /* --device cuda: the pipeline's timeline over the decode steps */
     hkv_pipeline_stats pl;
     int has_pre;           /* and over the shared prefill (where the prompt was attended) */
@@ -189,6 +196,8 @@ static json_t *point_row(const point *q, const row_ctx *x) {
     json_object_set_new(r, "vs_full", q->vs_full > 0 ? json_real(q->vs_full) : json_null());
     json_object_set_new(r, "ttft_s", q->ttft_s >= 0 ? json_real(q->ttft_s) : json_null());
     json_object_set_new(r, "fork_s", json_real(q->fork_s));
+    json_object_set_new(r, "kv_host_bytes", json_real(q->kv_held));
+    json_object_set_new(r, "shared_prefix", json_boolean(q->shared_prefix));
     json_object_set_new(r, "chunk", json_integer(x->chunk));
     json_object_set_new(r, "gpu_mem", x->gpu_mem > 0 ? json_integer((json_int_t)x->gpu_mem) : json_null());
     /* the host's reads a token, and the tokens/s the probe allows at that rate */
@@ -286,6 +295,13 @@ int hkv_cmd_bench(int argc, char **argv) {
             }
     }
     if (rc) {
+        hkv_err_report(&err, stderr);
+        return 2;
+    }
+    if (o.shared_prefix && (dc.cuda || ep.kv_plain)) {
+        hkv_seterr(&err, HKV_E_UNSUPPORTED, "bench: --shared-prefix shares the prompt in the "
+                   "host's tiered cache; %s", dc.cuda ? "with --device cuda its far tier is "
+                   "page-locked memory that the device reads" : "--kv plain copies it");
         hkv_err_report(&err, stderr);
         return 2;
     }
@@ -420,7 +436,8 @@ int hkv_cmd_bench(int argc, char **argv) {
                     if (configs && (rc = hkv_kv_set_policy(&e->kv, s, cfg[ci2].def, &cargs, &err)))
                         goto out;
                     if ((rc = ops->seq_open(e->kv.self, s, L + steps + 1 + hkv_lookahead_room(e, s), &err)) ||
-                        (rc = ops->seq_copy(e->kv.self, s, 0, &err)))
+                        (rc = o.shared_prefix ? ops->seq_share(e->kv.self, s, 0, ops->seq_len(e->kv.self, 0), &err)
+                                            : ops->seq_copy(e->kv.self, s, 0, &err)))
                         goto out;
                     if (s == 1 && !in_place) t_fork = hkv_now() - f0;
                     /* the policy's prep on the fork (laq/speckv lookahead, specpc compression) */
@@ -480,6 +497,8 @@ int hkv_cmd_bench(int argc, char **argv) {
                 p->has_pre = has_pre;
                 if (has_pre) p->pre = pre;
                 np++;
+                p->kv_held = (double)e->mem.bytes[HKV_TIER_FAR] + (double)e->mem.bytes[HKV_TIER_NEAR];
+                p->shared_prefix = o.shared_prefix;
                 for (int s = 1; s < s0 + B; s++) ops->seq_close(e->kv.self, s);
                 p->ctx = L;
                 p->fork_s = t_fork;
@@ -524,10 +543,13 @@ int hkv_cmd_bench(int argc, char **argv) {
                     if (!dense && p->vs_full > 0)
                         snprintf(rd + strlen(rd), sizeof rd - strlen(rd), "%s%.2fx full's tokens/s",
                                  rd[0] ? ", " : "", p->vs_full);
+                    char held[32];
+                    hkv_fmt_bytes(p->kv_held, held, sizeof held);
                     fprintf(stderr, "%-22s ctx %6lld batch %3lld: prefill %7.1f tok/s | decode %7.1f tok/s, "
-                            "step %7.2f ms, %s; matmul %2.0f%%, attention %2.0f%%\n",
+                            "step %7.2f ms, %s; matmul %2.0f%%, attention %2.0f%%; KV held %s%s\n",
                             label, L, B, p->prefill_tok_s, p->decode_tok_s, p->step_s * 1e3, rd,
-                            100 * p->matmul_frac, 100 * p->attn_frac);
+                            100 * p->matmul_frac, 100 * p->attn_frac, held,
+                            o.shared_prefix ? " (prompt shared)" : "");
                     if (configs && ttft >= 0) {
                         double ref_ttft = -1;
                         for (int j = 0; j < np - 1; j++)

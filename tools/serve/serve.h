@@ -66,6 +66,7 @@ typedef struct hkv_srv_metrics {
     uint64_t kv_reserved;                 /* KV bytes reserved for the running requests */
     long long prefix_hits, prefix_tokens; /* requests from a kept prefix, tokens not prefilled */
     uint64_t prefix_bytes;                /* the kept prefixes' KV reservations */
+    uint64_t prefix_saved;                /* far-tier bytes shared rather than copied */
     uint64_t tier_bytes[HKV_TIER_COUNT];  /* the engine's host memory per tier */
 } hkv_srv_metrics;
 

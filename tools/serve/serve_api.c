@@ -211,6 +211,9 @@ char *hkv_srv_metrics_text(hkv_srv *s) {
          "Prompt tokens those requests did not prefill (--prefix-cache).", (double)m.prefix_tokens},
         {"prefix_cache_bytes", "gauge", "KV bytes reserved for the kept prompt prefixes.",
          (double)m.prefix_bytes},
+        {"prefix_cache_saved_bytes_total", "counter",
+         "Far-tier KV bytes shared by reference rather than copied (--prefix-cache).",
+         (double)m.prefix_saved},
         {"shutting_down", "gauge", "1 after SIGINT or SIGTERM.", stopping},
     };
     for (size_t i = 0; i < sizeof one / sizeof *one; i++) {

@@ -1,0 +1,238 @@
+/* A prompt shared by reference (seq_share, kv/kv_prefix.h) against the same
+ * prompt copied (seq_copy), through the tiered cache:
+ *   - every decode output is bit-identical, under full (whose shared pieces
+ *     go through the cascade) and under quest and ctkvr (which read the
+ *     shared rows in place), in a batch that mixes shared and unshared
+ *     sequences, and in a batch of one (the split step);
+ *   - the far tier holds the shared rows once (the FAR account), the
+ *     cascade reads them once a step (the bytes-read counter), and every
+ *     byte is returned when the last sequence closes;
+ *   - a rewind below the shared rows gives the sequence its own copy and
+ *     leaves the others as they were;
+ *   - a sequence under full on the host path keeps no near tier; switched
+ *     to quest after its prompt, it decodes as one that was quest all along. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "kv_far.h"
+#include "kv_prefix.h"
+#include "kv_tiered.h"
+
+static int fails = 0;
+#define CHECK(c, ...)                                   \
+    do {                                                \
+        if (!(c)) {                                     \
+            fails++;                                    \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
+            printf(__VA_ARGS__);                        \
+            printf("\n");                               \
+        }                                               \
+    } while (0)
+
+/* d 64: 32 rows a page; a 1100-token prompt shares 1088 rows, two whole
+ * 512-row pieces of full's cascade */
+enum { L = 2, H = 6, KH = 2, D = 64, N_PROMPT = 1100, CHUNK = 256, B = 6, CTX = 1300 };
+enum { LD = (H + 2 * KH) * D };
+
+static void fill(float *x, int64_t n, uint64_t seed) {
+    uint64_t s = seed * 0x9e3779b97f4a7c15ULL + 1;
+    for (int64_t i = 0; i < n; i++) {
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        x[i] = (float)((double)(s >> 11) / 9007199254740992.0 - 0.5) * 2.0f;
+    }
+}
+
+typedef struct run {
+    hkv_kv kv;
+    hkv_mem_account mem;
+    float *out;   /* every decode output, in order */
+    size_t n_out;
+    uint64_t bytes;
+} run;
+
+static void step(run *r, const hkv_seg *segs, int n, uint64_t seed) {
+    float qkv[(B + 2) * LD], out[(B + 2) * H * D];
+    hkv_err err;
+    for (int l = 0; l < L; l++) {
+        fill(qkv, (int64_t)n * LD, seed * 31 + (uint64_t)l);
+        int rc = r->kv.ops->layer_step(r->kv.self, l, segs, n, qkv, LD, out, H * D, &err);
+        CHECK(rc == HKV_OK, "decode step: %s", err.msg);
+        memcpy(r->out + r->n_out, out, (size_t)n * H * D * sizeof(float));
+        r->n_out += (size_t)n * H * D;
+    }
+}
+
+/* Prompt into sequence 0 (and a different one into B + 1), B sequences from
+ * it by share or copy, decode batches; returns the FAR bytes with all open. */
+static size_t drive(run *r, const hkv_policy_def *pol, int share, const hkv_cpu_kernels *kern) {
+    hkv_tiered_params p;
+    hkv_tiered_params_default(&p);
+    p.L_init = 4;
+    p.L_local = 64;
+    p.policy = pol;
+    hkv_policy_args_init(pol, &p.args);
+    if (pol == &hkv_policy_quest) hkv_policy_arg_set(pol, &p.args, "budget=128", NULL);
+    if (pol == &hkv_policy_ctkvr) hkv_policy_arg_set(pol, &p.args, "rho_p=64", NULL);
+    hkv_kv_shape sh = {L, H, KH, D};
+    hkv_err err;
+    memset(&r->mem, 0, sizeof r->mem);
+    CHECK(hkv_kv_tiered_create(&r->kv, &sh, B + 2, &p, kern, &r->mem, &err) == HKV_OK, "create: %s",
+          err.msg);
+    const hkv_kv_ops *ops = r->kv.ops;
+    float *qkv = malloc((size_t)CHUNK * LD * sizeof(float)), *out = malloc((size_t)CHUNK * H * D * 4);
+    for (int s = 0; s < B + 2; s++)
+        CHECK(ops->seq_open(r->kv.self, s, CTX, &err) == HKV_OK, "open %d: %s", s, err.msg);
+    for (int which = 0; which < 2; which++) {
+        const int seq = which ? B + 1 : 0;
+        for (int64_t pos = 0; pos < N_PROMPT; pos += CHUNK) {
+            const int n = N_PROMPT - pos < CHUNK ? (int)(N_PROMPT - pos) : CHUNK;
+            hkv_seg sg = {.seq = seq, .n = n, .pos = pos, .row = 0,
+                          .flags = HKV_SEG_PROMPT | (pos + n == N_PROMPT ? HKV_SEG_PROMPT_END : 0)};
+            for (int l = 0; l < L; l++) {
+                fill(qkv, (int64_t)n * LD, (uint64_t)(pos * 7 + l + 1000 * which));
+                CHECK(ops->layer_step(r->kv.self, l, &sg, 1, qkv, LD, out, H * D, &err) == HKV_OK,
+                      "prompt: %s", err.msg);
+            }
+        }
+    }
+    for (int s = 1; s <= B; s++)
+        CHECK((share ? ops->seq_share(r->kv.self, s, 0, N_PROMPT, &err)
+                     : ops->seq_copy(r->kv.self, s, 0, &err)) == HKV_OK,
+              "fork %d: %s", s, err.msg);
+    const size_t far = r->mem.bytes[HKV_TIER_FAR];
+    const uint64_t b0 = hkv_kv_tiered_bytes_read(&r->kv);
+    /* B forks and the unshared sequence side by side, 24 steps */
+    hkv_seg segs[B + 2];
+    for (int t = 0; t < 24; t++) {
+        for (int i = 0; i < B + 1; i++)
+            segs[i] = (hkv_seg){.seq = i + 1, .n = 1, .pos = N_PROMPT + t, .row = i};
+        step(r, segs, B + 1, (uint64_t)t + 1);
+    }
+    r->bytes = hkv_kv_tiered_bytes_read(&r->kv) - b0;
+    /* one fork alone (the split step), then a rewind below the shared rows
+     * and a different continuation, then the batch again */
+    for (int t = 0; t < 4; t++) {
+        segs[0] = (hkv_seg){.seq = 2, .n = 1, .pos = N_PROMPT + 24 + t, .row = 0};
+        step(r, segs, 1, 100 + (uint64_t)t);
+    }
+    CHECK(ops->seq_rewind(r->kv.self, 3, 700, &err) == HKV_OK, "rewind: %s", err.msg);
+    for (int t = 0; t < 4; t++) {
+        segs[0] = (hkv_seg){.seq = 3, .n = 1, .pos = 700 + t, .row = 0};
+        segs[1] = (hkv_seg){.seq = 4, .n = 1, .pos = N_PROMPT + 24 + t, .row = 1};
+        step(r, segs, 2, 200 + (uint64_t)t);
+    }
+    free(qkv);
+    free(out);
+    return far;
+}
+
+/* Two sequences over one prompt, one opened under full (no near tier) and
+ * switched to quest after it, one under quest throughout: the same decode. */
+static void switch_policy(const hkv_cpu_kernels *kern) {
+    hkv_tiered_params p;
+    hkv_tiered_params_default(&p);
+    p.L_init = 4;
+    p.L_local = 64;
+    hkv_kv_shape sh = {L, H, KH, D};
+    hkv_mem_account mem = {0};
+    hkv_kv kv;
+    hkv_err err;
+    CHECK(hkv_kv_tiered_create(&kv, &sh, 2, &p, kern, &mem, &err) == HKV_OK, "create: %s", err.msg);
+    hkv_policy_args qa;
+    hkv_policy_args_init(&hkv_policy_quest, &qa);
+    hkv_policy_arg_set(&hkv_policy_quest, &qa, "budget=128", NULL);
+    CHECK(hkv_kv_set_policy(&kv, 1, &hkv_policy_quest, &qa, &err) == HKV_OK, "quest: %s", err.msg);
+    for (int s = 0; s < 2; s++)
+        CHECK(kv.ops->seq_open(kv.self, s, CTX, &err) == HKV_OK, "open: %s", err.msg);
+    CHECK(mem.bytes[HKV_TIER_NEAR] == (size_t)L * KH * (4 + 64) * D * 2 * 2,
+          "near tier of the quest sequence only: %zu bytes", mem.bytes[HKV_TIER_NEAR]);
+    float *qkv = malloc((size_t)CHUNK * LD * sizeof(float)), *out = malloc((size_t)CHUNK * H * D * 4);
+    float o[2][L][H * D];
+    for (int64_t pos = 0; pos < N_PROMPT; pos += CHUNK) {
+        const int n = N_PROMPT - pos < CHUNK ? (int)(N_PROMPT - pos) : CHUNK;
+        for (int s = 0; s < 2; s++) {
+            hkv_seg sg = {.seq = s, .n = n, .pos = pos, .row = 0,
+                          .flags = HKV_SEG_PROMPT | (pos + n == N_PROMPT ? HKV_SEG_PROMPT_END : 0)};
+            for (int l = 0; l < L; l++) {
+                fill(qkv, (int64_t)n * LD, (uint64_t)(pos * 7 + l));
+                CHECK(kv.ops->layer_step(kv.self, l, &sg, 1, qkv, LD, out, H * D, &err) == HKV_OK,
+                      "prompt: %s", err.msg);
+            }
+        }
+    }
+    CHECK(hkv_kv_set_policy(&kv, 0, &hkv_policy_quest, &qa, &err) == HKV_OK, "switch: %s", err.msg);
+    int same = 1;
+    for (int t = 0; t < 80; t++)
+        for (int s = 0; s < 2; s++) {
+            hkv_seg sg = {.seq = s, .n = 1, .pos = N_PROMPT + t, .row = 0};
+            for (int l = 0; l < L; l++) {
+                fill(qkv, LD, 5000 + (uint64_t)(t * L + l));
+                CHECK(kv.ops->layer_step(kv.self, l, &sg, 1, qkv, LD, o[s][l], H * D, &err) == HKV_OK,
+                      "decode: %s", err.msg);
+            }
+            if (s == 1) same &= !memcmp(o[0], o[1], sizeof o[0]);
+        }
+    CHECK(same, "full switched to quest decodes unlike quest throughout");
+    kv.ops->destroy(kv.self);
+    free(qkv);
+    free(out);
+}
+
+int main(void) {
+    hkv_cpu_kernels kern;
+    hkv_isa_info info;
+    hkv_isa_detect(&info);
+    hkv_cpu_kernels_init(&kern, info.best);
+    const hkv_policy_def *pols[] = {&hkv_policy_full, &hkv_policy_quest, &hkv_policy_ctkvr};
+    const size_t n_max = (size_t)(24 * (B + 1) + 4 + 8) * L * H * D;
+    for (int i = 0; i < 3; i++) {
+        run a = {.out = malloc(n_max * sizeof(float))}, b = {.out = malloc(n_max * sizeof(float))};
+        const size_t far_copy = drive(&a, pols[i], 0, &kern);
+        const size_t far_share = drive(&b, pols[i], 1, &kern);
+        const char *name = pols[i]->name;
+        size_t first = a.n_out;
+        double worst = 0;
+        for (size_t j = 0; j < a.n_out && j < b.n_out; j++)
+            if (a.out[j] != b.out[j]) {
+                if (first == a.n_out) first = j;
+                double e = fabs(a.out[j] - b.out[j]);
+                worst = e > worst ? e : worst;
+            }
+        CHECK(a.n_out == b.n_out && first == a.n_out,
+              "%s: outputs differ between the shared and the copied prompt (first at %zu of %zu, "
+              "largest difference %.3g)", name, first, a.n_out, worst);
+        /* the forks' 1088 shared rows are held once, not B + 1 times */
+        const size_t shared = (size_t)L * KH * 1088 * D * 2 * 2;
+        CHECK(far_copy - far_share == (size_t)B * shared, "%s: far tier %zu copied, %zu shared "
+              "(%zu less expected)", name, far_copy, far_share, (size_t)B * shared);
+        if (pols[i] == &hkv_policy_full)   /* the cascade reads the shared pieces once a step */
+            CHECK(b.bytes * 2 < a.bytes, "full: %llu bytes read shared, %llu copied",
+                  (unsigned long long)b.bytes, (unsigned long long)a.bytes);
+        printf("%s: far tier %.1f MiB copied, %.1f MiB shared; decode read %.1f / %.1f MB\n", name,
+               far_copy / 1048576.0, far_share / 1048576.0, a.bytes / 1e6, b.bytes / 1e6);
+        for (int s = 0; s < B + 2; s++) {
+            a.kv.ops->seq_close(a.kv.self, s);
+            b.kv.ops->seq_close(b.kv.self, s);
+        }
+        CHECK(b.mem.bytes[HKV_TIER_FAR] == 0 && a.mem.bytes[HKV_TIER_FAR] == 0,
+              "%s: far bytes left after close: %zu shared, %zu copied", name,
+              b.mem.bytes[HKV_TIER_FAR], a.mem.bytes[HKV_TIER_FAR]);
+        a.kv.ops->destroy(a.kv.self);
+        b.kv.ops->destroy(b.kv.self);
+        free(a.out);
+        free(b.out);
+    }
+    switch_policy(&kern);
+    /* the page arithmetic */
+    CHECK(hkv_kv_prefix_page_rows(128) == 32 && hkv_kv_prefix_page_rows(160) == 128,
+          "page rows %lld %lld", (long long)hkv_kv_prefix_page_rows(128),
+          (long long)hkv_kv_prefix_page_rows(160));
+    CHECK(hkv_kv_prefix_stride(1000, 128) == 1024 && hkv_kv_prefix_stride(1024, 128) == 1024,
+          "stride");
+    if (fails) printf("%d failures\n", fails);
+    else printf("ok\n");
+    return fails ? 1 : 0;
+}
