@@ -18,6 +18,9 @@ typedef struct slot {
     int64_t cap;          /* capacity the sequence was opened with */
     uint64_t order;       /* admission order: prefill oldest first */
     int whole;            /* the policy's prep takes the whole prompt in one step */
+    int opened;           /* its KV is open: at its first prefill, not at admission, so a
+                             request waiting for its turn holds no memory yet and can still
+                             start from a prefix kept meanwhile */
     size_t text_cap;
     hkv_sampler smp;
     int smp_ok;
@@ -469,10 +472,10 @@ static void prefix_store(hkv_sched *s, int i) {
 }
 
 /* Slot i's request starts from the kept prefix it has most tokens in common
- * with, if any (then only the rest of its prompt is prefilled). Asked at
- * admission and again before its first chunk: prompts are prefilled one at
- * a time, so requests admitted together over one document find the prefix
- * that the first of them kept. */
+ * with, if any (then only the rest of its prompt is prefilled). Asked when
+ * its prefill starts, not at admission: prompts are prefilled one at a time,
+ * so requests admitted together over one document find the prefix that the
+ * first of them kept. */
 static int prefix_start(hkv_sched *s, int i, hkv_err *err) {
     slot *sl = &s->slots[i];
     int64_t n;
@@ -524,18 +527,24 @@ static void admit(hkv_sched *s) {
         const hkv_policy_def *pdef = req_policy(s, r, &pa);
         /* every slot is given its request's policy (the default's too: the
          * slot may have run another request's) */
-        if ((pdef && hkv_kv_has_far(&e->kv) &&
-             (rc = hkv_kv_set_policy(&e->kv, i, pdef, &pa, &err))) ||
-            (rc = e->kv.ops->seq_open(e->kv.self, i, sl->cap, &err))) {
-            /* closing a slot that failed to open is harmless: it is not open */
+        if (pdef && hkv_kv_has_far(&e->kv) && (rc = hkv_kv_set_policy(&e->kv, i, pdef, &pa, &err))) {
             finish(s, i, rc, &err);
             continue;
         }
         hkv_policy_args args;
         const hkv_policy_def *def = hkv_kv_seq_policy(&e->kv, i, &args);
         sl->whole = def && def->prep != HKV_PREP_NONE;
-        if ((rc = prefix_start(s, i, &err))) finish(s, i, rc, &err);
     }
+}
+
+/* Slot i's KV, before its first prefill: opened, then started from a kept
+ * prefix where one has whole chunks in common with its prompt. */
+static int slot_open(hkv_sched *s, int i, hkv_err *err) {
+    slot *sl = &s->slots[i];
+    int rc = s->e->kv.ops->seq_open(s->e->kv.self, i, sl->cap, err);
+    if (rc) return rc;   /* (closing a slot that failed to open is harmless) */
+    sl->opened = 1;
+    return prefix_start(s, i, err);
 }
 
 static int decode_step(hkv_sched *s, hkv_err *err) {
@@ -593,7 +602,7 @@ static int64_t prefill_one(hkv_sched *s) {
     hkv_err err;
     hkv_err_clear(&err);
     int64_t rc0;
-    if (sl->fed == 0 && (rc0 = prefix_start(s, best, &err))) {   /* kept since admission? */
+    if (!sl->opened && (rc0 = slot_open(s, best, &err))) {
         finish(s, best, (int)rc0, &err);
         return 0;
     }

@@ -510,6 +510,11 @@ static void summary(job *j, hkv_sched *s, const char *how) {
             for (int r = 1; r < j->mpi->size; r++) json_array_append_new(a, json_integer(j->by_rank[r]));
             json_object_set_new(o, "answered_by_rank", a);
         }
+        if (o)   /* what the KV took at most: a shared prefix is held once */
+            json_object_set_new(o, "kv_peak_bytes",
+                                json_pack("{s:I, s:I}", "near",
+                                          (json_int_t)j->e->mem.peak[HKV_TIER_NEAR], "far",
+                                          (json_int_t)j->e->mem.peak[HKV_TIER_FAR]));
         if (o && j->o->sc.prefix_cache)
             json_object_set_new(o, "prefix_cache",
                                 json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "hits",
