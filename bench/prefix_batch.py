@@ -75,19 +75,20 @@ for name, extra in (("off", []), ("on", ["--prefix-cache", "2"])):
         raise SystemExit(f"{' '.join(cmd)}: {summ['errors']} requests failed (see {out})")
     with open(os.path.join(out_dir, f"summary_{name}.json"), "w") as f:
         json.dump({"command": cmd, "wall_s": wall, "summary": summ}, f, indent=1)
-    toks = {}
+    toks, pre = {}, {}
     with open(out) as f:
         for line in f:
             o = json.loads(line)
             toks[o["custom_id"]] = o["hetkv"].get("tokens")
-    res[name] = (wall, summ, toks)
+            pre[o["custom_id"]] = o["hetkv"].get("prefill_s", 0)
+    res[name] = (wall, summ, toks, pre)
 
 same = sum(res["off"][2][k] == res["on"][2].get(k) for k in res["off"][2])
 mib = 1 << 20
 rows = ["| prefix cache | wall s | prompt tokens prefilled | prefill s | decode s | KV peak near / far MiB |",
         "|---|---:|---:|---:|---:|---:|"]
 for name in ("off", "on"):
-    wall, s, _ = res[name]
+    wall, s, _, _ = res[name]
     pc = s.get("prefix_cache", {})
     prefilled = s["prompt_tokens"] - pc.get("reused_tokens", 0)
     kv = s.get("kv_peak_bytes", {})
@@ -100,6 +101,16 @@ rows.append(f"{a.n} requests, {res['off'][1]['prompt_tokens'] // a.n} prompt tok
             f"{a.max_batch}, policy {a.policy}, {a.threads} threads. Whole job: "
             f"{res['off'][0] / res['on'][0]:.1f}x faster with the cache; answers identical for "
             f"{same} of {a.n}; prefix cache {json.dumps(on.get('prefix_cache', {}))}.")
+# a hit's prefill: starting from the prefix (fork_s, all hits) and its own suffix
+pc = on.get("prefix_cache", {})
+hits_pre = sorted(res["on"][3].values())[:-1] if a.n > 1 else []   # all but the first's
+if pc.get("hits") and hits_pre:
+    t_hits = sum(hits_pre)
+    rows.append(f"A hit's prefill (median of the {len(hits_pre)} but the first request's): "
+                f"{hits_pre[len(hits_pre) // 2] * 1e3:.0f} ms, of which starting from the kept "
+                f"prefix {pc['fork_s'] / pc['hits'] * 1e3:.1f} ms on average; "
+                f"(fork + suffix) / suffix = {t_hits / max(t_hits - pc['fork_s'], 1e-9):.2f} over "
+                f"the hits; the first request's whole prompt {max(res['on'][3].values()):.2f} s.")
 table = "\n".join(rows)
 with open(os.path.join(out_dir, "table.md"), "w") as f:
     f.write(table + "\n")

@@ -481,7 +481,9 @@ static int prefix_start(hkv_sched *s, int i, hkv_err *err) {
     int64_t n;
     const int k = s->p.prefix_slots && !sl->whole && sl->fed == 0 ? prefix_find(s, i, &n) : -1;
     if (k < 0) return HKV_OK;
+    const double t0 = hkv_now();
     int rc = prefix_fork(s, i, s->p.max_batch + k, n, err);
+    s->st.t_prefix_fork += hkv_now() - t0;
     if (rc) return rc;
     sl->fed = n;
     s->pfx[k].last_use = ++s->pfx_clock;

@@ -110,6 +110,8 @@ typedef struct hkv_sched_stats {
     uint64_t prefix_bytes;                  /* their KV reservations */
     uint64_t prefix_saved_bytes;            /* far-tier bytes shared rather than copied (a
                                                hit's, and a kept prefix's own) */
+    double t_prefix_fork;                   /* seconds hits spent starting from their prefix
+                                               (their prefill_s holds it with their suffix's) */
 } hkv_sched_stats;
 
 typedef struct hkv_sched hkv_sched;

@@ -517,13 +517,14 @@ static void summary(job *j, hkv_sched *s, const char *how) {
                                           (json_int_t)j->e->mem.peak[HKV_TIER_FAR]));
         if (o && j->o->sc.prefix_cache)
             json_object_set_new(o, "prefix_cache",
-                                json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "hits",
+                                json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:f}", "hits",
                                           (json_int_t)st.prefix_hits, "reused_tokens",
                                           (json_int_t)st.prefix_tokens, "stored",
                                           (json_int_t)st.prefix_stored, "evicted",
                                           (json_int_t)st.prefix_evicted, "bytes",
                                           (json_int_t)st.prefix_bytes, "saved_bytes",
-                                          (json_int_t)st.prefix_saved_bytes));
+                                          (json_int_t)st.prefix_saved_bytes, "fork_s",
+                                          st.t_prefix_fork));
         char *txt = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
         if (txt) puts(txt);
         free(txt);
