@@ -53,7 +53,7 @@ static hkv_policy_env policy_env(const tiered *t, const tseq *q) {
 }
 
 /* The policy of q built from scratch; if a prompt has ended, its index too. */
-static int policy_rebuild(tiered *t, tseq *q, hkv_err *err) {
+int tiered_policy_rebuild(tiered *t, tseq *q, hkv_err *err) {
     if (q->pol.ops) q->pol.ops->destroy(q->pol.self);
     memset(&q->pol, 0, sizeof q->pol);
     hkv_policy_env env = policy_env(t, q);
@@ -78,17 +78,6 @@ static int far_alloc(tiered *t, hkv_pinned *b, size_t bytes, hkv_err *err) {
                             t->p.pin_far ? 0 : HKV_PIN_MAPPED, err);
 }
 
-int tiered_prefix_unmap(tiered *t, tseq *q, int keep, hkv_err *err) {
-    if (!q->pre) return HKV_OK;
-    void *bufs[2] = {q->far_k, q->far_v};
-    int rc = hkv_kv_prefix_unmap(q->pre, bufs, q->stride, q->pre_rows, keep, err);
-    if (rc) return rc;
-    q->pre = NULL;
-    q->pre_rows = 0;
-    q->epoch = ++t->epoch;
-    return HKV_OK;
-}
-
 /* A sequence keeps a near tier unless its policy is full on the host path
  * (no device to mirror it, no audit to compare with it): full attends every
  * position from the far rows in place (kv_tiered_attn.c), so the ring
@@ -100,7 +89,7 @@ static int wants_near(const tiered *t, const tseq *q) {
 
 /* The near tier of (q, layer) from the far rows, as of `end` tokens: the
  * sinks and the ring's positions. */
-static void near_from_far(tiered *t, tseq *q, int layer, int64_t end) {
+void tiered_near_from_far(tiered *t, tseq *q, int layer, int64_t end) {
     const int KH = t->s.n_head_kv, d = t->s.head_dim, Li = t->p.L_init, Ll = t->p.L_local;
     const size_t row = (size_t)d * 2;
     const int64_t ring_from = end - Ll > Li ? end - Ll : Li;
@@ -129,7 +118,7 @@ static int near_fill(tiered *t, tseq *q, hkv_err *err) {
         return HKV_E_NOMEM;
     }
     q->near_bytes = bytes;
-    for (int l = 0; l < t->s.n_layer; l++) near_from_far(t, q, l, q->len);
+    for (int l = 0; l < t->s.n_layer; l++) tiered_near_from_far(t, q, l, q->len);
     return HKV_OK;
 }
 
@@ -201,7 +190,7 @@ static int t_seq_open(void *self, int seq, int64_t n_ctx, hkv_err *err) {
             q->kptr[l * KH + h] = far_rows(t, q, q->far_k, l, h);
             q->vptr[l * KH + h] = far_rows(t, q, q->far_v, l, h);
         }
-    if ((rc = policy_rebuild(t, q, err))) goto fail;
+    if ((rc = tiered_policy_rebuild(t, q, err))) goto fail;
     q->open = 1;
     return HKV_OK;
 fail:
@@ -228,101 +217,6 @@ static int64_t t_seq_len(void *self, int seq) {
     return seq >= 0 && seq < t->max_seqs && t->seqs[seq].open ? t->seqs[seq].len : 0;
 }
 
-static int check_pair(const tiered *t, int dst, int src, const char *what, hkv_err *err) {
-    if (dst < 0 || dst >= t->max_seqs || src < 0 || src >= t->max_seqs || dst == src ||
-        !t->seqs[dst].open || !t->seqs[src].open)
-        return hkv_seterr(err, HKV_E_INVAL, "cannot %s sequence %d to %d", what, src, dst);
-    const tseq *d = &t->seqs[dst], *s = &t->seqs[src];
-    if (s->len > d->cap)
-        return hkv_seterr(err, HKV_E_CAPACITY, "sequence %d holds %lld tokens, more than the "
-                          "%lld that sequence %d has room for", src, (long long)s->len,
-                          (long long)d->cap, dst);
-    return HKV_OK;
-}
-
-/* src's tokens into dst, whose far rows below `from` already hold them;
- * far rows from `upto` on are not copied (dst is rewound below them). */
-static int copy_state(tiered *t, tseq *d, const tseq *s, int64_t from, int64_t upto, hkv_err *err) {
-    const int L = t->s.n_layer, KH = t->s.n_head_kv, d_ = t->s.head_dim;
-    if (d->near_k && s->near_k) {
-        memcpy(d->near_k, s->near_k, s->near_bytes);
-        memcpy(d->near_v, s->near_v, s->near_bytes);
-    }
-    if (upto > from)
-        for (int l = 0; l < L; l++)
-            for (int h = 0; h < KH; h++) {
-                size_t n = (size_t)(upto - from) * d_ * 2;
-                memcpy(far_rows(t, d, d->far_k, l, h) + from * d_, far_rows(t, s, s->far_k, l, h) + from * d_, n);
-                memcpy(far_rows(t, d, d->far_v, l, h) + from * d_, far_rows(t, s, s->far_v, l, h) + from * d_, n);
-            }
-    /* Query rings agree slot by slot only when their sizes do. */
-    if (d->q_keep == s->q_keep && d->qh) memcpy(d->qh, s->qh, s->qh_bytes);
-    memcpy(d->prompt_open, s->prompt_open, (size_t)L * sizeof *d->prompt_open);
-    memcpy(d->far_hi, s->far_hi, (size_t)L * sizeof *d->far_hi);
-    memcpy(d->fed, s->fed, (size_t)L * sizeof *d->fed);
-    int rt = tiered_tsp_copy(t, d, s, err);
-    if (rt) return rt;
-    d->len = s->len;
-    d->prompt_done = s->prompt_done;
-    d->epoch = ++t->epoch;
-    memset(&d->audit, 0, sizeof d->audit);
-    if (d->near_k && !s->near_k)   /* a near tier from the far rows that hold everything */
-        for (int l = 0; l < L; l++) near_from_far(t, d, l, d->len);
-    return policy_rebuild(t, d, err);
-}
-
-static int t_seq_copy(void *self, int dst, int src, hkv_err *err) {
-    tiered *t = self;
-    int rc = check_pair(t, dst, src, "copy", err);
-    if (rc) return rc;
-    tseq *d = &t->seqs[dst];
-    if ((rc = tiered_prefix_unmap(t, d, 1, err))) return rc;   /* its rows are rewritten */
-    return copy_state(t, d, &t->seqs[src], 0, t->seqs[src].len, err);
-}
-
-/* As copy then rewind to n, with src's rows below the last whole page of
- * its length shared by reference (kv_prefix.h): made a shared prefix the
- * first time src is shared, mapped into src itself and then into each dst
- * (as far as n reaches). */
-static int t_seq_share(void *self, int dst, int src, int64_t n, hkv_err *err) {
-    tiered *t = self;
-    int rc = check_pair(t, dst, src, "share", err);
-    if (rc) return rc;
-    if (n < 0 || n > t->seqs[src].len)
-        return hkv_seterr(err, HKV_E_RANGE, "sharing %lld tokens of sequence %d, which holds %lld",
-                          (long long)n, src, (long long)t->seqs[src].len);
-    if (t->p.pin_far)
-        return hkv_seterr(err, HKV_E_UNSUPPORTED, "a prefix shared by reference needs the host "
-                          "path's far tier (with a CUDA device it is page-locked memory that the "
-                          "device reads)");
-    tseq *d = &t->seqs[dst], *s = &t->seqs[src];
-    const int64_t pr = hkv_kv_prefix_page_rows((size_t)t->s.head_dim * 2);
-    if (!s->pre && s->len >= pr) {
-        void *bufs[2] = {s->far_k, s->far_v};
-        const int64_t rows = s->len / pr * pr;
-        hkv_kv_prefix *p;
-        if ((rc = hkv_kv_prefix_create(&p, bufs, 2, t->s.n_layer * t->s.n_head_kv, s->stride, rows,
-                                       (size_t)t->s.head_dim * 2, t->mem, err)))
-            return rc;
-        if ((rc = hkv_kv_prefix_map(p, bufs, s->stride, rows, err))) {
-            hkv_kv_prefix_drop(p);
-            return rc;
-        }
-        s->pre = p;
-        s->pre_rows = rows;
-    }
-    if ((rc = tiered_prefix_unmap(t, d, 1, err))) return rc;
-    const int64_t rows = s->pre_rows < n / pr * pr ? s->pre_rows : n / pr * pr;
-    if (s->pre && rows > 0) {
-        void *bufs[2] = {d->far_k, d->far_v};
-        if ((rc = hkv_kv_prefix_map(s->pre, bufs, d->stride, rows, err))) return rc;
-        d->pre = s->pre;
-        d->pre_rows = rows;
-    }
-    if ((rc = copy_state(t, d, s, d->pre_rows, n, err))) return rc;
-    return n < d->len ? tiered_seq_rewind(t, dst, n, err) : HKV_OK;
-}
-
 static int t_set_policy(void *self, int seq, const hkv_policy_def *def, const hkv_policy_args *a,
                         hkv_err *err) {
     tiered *t = self;
@@ -341,14 +235,14 @@ static int t_set_policy(void *self, int seq, const hkv_policy_def *def, const hk
     if (!q->near_k && wants_near(t, q) && (rc = near_fill(t, q, err))) return rc;
     memset(&q->audit, 0, sizeof q->audit);
     q->epoch = ++t->epoch;   /* a device mirror of the old policy's index is stale */
-    return policy_rebuild(t, q, err);
+    return tiered_policy_rebuild(t, q, err);
 }
 
 /* The last min(q_keep, end) queries as one contiguous block, for prompt end. */
 int tiered_prompt_end(tiered *t, tseq *q, int layer, int64_t end, hkv_err *err) {
     const int d = t->s.head_dim, Li = t->p.L_init, Ll = t->p.L_local;
     int64_t ring_from = end - Ll > Li ? end - Ll : Li;
-    if (q->near_k) near_from_far(t, q, layer, end);
+    if (q->near_k) tiered_near_from_far(t, q, layer, end);
     q->far_hi[layer] = ring_from;
     q->prompt_open[layer] = 0;
     q->prompt_done = 1;
@@ -568,8 +462,8 @@ static const hkv_kv_ops tiered_ops = {
     .name = "tiered",
     .seq_open = t_seq_open,
     .seq_close = t_seq_close,
-    .seq_copy = t_seq_copy,
-    .seq_share = t_seq_share,
+    .seq_copy = tiered_seq_copy,
+    .seq_share = tiered_seq_share,
     .seq_len = t_seq_len,
     .seq_rewind = tiered_seq_rewind,
     .layer_step = t_layer_step,

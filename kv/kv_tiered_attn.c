@@ -23,10 +23,11 @@
  * side by side (a batch of one on many threads): a row's result never depends
  * on the batch or the thread count. 512: a 1K context's far tier is two
  * pieces, so a batch of one with 3 KV heads keeps 2 threads busy (one piece
- * per thread and head would leave one idle a third of the time). */
-#define FAR_PIECE 512
+ * per thread and head would leave one idle a third of the time). The pieces
+ * of a shared prefix may come from the cascade (kv_tiered_cascade.c). */
+#define FAR_PIECE HKV_TIERED_PIECE
 
-typedef struct item { int seg, kvh, q0, nq; } item;
+typedef tiered_item item;
 
 /* A decode item's far work, kept from selection to the merge when the step
  * is split across threads by pieces; the near rows are a piece of their own
@@ -51,27 +52,22 @@ static void far_piece(const hkv_cpu_kernels *kn, const float *qv, int g, int d, 
 
 static int64_t n_pieces(int64_t n_sel) { return (n_sel + FAR_PIECE - 1) / FAR_PIECE; }
 
-/* A decode row attends every position in place, from its far rows (which
- * hold them all, kv_tiered.c): `full` on the host path. The far-only step
- * (the device attends the near tier) and the audit keep the near/far split. */
-static int dense_in_place(const tiered *t, const tseq *q, const float *lse_out) {
-    return q->def == &hkv_policy_full && !lse_out && !t->p.audit && !q->tsp;
-}
-
-/* Pieces of a row's range [0, pos] that lie in its shared prefix: computed
- * once for every row on the prefix (cascade_run). */
-static int64_t shared_pieces(const tseq *q, int64_t pos) {
-    int64_t n = (q->pre_rows < pos + 1 ? q->pre_rows : pos + 1) / FAR_PIECE;
-    return q->pre ? n : 0;
-}
-
 typedef struct need {
     int64_t max_sel, pol_f, pol_i, far;   /* over the batch's decode rows */
     int64_t tsp_idx;     /* prompt rows over a layer's present positions (kv_tiered_tsp.c) */
 } need;
 
-static int is_prompt(const hkv_seg *sg) {
+int tiered_is_prompt(const hkv_seg *sg) {
     return (sg->flags & (HKV_SEG_PROMPT | HKV_SEG_PROMPT_END)) || sg->n > 1;
+}
+
+int tiered_dense_in_place(const tiered *t, const tseq *q, const float *lse_out) {
+    return q->def == &hkv_policy_full && !lse_out && !t->p.audit && !q->tsp;
+}
+
+int64_t tiered_shared_pieces(const tseq *q, int64_t pos) {
+    int64_t n = (q->pre_rows < pos + 1 ? q->pre_rows : pos + 1) / HKV_TIERED_PIECE;
+    return q->pre ? n : 0;
 }
 
 /* Per-thread scratch layout, in floats (int32 parts share the buffer). */
@@ -162,7 +158,7 @@ static void attend_item(layer_step *st, int w, float *base, int tid) {
         memcpy(qb + (size_t)r * g * d, qkv + (sg->row + I->q0 + r) * ld_qkv + (size_t)I->kvh * g * d,
                (size_t)g * d * sizeof(float));
     const tsp_list *tsl = q->tsp && q->tsp[layer].rows ? &q->tsp[layer] : NULL;
-    if (is_prompt(sg) && tsl) {
+    if (tiered_is_prompt(sg) && tsl) {
         /* After a token-selective prefill: causal over the present
          * positions only; each query sees a prefix of the tile's list. */
         int64_t n_idx = tiered_tsp_rows_upto(tsl, seg_pos(sg, I->q0 + I->nq - 1), tidx), c = 0;
@@ -173,11 +169,11 @@ static void attend_item(layer_step *st, int w, float *base, int tid) {
                             far_rows(t, q, q->far_v, layer, I->kvh), d, tidx, c, scale,
                             ob + (size_t)r * g * d, lb + (size_t)r * g);
         }
-    } else if (is_prompt(sg)) {
+    } else if (tiered_is_prompt(sg)) {
         hkv_attn_causal_for(kn)(qb, (int64_t)g * d, I->nq, g, d, sg->pos + I->q0,
                         far_rows(t, q, q->far_k, layer, I->kvh), far_rows(t, q, q->far_v, layer, I->kvh),
                         d, scale, ob, (int64_t)g * d, lb);
-    } else if (dense_in_place(t, q, lse_out)) {
+    } else if (tiered_dense_in_place(t, q, lse_out)) {
         /* [0, pos] in place, pieces merged in order from the empty partial:
          * the same arithmetic whether a piece comes from the cascade, from
          * this thread or (split) from another */
@@ -188,7 +184,7 @@ static void attend_item(layer_step *st, int w, float *base, int tid) {
         if (c >= 0) {
             memcpy(ob, st->casc_o + (size_t)c * g * d, (size_t)g * d * sizeof(float));
             memcpy(lb, st->casc_l + (size_t)c * g, (size_t)g * sizeof(float));
-            a0 = shared_pieces(q, sg->pos) * FAR_PIECE;
+            a0 = tiered_shared_pieces(q, sg->pos) * FAR_PIECE;
         } else {
             memset(ob, 0, (size_t)g * d * sizeof(float));
             for (int j = 0; j < g; j++) lb[j] = -INFINITY;
@@ -360,135 +356,6 @@ static void run_pieces(layer_step *st) {
     }
 }
 
-/* Cascade attention (FlashInfer's name for it): the decode rows attending
- * in place whose first pieces lie in one shared prefix get those pieces'
- * partial from one attn_dense call a piece over all their query heads, so
- * the prefix's rows are read once for the batch, not once a row. A head's
- * arithmetic in attn_dense does not depend on the other heads of the call
- * (tests/cpu checks it on every ISA) and the merge is per head: each row's
- * partial is bit for bit the one it would compute alone, whatever the batch. */
-typedef struct casc_member {
-    const hkv_kv_prefix *pre;
-    int64_t n;        /* shared pieces */
-    int kvh, item;
-} casc_member;
-
-typedef struct cascade {
-    int *of;          /* item -> member slot, or -1 */
-    float *o, *l;     /* [slot][g][d], [slot][g] */
-    int n;
-} cascade;
-
-static int cmp_member(const void *pa, const void *pb) {
-    const casc_member *a = pa, *b = pb;
-    if (a->pre != b->pre) return (uintptr_t)a->pre < (uintptr_t)b->pre ? -1 : 1;
-    if (a->n != b->n) return a->n < b->n ? -1 : 1;
-    if (a->kvh != b->kvh) return a->kvh - b->kvh;
-    return a->item - b->item;
-}
-
-static void cascade_free(cascade *c) {
-    free(c->of);
-    free(c->o);
-    memset(c, 0, sizeof *c);
-}
-
-/* Largest query heads one cascade call takes (its scratch is 3 G d floats). */
-#define CASC_MAX_ROWS 64
-
-static int cascade_run(tiered *t, int layer, const hkv_seg *segs, const item *items, int n_items,
-                       const float *qkv, int64_t ld_qkv, float scale, cascade *c, hkv_err *err) {
-    const int KH = t->s.n_head_kv, d = t->s.head_dim, g = t->s.n_head / KH;
-    memset(c, 0, sizeof *c);
-    int n_cand = 0;
-    for (int w = 0; w < n_items; w++) {
-        const hkv_seg *sg = &segs[items[w].seg];
-        const tseq *q = &t->seqs[sg->seq];
-        n_cand += !is_prompt(sg) && dense_in_place(t, q, NULL) && shared_pieces(q, sg->pos) > 0;
-    }
-    if (n_cand < 2) return HKV_OK;
-    casc_member *m = malloc((size_t)n_cand * sizeof *m);
-    if (!(c->of = malloc((size_t)n_items * sizeof *c->of)) || !m) {
-        free(m);
-        cascade_free(c);
-        return hkv_seterr(err, HKV_E_NOMEM, "no memory for %d cascade rows", n_cand);
-    }
-    int k = 0;
-    for (int w = 0; w < n_items; w++) {
-        c->of[w] = -1;
-        const hkv_seg *sg = &segs[items[w].seg];
-        const tseq *q = &t->seqs[sg->seq];
-        if (!is_prompt(sg) && dense_in_place(t, q, NULL) && shared_pieces(q, sg->pos) > 0)
-            m[k++] = (casc_member){q->pre, shared_pieces(q, sg->pos), items[w].kvh, w};
-    }
-    qsort(m, (size_t)n_cand, sizeof *m, cmp_member);
-    /* Units: runs of at most CASC_MAX_ROWS / g rows of one group; a group of
-     * one is left to its item (the same arithmetic). */
-    const int per = CASC_MAX_ROWS / g > 0 ? CASC_MAX_ROWS / g : 1;
-    int *unit = malloc((size_t)(n_cand + 1) * 2 * sizeof *unit), n_units = 0, n_slots = 0;
-    if (!unit) {
-        free(m);
-        cascade_free(c);
-        return hkv_seterr(err, HKV_E_NOMEM, "no memory for %d cascade rows", n_cand);
-    }
-    for (int a = 0, b; a < n_cand; a = b) {
-        for (b = a + 1; b < n_cand && !cmp_member(&(casc_member){m[a].pre, m[a].n, m[a].kvh, 0},
-                                                  &(casc_member){m[b].pre, m[b].n, m[b].kvh, 0}); b++)
-            ;
-        if (b - a < 2) continue;
-        for (int u = a; u < b; u += per) {
-            unit[2 * n_units] = u;
-            unit[2 * n_units++ + 1] = b - u < per ? b - u : per;
-        }
-        for (int u = a; u < b; u++) c->of[m[u].item] = n_slots++;
-    }
-    const size_t gd = (size_t)g * d;
-    const int nth = omp_get_max_threads();
-    const size_t scr = 3 * (size_t)per * gd + 2 * (size_t)per * g;
-    if (n_slots && !(c->o = malloc(((size_t)n_slots * (gd + g) + (size_t)nth * scr) * sizeof(float)))) {
-        free(unit), free(m);
-        cascade_free(c);
-        return hkv_seterr(err, HKV_E_NOMEM, "no memory for %d cascade partials", n_slots);
-    }
-    c->n = n_slots;
-    c->l = c->o + (size_t)n_slots * gd;
-    float *scratch = c->l + (size_t)n_slots * g;
-    const hkv_cpu_kernels *kn = t->kern;
-#pragma omp parallel for schedule(dynamic, 1) if (n_units > 1)
-    for (int u = 0; u < n_units; u++) {
-        const casc_member *mm = m + unit[2 * u];
-        const int nm = unit[2 * u + 1], G = nm * g;
-        float *qb = scratch + (size_t)omp_get_thread_num() * scr, *ao = qb + (size_t)nm * gd;
-        float *to = ao + (size_t)nm * gd, *al = to + (size_t)nm * gd, *tl = al + G;
-        for (int i = 0; i < nm; i++)
-            memcpy(qb + i * gd, qkv + segs[items[mm[i].item].seg].row * ld_qkv + (size_t)mm[i].kvh * gd,
-                   gd * sizeof(float));
-        memset(ao, 0, (size_t)nm * gd * sizeof(float));
-        for (int j = 0; j < G; j++) al[j] = -INFINITY;
-        const int run = layer * KH + mm[0].kvh;
-        const uint16_t *K = hkv_kv_prefix_run(mm[0].pre, 0, run), *V = hkv_kv_prefix_run(mm[0].pre, 1, run);
-        /* Per row, the very call of its own step (a head's arithmetic may
-         * depend on the heads beside it in a call: the AVX-512 kernel sums
-         * P.V in two chains for one or two heads); the piece stays in L2
-         * from the first row to the last. */
-        for (int64_t p = 0; p < mm[0].n; p++)
-            for (int i = 0; i < nm; i++) {
-                kn->attn_dense(qb + i * gd, g, d, K + p * FAR_PIECE * d, V + p * FAR_PIECE * d, d,
-                               FAR_PIECE, scale, to + i * gd, tl + (size_t)i * g);
-                hkv_attn_merge(ao + i * gd, al + (size_t)i * g, to + i * gd, tl + (size_t)i * g, g, d);
-            }
-        __atomic_fetch_add(&t->bytes_read, (uint64_t)mm[0].n * FAR_PIECE * d * 4, __ATOMIC_RELAXED);
-        for (int i = 0; i < nm; i++) {
-            const int slot = c->of[mm[i].item];
-            memcpy(c->o + slot * gd, ao + i * gd, gd * sizeof(float));
-            memcpy(c->l + (size_t)slot * g, al + (size_t)i * g, (size_t)g * sizeof(float));
-        }
-    }
-    free(unit);
-    free(m);
-    return HKV_OK;
-}
-
 int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const float *qkv,
                   int64_t ld_qkv, float *out, int64_t ld_out, float *lse_out,
                   const hkv_recall_rows *rec, hkv_err *err) {
@@ -505,7 +372,7 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
             }
             continue;
         }
-        if (is_prompt(sg)) {
+        if (tiered_is_prompt(sg)) {
             n_items += KH * ((sg->n + QTILE - 1) / QTILE);
             const tseq *q = &t->seqs[sg->seq];
             if (q->tsp && q->tsp[layer].rows) {
@@ -516,7 +383,7 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
         }
         n_items += KH;
         tseq *q = &t->seqs[sg->seq];
-        if (dense_in_place(t, q, lse_out)) {
+        if (tiered_dense_in_place(t, q, lse_out)) {
             if (sg->pos + 1 > nd.far) nd.far = sg->pos + 1;
             continue;
         }
@@ -534,7 +401,7 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
     int it = 0;
     for (int i = 0; i < n_segs; i++)
         for (int h = 0; h < KH && !(segs[i].flags & HKV_SEG_STORE_ONLY); h++) {
-            if (!is_prompt(&segs[i])) {
+            if (!tiered_is_prompt(&segs[i])) {
                 items[it++] = (item){i, h, 0, 1};
                 continue;
             }
@@ -553,7 +420,7 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
      * the selections are made side by side as usual, then the far pieces of
      * all of them are spread over the threads and merged in order. */
     int n_dec = 0;
-    for (int w = 0; w < n_items; w++) n_dec += !is_prompt(&segs[items[w].seg]);
+    for (int w = 0; w < n_items; w++) n_dec += !tiered_is_prompt(&segs[items[w].seg]);
     /* a selection is at most max_sel rows, or the whole far range */
     const int64_t max_pieces = n_pieces(nd.max_sel > nd.far ? nd.max_sel : nd.far);
     const int split = n_dec > 0 && n_dec < 4 * nth && max_pieces > 1 && !t->p.audit;
@@ -582,7 +449,7 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
             free(dec_of), free(fw), free(items);
             return hkv_seterr(err, HKV_E_NOMEM, "no memory for %d split attention items", n_dec);
         }
-        for (int w = 0, k = 0; w < n_items; w++) dec_of[w] = is_prompt(&segs[items[w].seg]) ? -1 : k++;
+        for (int w = 0, k = 0; w < n_items; w++) dec_of[w] = tiered_is_prompt(&segs[items[w].seg]) ? -1 : k++;
         pending = dec_of + n_items, ready = pending + n_dec;
         sq = t->split, so = sq + n_dec * gd, sl = so + n_dec * gd, po = sl + (size_t)n_dec * g;
         pl = po + np * gd, ssel = (int32_t *)(pl + np * g);
@@ -590,7 +457,7 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
      * pipeline's deferred host steps) writes empty partials: too little for
      * a team's wake-up. */
     int wide = !lse_out || nd.far > 0 || t->p.audit;
-    for (int i = 0; i < n_segs && !wide; i++) wide = is_prompt(&segs[i]);
+    for (int i = 0; i < n_segs && !wide; i++) wide = tiered_is_prompt(&segs[i]);
     /* With several threads, a selection's scoring is spread over those that
      * have no selection of their own left (kv_score_team.h). */
     const int shared = wide && nth > 1 && n_dec > 0 && !t->p.score_alone;
@@ -601,8 +468,8 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
             return rc;
         }
     }
-    cascade casc = {0};
-    if (!split && !lse_out && (rc = cascade_run(t, layer, segs, items, n_items, qkv, ld_qkv, scale, &casc, err))) {
+    tiered_cascade casc = {0};
+    if (!split && !lse_out && (rc = tiered_cascade_run(t, layer, segs, items, n_items, qkv, ld_qkv, scale, &casc, err))) {
         free(dec_of), free(fw), free(items);
         return rc;
     }
@@ -646,7 +513,7 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
                        (size_t)g * sizeof(float));
         }
     }
-    cascade_free(&casc);
+    tiered_cascade_free(&casc);
     free(dec_of);
     free(fw);
     free(items);

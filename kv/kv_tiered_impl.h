@@ -90,6 +90,14 @@ void tiered_far_view(const tiered *t, const tseq *q, int layer, hkv_far_view *v)
  * its own copy of those rows (before it writes below them); without (it is
  * closing), the mapping goes with its far rows. */
 int tiered_prefix_unmap(tiered *t, tseq *q, int keep, hkv_err *err);
+/* seq_copy and seq_share (kv.h), in kv_tiered_fork.c. */
+int tiered_seq_copy(void *self, int dst, int src, hkv_err *err);
+int tiered_seq_share(void *self, int dst, int src, int64_t n, hkv_err *err);
+/* q's policy built from scratch; if a prompt has ended, its index too. */
+int tiered_policy_rebuild(tiered *t, tseq *q, hkv_err *err);
+/* The near tier of (q, layer) from the far rows, as of `end` tokens: the
+ * sinks and the ring's positions. */
+void tiered_near_from_far(tiered *t, tseq *q, int layer, int64_t end);
 int tiered_prompt_end(tiered *t, tseq *q, int layer, int64_t end, hkv_err *err);
 /* Rewind (kv_tiered_lookahead.c): drop positions >= n. */
 int tiered_seq_rewind(void *self, int seq, int64_t n, hkv_err *err);
@@ -112,6 +120,31 @@ void tiered_audit_row(tiered *t, tseq *q, int layer, int kvh, const float *qv, c
                       const float *o_near, const float *lse_near, const int32_t *sel, int64_t n_sel,
                       const hkv_far_view *fv, float *tmp_o, float *tmp_l, float *scores,
                       int32_t *rows, int32_t *top, int32_t *work, int32_t *mark);
+/* A decode row's far attention is computed in pieces of this many rows
+ * (kv_tiered_attn.c, FAR_PIECE). */
+#define HKV_TIERED_PIECE 512
+/* An attention item: one KV head of a segment, a tile of its queries. */
+typedef struct tiered_item { int seg, kvh, q0, nq; } tiered_item;
+/* A prompt segment (several rows, or flagged): causal attention. */
+int tiered_is_prompt(const hkv_seg *sg);
+/* A decode row attends every position in place, from its far rows (which
+ * hold them all, kv_tiered.c): `full` on the host path. The far-only step
+ * (the device attends the near tier) and the audit keep the near/far split. */
+int tiered_dense_in_place(const tiered *t, const tseq *q, const float *lse_out);
+/* Pieces of a row's range [0, pos] that lie in its shared prefix, computed
+ * once for every row on the prefix (tiered_cascade_run). */
+int64_t tiered_shared_pieces(const tseq *q, int64_t pos);
+/* The rows' partials over their shared pieces (kv_tiered_cascade.c): item w
+ * starts from slot of[w] (-1: from the empty partial). */
+typedef struct tiered_cascade {
+    int *of;          /* item -> member slot, or -1 */
+    float *o, *l;     /* [slot][g][d], [slot][g] */
+    int n;
+} tiered_cascade;
+int tiered_cascade_run(tiered *t, int layer, const hkv_seg *segs, const tiered_item *items,
+                       int n_items, const float *qkv, int64_t ld_qkv, float scale, tiered_cascade *c,
+                       hkv_err *err);
+void tiered_cascade_free(tiered_cascade *c);
 /* Attention of all segments (after their K/V are in place). With lse_out
  * (far-only mode, hkv_kv_ops.layer_step_far) decode rows get only the far
  * partial and every row's lse goes to lse_out[row * n_head + head]. */
