@@ -269,5 +269,15 @@ int main(void)
         }
         free(k); free(v); free(idx); free(q); free(qsharp); free(k8); free(sc8);
     }
+    /* The AVX2 table without AVX-VNNI (--isa avx2-novnni) differs from the
+     * AVX2 one in its int8 products only: its attention is what was checked. */
+    if (test_best_isa() >= HKV_ISA_AVX2) {
+        hkv_cpu_kernels a, b;
+        hkv_cpu_kernels_init(&a, HKV_ISA_AVX2);
+        hkv_cpu_kernels_init(&b, HKV_ISA_AVX2 | HKV_ISA_NO_AVXVNNI);
+        CHECK(a.attn_dense == b.attn_dense && a.attn_sparse == b.attn_sparse &&
+                  a.score_max == b.score_max && a.score_max_i8 == b.score_max_i8,
+              "avx2-novnni: attention kernels other than the AVX2 table's");
+    }
     return test_report("test_attn");
 }
