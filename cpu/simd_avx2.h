@@ -84,23 +84,31 @@ HKV_VINLINE vf vf_exp(vf x)
     return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), keep);
 }
 
+/* The levels of the reduction tree: lanes l and l + 4 of each of the two
+ * inputs combine (L1: [a's | b's]), then lanes l and l + 2 (L2), l and l + 1
+ * (L3), so every input vector is reduced in the same association wherever
+ * it sits in the tree (attn_reg.inc relies on it: its scores equal
+ * tile_dot's). */
+HKV_VINLINE vf vf_tree_l1(vf a, vf b)
+{
+    return _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+}
+HKV_VINLINE vf vf_tree_l2(vf a, vf b)
+{
+    return _mm256_add_ps(_mm256_shuffle_ps(a, b, 0x44), _mm256_shuffle_ps(a, b, 0xEE));
+}
+HKV_VINLINE vf vf_tree_l3(vf a, vf b)
+{
+    return _mm256_add_ps(_mm256_shuffle_ps(a, b, 0x88), _mm256_shuffle_ps(a, b, 0xDD));
+}
+
 /* out lane j = sum of the lanes of v[j], j < 8 (3-level tree; input order
  * permuted so the output lanes come out in key order). */
 HKV_VINLINE vf vf_reduce_vl(const vf *v)
 {
-#define HKV_L1(a, b) \
-    _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31))
-#define HKV_L2(a, b) \
-    _mm256_add_ps(_mm256_shuffle_ps(a, b, 0x44), _mm256_shuffle_ps(a, b, 0xEE))
-#define HKV_L3(a, b) \
-    _mm256_add_ps(_mm256_shuffle_ps(a, b, 0x88), _mm256_shuffle_ps(a, b, 0xDD))
-    vf ab = HKV_L1(v[0], v[4]), cd = HKV_L1(v[1], v[5]);
-    vf ef = HKV_L1(v[2], v[6]), gh = HKV_L1(v[3], v[7]);
-    vf a_d = HKV_L2(ab, cd), e_h = HKV_L2(ef, gh);
-    return HKV_L3(a_d, e_h);
-#undef HKV_L1
-#undef HKV_L2
-#undef HKV_L3
+    vf ab = vf_tree_l1(v[0], v[4]), cd = vf_tree_l1(v[1], v[5]);
+    vf ef = vf_tree_l1(v[2], v[6]), gh = vf_tree_l1(v[3], v[7]);
+    return vf_tree_l3(vf_tree_l2(ab, cd), vf_tree_l2(ef, gh));
 }
 
 /* ---- weight block decoding (32 weights = 4 vectors) -------------------- */

@@ -78,7 +78,7 @@ HKV_VINLINE vf vf_exp(vf x)
 /* The levels of the reduction tree: each combines (op: add or max) lanes l
  * and l + 8 (L1), l + 4 (L2), l + 2 (L3), l + 1 (L4) of each of its two
  * inputs, so every input vector is reduced in the same association whatever
- * its position in the tree (attn_reg_avx512.inc relies on it: its scores
+ * its position in the tree (attn_reg.inc relies on it: its scores
  * equal tile_dot's; attn_causal_amx.c: a row's sum does not depend on the
  * rows beside it). vf_tree_l1..l4 add, vf_maxtree_l1..l4 take maxima. */
 #define HKV_TREE_LEVELS(pfx, op)                                                               \

@@ -10,7 +10,14 @@
  *    changes often and exp sees a wide range;
  *  - attn_sparse over random idx (with repeats) into a 5000-row cache;
  *  - score_max over random idx: |s - ref| <= 1e-5 * max_h sum_c |q_hc k_c|.
- *  Outputs are NaN-poisoned with guard elements that must stay NaN. */
+ *  Outputs are NaN-poisoned with guard elements that must stay NaN.
+ * Two invariants other code relies on, bit for bit, for every table:
+ *  - a head's out and lse do not depend on g or on the heads beside it: one
+ *    call over S stacked groups of g heads equals S calls of g heads (so a
+ *    caller may stack the heads of sequences that share their keys);
+ *  - score_max and score_max_i8 form each score exactly as the tile kernel
+ *    did (tile_score below), so a policy's ranking does not move with a
+ *    kernel's blocking. */
 #include "ref.h"
 #include "util.h"
 
@@ -68,6 +75,83 @@ static int pieces_equal(const hkv_cpu_kernels *t, const float *q, int g, int d, 
     const int same = memcmp(s, whole, (size_t)n * sizeof *s) == 0;
     free(s);
     return same;
+}
+
+/* One call over S groups of g heads against S calls of g heads: out and lse
+ * the same bits (attn_dense when idx is NULL, else attn_sparse). */
+static void check_stacked(const hkv_cpu_kernels *t, const float *q, int g, int S, int d,
+                          const uint16_t *k, const uint16_t *v, int64_t ld, const int32_t *idx,
+                          int64_t n, float scale)
+{
+    const size_t no = (size_t)S * g * d;
+    float *all = alloc_poisoned(no), *all_l = alloc_poisoned((size_t)S * g);
+    float *each = alloc_poisoned(no), *each_l = alloc_poisoned((size_t)S * g);
+    if (idx) t->attn_sparse(q, S * g, d, k, v, ld, idx, n, scale, all, all_l);
+    else t->attn_dense(q, S * g, d, k, v, ld, n, scale, all, all_l);
+    for (int s = 0; s < S; s++) {
+        const size_t o = (size_t)s * g * d;
+        if (idx) t->attn_sparse(q + o, g, d, k, v, ld, idx, n, scale, each + o, each_l + (size_t)s * g);
+        else t->attn_dense(q + o, g, d, k, v, ld, n, scale, each + o, each_l + (size_t)s * g);
+    }
+    CHECK(memcmp(all, each, no * sizeof *all) == 0 &&
+              memcmp(all_l, each_l, (size_t)S * g * sizeof *all_l) == 0,
+          "%s %s g=%d d=%d n=%lld: %d x g stacked in one call differs from %d calls of g",
+          hkv_isa_name(t->isa), idx ? "sparse" : "dense", g, d, (long long)n, S, S);
+    free(all); free(all_l); free(each); free(each_l);
+}
+
+/* The tile kernel's score of one key (kf: the key as float), modelled lane
+ * by lane: lane l is the FMA chain over c = l, l + vl, ... from 0 in order,
+ * then lanes l and l + vl/2 add, halving down to one (vf_reduce_vl's
+ * association on both vector layers); vl 1 is the scalar table's running
+ * sum of products. */
+static float tile_score(const float *q, const float *kf, int d, int vl)
+{
+    float lane[16];
+    if (vl == 1) {
+        float s = 0.0f;
+        for (int c = 0; c < d; c++) {
+            const float p = q[c] * kf[c];
+            s += p;
+        }
+        return s;
+    }
+    for (int l = 0; l < vl; l++) {
+        lane[l] = 0.0f;
+        for (int c = l; c < d; c += vl) lane[l] = fmaf(q[c], kf[c], lane[l]);
+    }
+    for (int w = vl / 2; w >= 1; w /= 2)
+        for (int l = 0; l < w; l++) lane[l] = lane[l] + lane[l + w];
+    return lane[0];
+}
+
+/* score_max (k8 NULL) or score_max_i8 (k8, sc8) against the tile model: the
+ * same floats, not merely close ones. */
+static void check_score_model(const hkv_cpu_kernels *t, const float *q, int g, int d,
+                              const uint16_t *k, const int8_t *k8, const float *sc8, int64_t ld,
+                              const int32_t *idx, int64_t n)
+{
+    const int level = t->isa & 0xff, lanes = level == HKV_ISA_AVX512 ? 16 : level == HKV_ISA_AVX2 ? 8 : 1;
+    const int vl = d % lanes == 0 && d <= 256 /* HKV_ATTN_MAX_D */ && (!k8 || d % HKV_SKETCH_GROUP == 0) ? lanes : 1;
+    float *s = alloc_poisoned(n), kf[256];
+    if (k8) t->score_max_i8(q, g, d, k8, ld, sc8, idx, n, s);
+    else t->score_max(q, g, d, k, ld, idx, n, s);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t row = idx[i];
+        for (int c = 0; c < d; c++)
+            kf[c] = k8 ? (float)k8[row * ld + c] * sc8[row * (d / HKV_SKETCH_GROUP) + c / HKV_SKETCH_GROUP]
+                       : (float)half_to_double(k[row * ld + c]);
+        float best = -INFINITY;
+        for (int h = 0; h < g; h++) {
+            const float v = tile_score(q + (int64_t)h * d, kf, d, vl);
+            if (v > best) best = v;
+        }
+        bad += !(s[i] == best);
+    }
+    CHECK(bad == 0, "%s %s g=%d d=%d n=%lld: %lld scores differ from the tile kernel's",
+          hkv_isa_name(t->isa), k8 ? "score_max_i8" : "score_max", g, d, (long long)n, (long long)bad);
+    free(s);
 }
 
 static void check_score(const hkv_cpu_kernels *t, const float *q, int g, int d, const uint16_t *k,
@@ -142,11 +226,9 @@ int main(void)
         }
         int32_t *idx = malloc(3000 * sizeof *idx);
         for (int i = 0; i < 3000; i++) idx[i] = (int32_t)(rng_next(&rng) % CACHE_ROWS);
-        float *q = malloc(40 * d * sizeof *q), *qsharp = malloc(40 * d * sizeof *q);
-        for (int i = 0; i < 40 * d; i++) {
-            q[i] = rng_nonzero(&rng, -1, 1);
-            qsharp[i] = q[i] * 6.0f;
-        }
+        float *q = malloc(192 * d * sizeof *q), *qsharp = malloc(40 * d * sizeof *q);
+        for (int i = 0; i < 192 * d; i++) q[i] = rng_nonzero(&rng, -1, 1);
+        for (int i = 0; i < 40 * d; i++) qsharp[i] = q[i] * 6.0f;
         int8_t *k8 = malloc(CACHE_ROWS * ld);
         float *sc8 = malloc(CACHE_ROWS * (d / HKV_SKETCH_GROUP + 1) * sizeof *sc8);
         for (int64_t i = 0; i < CACHE_ROWS * ld; i++) k8[i] = (int8_t)((int)(rng_next(&rng) % 255) - 127);
@@ -166,10 +248,36 @@ int main(void)
                     if (n >= 7 && n <= 1000) check_attn(&t, "sparse-sharp", qsharp, g, d, k, v, ld, idx, n, 1.0f);
                     check_score(&t, q, g, d, k, ld, idx, n);
                     if (d % HKV_SKETCH_GROUP == 0) check_score_i8(&t, q, g, d, k8, ld, sc8, idx, n);
+                    if (n == 257 || n == 1000) {
+                        check_score_model(&t, q, g, d, k, NULL, NULL, ld, idx, n);
+                        if (d % HKV_SKETCH_GROUP == 0) check_score_model(&t, q, g, d, NULL, k8, sc8, ld, idx, n);
+                    }
+                }
+            }
+            /* stacked heads: g = 3 as 64 sequences' worth (SmolLM2's group),
+             * the other g over enough groups to cross the head passes */
+            for (unsigned gi = 0; gi < sizeof gs / sizeof *gs; gi++) {
+                const int g = gs[gi], S = g == 3 ? 64 : g == 40 ? 2 : 5;
+                const int64_t sn[] = {1, 33, 257, 1000};
+                for (unsigned ni = 0; ni < sizeof sn / sizeof *sn; ni++) {
+                    if ((g == 40 || di >= 2) && sn[ni] > 257) continue;
+                    const float scale = 1.0f / sqrtf((float)d);
+                    check_stacked(&t, q, g, S, d, k, v, ld, NULL, sn[ni], scale);
+                    check_stacked(&t, q, g, S, d, k, v, ld, idx, sn[ni], scale);
                 }
             }
         }
         free(k); free(v); free(idx); free(q); free(qsharp); free(k8); free(sc8);
+    }
+    /* The AVX2 table without AVX-VNNI (--isa avx2-novnni) differs from the
+     * AVX2 one in its int8 products only: its attention is what was checked. */
+    if (test_best_isa() >= HKV_ISA_AVX2) {
+        hkv_cpu_kernels a, b;
+        hkv_cpu_kernels_init(&a, HKV_ISA_AVX2);
+        hkv_cpu_kernels_init(&b, HKV_ISA_AVX2 | HKV_ISA_NO_AVXVNNI);
+        CHECK(a.attn_dense == b.attn_dense && a.attn_sparse == b.attn_sparse &&
+                  a.score_max == b.score_max && a.score_max_i8 == b.score_max_i8,
+              "avx2-novnni: attention kernels other than the AVX2 table's");
     }
     return test_report("test_attn");
 }
