@@ -109,16 +109,14 @@ int tiered_cascade_run(tiered *t, int layer, const hkv_seg *segs, const tiered_i
         for (int j = 0; j < G; j++) al[j] = -INFINITY;
         const int run = layer * KH + mm[0].kvh;
         const uint16_t *K = hkv_kv_prefix_run(mm[0].pre, 0, run), *V = hkv_kv_prefix_run(mm[0].pre, 1, run);
-        /* Per row, the very call of its own step (a head's arithmetic may
-         * depend on the heads beside it in a call: the AVX-512 kernel sums
-         * P.V in two chains for one or two heads); the piece stays in L2
-         * from the first row to the last. */
-        for (int64_t p = 0; p < mm[0].n; p++)
-            for (int i = 0; i < nm; i++) {
-                kn->attn_dense(qb + i * gd, g, d, K + p * HKV_TIERED_PIECE * d, V + p * HKV_TIERED_PIECE * d, d,
-                               HKV_TIERED_PIECE, scale, to + i * gd, tl + (size_t)i * g);
-                hkv_attn_merge(ao + i * gd, al + (size_t)i * g, to + i * gd, tl + (size_t)i * g, g, d);
-            }
+        /* every row's heads in one call a piece: each key converted once
+         * for all of them (kernels.h: a head's arithmetic does not depend on
+         * the heads beside it) */
+        for (int64_t p = 0; p < mm[0].n; p++) {
+            kn->attn_dense(qb, G, d, K + p * HKV_TIERED_PIECE * d, V + p * HKV_TIERED_PIECE * d, d, HKV_TIERED_PIECE, scale,
+                           to, tl);
+            hkv_attn_merge(ao, al, to, tl, G, d);
+        }
         __atomic_fetch_add(&t->bytes_read, (uint64_t)mm[0].n * HKV_TIERED_PIECE * d * 4, __ATOMIC_RELAXED);
         for (int i = 0; i < nm; i++) {
             const int slot = c->of[mm[i].item];
