@@ -127,7 +127,10 @@ typedef struct hkv_cpu_kernels {
     /* Dense attention of g query heads over n keys/values (fp16 rows of d,
      * row stride ld elements). q is [g][d]; logits are scale * q.k.
      * Writes out[g][d] (softmax-weighted V) and lse[g] (natural log).
-     * n == 0 gives out = 0 and lse = -inf. */
+     * n == 0 gives out = 0 and lse = -inf. Each head's out and lse are
+     * formed with the same arithmetic whatever g and wherever the head sits
+     * in q: the shared-prefix cascade (kv/kv_tiered_cascade.c) stacks many
+     * rows' heads in one call and relies on it (tests/cpu/test_attn.c). */
     void (*attn_dense)(const float *q, int g, int d, const uint16_t *k, const uint16_t *v,
                        int64_t ld, int64_t n, float scale, float *out, float *lse);
 
