@@ -3,7 +3,7 @@
 # one run: hetkv with the prompt copied into every sequence against
 # `bench --shared-prefix` (one copy by reference, full's cascade), natively and
 # held to AVX2, and llama.cpp's shared-prompt run (llama-batched-bench -pps
-# -kvu) with and without sharing, built as tools/scripts/llama_cpp_peer.sh
+# -kvu; without sharing too with LLAMA_COPIES=1), built as tools/scripts/llama_cpp_peer.sh
 # builds it (--avx2 for an AVX2-only build).
 #
 #   bash bench/shared_prefix.sh BUILD PEER_BIN MODEL OUT [THREADS] [BATCH] [CTX]
@@ -36,5 +36,8 @@ done
 export LD_LIBRARY_PATH="$peer${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 run llama_shared "$peer/llama-batched-bench" -m "$model" -t "$t" -c $((ctx + b * steps * 2)) \
     -b 2048 -ub 512 -npp "$ctx" -ntg "$steps" -npl "$b" -pps -kvu
-run llama_copies "$peer/llama-batched-bench" -m "$model" -t "$t" -c $((b * (ctx + steps * 2))) \
-    -b 2048 -ub 512 -npp "$ctx" -ntg "$steps" -npl "$b" -kvu
+# (every sequence with its own prompt: its unified cache attends all of them, slow; LLAMA_COPIES=1)
+if [ "${LLAMA_COPIES:-0}" = 1 ]; then
+    run llama_copies "$peer/llama-batched-bench" -m "$model" -t "$t" -c $((b * (ctx + steps * 2))) \
+        -b 2048 -ub 512 -npp "$ctx" -ntg "$steps" -npl "$b" -kvu
+fi

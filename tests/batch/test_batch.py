@@ -382,6 +382,16 @@ def case_prefix():
         diff = [k for k in outs[0] if outs[0][k] != outs[1].get(k)]
         check(len(outs[0]) == len(reqs) and not diff,
               f"prefix {name}: tokens with and without --prefix-cache differ for {diff}")
+        if extra:
+            continue
+        # batch invariance with sharing on: one request at a time, and all at once
+        for b in ("1", "6"):
+            out = os.path.join(tmp, f"x_b{b}.jsonl")
+            p = run(["-q", "--max-batch", b, "--chunk", "64", "--prefix-cache", "2"], inp, out)
+            got = toks(results(out))
+            diff = [k for k in outs[0] if outs[0][k] != got.get(k)]
+            check(p.returncode == 0 and not diff,
+                  f"prefix: --max-batch {b} with the cache differs for {diff}: {p.stderr[-200:]}")
     p = run(["--prefix-cache", "999"], inp, os.path.join(tmp, "x_bad.jsonl"))
     check(p.returncode == 2 and "--prefix-cache" in p.stderr, f"prefix: 999 kept prefixes: {p.stderr[-200:]}")
 
