@@ -90,8 +90,8 @@ asan_model=(model_logits_tiny model_logits_tiny_tiered_full model_logits_tiny_ti
 for v in asan tsan; do
     d=build-$v
     suites=(--suite gpu --suite emu --suite cpu --suite gguf --suite tokenizer --suite index
-            --suite plan)
-    dirs="tests/gpu tests/emu tests/cpu tests/gguf tests/tokenizer tests/index tests/plan tests/model"
+            --suite plan --suite kv)
+    dirs="tests/gpu tests/emu tests/cpu tests/gguf tests/tokenizer tests/index tests/plan tests/model tests/kv"
     named=(pipeline_sanitized pipeline_asan_long pipeline_asan_policies pipeline_asan_pingpong
            pipeline_asan_stream "${asan_model[@]}")   # meson: suites and names do not mix
     # gpu_ctkvr's host reference reads a struct on the main thread's stack
@@ -103,11 +103,12 @@ for v in asan tsan; do
     # TSan ran past 10 minutes and was killed for memory on this 24 GB machine; their
     # blocks share nothing but their inputs, and they run under ASan+UBSan above.
     # Under TSan also the OpenMP far attention in pieces (model_far_pieces_threads:
-    # 2 and 16 threads) and the decode products' work stealing (cpu_gemv, cpu_gemv_16t),
+    # 2 and 16 threads), the shared prefix's cascade (kv_prefix) and the decode
+    # products' work stealing (cpu_gemv, cpu_gemv_16t),
     # with libomp's Archer showing TSan the barriers (build.sh builds build-tsan/ with clang).
     if [ "$v" = tsan ]; then
-        suites=(gpu_model gpu_attn gpu_decode_split cpu_gemv cpu_gemv_16t)
-        dirs="tests/gpu tests/emu tests/cpu"
+        suites=(gpu_model gpu_attn gpu_decode_split cpu_gemv cpu_gemv_16t kv_prefix)
+        dirs="tests/gpu tests/emu tests/cpu tests/kv"
         named=(pipeline_sanitized model_far_pieces_threads)
     fi
     HKV_BUILD_TARGETS=build.ninja tools/scripts/build.sh "$v" >/dev/null   # configure only
