@@ -38,6 +38,8 @@ typedef struct far_work {
     const int32_t *sel;
     const uint16_t *nk, *nv;   /* the near rows (ld d) */
     int64_t n_near;
+    int64_t a0;              /* selected rows before a0: in the slot's partial already (the
+                                cascade's shared pieces) */
 } far_work;
 
 /* Attention over pieces [a, b) of a decode item's far selection. */
@@ -190,10 +192,11 @@ static void attend_item(layer_step *st, int w, float *base, int tid) {
             for (int j = 0; j < g; j++) lb[j] = -INFINITY;
         }
         __atomic_fetch_add(&t->bytes_read, (uint64_t)(f.n_sel - a0) * d * 4, __ATOMIC_RELAXED);
-        if (split) {   /* (no cascade then) */
+        if (split) {
             const int k = dec_of[w];
+            f.a0 = a0;
             fw[k] = f;
-            pending[k] = (int)n_pieces(f.n_sel);
+            pending[k] = (int)n_pieces(f.n_sel - a0);   /* >= 1: pos is past the shared rows */
             memcpy(sq + (size_t)k * g * d, qb, (size_t)g * d * sizeof(float));
             memcpy(so + (size_t)k * g * d, ob, (size_t)g * d * sizeof(float));
             memcpy(sl + (size_t)k * g, lb, (size_t)g * sizeof(float));
@@ -341,7 +344,7 @@ static void run_pieces(layer_step *st) {
             kn->attn_dense(qv, g, d, f->nk, f->nv, d, f->n_near, st->scale, st->po + u * gd,
                            st->pl + u * g);
         } else {
-            const int64_t a = (j - 1) * FAR_PIECE, n = f->n_sel;
+            const int64_t a = f->a0 + (j - 1) * FAR_PIECE, n = f->n_sel;
             if (a >= n) continue;
             far_piece(kn, qv, g, d, f, a, a + FAR_PIECE < n ? a + FAR_PIECE : n, st->scale,
                       st->po + u * gd, st->pl + u * g);
@@ -349,7 +352,7 @@ static void run_pieces(layer_step *st) {
         if (__atomic_sub_fetch(&st->pending[k], 1, __ATOMIC_ACQ_REL)) continue;
         float *ob = st->so + (size_t)k * gd, *lb = st->sl + (size_t)k * g;
         if (f->n_near) hkv_attn_merge(ob, lb, st->po + k * P1 * gd, st->pl + k * P1 * g, g, d);
-        for (int64_t i = 0; i < n_pieces(f->n_sel); i++) {
+        for (int64_t i = 0; i < n_pieces(f->n_sel - f->a0); i++) {
             const int64_t v = (int64_t)k * P1 + 1 + i;
             hkv_attn_merge(ob, lb, st->po + v * gd, st->pl + v * g, g, d);
         }
@@ -469,7 +472,7 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
         }
     }
     tiered_cascade casc = {0};
-    if (!split && !lse_out && (rc = tiered_cascade_run(t, layer, segs, items, n_items, qkv, ld_qkv, scale, &casc, err))) {
+    if (!lse_out && (rc = tiered_cascade_run(t, layer, segs, items, n_items, qkv, ld_qkv, scale, &casc, err))) {
         free(dec_of), free(fw), free(items);
         return rc;
     }
@@ -504,7 +507,7 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
         const size_t gd = (size_t)g * d;
         for (int w = 0; w < n_items; w++) {
             const int k = dec_of[w];
-            if (k < 0 || !((fw[k].n_near > 0) + n_pieces(fw[k].n_sel))) continue;
+            if (k < 0 || !((fw[k].n_near > 0) + n_pieces(fw[k].n_sel - fw[k].a0))) continue;
             const hkv_seg *sg = &segs[items[w].seg];
             const int kvh = items[w].kvh;
             memcpy(out + sg->row * ld_out + (size_t)kvh * gd, so + (size_t)k * gd, gd * sizeof(float));

@@ -3,7 +3,8 @@
  *   - every decode output is bit-identical, under full (whose shared pieces
  *     go through the cascade) and under quest and ctkvr (which read the
  *     shared rows in place), in a batch that mixes shared and unshared
- *     sequences, and in a batch of one (the split step);
+ *     sequences, and in a batch of one (the split step); under full also on
+ *     16 threads (the batch split by pieces), as on 2;
  *   - the far tier holds the shared rows once (the FAR account), the
  *     cascade reads them once a step (the bytes-read counter), and every
  *     byte is returned when the last sequence closes;
@@ -12,6 +13,7 @@
  *   - a sequence under full on the host path keeps no near tier; switched
  *     to quest after its prompt, it decodes as one that was quest all along. */
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,9 +188,14 @@ int main(void) {
     hkv_isa_info info;
     hkv_isa_detect(&info);
     hkv_cpu_kernels_init(&kern, info.best);
-    const hkv_policy_def *pols[] = {&hkv_policy_full, &hkv_policy_quest, &hkv_policy_ctkvr};
+    const hkv_policy_def *pols[] = {&hkv_policy_full, &hkv_policy_quest, &hkv_policy_ctkvr,
+                                    &hkv_policy_full};
     const size_t n_max = (size_t)(24 * (B + 1) + 4 + 8) * L * H * D;
-    for (int i = 0; i < 3; i++) {
+    float *full2t = malloc(n_max * sizeof(float));   /* full's outputs on 2 threads */
+    for (int i = 0; i < 4; i++) {
+        /* full again on 16 threads: a batch of B + 1 rows x KH heads is then split by
+         * pieces across them (kv_tiered_attn.c), the cascade's partial first */
+        if (i == 3) omp_set_num_threads(16);
         run a = {.out = malloc(n_max * sizeof(float))}, b = {.out = malloc(n_max * sizeof(float))};
         const size_t far_copy = drive(&a, pols[i], 0, &kern);
         const size_t far_share = drive(&b, pols[i], 1, &kern);
@@ -208,6 +215,11 @@ int main(void) {
         const size_t shared = (size_t)L * KH * 1088 * D * 2 * 2;
         CHECK(far_copy - far_share == (size_t)B * shared, "%s: far tier %zu copied, %zu shared "
               "(%zu less expected)", name, far_copy, far_share, (size_t)B * shared);
+        if (i == 0) memcpy(full2t, b.out, b.n_out * sizeof(float));
+        if (i == 3)
+            CHECK(!memcmp(full2t, b.out, b.n_out * sizeof(float)) &&
+                      !memcmp(full2t, a.out, a.n_out * sizeof(float)),
+                  "full: outputs differ between 2 and 16 threads");
         if (pols[i] == &hkv_policy_full)   /* the cascade reads the shared pieces once a step */
             CHECK(b.bytes * 2 < a.bytes, "full: %llu bytes read shared, %llu copied",
                   (unsigned long long)b.bytes, (unsigned long long)a.bytes);
@@ -225,6 +237,8 @@ int main(void) {
         free(a.out);
         free(b.out);
     }
+    free(full2t);
+    omp_set_num_threads(2);
     switch_policy(&kern);
     /* the page arithmetic */
     CHECK(hkv_kv_prefix_page_rows(128) == 32 && hkv_kv_prefix_page_rows(160) == 128,
