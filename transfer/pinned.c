@@ -59,11 +59,20 @@ static void *map_on_node(size_t bytes, int node, size_t *mapped, int tier, hkv_e
         fail(err, HKV_E_NOMEM, "mapped host memory", tier, bytes, "size overflows");
         return NULL;
     }
-    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                   -1, 0);
-    if (p == MAP_FAILED) {
+    /* From HKV_HUGE_PAGE up, on a 2 MiB boundary (as hkv_host_alloc's), so every
+     * 2 MiB of it can be a huge page: map 2 MiB more, give back both ends. */
+    const size_t slack = len >= HKV_HUGE_PAGE ? HKV_HUGE_PAGE : 0;
+    uint8_t *m = mmap(NULL, len + slack, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) {
         fail(err, HKV_E_NOMEM, "mapped host memory", tier, bytes, strerror(errno));
         return NULL;
+    }
+    uint8_t *p = m;
+    if (slack) {
+        p = (uint8_t *)(((uintptr_t)m + HKV_HUGE_PAGE - 1) & ~(uintptr_t)(HKV_HUGE_PAGE - 1));
+        if (p > m) munmap(m, (size_t)(p - m));
+        if (m + len + slack > p + len) munmap(p + len, (size_t)(m + len + slack - (p + len)));
     }
     unsigned long mask[16] = {0};
     if (node < 0) {
