@@ -26,8 +26,10 @@ const hkv_opt hkv_sched_opts[] = {
      .off = offsetof(hkv_sched_cli, prefix_cache), .lo = 0, .hi = 256,
      .help = "keep the KV of up to N prompt prefixes (each as of its last whole\n"
              "--chunk before the prompt's end, least recently used replaced);\n"
-             "a request that starts with one, under the same policy, prefills\n"
-             "only the rest, with the same tokens as without (default 0: off;\n"
-             "host path only; counted in --mem)"},
+             "a request with whole chunks in common with one, under the same\n"
+             "policy, starts from them (shared by reference: held once, read\n"
+             "once a step under full) and prefills only the rest, with the\n"
+             "same tokens as without (default 0: off; host path only; counted\n"
+             "in --mem)"},
     {0},
 };
