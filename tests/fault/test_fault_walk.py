@@ -13,11 +13,12 @@ one fails in turn. Every run must end in one of:
 and never a crash, a sanitizer report (ASan, UBSan, LeakSanitizer: build
 with -Db_sanitize=address,undefined) or a hang.
 
-    python3 tests/fault/test_fault_walk.py --bin-dir build-fault/tools [--jobs run,quest,fastkv,laq,batch]
+    python3 tests/fault/test_fault_walk.py --bin-dir build-fault/tools [--jobs run,quest,fastkv,laq,batch,prefix]
 
 Jobs: run (ctkvr), quest, fastkv, laq (hetkv run on a tiny generated model,
 each policy's own allocations), batch (two requests under snapkv through
-the scheduler) and device (hetkv run --device cuda, ctkvr, on the CUDA
+the scheduler), prefix (three requests over one opening with the prefix
+cache: the shared prefix's memfd and mappings) and device (hetkv run --device cuda, ctkvr, on the CUDA
 emulator: only the device and page-locked allocations are counted and
 failed, HKV_FAULT_KINDS=device,pinned; skipped in a build without the
 emulator).
@@ -40,7 +41,7 @@ SAN = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:", "Seg
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin-dir", required=True)
-    ap.add_argument("--jobs", default="run,quest,fastkv,laq,batch,device")
+    ap.add_argument("--jobs", default="run,quest,fastkv,laq,batch,prefix,device")
     ap.add_argument("--timeout", type=float, default=120)
     a = ap.parse_args()
     hetkv = os.path.join(a.bin_dir, "hetkv")
@@ -53,6 +54,14 @@ def main():
             for i, p in enumerate(("Hello world, this is a test.", "The quick brown fox jumps.")):
                 f.write(json.dumps({"custom_id": f"r{i}", "method": "POST", "url": "/v1/completions",
                                     "body": {"prompt": p, "max_tokens": 4, "temperature": 0}}) + "\n")
+        # three requests over one opening, so that the prefix cache keeps it and shares it
+        # by reference (kv/kv_prefix.c: its memfd and mappings fail in turn too)
+        inp3 = os.path.join(tmp, "in3.jsonl")
+        with open(inp3, "w") as f:
+            for i, q in enumerate(("Who?", "What then?", "Where now?")):
+                p = "Once upon a time there was a small model that read a long document. " + q
+                f.write(json.dumps({"custom_id": f"r{i}", "method": "POST", "url": "/v1/completions",
+                                    "body": {"prompt": p, "max_tokens": 3, "temperature": 0}}) + "\n")
         out = os.path.join(tmp, "out.jsonl")
         jobs = {
             "run": [hetkv, "run", "-m", model, "-p", "Hello world, this is a test.", "-n", "6", "-c", "128",
@@ -72,7 +81,11 @@ def main():
             "batch": [hetkv, "batch", "-m", model, "-i", inp, "-o", out, "--max-batch", "2", "-c", "128",
                       "--sink", "2", "--local", "8", "--policy", "snapkv", "--policy-arg", "budget=4",
                       "-t", "2", "-q", "--no-mpi"],
+            "prefix": [hetkv, "batch", "-m", model, "-i", inp3, "-o", out, "--max-batch", "3", "-c", "128",
+                       "--chunk", "8", "--prefix-cache", "2", "--policy", "full", "-t", "2", "-q",
+                       "--no-mpi"],
         }
+        n_req = {"batch": 2, "prefix": 3}
         env0 = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0",
                     UBSAN_OPTIONS="print_stacktrace=1")
         walked = failures = 0
@@ -120,15 +133,16 @@ def main():
                     kind = None
                 elif p.returncode == 1 and "hetkv: error:" in err:
                     kind = "error"
-                elif p.returncode == 0 and name != "batch" and p.stdout == base_out:
+                elif p.returncode == 0 and name not in n_req and p.stdout == base_out:
                     kind = "unaffected"
-                elif p.returncode == 0 and name == "batch" and os.path.exists(out):
+                elif p.returncode == 0 and name in n_req and os.path.exists(out):
                     with open(out) as f:
                         lines = [json.loads(l) for l in f]
                     # a request whose own allocation failed gets an error line (without its
                     # custom_id when that copy was the one to fail)
                     ids = sorted(str(o.get("custom_id")) for o in lines)
-                    kind = "answered" if len(lines) == 2 and (ids == ["r0", "r1"] or any(
+                    want = [f"r{i}" for i in range(n_req[name])]
+                    kind = "answered" if len(lines) == len(want) and (ids == want or any(
                         o.get("error") or o.get("response", {}).get("status_code") != 200
                         for o in lines)) else None
                 if kind:
