@@ -6,7 +6,7 @@ the answers are the same token for token. The document is real text (the
 copyright files of the machine's Debian packages), the questions differ.
 
     python3 bench/prefix_batch.py BUILD_DIR MODEL [--n 64] [--words 1100]
-        [--out-tokens 32] [--max-batch 64] [--policy full] [--out DIR]
+        [--out-tokens 32] [--max-batch 64] [--policy full] [--chunk 256] [--only-on] [--out DIR]
 
 Writes DIR/summary_{off,on}.json (batch --json), DIR/out_{off,on}.jsonl and
 DIR/table.md, and prints the table.
@@ -29,6 +29,8 @@ ap.add_argument("--max-batch", type=int, default=64)
 ap.add_argument("--policy", default="full")
 ap.add_argument("--threads", default="2")
 ap.add_argument("--ctx", type=int, default=8192)
+ap.add_argument("--chunk", type=int, default=256)
+ap.add_argument("--only-on", action="store_true", help="the run with the cache alone")
 ap.add_argument("--out", default=None)
 a = ap.parse_args()
 
@@ -59,12 +61,13 @@ with open(inp, "w") as f:
 
 hetkv = os.path.join(a.build, "tools", "hetkv")
 res = {}
-for name, extra in (("off", []), ("on", ["--prefix-cache", "2"])):
+for name, extra in (("off", []), ("on", ["--prefix-cache", "2"]))[1 if a.only_on else 0:]:
     out = os.path.join(out_dir, f"out_{name}.jsonl")
     if os.path.exists(out):
         os.remove(out)
     cmd = [hetkv, "batch", "-m", a.model, "-i", inp, "-o", out, "-q", "--json", "-t", a.threads,
-           "--max-batch", str(a.max_batch), "-c", str(a.ctx), "--policy", a.policy, *extra]
+           "--max-batch", str(a.max_batch), "-c", str(a.ctx), "--chunk", str(a.chunk), "--policy",
+           a.policy, *extra]
     t0 = time.time()
     p = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.time() - t0
@@ -83,11 +86,11 @@ for name, extra in (("off", []), ("on", ["--prefix-cache", "2"])):
             pre[o["custom_id"]] = o["hetkv"].get("prefill_s", 0)
     res[name] = (wall, summ, toks, pre)
 
-same = sum(res["off"][2][k] == res["on"][2].get(k) for k in res["off"][2])
+same = sum(res["off"][2][k] == res["on"][2].get(k) for k in res["off"][2]) if "off" in res else None
 mib = 1 << 20
 rows = ["| prefix cache | wall s | prompt tokens prefilled | prefill s | decode s | KV peak near / far MiB |",
         "|---|---:|---:|---:|---:|---:|"]
-for name in ("off", "on"):
+for name in res:
     wall, s, _, _ = res[name]
     pc = s.get("prefix_cache", {})
     prefilled = s["prompt_tokens"] - pc.get("reused_tokens", 0)
@@ -96,11 +99,12 @@ for name in ("off", "on"):
                 f"{kv.get('near', 0) / mib:.0f} / {kv.get('far', 0) / mib:.0f} |")
 on = res["on"][1]
 rows.append("")
-rows.append(f"{a.n} requests, {res['off'][1]['prompt_tokens'] // a.n} prompt tokens each (one "
+vs = (f"{res['off'][0] / res['on'][0]:.1f}x faster with the cache; answers identical for {same} of "
+      f"{a.n}" if "off" in res else "the cache's run alone")
+rows.append(f"{a.n} requests, {on['prompt_tokens'] // a.n} prompt tokens each (one "
             f"{a.words}-word document + a question), {a.out_tokens} answer tokens, --max-batch "
-            f"{a.max_batch}, policy {a.policy}, {a.threads} threads. Whole job: "
-            f"{res['off'][0] / res['on'][0]:.1f}x faster with the cache; answers identical for "
-            f"{same} of {a.n}; prefix cache {json.dumps(on.get('prefix_cache', {}))}.")
+            f"{a.max_batch}, --chunk {a.chunk}, policy {a.policy}, {a.threads} threads. Whole job: "
+            f"{vs}; prefix cache {json.dumps(on.get('prefix_cache', {}))}.")
 # a hit's prefill: starting from the prefix (fork_s, all hits) and its own suffix
 pc = on.get("prefix_cache", {})
 hits_pre = sorted(res["on"][3].values())[:-1] if a.n > 1 else []   # all but the first's
