@@ -74,8 +74,8 @@ int tiered_cascade_run(tiered *t, int layer, const hkv_seg *segs, const tiered_i
         return hkv_seterr(err, HKV_E_NOMEM, "no memory for %d cascade rows", n_cand);
     }
     for (int a = 0, b; a < n_cand; a = b) {
-        for (b = a + 1; b < n_cand && !cmp_member(&(casc_member){m[a].pre, m[a].n, m[a].kvh, 0},
-                                                  &(casc_member){m[b].pre, m[b].n, m[b].kvh, 0}); b++)
+        for (b = a + 1; b < n_cand && m[b].pre == m[a].pre && m[b].n == m[a].n && m[b].kvh == m[a].kvh;
+             b++)
             ;
         if (b - a < 2) continue;
         for (int u = a; u < b; u += per) {

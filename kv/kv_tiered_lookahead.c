@@ -6,7 +6,7 @@
  * Where a position lives. Every position below the length is in its far
  * row (kv_tiered.c writes decode tokens there too); the near tier holds the
  * sinks and the ring, and the far tier is [L_init, far_hi). A rewind
- * restores the ring from the far rows where its slots hold later tokens. */
+ * makes the near tier again from the far rows, as a prompt end does. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,26 +23,9 @@ int tiered_seq_rewind(void *self, int seq, int64_t n, hkv_err *err) {
                           seq, (long long)n, (long long)q->len);
     int rc;
     if (n < q->pre_rows && (rc = tiered_prefix_unmap(t, q, 1, err))) return rc;   /* rows get rewritten */
-    const int KH = t->s.n_head_kv, d = t->s.head_dim, Li = t->p.L_init, Ll = t->p.L_local;
-    const size_t row = (size_t)d * 2;
-    const int64_t ring_from = n - Ll > Li ? n - Ll : Li;
+    const int64_t Li = t->p.L_init, Ll = t->p.L_local, ring_from = n - Ll > Li ? n - Ll : Li;
     for (int l = 0; l < t->s.n_layer; l++) {
-        const int all_far = q->prompt_open[l];
-        for (int h = 0; h < KH && q->near_k; h++) {
-            uint16_t *nk = near_rows(t, q, q->near_k, l, h), *nv = near_rows(t, q, q->near_v, l, h);
-            const uint16_t *fk = far_rows(t, q, q->far_k, l, h), *fv = far_rows(t, q, q->far_v, l, h);
-            if (all_far)
-                for (int64_t p = 0; p < n && p < Li; p++) {
-                    memcpy(nk + p * d, fk + p * d, row);
-                    memcpy(nv + p * d, fv + p * d, row);
-                }
-            for (int64_t p = ring_from; p < n; p++) {
-                if (!all_far && p >= q->far_hi[l]) continue;   /* still in its slot */
-                int64_t s = ring_slot(t, p);
-                memcpy(nk + s * d, fk + p * d, row);
-                memcpy(nv + s * d, fv + p * d, row);
-            }
-        }
+        if (q->near_k) tiered_near_from_far(t, q, l, n);   /* the far rows hold every position */
         q->far_hi[l] = ring_from;
         q->prompt_open[l] = 0;
     }
