@@ -121,9 +121,9 @@ static void ctkvr_scratch_need(void *self, int64_t n_far, int64_t *nf, int64_t *
     const ctkvr *s = self;
     n_far = hkv_max64(n_far, 0);
     const int64_t nc = cand_bound(s, n_far), C = s->c.C;
-    *ni = (n_far + 31) / 32 + C + s->c.Cp + HKV_TOPK_SCRATCH(hkv_max64(C, nc)) + 4 * nc +
+    *ni = (n_far + 31) / 32 + 3 * C + s->c.Cp + HKV_TOPK_SCRATCH(hkv_max64(C, nc)) + 4 * nc +
           (nc + 31) / 32;
-    *nf = (int64_t)s->g * s->d + 2 * C + 3 * nc;
+    *nf = (int64_t)s->g * s->d + 3 * C + 3 * nc;
 }
 
 static int64_t ctkvr_max_select(void *self, int64_t n_far)
@@ -138,27 +138,165 @@ static int64_t ctkvr_max_select(void *self, int64_t n_far)
  * per stretch of the query's path instead of C' near-copies whose lists only
  * recycle each other, and the refreshed list keeps accumulating the best keys
  * of the lists recalled alongside it. */
-static void dcu_push(ctkvr *s, ct_layer *ly, int kvh, const float *qn, const int32_t *cand,
-                     const int32_t *pick, int64_t n, int32_t best, float bcos)
+static int dcu_push(ctkvr *s, int layer, int kvh, const float *qn, const int32_t *cand,
+                    const int32_t *pick, int64_t n, int32_t best, float bcos)
 {
-    ct_head *hd = &ly->kv[kvh];
+    ct_head *hd = &s->lay[layer].kv[kvh];
     const int64_t C = s->c.C;
     int32_t sl;
-    if (s->c.dcu == 2 && best >= 0 && ly->dyn[(int64_t)kvh * C + best] && bcos >= s->c.dcu_cos) {
+    const int refresh = s->c.dcu == 2 && best >= 0 && hkv_ctkvr_dyn(s, layer, kvh, best) &&
+                        bcos >= s->c.dcu_cos;
+    ct_slot w;
+    if (refresh) {
         sl = best;
+        if (hkv_ctkvr_slot_w(s, layer, kvh, sl, &w)) return HKV_E_NOMEM;
     } else {
+        ct_head before = *hd;
         sl = hkv_ctkvr_fifo_push(hd, C);
+        if (hkv_ctkvr_slot_w(s, layer, kvh, sl, &w)) {
+            *hd = before;   /* the FIFO as it was: the step fails whole */
+            return HKV_E_NOMEM;
+        }
         hd->dcu_new++;
-        ly->dyn[(int64_t)kvh * C + sl] = 1;
+        *w.dyn = 1;
     }
     hd->dirty = hd->dirty == -1 || hd->dirty == sl ? sl : -2;
     for (int j = 0; j < s->g; j++)
-        s->kern->f32_to_f16(qn + j * s->d,
-                            ly->cent + ((int64_t)sl * s->H + (int64_t)kvh * s->g + j) * s->d, s->d);
-    int32_t *dst = ly->ivf + ((int64_t)kvh * C + sl) * s->c.rho;
+        s->kern->f32_to_f16(qn + j * s->d, w.cent + (size_t)j * s->d, s->d);
     n = hkv_min64(n, s->c.rho);
-    for (int64_t i = 0; i < n; i++) dst[i] = pick ? cand[pick[i]] : cand[i];
-    ly->len[(int64_t)kvh * C + sl] = (int32_t)n;
+    for (int64_t i = 0; i < n; i++) w.ivf[i] = pick ? cand[pick[i]] : cand[i];
+    *w.len = (int32_t)n;
+    return HKV_OK;
+}
+
+/* ---- the shared store and own rows ------------------------------------------ */
+
+static void store_unref(ct_store *st)
+{
+    if (!st || --st->refs > 0) return;
+    hkv_host_free(st->mem, HKV_TIER_INDEX, st->cent, st->cent_b);
+    hkv_host_free(st->mem, HKV_TIER_INDEX, st->ivf, st->ivf_b);
+    hkv_host_free(st->mem, HKV_TIER_INDEX, st->len, st->len_b);
+    hkv_host_free(st->mem, HKV_TIER_INDEX, st->dyn, st->dyn_b);
+    hkv_host_free(st->mem, HKV_TIER_INDEX, st, sizeof *st);
+}
+
+/* a*b*c*e bytes, or 0 on overflow */
+static size_t bytes4(size_t a, size_t b, size_t c, size_t e)
+{
+    size_t r = a;
+    if (b && r > SIZE_MAX / b) return 0;
+    r *= b;
+    if (c && r > SIZE_MAX / c) return 0;
+    r *= c;
+    if (e && r > SIZE_MAX / e) return 0;
+    return r * e;
+}
+
+static void store_attach(ctkvr *s, ct_store *st)
+{
+    const size_t KH = (size_t)s->KH, C = (size_t)s->c.C;
+    s->st = st;
+    for (size_t l = 0; l < (size_t)s->L; l++) {
+        ct_layer *ly = &s->lay[l];
+        ly->cent = st->cent + l * C * (size_t)s->H * (size_t)s->d;
+        ly->ivf = st->ivf + l * KH * C * (size_t)s->c.rho;
+        ly->len = st->len + l * KH * C;
+        ly->dyn = st->dyn + l * KH * C;
+    }
+}
+
+int hkv_ctkvr_store_need(ctkvr *s, hkv_err *err)
+{
+    if (s->st) return HKV_OK;
+    const size_t L = (size_t)s->L, KH = (size_t)s->KH, C = (size_t)s->c.C;
+    ct_store *st = hkv_host_calloc(s->mem, HKV_TIER_INDEX, sizeof *st, err);
+    if (!st) return hkv_err_prefix(err, "ctkvr index");
+    st->refs = 1;
+    st->mem = s->mem;
+    st->cent_b = bytes4(L, C, (size_t)s->H * (size_t)s->d, 2);
+    st->len_b = bytes4(L, KH, C, 4);
+    st->dyn_b = bytes4(L, KH, C, 1);
+    st->ivf_b = bytes4(L * KH, C, (size_t)s->c.rho, 4);
+    if (!(st->cent = hkv_host_alloc(s->mem, HKV_TIER_INDEX, st->cent_b, err)) ||
+        !(st->len = hkv_host_calloc(s->mem, HKV_TIER_INDEX, st->len_b, err)) ||
+        !(st->dyn = hkv_host_calloc(s->mem, HKV_TIER_INDEX, st->dyn_b, err)) ||
+        !(st->ivf = hkv_host_alloc(s->mem, HKV_TIER_INDEX, st->ivf_b, err))) {
+        store_unref(st);
+        return hkv_err_prefix(err, "ctkvr index (C=%lld, rho=%lld)", (long long)s->c.C,
+                              (long long)s->c.rho);
+    }
+    store_attach(s, st);
+    return HKV_OK;
+}
+
+static void own_free(ctkvr *s, ct_own *o)
+{
+    hkv_host_free(s->mem, HKV_TIER_INDEX, o->map, o->map_b);
+    hkv_host_free(s->mem, HKV_TIER_INDEX, o->cent, o->rows_b);
+    memset(o, 0, sizeof *o);
+}
+
+/* Room for one more own row: the rows of cap slots in one block (cent,
+ * ivf, len, dyn, each part 64-byte aligned), doubled when full. */
+static int own_grow(ctkvr *s, ct_own *o)
+{
+    const int64_t C = s->c.C, rho = s->c.rho;
+    const size_t gd = (size_t)s->g * s->d;
+    if (!o->map) {
+        o->map_b = (size_t)C * sizeof *o->map;
+        if (!(o->map = hkv_host_alloc(s->mem, HKV_TIER_INDEX, o->map_b, NULL))) return HKV_E_NOMEM;
+        for (int64_t i = 0; i < C; i++) o->map[i] = -1;
+    }
+    if (o->n < o->cap) return HKV_OK;
+    const int32_t cap = (int32_t)hkv_min64(C, hkv_max64(16, 2 * (int64_t)o->cap));
+    const size_t a_c = ((size_t)cap * gd * 2 + 63) & ~(size_t)63;
+    const size_t a_i = ((size_t)cap * rho * 4 + 63) & ~(size_t)63;
+    const size_t a_l = ((size_t)cap * 4 + 63) & ~(size_t)63;
+    const size_t bytes = a_c + a_i + a_l + (size_t)cap;
+    char *b = hkv_host_alloc(s->mem, HKV_TIER_INDEX, bytes, NULL);
+    if (!b) return HKV_E_NOMEM;
+    uint16_t *cent = (uint16_t *)b;
+    int32_t *ivf = (int32_t *)(b + a_c), *len = (int32_t *)(b + a_c + a_i);
+    uint8_t *dyn = (uint8_t *)(b + a_c + a_i + a_l);
+    if (o->n) {
+        memcpy(cent, o->cent, (size_t)o->n * gd * 2);
+        memcpy(ivf, o->ivf, (size_t)o->n * rho * 4);
+        memcpy(len, o->len, (size_t)o->n * 4);
+        memcpy(dyn, o->dyn, (size_t)o->n);
+    }
+    hkv_host_free(s->mem, HKV_TIER_INDEX, o->cent, o->rows_b);
+    o->cent = cent, o->ivf = ivf, o->len = len, o->dyn = dyn;
+    o->cap = cap, o->rows_b = bytes;
+    return HKV_OK;
+}
+
+int hkv_ctkvr_slot_w(ctkvr *s, int layer, int kvh, int64_t sl, ct_slot *w)
+{
+    ct_own *o = &s->own[(size_t)layer * s->KH + (size_t)kvh];
+    ct_layer *ly = &s->lay[layer];
+    const int64_t C = s->c.C, rho = s->c.rho;
+    const size_t gd = (size_t)s->g * s->d;
+    int32_t r = o->map ? o->map[sl] : -1;
+    if (r < 0 && !hkv_ctkvr_shared(s)) {   /* the only holder writes the store */
+        w->cent = ly->cent + ((size_t)sl * s->H + (size_t)kvh * s->g) * s->d;
+        w->ivf = ly->ivf + ((size_t)kvh * C + sl) * rho;
+        w->len = ly->len + (size_t)kvh * C + sl;
+        w->dyn = ly->dyn + (size_t)kvh * C + sl;
+        return HKV_OK;
+    }
+    if (r < 0) {   /* a row of its own; every caller rewrites the centroid and the list */
+        if (own_grow(s, o)) return HKV_E_NOMEM;
+        r = o->n++;
+        o->map[sl] = r;
+        o->len[r] = 0;
+        o->dyn[r] = ly->dyn[(size_t)kvh * C + sl];   /* a dcu=2 refresh keeps the mark */
+    }
+    w->cent = o->cent + (size_t)r * gd;
+    w->ivf = o->ivf + (size_t)r * rho;
+    w->len = o->len + r;
+    w->dyn = o->dyn + r;
+    return HKV_OK;
 }
 
 /* ---- int8 key sketches (sketch=1, 2) -------------------------------------------
@@ -361,8 +499,11 @@ static int64_t select_impl(ctkvr *s, int layer, int kvh, const float *q, const h
     int32_t *ia = cand + NC, *ib = ia + NC;    /* [NC] each: top-k picks */
     int32_t *ic = ib + NC;                     /* [NC] sketch: survivors' positions */
     uint32_t *obits = (uint32_t *)(ic + NC);   /* [(NC + 31) / 32] the output order */
+    int32_t *ri = (int32_t *)(obits + (NC + 31) / 32);   /* [C] recall: store slots, then own rows */
+    int32_t *rat = ri + C;                     /* [C] their places among the slots */
     float *qn = ws->f, *cs = qn + (int64_t)g * d, *ct = cs + C, *sc = ct + C, *sb = sc + NC;
     float *su = sb + NC;                       /* [NC] sketch: upper bounds */
+    float *rt = su + NC;                       /* [C] recall: scores of one part */
 
     for (int j = 0; j < g; j++) {   /* unit queries: cosine recall and DCU centroids */
         double ss = 0;
@@ -385,11 +526,26 @@ static int64_t select_impl(ctkvr *s, int layer, int kvh, const float *q, const h
             if (rs[t] < 0 || rs[t] >= C) return HKV_E_INVAL;
     } else if (hd->count > 0) {
         const int64_t n = hd->count;
-        for (int64_t i = 0; i < n; i++) slots[i] = (int32_t)((hd->head + i) % C);
+        const ct_own *o = hkv_ctkvr_own(s, layer, kvh);
+        int64_t nb = 0, np = 0;   /* slots read from the store, from own rows (ri from the back) */
+        for (int64_t i = 0; i < n; i++) {
+            slots[i] = (int32_t)((hd->head + i) % C);
+            const int32_t r = o->map ? o->map[slots[i]] : -1;
+            if (r < 0) ri[nb] = slots[i], rat[nb++] = (int32_t)i;
+            else np++, ri[n - np] = r, rat[n - np] = (int32_t)i;
+        }
         for (int j = 0; j < g; j++) {
+            float *dst = j ? ct : cs;
             const uint16_t *cj = ly->cent + ((int64_t)kvh * g + j) * d;
-            hkv_policy_score_max(ws, s->kern, qn + j * d, 1, d, cj, (int64_t)s->H * d, slots, n,
-                                 j ? ct : cs);
+            if (!np) {
+                hkv_policy_score_max(ws, s->kern, qn + j * d, 1, d, cj, (int64_t)s->H * d, slots, n,
+                                     dst);
+            } else {   /* each row's score is the kernel's wherever it sits in a call */
+                hkv_policy_score_max(ws, s->kern, qn + j * d, 1, d, cj, (int64_t)s->H * d, ri, nb, rt);
+                hkv_policy_score_max(ws, s->kern, qn + j * d, 1, d, o->cent + (int64_t)j * d,
+                                     (int64_t)g * d, ri + nb, np, rt + nb);
+                for (int64_t i = 0; i < n; i++) dst[rat[i]] = rt[i];
+            }
             if (j)
                 for (int64_t i = 0; i < n; i++) cs[i] = ct[i] > cs[i] ? ct[i] : cs[i];
         }
@@ -400,8 +556,8 @@ static int64_t select_impl(ctkvr *s, int layer, int kvh, const float *q, const h
     for (int64_t t = 0; t < k; t++) {   /* the union of their lists */
         int64_t sl = rs[t];
         if (rv[t] > bcos) bcos = rv[t], best = (int32_t)sl;
-        const int32_t *list = ly->ivf + ((int64_t)kvh * C + sl) * rho;
-        const int32_t len = ly->len[(int64_t)kvh * C + sl];
+        int32_t len;
+        const int32_t *list = hkv_ctkvr_list(s, layer, kvh, sl, &len);
         ws->bytes += 4 + (uint64_t)len * 4;   /* the list and its length */
         for (int32_t e = 0; e < len; e++) {
             int64_t p = list[e];
@@ -432,7 +588,8 @@ static int64_t select_impl(ctkvr *s, int layer, int kvh, const float *q, const h
 
     if (n <= rho_p && (!s->c.dcu || n <= rho)) {   /* everything fits: no rerank needed */
         memcpy(out, cand, (size_t)n * sizeof *out);
-        if (s->c.dcu && n > 0) dcu_push(s, ly, kvh, qn, cand, NULL, n, best, bcos);
+        if (s->c.dcu && n > 0 && dcu_push(s, layer, kvh, qn, cand, NULL, n, best, bcos))
+            return HKV_E_NOMEM;
         return n;
     }
     if (s->skc && !far->rows) {   /* on the int8 sketches, certified (rerank_sketch) */
@@ -440,7 +597,7 @@ static int64_t select_impl(ctkvr *s, int layer, int kvh, const float *q, const h
                                         tsc, obits, out, ws);
         if (s->c.dcu) {   /* its list: the top rho by the int8 score */
             const int64_t md = hkv_topk(sc, n, rho, ia, tsc);
-            dcu_push(s, ly, kvh, qn, cand, ia, md, best, bcos);
+            if (dcu_push(s, layer, kvh, qn, cand, ia, md, best, bcos)) return HKV_E_NOMEM;
         }
         return m;
     }
@@ -461,7 +618,7 @@ static int64_t select_impl(ctkvr *s, int layer, int kvh, const float *q, const h
     const int32_t *p_out = rho_p >= rho ? ia : ib, *p_dcu = rho_p >= rho ? ib : ia;
     const int64_t m_out = rho_p >= rho ? mb : ms, m_dcu = rho_p >= rho ? ms : mb;
     for (int64_t i = 0; i < m_out; i++) out[i] = cand[p_out[i]];
-    dcu_push(s, ly, kvh, qn, cand, p_dcu, m_dcu, best, bcos);
+    if (dcu_push(s, layer, kvh, qn, cand, p_dcu, m_dcu, best, bcos)) return HKV_E_NOMEM;
     return m_out;
 }
 
@@ -478,12 +635,27 @@ static int64_t ctkvr_select_recalled(void *self, int layer, int kvh, const float
     return r ? select_impl(self, layer, kvh, q, far, r, out, ws) : HKV_E_INVAL;
 }
 
+/* The device reads the layer's whole table: not while its store is shared
+ * or the instance has own rows (a sequence on a shared prefix, which the
+ * device path does not make: kv.h, seq_share). */
+static int ctkvr_device_takes(void *self, int layer)
+{
+    const ctkvr *s = self;
+    if (!s->st) return HKV_FALLBACK_BEFORE_SELECTION;
+    if (hkv_ctkvr_shared(s)) return HKV_FALLBACK_SHARED_INDEX;
+    for (int h = 0; layer >= 0 && layer < s->L && h < s->KH; h++)
+        if (hkv_ctkvr_own(s, layer, h)->map) return HKV_FALLBACK_SHARED_INDEX;
+    return HKV_FALLBACK_NONE;
+}
+
 /* The device part: the centroids, recalled on the device (pipeline/). */
 static int ctkvr_recall_table(void *self, int layer, hkv_recall_table *t, int32_t *fifo,
                               int32_t *dirty)
 {
     ctkvr *s = self;
-    if (layer < 0 || layer >= s->L || !t || !fifo || !dirty) return HKV_E_INVAL;
+    if (layer < 0 || layer >= s->L || !t || !fifo || !dirty ||
+        ctkvr_device_takes(s, layer) != HKV_FALLBACK_NONE)
+        return HKV_E_INVAL;
     ct_layer *ly = &s->lay[layer];
     for (int h = 0; h < s->KH; h++)
         if (ly->kv[h].dirty == -2) ly->version++;
@@ -508,17 +680,26 @@ static void ctkvr_describe(void *self, char *buf, size_t cap)
         uniq += s->heads[i].uniq, tail += s->heads[i].tail;
         reranks += s->heads[i].reranks, surv += s->heads[i].surv;
     }
-    char mb[32];
-    hkv_fmt_bytes((double)(s->cent_b + s->ivf_b + s->len_b + s->dyn_b), mb, sizeof mb);
-    double st = steps ? (double)steps : 1.0;
+    char mb[32], ob[32];
+    size_t own = 0;
+    for (int64_t i = 0; i < (int64_t)s->L * s->KH; i++) own += s->own[i].map_b + s->own[i].rows_b;
+    const ct_store *st = s->st;
+    hkv_fmt_bytes(st ? (double)(st->cent_b + st->ivf_b + st->len_b + st->dyn_b) : 0.0, mb, sizeof mb);
+    hkv_fmt_bytes((double)own, ob, sizeof ob);
+    double stp = steps ? (double)steps : 1.0;
     char dcu[32];
     if (s->c.dcu == 2) snprintf(dcu, sizeof dcu, "2 (cos %.2f)", s->c.dcu_cos);
     else snprintf(dcu, sizeof dcu, "%d", s->c.dcu);
     snprintf(buf, cap, "ctkvr C=%lld C'=%lld rho=%lld rho'=%lld dcu=%s tail=%lld, fp16 centroids, "
              "index %s; %lld selects: %.0f candidates (%.0f list entries, alpha=%.2f, tail %.0f)",
              (long long)s->c.C, (long long)s->c.Cp, (long long)s->c.rho, (long long)s->c.rho_p,
-             dcu, (long long)s->c.tail, mb, (long long)steps, cand / st, raw / st,
-             raw ? (double)uniq / (double)raw : 0.0, tail / st);
+             dcu, (long long)s->c.tail, mb, (long long)steps, cand / stp, raw / stp,
+             raw ? (double)uniq / (double)raw : 0.0, tail / stp);
+    if (st && (st->refs > 1 || own)) {
+        size_t o = strlen(buf);
+        snprintf(buf + o, cap > o ? cap - o : 0, "; index shared by %d sequences, %s own slots",
+                 st->refs, ob);
+    }
     if (s->skc) {
         size_t o = strlen(buf);
         hkv_fmt_bytes((double)(s->skc_b + s->sks_b), mb, sizeof mb);
@@ -531,15 +712,76 @@ static void ctkvr_destroy(void *self)
 {
     ctkvr *s = self;
     if (!s) return;
-    hkv_host_free(s->mem, HKV_TIER_INDEX, s->cent, s->cent_b);
-    hkv_host_free(s->mem, HKV_TIER_INDEX, s->ivf, s->ivf_b);
-    hkv_host_free(s->mem, HKV_TIER_INDEX, s->len, s->len_b);
-    hkv_host_free(s->mem, HKV_TIER_INDEX, s->dyn, s->dyn_b);
+    store_unref(s->st);
+    for (int64_t i = 0; s->own && i < (int64_t)s->L * s->KH; i++) own_free(s, &s->own[i]);
+    hkv_host_free(s->mem, HKV_TIER_INDEX, s->own, s->own_b);
     hkv_host_free(s->mem, HKV_TIER_INDEX, s->skc, s->skc_b);
     hkv_host_free(s->mem, HKV_TIER_INDEX, s->sks, s->sks_b);
     hkv_host_free(s->mem, HKV_TIER_INDEX, s->heads, s->heads_b);
     hkv_host_free(s->mem, HKV_TIER_INDEX, s->lay, s->lay_b);
     hkv_host_free(s->mem, HKV_TIER_INDEX, s, sizeof *s);
+}
+
+/* A sequence starting with src's first n tokens, where src's prompt ended
+ * (its index built, nothing decoded since): this instance, new and of the
+ * same parameters, holds src's store by reference and copies of src's own
+ * rows and per-head state. Its int8 sketches (per sequence) are made again
+ * from its own far rows as select reaches them. */
+static int ctkvr_fork(void *self, const void *from, int64_t n, hkv_err *err)
+{
+    ctkvr *s = self;
+    const ctkvr *src = from;
+    const ct_conf *a = &s->c, *b = &src->c;
+    if (a->C != b->C || a->Cp != b->Cp || a->rho != b->rho || a->rho_p != b->rho_p ||
+        a->tail != b->tail || a->dcu != b->dcu || a->sketch != b->sketch ||
+        a->dcu_cos != b->dcu_cos || s->L != src->L || s->H != src->H || s->KH != src->KH ||
+        s->d != src->d)
+        return hkv_seterr(err, HKV_E_UNSUPPORTED, "ctkvr: an index of other parameters or shape "
+                          "cannot be shared");
+    if (s->st) return hkv_seterr(err, HKV_E_INVAL, "ctkvr: fork into an instance with an index");
+    if (!src->st) return hkv_seterr(err, HKV_E_UNSUPPORTED, "ctkvr: no index to share yet");
+    for (int l = 0; l < s->L; l++)
+        if (!src->lay[l].built || src->lay[l].q_end != n)
+            return hkv_seterr(err, HKV_E_UNSUPPORTED, "ctkvr: layer %d's index is not of the "
+                              "first %lld tokens", l, (long long)n);
+    const int64_t nh = (int64_t)s->L * s->KH;
+    for (int64_t i = 0; i < nh; i++)
+        if (src->heads[i].dcu_new)
+            return hkv_seterr(err, HKV_E_UNSUPPORTED, "ctkvr: the index has changed since its "
+                              "prompt end");
+    for (int64_t i = 0; i < nh; i++) {   /* src's own rows, copied */
+        const ct_own *so = &src->own[i];
+        ct_own *o = &s->own[i];
+        if (!so->map) continue;
+        while (o->cap < so->n)
+            if (own_grow(s, o)) {
+                for (int64_t j = 0; j <= i; j++) own_free(s, &s->own[j]);
+                return hkv_seterr(err, HKV_E_NOMEM, "ctkvr: no memory for a shared index's own "
+                                  "rows");
+            }
+        const size_t gd = (size_t)s->g * s->d;
+        memcpy(o->map, so->map, so->map_b);
+        memcpy(o->cent, so->cent, (size_t)so->n * gd * 2);
+        memcpy(o->ivf, so->ivf, (size_t)so->n * s->c.rho * 4);
+        memcpy(o->len, so->len, (size_t)so->n * 4);
+        memcpy(o->dyn, so->dyn, (size_t)so->n);
+        o->n = so->n;
+    }
+    src->st->refs++;
+    store_attach(s, src->st);
+    for (int l = 0; l < s->L; l++) {
+        ct_layer *ly = &s->lay[l];
+        const ct_layer *sl = &src->lay[l];
+        ly->indexed_hi = sl->indexed_hi, ly->q_end = sl->q_end;
+        ly->version = sl->version, ly->built = sl->built;
+    }
+    for (int64_t i = 0; i < nh; i++) {
+        ct_head *h = &s->heads[i];
+        memset(h, 0, sizeof *h);
+        h->head = src->heads[i].head, h->count = src->heads[i].count;
+        h->dirty = -1;
+    }
+    return HKV_OK;
 }
 
 static const hkv_policy_ops ctkvr_ops = {
@@ -548,23 +790,13 @@ static const hkv_policy_ops ctkvr_ops = {
     .select = ctkvr_select,
     .max_select = ctkvr_max_select,
     .scratch_need = ctkvr_scratch_need,
+    .fork = ctkvr_fork,
+    .device_takes = ctkvr_device_takes,
     .recall_table = ctkvr_recall_table,
     .select_recalled = ctkvr_select_recalled,
     .describe = ctkvr_describe,
     .destroy = ctkvr_destroy,
 };
-
-/* a*b*c*e bytes, or 0 on overflow */
-static size_t bytes4(size_t a, size_t b, size_t c, size_t e)
-{
-    size_t r = a;
-    if (b && r > SIZE_MAX / b) return 0;
-    r *= b;
-    if (c && r > SIZE_MAX / c) return 0;
-    r *= c;
-    if (e && r > SIZE_MAX / e) return 0;
-    return r * e;
-}
 
 static int ctkvr_create(hkv_policy *out, const hkv_policy_args *a, const hkv_policy_env *env,
                         hkv_err *err)
@@ -586,10 +818,7 @@ static int ctkvr_create(hkv_policy *out, const hkv_policy_args *a, const hkv_pol
     const size_t L = (size_t)s->L, KH = (size_t)s->KH, C = (size_t)c.C;
     s->lay_b = L * sizeof *s->lay;
     s->heads_b = L * KH * sizeof *s->heads;
-    s->cent_b = bytes4(L, C, (size_t)s->H * (size_t)s->d, 2);
-    s->len_b = bytes4(L, KH, C, 4);
-    s->dyn_b = bytes4(L, KH, C, 1);
-    s->ivf_b = bytes4(L * KH, C, (size_t)c.rho, 4);
+    s->own_b = L * KH * sizeof *s->own;
     s->cap = env->n_ctx > 0 ? env->n_ctx : 1;
     if (c.sketch) {
         s->skc_b = bytes4(L * KH, (size_t)s->cap, (size_t)s->d, 1);
@@ -601,32 +830,26 @@ static int ctkvr_create(hkv_policy *out, const hkv_policy_args *a, const hkv_pol
                           "multiples of %d up to %d, not %d", HKV_SKETCH_GROUP, HKV_CTKVR_MAX_D,
                           sh->head_dim);
     }
-    if (!s->cent_b || !s->len_b || !s->ivf_b || s->ivf_b > SIZE_MAX / 4 ||
-        (c.sketch && (!s->skc_b || !s->sks_b))) {
+    if (!bytes4(L, C, (size_t)s->H * (size_t)s->d, 2) || !bytes4(L * KH, C, (size_t)c.rho, 4) ||
+        bytes4(L * KH, C, (size_t)c.rho, 4) > SIZE_MAX / 4 || (c.sketch && (!s->skc_b || !s->sks_b))) {
         ctkvr_destroy(s);
         return hkv_seterr(err, HKV_E_RANGE, "ctkvr: index of C=%lld, rho=%lld overflows",
                           (long long)c.C, (long long)c.rho);
     }
     if (!(s->lay = hkv_host_calloc(s->mem, HKV_TIER_INDEX, s->lay_b, err)) ||
         !(s->heads = hkv_host_calloc(s->mem, HKV_TIER_INDEX, s->heads_b, err)) ||
-        !(s->cent = hkv_host_alloc(s->mem, HKV_TIER_INDEX, s->cent_b, err)) ||
-        !(s->len = hkv_host_calloc(s->mem, HKV_TIER_INDEX, s->len_b, err)) ||
-        !(s->dyn = hkv_host_calloc(s->mem, HKV_TIER_INDEX, s->dyn_b, err)) ||
-        !(s->ivf = hkv_host_alloc(s->mem, HKV_TIER_INDEX, s->ivf_b, err)) ||
+        !(s->own = hkv_host_calloc(s->mem, HKV_TIER_INDEX, s->own_b, err)) ||
         (c.sketch && (!(s->skc = hkv_host_alloc(s->mem, HKV_TIER_INDEX, s->skc_b, err)) ||
                       !(s->sks = hkv_host_alloc(s->mem, HKV_TIER_INDEX, s->sks_b, err))))) {
         if (!s->lay) s->lay_b = 0;
         if (!s->heads) s->heads_b = 0;
+        if (!s->own) s->own_b = 0;
         ctkvr_destroy(s);
         return hkv_err_prefix(err, "ctkvr index (C=%lld, rho=%lld)", (long long)c.C,
                               (long long)c.rho);
     }
     for (size_t l = 0; l < L; l++) {
         ct_layer *ly = &s->lay[l];
-        ly->cent = s->cent + l * C * (size_t)s->H * (size_t)s->d;
-        ly->ivf = s->ivf + l * KH * C * (size_t)c.rho;
-        ly->len = s->len + l * KH * C;
-        ly->dyn = s->dyn + l * KH * C;
         ly->kv = s->heads + l * KH;
         ly->indexed_hi = -1;   /* before any prompt end, every far token is tail */
         ly->q_end = 0;

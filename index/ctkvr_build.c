@@ -300,6 +300,32 @@ int hkv_ctkvr_build_lists(const hkv_cpu_kernels *kern, const hkv_ctkvr_build *b,
 
 /* ---- prompt end (Algorithm 1), see the later-turn rules in ctkvr.c ---------- */
 
+/* Centroids a shared index builds at a time into a buffer (its own rows'
+ * lists): bounds the buffer at KH x BUILD_BATCH x rho positions. */
+#define BUILD_BATCH 256
+
+/* The lists of n centroid rows q (stride ldq) into ivf/len at slot[h * n +
+ * i] of n_slots: on the device when it offers, else here. */
+static int build_into(ctkvr *s, int layer, const hkv_far_view *far, const uint16_t *q, int64_t ldq,
+                      int64_t n, const int32_t *slot, int32_t *ivf, int32_t *len, int64_t n_slots,
+                      hkv_err *err)
+{
+    hkv_ctkvr_build b = {
+        .far = far, .q = q, .ldq = ldq, .n = n, .n_head = s->H, .rho = s->c.rho, .slot = slot,
+        .ivf = ivf, .len = len, .n_slots = n_slots, .n_threads = s->n_threads,
+    };
+    const hkv_far_accel *acc = far->accel && far->accel->top_lists ? far->accel : NULL;
+    int fb = HKV_FALLBACK_SHAPE;   /* the host builds unless the device did (a no of the
+                                      device is counted there) */
+    int rc = HKV_OK;
+    if (acc && acc->takes_top_lists(acc, layer, far, n, s->H, s->c.rho, slot, n_slots) ==
+                   HKV_FALLBACK_NONE)
+        rc = acc->top_lists(acc, layer, far, q, ldq, n, s->H, s->c.rho, slot, ivf, len, n_slots,
+                            &fb, err);
+    if (!rc && fb != HKV_FALLBACK_NONE) rc = hkv_ctkvr_build_lists(s->kern, &b, s->mem, err);
+    return rc;
+}
+
 int hkv_ctkvr_prefill_end(void *self, int layer, const hkv_far_view *far,
                           const hkv_query_view *qv, hkv_err *err)
 {
@@ -335,38 +361,58 @@ int hkv_ctkvr_prefill_end(void *self, int layer, const hkv_far_view *far,
         hd->dirty = -1;
     }
     ly->version++;   /* the rows change wholesale: a device mirror uploads them again */
-    int rc = HKV_OK;
+    int rc = m > 0 ? hkv_ctkvr_store_need(s, err) : HKV_OK;
+    if (rc) return hkv_err_prefix(err, "ctkvr prompt end, layer %d", layer);
     if (m > 0) {
-        const size_t bytes = (size_t)KH * m * sizeof(int32_t) + (size_t)d * sizeof(float);
+        /* in place while the store is this instance's alone, else through
+         * a buffer of at most BUILD_BATCH centroids into its own rows */
+        int direct = !hkv_ctkvr_shared(s);
+        for (int h = 0; h < KH; h++) direct &= hkv_ctkvr_own(s, layer, h)->map == NULL;
+        const int64_t nb = direct ? m : hkv_min64(m, BUILD_BATCH);
+        const size_t bytes = (size_t)KH * m * sizeof(int32_t) + (size_t)d * sizeof(float) +
+                             (direct ? 0 : (size_t)KH * nb * (s->c.rho + 2) * sizeof(int32_t));
         int32_t *slot = hkv_host_alloc(s->mem, HKV_TIER_WORKSPACE, bytes, err);
         if (!slot) return hkv_err_prefix(err, "ctkvr prompt end, layer %d", layer);
         float *tmp = (float *)(slot + (size_t)KH * m);
-        for (int h = 0; h < KH; h++)
+        int32_t *tslot = (int32_t *)(tmp + d), *tlen = tslot + KH * nb, *tivf = tlen + KH * nb;
+        for (int h = 0; h < KH && !rc; h++)
             for (int64_t i = 0; i < m; i++) {
                 int32_t sl = hkv_ctkvr_fifo_push(&ly->kv[h], C);
                 slot[(int64_t)h * m + i] = sl;
-                ly->len[(int64_t)h * C + sl] = 0;   /* empty until built: a failure stays consistent */
-                ly->dyn[(int64_t)h * C + sl] = 0;
+                ct_slot w;
+                if (hkv_ctkvr_slot_w(s, layer, h, sl, &w)) {
+                    rc = hkv_seterr(err, HKV_E_NOMEM, "no memory for the own rows of a shared "
+                                    "index");
+                    break;
+                }
+                *w.len = 0;   /* empty until built: a failure stays consistent */
+                *w.dyn = 0;
                 for (int j = 0; j < g; j++) {
-                    int64_t qh = (int64_t)h * g + j;
-                    s->kern->f16_to_f32(qv->q + (r0 + i) * qv->ld + qh * d, tmp, d);
-                    hkv_ctkvr_store_unit(s->kern, tmp, d, ly->cent + ((int64_t)sl * H + qh) * d);
+                    s->kern->f16_to_f32(qv->q + (r0 + i) * qv->ld + ((int64_t)h * g + j) * d, tmp, d);
+                    hkv_ctkvr_store_unit(s->kern, tmp, d, w.cent + (size_t)j * d);
                 }
             }
-        hkv_ctkvr_build b = {
-            .far = far, .q = qv->q + r0 * qv->ld, .ldq = qv->ld, .n = m, .n_head = H,
-            .rho = s->c.rho, .slot = slot, .ivf = ly->ivf, .len = ly->len, .n_slots = C,
-            .n_threads = s->n_threads,
-        };
-        if (far->hi > far->lo) {   /* on the device when it offers, else here */
-            const hkv_far_accel *acc = far->accel && far->accel->top_lists ? far->accel : NULL;
-            int fb = HKV_FALLBACK_SHAPE;   /* the host builds unless the device did (a no of the
-                                              device is counted there) */
-            if (acc && acc->takes_top_lists(acc, layer, far, m, H, s->c.rho, slot, C) ==
-                           HKV_FALLBACK_NONE)
-                rc = acc->top_lists(acc, layer, far, b.q, b.ldq, m, H, s->c.rho, slot, ly->ivf,
-                                    ly->len, C, &fb, err);
-            if (!rc && fb != HKV_FALLBACK_NONE) rc = hkv_ctkvr_build_lists(s->kern, &b, s->mem, err);
+        if (!rc && far->hi > far->lo) {
+            if (direct) {
+                rc = build_into(s, layer, far, qv->q + r0 * qv->ld, qv->ld, m, slot, ly->ivf, ly->len,
+                                C, err);
+            } else {
+                for (int64_t i0 = 0; i0 < m && !rc; i0 += nb) {
+                    const int64_t n = hkv_min64(nb, m - i0);
+                    for (int h = 0; h < KH; h++)
+                        for (int64_t i = 0; i < n; i++) tslot[(int64_t)h * n + i] = (int32_t)i;
+                    rc = build_into(s, layer, far, qv->q + (r0 + i0) * qv->ld, qv->ld, n, tslot,
+                                    tivf, tlen, n, err);
+                    for (int h = 0; h < KH && !rc; h++)
+                        for (int64_t i = 0; i < n; i++) {
+                            ct_slot w;   /* the own row made above */
+                            hkv_ctkvr_slot_w(s, layer, h, slot[(int64_t)h * m + i0 + i], &w);
+                            const int32_t ln = tlen[(int64_t)h * n + i];
+                            memcpy(w.ivf, tivf + ((int64_t)h * n + i) * s->c.rho, (size_t)ln * 4);
+                            *w.len = ln;
+                        }
+                }
+            }
         }
         hkv_host_free(s->mem, HKV_TIER_WORKSPACE, slot, bytes);
         if (rc) return hkv_err_prefix(err, "ctkvr prompt end, layer %d", layer);

@@ -27,8 +27,34 @@ typedef struct ct_head {
     int64_t sk_hi;          /* sketch: far positions below this have their int8 row */
 } ct_head;
 
+/* The index of every layer (centroids, lists, their lengths, DCU marks),
+ * made at the first prompt end. A fork (ctkvr_fork: a sequence that starts
+ * with another's prompt) holds it by reference; while more than one
+ * instance does, none writes it: each writes the slots it changes into rows
+ * of its own (ct_own) and reads the shared rows for the others. */
+typedef struct ct_store {
+    int refs;               /* instances holding it (changed only between steps) */
+    hkv_mem_account *mem;
+    uint16_t *cent;
+    int32_t *ivf, *len;
+    uint8_t *dyn;
+    size_t cent_b, ivf_b, len_b, dyn_b;
+} ct_store;
+
+/* The slots of one (layer, KV head) an instance holds itself because its
+ * store is shared: row r of each array is the slot with map[slot] == r. */
+typedef struct ct_own {
+    int32_t *map;           /* [C] slot -> own row, -1: the store's; NULL: no own rows */
+    uint16_t *cent;         /* [cap][g][d] */
+    int32_t *ivf;           /* [cap][rho] */
+    int32_t *len;           /* [cap] */
+    uint8_t *dyn;           /* [cap] */
+    int32_t n, cap;
+    size_t map_b, rows_b;
+} ct_own;
+
 typedef struct ct_layer {
-    uint16_t *cent;         /* [C][n_head][d] fp16, L2-normalised */
+    uint16_t *cent;         /* [C][n_head][d] fp16, L2-normalised (in the store) */
     int32_t *ivf;           /* [n_head_kv][C][rho] absolute far positions */
     int32_t *len;           /* [n_head_kv][C] valid entries per list */
     uint8_t *dyn;           /* [n_head_kv][C] 1: the slot was made by DCU */
@@ -46,16 +72,63 @@ typedef struct ctkvr {
     ct_conf c;
     ct_layer *lay;          /* [n_layer] */
     ct_head *heads;         /* [n_layer][n_head_kv] */
-    uint16_t *cent;
-    int32_t *ivf, *len;
-    uint8_t *dyn;
+    ct_store *st;           /* NULL until the first prompt end or fork */
+    ct_own *own;            /* [n_layer][n_head_kv] */
     /* sketch=1: every far key as int8 codes with a per-row scale,
      * [n_layer][n_head_kv][cap][d] and [n_layer][n_head_kv][cap] */
     int8_t *skc;
     float *sks;
     int64_t cap;
-    size_t lay_b, heads_b, cent_b, ivf_b, len_b, dyn_b, skc_b, sks_b;
+    size_t lay_b, heads_b, own_b, skc_b, sks_b;
 } ctkvr;
+
+/* A slot's rows, to write: the instance's own, or the store's in place. */
+typedef struct ct_slot {
+    uint16_t *cent;         /* [g][d] */
+    int32_t *ivf, *len;
+    uint8_t *dyn;
+} ct_slot;
+
+static inline const ct_own *hkv_ctkvr_own(const ctkvr *s, int layer, int kvh)
+{
+    return &s->own[(size_t)layer * s->KH + (size_t)kvh];
+}
+/* Own row of slot sl of (layer, kvh), or -1 when it reads the store's. */
+static inline int32_t hkv_ctkvr_own_row(const ctkvr *s, int layer, int kvh, int64_t sl)
+{
+    const ct_own *o = hkv_ctkvr_own(s, layer, kvh);
+    return o->map ? o->map[sl] : -1;
+}
+/* Centroid of slot sl for KV head kvh's g query heads ([g][d], contiguous). */
+static inline const uint16_t *hkv_ctkvr_cent(const ctkvr *s, int layer, int kvh, int64_t sl)
+{
+    const int32_t r = hkv_ctkvr_own_row(s, layer, kvh, sl);
+    if (r >= 0) return hkv_ctkvr_own(s, layer, kvh)->cent + (size_t)r * s->g * s->d;
+    return s->lay[layer].cent + ((size_t)sl * s->H + (size_t)kvh * s->g) * s->d;
+}
+static inline const int32_t *hkv_ctkvr_list(const ctkvr *s, int layer, int kvh, int64_t sl,
+                                            int32_t *len)
+{
+    const int32_t r = hkv_ctkvr_own_row(s, layer, kvh, sl);
+    const ct_own *o = hkv_ctkvr_own(s, layer, kvh);
+    const ct_layer *ly = &s->lay[layer];
+    *len = r >= 0 ? o->len[r] : ly->len[(size_t)kvh * s->c.C + sl];
+    return r >= 0 ? o->ivf + (size_t)r * s->c.rho : ly->ivf + ((size_t)kvh * s->c.C + sl) * s->c.rho;
+}
+static inline int hkv_ctkvr_dyn(const ctkvr *s, int layer, int kvh, int64_t sl)
+{
+    const int32_t r = hkv_ctkvr_own_row(s, layer, kvh, sl);
+    return r >= 0 ? hkv_ctkvr_own(s, layer, kvh)->dyn[r] : s->lay[layer].dyn[(size_t)kvh * s->c.C + sl];
+}
+/* 1 when (layer, kvh) may not write the store in place. */
+static inline int hkv_ctkvr_shared(const ctkvr *s) { return s->st && s->st->refs > 1; }
+
+/* Slot sl of (layer, kvh) to write (ctkvr.c): its own row, made (and the
+ * store's content copied into it) when the store is shared; HKV_E_NOMEM
+ * when one cannot be had. May run concurrently for different (layer, kvh). */
+int hkv_ctkvr_slot_w(ctkvr *s, int layer, int kvh, int64_t sl, ct_slot *w);
+/* The store, made when the instance has none (ctkvr.c). */
+int hkv_ctkvr_store_need(ctkvr *s, hkv_err *err);
 
 static inline int64_t hkv_min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t hkv_max64(int64_t a, int64_t b) { return a > b ? a : b; }

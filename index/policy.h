@@ -88,6 +88,8 @@ enum hkv_fallback {
     HKV_FALLBACK_NO_DEVICE_COPY,   /* the device's copy of the near ring is not current (the
                                       first decode step after a prompt end, a rewind) or its
                                       lists are behind the far tier */
+    HKV_FALLBACK_SHARED_INDEX,     /* the policy's index is shared with other sequences (a
+                                      shared prefix, host path only) */
     HKV_FALLBACK_COUNT
 };
 /* "shape", "absent_rows", ... (NULL for NONE and past the end). */
@@ -327,6 +329,13 @@ typedef struct hkv_policy_ops {
     int (*page_table)(void *self, int layer, hkv_page_table *out);
     /* A two-stage policy's candidate lists (hkv_cand_table). */
     int (*cand_table)(void *self, int layer, hkv_cand_table *out);
+    /* Start this instance (just created with the same definition and
+     * arguments, before any prompt end) from src's index as of src's first
+     * n tokens, where src's prompt ended with nothing decoded since (a
+     * sequence on a shared prefix, kv.h seq_share): held by reference where
+     * it can, so its bytes count once. NULL, or HKV_E_UNSUPPORTED: the
+     * caller builds the index from the rows instead. ctkvr only. */
+    int (*fork)(void *self, const void *src, int64_t n, hkv_err *err);
     /* Statistics line for reports (may be NULL). */
     void (*describe)(void *self, char *buf, size_t cap);
     void (*destroy)(void *self);

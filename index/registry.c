@@ -96,6 +96,7 @@ const char *hkv_fallback_name(int reason) {
         [HKV_FALLBACK_CONFIG] = "policy_config",
         [HKV_FALLBACK_POLICY_OOM] = "policy_oom",
         [HKV_FALLBACK_NO_DEVICE_COPY] = "no_device_copy",
+        [HKV_FALLBACK_SHARED_INDEX] = "shared_index",
     };
     return reason > HKV_FALLBACK_NONE && reason < HKV_FALLBACK_COUNT ? names[reason] : NULL;
 }

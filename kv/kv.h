@@ -70,6 +70,9 @@ typedef struct hkv_recall_rows {
     int64_t sel_ld;
 } hkv_recall_rows;
 
+/* seq_share's flags. */
+#define HKV_SHARE_INDEX 1u
+
 struct hkv_kv_far_ops;
 
 typedef struct hkv_kv_ops {
@@ -83,12 +86,15 @@ typedef struct hkv_kv_ops {
      * shared prompt (benchmarks, parallel sampling). */
     int (*seq_copy)(void *self, int dst, int src, hkv_err *err);
     /* dst (open, with room) holds src's first n tokens (n <= seq_len(src)),
-     * as seq_copy then seq_rewind to n would leave it, with src's rows
-     * shared by reference rather than copied where the cache can
-     * (kv_prefix.h: the whole pages below n): dst and src then read the
-     * same memory for those positions, held once. NULL where the cache
-     * cannot share. */
-    int (*seq_share)(void *self, int dst, int src, int64_t n, hkv_err *err);
+     * with src's rows shared by reference rather than copied where the
+     * cache can (kv_prefix.h: the whole pages below n): dst and src then
+     * read the same memory for those positions, held once. With
+     * HKV_SHARE_INDEX, where src's prompt ended at n (its length), dst is
+     * as seq_copy leaves it: its policy starts from src's index, held by
+     * reference where the policy can (index/policy.h, fork). Otherwise
+     * dst's n tokens are a prompt not yet ended: its own prompt end builds
+     * its index. NULL where the cache cannot share. */
+    int (*seq_share)(void *self, int dst, int src, int64_t n, unsigned flags, hkv_err *err);
     /* Tokens stored so far for seq. */
     int64_t (*seq_len)(void *self, int seq);
     /* Drop every token of seq at positions >= n (n <= seq_len): the next

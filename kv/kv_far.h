@@ -81,6 +81,13 @@ typedef struct hkv_kv_far_ops {
      * compression (runtime/specpc.c) scores the prompt with them. */
     int (*prompt_view)(void *self, int seq, int layer, hkv_far_view *far, hkv_query_view *qv,
                        uint16_t *qbuf, int64_t qbuf_rows, hkv_err *err);
+    /* End seq's prompt at its length, as a segment flagged
+     * HKV_SEG_PROMPT_END ending there would: the near tier is made and the
+     * policy builds its index over what seq holds; a later segment opens a
+     * new turn. The prefix cache does this at a kept prefix's end for
+     * policies that share their index, so that the requests starting from
+     * it take the index by reference (runtime/scheduler.c, kv.h seq_share). */
+    int (*prompt_end)(void *self, int seq, hkv_err *err);
 } hkv_kv_far_ops;
 
 static inline const hkv_kv_far_ops *hkv_kv_far(const hkv_kv *kv) {
@@ -144,6 +151,10 @@ static inline int hkv_kv_prompt_view(hkv_kv *kv, int seq, int layer, hkv_far_vie
     return hkv_kv_has_far(kv) ? hkv_kv_far(kv)->prompt_view(kv->self, seq, layer, far, qv, qbuf,
                                                             qbuf_rows, err)
                               : hkv_kv_no_far(err);
+}
+
+static inline int hkv_kv_prompt_end(hkv_kv *kv, int seq, hkv_err *err) {
+    return hkv_kv_has_far(kv) ? hkv_kv_far(kv)->prompt_end(kv->self, seq, err) : hkv_kv_no_far(err);
 }
 
 #endif

@@ -52,8 +52,11 @@ static hkv_policy_env policy_env(const tiered *t, const tseq *q) {
     return env;
 }
 
-/* The policy of q built from scratch; if a prompt has ended, its index too. */
 int tiered_policy_rebuild(tiered *t, tseq *q, hkv_err *err) {
+    return tiered_policy_make(t, q, NULL, err);
+}
+
+int tiered_policy_make(tiered *t, tseq *q, const tseq *src, hkv_err *err) {
     if (q->pol.ops) q->pol.ops->destroy(q->pol.self);
     memset(&q->pol, 0, sizeof q->pol);
     hkv_policy_env env = policy_env(t, q);
@@ -63,6 +66,18 @@ int tiered_policy_rebuild(tiered *t, tseq *q, hkv_err *err) {
         return hkv_err_prefix(err, "policy '%s'", q->def->name);
     }
     if (!q->prompt_done) return HKV_OK;
+    if (src && src->prompt_done && q->pol.ops->fork && src->def == q->def &&
+        !memcmp(&src->args, &q->args, sizeof q->args)) {
+        hkv_err why;
+        hkv_err_clear(&why);
+        rc = q->pol.ops->fork(q->pol.self, src->pol.self, src->len, &why);
+        if (rc != HKV_E_UNSUPPORTED) {   /* (unsupported: not of these tokens, built below) */
+            if (rc && err) *err = why;
+            return rc ? hkv_err_prefix(err, "policy '%s', index from sequence %d", q->def->name,
+                                       (int)(src - t->seqs))
+                      : HKV_OK;
+        }
+    }
     for (int l = 0; l < t->s.n_layer; l++)
         if ((rc = tiered_prompt_end(t, q, l, q->len, err))) return rc;
     return HKV_OK;
@@ -445,6 +460,18 @@ static int t_far(void *self, int seq, int layer, hkv_far_view *far, hkv_err *err
 static uint64_t t_seq_epoch(const void *self, int seq);
 static void t_set_accel(void *self, const hkv_far_accel *a);
 
+static int t_prompt_end(void *self, int seq, hkv_err *err) {
+    tiered *t = self;
+    if (seq < 0 || seq >= t->max_seqs || !t->seqs[seq].open)
+        return hkv_seterr(err, HKV_E_INVAL, "prompt end: sequence %d is not open", seq);
+    tseq *q = &t->seqs[seq];
+    int rc;
+    for (int l = 0; l < t->s.n_layer; l++)
+        if ((rc = tiered_prompt_end(t, q, l, q->len, err))) return rc;
+    q->epoch = ++t->epoch;   /* the near tier was made again */
+    return HKV_OK;
+}
+
 static const hkv_kv_far_ops tiered_far_ops = {
     .near_window = t_near_window,
     .near = t_near,
@@ -456,6 +483,7 @@ static const hkv_kv_far_ops tiered_far_ops = {
     .set_accel = t_set_accel,
     .lookahead_end = tiered_lookahead_end,
     .prompt_view = tiered_prompt_view,
+    .prompt_end = t_prompt_end,
 };
 
 static const hkv_kv_ops tiered_ops = {

@@ -29,8 +29,10 @@ static int check_pair(const tiered *t, int dst, int src, const char *what, hkv_e
 }
 
 /* src's tokens into dst, whose far rows below `from` already hold them;
- * far rows from `upto` on are not copied (dst is rewound below them). */
-static int copy_state(tiered *t, tseq *d, const tseq *s, int64_t from, int64_t upto, hkv_err *err) {
+ * far rows from `upto` on are not copied (dst is rewound below them).
+ * Without index, dst's tokens are a prompt not yet ended (seq_share). */
+static int copy_state(tiered *t, tseq *d, const tseq *s, int64_t from, int64_t upto, int index,
+                      hkv_err *err) {
     const int L = t->s.n_layer, KH = t->s.n_head_kv, d_ = t->s.head_dim;
     if (d->near_k && s->near_k) {
         memcpy(d->near_k, s->near_k, s->near_bytes);
@@ -51,12 +53,12 @@ static int copy_state(tiered *t, tseq *d, const tseq *s, int64_t from, int64_t u
     int rt = tiered_tsp_copy(t, d, s, err);
     if (rt) return rt;
     d->len = s->len;
-    d->prompt_done = s->prompt_done;
+    d->prompt_done = index ? s->prompt_done : 0;
     d->epoch = ++t->epoch;
     memset(&d->audit, 0, sizeof d->audit);
     if (d->near_k && !s->near_k)   /* a near tier from the far rows that hold everything */
         for (int l = 0; l < L; l++) tiered_near_from_far(t, d, l, d->len);
-    return tiered_policy_rebuild(t, d, err);
+    return tiered_policy_make(t, d, index ? s : NULL, err);
 }
 
 int tiered_seq_copy(void *self, int dst, int src, hkv_err *err) {
@@ -65,14 +67,14 @@ int tiered_seq_copy(void *self, int dst, int src, hkv_err *err) {
     if (rc) return rc;
     tseq *d = &t->seqs[dst];
     if ((rc = tiered_prefix_unmap(t, d, 1, err))) return rc;   /* its rows are rewritten */
-    return copy_state(t, d, &t->seqs[src], 0, t->seqs[src].len, err);
+    return copy_state(t, d, &t->seqs[src], 0, t->seqs[src].len, 1, err);
 }
 
 /* As copy then rewind to n, with src's rows below the last whole page of
  * its length shared by reference (kv_prefix.h): made a shared prefix the
  * first time src is shared, mapped into src itself and then into each dst
- * (as far as n reaches). */
-int tiered_seq_share(void *self, int dst, int src, int64_t n, hkv_err *err) {
+ * (as far as n reaches). The index as kv.h says. */
+int tiered_seq_share(void *self, int dst, int src, int64_t n, unsigned flags, hkv_err *err) {
     tiered *t = self;
     int rc = check_pair(t, dst, src, "share", err);
     if (rc) return rc;
@@ -107,7 +109,8 @@ int tiered_seq_share(void *self, int dst, int src, int64_t n, hkv_err *err) {
         d->pre = s->pre;
         d->pre_rows = rows;
     }
-    if ((rc = copy_state(t, d, s, d->pre_rows, n, err))) return rc;
+    const int index = (flags & HKV_SHARE_INDEX) && n == s->len && s->prompt_done;
+    if ((rc = copy_state(t, d, s, d->pre_rows, n, index, err))) return rc;
     return n < d->len ? tiered_seq_rewind(t, dst, n, err) : HKV_OK;
 }
 

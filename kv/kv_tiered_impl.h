@@ -92,9 +92,13 @@ void tiered_far_view(const tiered *t, const tseq *q, int layer, hkv_far_view *v)
 int tiered_prefix_unmap(tiered *t, tseq *q, int keep, hkv_err *err);
 /* seq_copy and seq_share (kv.h), in kv_tiered_fork.c. */
 int tiered_seq_copy(void *self, int dst, int src, hkv_err *err);
-int tiered_seq_share(void *self, int dst, int src, int64_t n, hkv_err *err);
+int tiered_seq_share(void *self, int dst, int src, int64_t n, unsigned flags, hkv_err *err);
 /* q's policy built from scratch; if a prompt has ended, its index too. */
 int tiered_policy_rebuild(tiered *t, tseq *q, hkv_err *err);
+/* As tiered_policy_rebuild; with src (q's tokens are src's, its prompt
+ * ended at its length), the index from src's, held by reference where the
+ * policy can (index/policy.h, fork), else built from q's rows. */
+int tiered_policy_make(tiered *t, tseq *q, const tseq *src, hkv_err *err);
 /* The near tier of (q, layer) from the far rows, as of `end` tokens: the
  * sinks and the ring's positions. */
 void tiered_near_from_far(tiered *t, tseq *q, int layer, int64_t end);

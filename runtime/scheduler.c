@@ -345,6 +345,16 @@ static int64_t ring_of(const hkv_sched *s, const hkv_policy_def *def, const hkv_
     return q < cap ? q : cap;
 }
 
+/* 1 when slot i's policy shares its index with the sequences that start
+ * with its prompt (index/policy.h, fork: ctkvr). */
+static int index_shared(hkv_engine *e, int i) {
+    const hkv_policy_def *def;
+    hkv_policy pol;
+    hkv_err err;
+    return hkv_kv_has_far(&e->kv) && hkv_kv_seq_instance(&e->kv, i, &def, &pol, &err) == HKV_OK &&
+           pol.ops && pol.ops->fork;
+}
+
 static void prefix_drop(hkv_sched *s, int k) {
     prefix_entry *x = &s->pfx[k];
     s->e->kv.ops->seq_close(s->e->kv.self, s->p.max_batch + k);
@@ -402,7 +412,7 @@ static int prefix_find(const hkv_sched *s, int i, int64_t *n) {
  * seq_share), else copied. The far-tier bytes the sharing released are
  * counted as saved and leave dst's request's reservation, so admission
  * counts the shared rows once. */
-static int prefix_fork(hkv_sched *s, int dst, int src, int64_t n, hkv_err *err) {
+static int prefix_fork(hkv_sched *s, int dst, int src, int64_t n, unsigned flags, hkv_err *err) {
     hkv_engine *e = s->e;
     const hkv_kv_ops *ops = e->kv.ops;
     if (!ops->seq_share) {
@@ -410,7 +420,7 @@ static int prefix_fork(hkv_sched *s, int dst, int src, int64_t n, hkv_err *err) 
         return rc || n == ops->seq_len(e->kv.self, src) ? rc : ops->seq_rewind(e->kv.self, dst, n, err);
     }
     const size_t before = e->mem.bytes[HKV_TIER_FAR];
-    int rc = ops->seq_share(e->kv.self, dst, src, n, err);
+    int rc = ops->seq_share(e->kv.self, dst, src, n, flags, err);
     const size_t after = e->mem.bytes[HKV_TIER_FAR];
     if (rc || after >= before) return rc;
     const uint64_t saved = before - after;
@@ -456,7 +466,7 @@ static void prefix_store(hkv_sched *s, int i) {
     }
     /* by reference where the cache can: the request's own rows become the
      * shared prefix, which the entry and the request then read in place */
-    if (prefix_fork(s, q, i, sl->fed, &err)) {
+    if (prefix_fork(s, q, i, sl->fed, HKV_SHARE_INDEX, &err)) {
         e->kv.ops->seq_close(e->kv.self, q);
         free(x->tok);
         x->tok = NULL;
@@ -482,13 +492,18 @@ static int prefix_start(hkv_sched *s, int i, hkv_err *err) {
     const int k = s->p.prefix_slots && !sl->whole && sl->fed == 0 ? prefix_find(s, i, &n) : -1;
     if (k < 0) return HKV_OK;
     const double t0 = hkv_now();
-    int rc = prefix_fork(s, i, s->p.max_batch + k, n, err);
+    /* the kept index only where the request would have built its own: at
+     * its last whole chunk (prefill_step), so its tokens are the same
+     * whether it found the prefix or not */
+    const unsigned flags = n == (sl->r->n_prompt - 1) / chunk_of(s) * chunk_of(s) ? HKV_SHARE_INDEX : 0;
+    int rc = prefix_fork(s, i, s->p.max_batch + k, n, flags, err);
     s->st.t_prefix_fork += hkv_now() - t0;
     if (rc) return rc;
     sl->fed = n;
     s->pfx[k].last_use = ++s->pfx_clock;
     s->st.prefix_hits++;
     s->st.prefix_tokens += n;
+    if (flags && index_shared(s->e, i)) s->st.prefix_index_hits++;
     return HKV_OK;
 }
 
@@ -623,10 +638,15 @@ static int64_t prefill_one(hkv_sched *s) {
         rc = hkv_prefill_chunk(e, best, r->prompt, r->n_prompt, 0, sl->fed, fed, lg, &err);
         sl->fed += fed;
         sl->base = r->n_prompt;
-        /* the prompt as of its last whole chunk before the end: kept */
+        /* the prompt as of its last whole chunk before the end: kept, with
+         * the index of a policy that shares its index built there (its
+         * prompt's rest is a later turn), whether it is kept or not */
         if (!rc && s->p.prefix_slots && sl->fed < r->n_prompt &&
-            sl->fed == (r->n_prompt - 1) / c * c)
-            prefix_store(s, best);
+            sl->fed == (r->n_prompt - 1) / c * c) {
+            if (index_shared(e, best) && (rc = hkv_kv_prompt_end(&e->kv, best, &err)) == HKV_OK)
+                s->st.prefix_index_builds++;
+            if (!rc) prefix_store(s, best);
+        }
     }
     double dt = hkv_now() - t0;
     r->t_prefill += dt;

@@ -112,6 +112,10 @@ typedef struct hkv_sched_stats {
                                                hit's, and a kept prefix's own) */
     double t_prefix_fork;                   /* seconds hits spent starting from their prefix
                                                (their prefill_s holds it with their suffix's) */
+    int64_t prefix_index_builds;            /* indexes built at a prompt's last whole chunk (a
+                                               policy that shares its index: ctkvr) */
+    int64_t prefix_index_hits;              /* hits that took the kept prefix's index by
+                                               reference instead of building one */
 } hkv_sched_stats;
 
 typedef struct hkv_sched hkv_sched;

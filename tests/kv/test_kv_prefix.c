@@ -2,7 +2,9 @@
  * prompt copied (seq_copy), through the tiered cache:
  *   - every decode output is bit-identical, under full (whose shared pieces
  *     go through the cascade) and under quest and ctkvr (which read the
- *     shared rows in place), in a batch that mixes shared and unshared
+ *     shared rows in place; ctkvr's forks hold the prompt's index by
+ *     reference, with own rows for the slots DCU rewrites, against an index
+ *     built for each copy), in a batch that mixes shared and unshared
  *     sequences, and in a batch of one (the split step); under full also on
  *     16 threads (the batch split by pieces), as on 2;
  *   - the far tier holds the shared rows once (the FAR account), the
@@ -53,6 +55,7 @@ typedef struct run {
     float *out;   /* every decode output, in order */
     size_t n_out;
     uint64_t bytes;
+    size_t index;   /* INDEX bytes with every fork made */
 } run;
 
 static void step(run *r, const hkv_seg *segs, int n, uint64_t seed) {
@@ -100,11 +103,15 @@ static size_t drive(run *r, const hkv_policy_def *pol, int share, const hkv_cpu_
             }
         }
     }
+    /* copied: each fork's index built again from its rows (set_policy), which
+     * the shared prompt's forks take by reference where the policy can */
     for (int s = 1; s <= B; s++)
-        CHECK((share ? ops->seq_share(r->kv.self, s, 0, N_PROMPT, &err)
-                     : ops->seq_copy(r->kv.self, s, 0, &err)) == HKV_OK,
+        CHECK((share ? ops->seq_share(r->kv.self, s, 0, N_PROMPT, HKV_SHARE_INDEX, &err)
+                     : ops->seq_copy(r->kv.self, s, 0, &err) ||
+                           hkv_kv_set_policy(&r->kv, s, pol, &p.args, &err)) == HKV_OK,
               "fork %d: %s", s, err.msg);
     const size_t far = r->mem.bytes[HKV_TIER_FAR];
+    r->index = r->mem.bytes[HKV_TIER_INDEX];
     const uint64_t b0 = hkv_kv_tiered_bytes_read(&r->kv);
     /* B forks and the unshared sequence side by side, 24 steps */
     hkv_seg segs[B + 2];
@@ -220,11 +227,21 @@ int main(void) {
             CHECK(!memcmp(full2t, b.out, b.n_out * sizeof(float)) &&
                       !memcmp(full2t, a.out, a.n_out * sizeof(float)),
                   "full: outputs differ between 2 and 16 threads");
+        if (pols[i] == &hkv_policy_ctkvr) {   /* the forks hold the prompt's index once */
+            /* C = CTX / 16 centroids, rho = 2.5 rho' list entries: per layer the
+             * centroids (fp16), lists, their lengths and DCU marks */
+            const size_t C = CTX / 16, rho = 160;
+            const size_t store = (size_t)L * (C * H * D * 2 + KH * C * rho * 4 + KH * C * 5);
+            CHECK(a.index - b.index >= (size_t)B * store &&   /* (and each store's header) */
+                      a.index - b.index <= (size_t)B * (store + 256), "ctkvr: index %zu bytes shared, %zu "
+                  "built for each fork (%zu less expected)", b.index, a.index, (size_t)B * store);
+        }
         if (pols[i] == &hkv_policy_full)   /* the cascade reads the shared pieces once a step */
             CHECK(b.bytes * 2 < a.bytes, "full: %llu bytes read shared, %llu copied",
                   (unsigned long long)b.bytes, (unsigned long long)a.bytes);
-        printf("%s: far tier %.1f MiB copied, %.1f MiB shared; decode read %.1f / %.1f MB\n", name,
-               far_copy / 1048576.0, far_share / 1048576.0, a.bytes / 1e6, b.bytes / 1e6);
+        printf("%s: far tier %.1f MiB copied, %.1f MiB shared; index %.2f / %.2f MiB; decode read "
+               "%.1f / %.1f MB\n", name, far_copy / 1048576.0, far_share / 1048576.0,
+               a.index / 1048576.0, b.index / 1048576.0, a.bytes / 1e6, b.bytes / 1e6);
         for (int s = 0; s < B + 2; s++) {
             a.kv.ops->seq_close(a.kv.self, s);
             b.kv.ops->seq_close(b.kv.self, s);
@@ -234,6 +251,9 @@ int main(void) {
               b.mem.bytes[HKV_TIER_FAR], a.mem.bytes[HKV_TIER_FAR]);
         a.kv.ops->destroy(a.kv.self);
         b.kv.ops->destroy(b.kv.self);
+        CHECK(a.mem.bytes[HKV_TIER_INDEX] == 0 && b.mem.bytes[HKV_TIER_INDEX] == 0,
+              "%s: index bytes left: %zu shared, %zu copied", name, b.mem.bytes[HKV_TIER_INDEX],
+              a.mem.bytes[HKV_TIER_INDEX]);
         free(a.out);
         free(b.out);
     }

@@ -480,9 +480,10 @@ static void summary(job *j, hkv_sched *s, const char *how) {
             hkv_fmt_bytes((double)st.prefix_saved_bytes, saved, sizeof saved);
             fprintf(stderr, "hetkv batch: prefix cache: %lld requests started from a kept prefix, "
                     "%lld prompt tokens not prefilled; %lld prefixes kept, %lld replaced; %s of KV "
-                    "shared rather than copied\n",
+                    "shared rather than copied; %lld took the kept index\n",
                     (long long)st.prefix_hits, (long long)st.prefix_tokens,
-                    (long long)st.prefix_stored, (long long)st.prefix_evicted, saved);
+                    (long long)st.prefix_stored, (long long)st.prefix_evicted, saved,
+                    (long long)st.prefix_index_hits);
         }
     }
     if (j->o->json) {   /* through jansson: the policy text comes from the command line */
@@ -512,19 +513,22 @@ static void summary(job *j, hkv_sched *s, const char *how) {
         }
         if (o)   /* what the KV took at most: a shared prefix is held once */
             json_object_set_new(o, "kv_peak_bytes",
-                                json_pack("{s:I, s:I}", "near",
+                                json_pack("{s:I, s:I, s:I}", "near",
                                           (json_int_t)j->e->mem.peak[HKV_TIER_NEAR], "far",
-                                          (json_int_t)j->e->mem.peak[HKV_TIER_FAR]));
+                                          (json_int_t)j->e->mem.peak[HKV_TIER_FAR], "index",
+                                          (json_int_t)j->e->mem.peak[HKV_TIER_INDEX]));
         if (o && j->o->sc.prefix_cache)
             json_object_set_new(o, "prefix_cache",
-                                json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:f}", "hits",
+                                json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:I, s:I}", "hits",
                                           (json_int_t)st.prefix_hits, "reused_tokens",
                                           (json_int_t)st.prefix_tokens, "stored",
                                           (json_int_t)st.prefix_stored, "evicted",
                                           (json_int_t)st.prefix_evicted, "bytes",
                                           (json_int_t)st.prefix_bytes, "saved_bytes",
                                           (json_int_t)st.prefix_saved_bytes, "fork_s",
-                                          st.t_prefix_fork));
+                                          st.t_prefix_fork, "index_builds",
+                                          (json_int_t)st.prefix_index_builds, "index_hits",
+                                          (json_int_t)st.prefix_index_hits));
         char *txt = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
         if (txt) puts(txt);
         free(txt);

@@ -436,7 +436,7 @@ int hkv_cmd_bench(int argc, char **argv) {
                     if (configs && (rc = hkv_kv_set_policy(&e->kv, s, cfg[ci2].def, &cargs, &err)))
                         goto out;
                     if ((rc = ops->seq_open(e->kv.self, s, L + steps + 1 + hkv_lookahead_room(e, s), &err)) ||
-                        (rc = o.shared_prefix ? ops->seq_share(e->kv.self, s, 0, ops->seq_len(e->kv.self, 0), &err)
+                        (rc = o.shared_prefix ? ops->seq_share(e->kv.self, s, 0, ops->seq_len(e->kv.self, 0), HKV_SHARE_INDEX, &err)
                                             : ops->seq_copy(e->kv.self, s, 0, &err)))
                         goto out;
                     if (s == 1 && !in_place) t_fork = hkv_now() - f0;
