@@ -29,7 +29,8 @@ const hkv_opt hkv_sched_opts[] = {
              "a request with whole chunks in common with one, under the same\n"
              "policy, starts from them (shared by reference: held once, read\n"
              "once a step under full) and prefills only the rest, with the\n"
-             "same tokens as without (default 0: off; host path only; counted\n"
-             "in --mem)"},
+             "same tokens as without; ctkvr's index is shared too, built at\n"
+             "each prompt's last whole chunk (default 0: off; host path\n"
+             "only; counted in --mem)"},
     {0},
 };

@@ -6,6 +6,7 @@
 
 #include "cli_rows.h"
 #include "eval.h"
+#include "kv_far.h"
 #include "kv_tiered.h"
 #include "lookahead.h"
 
@@ -30,7 +31,7 @@ typedef struct eval_opts {
     const char *model, *configs, *corpus, *out, *budgets;
     long long ctx[EVAL_MAX_CTX], task_ctx[EVAL_MAX_CTX];
     int n_ctx, n_task_ctx;
-    long long cont, trials, answer_tokens, seed;
+    long long cont, trials, answer_tokens, seed, prefix_chunk;
     int tasks;      /* bit per task */
     int quiet, no_fidelity;
     hkv_exec_cli x;
@@ -42,6 +43,7 @@ int eval_fork(eval_run *r, int64_t ctx, const hkv_policy_def *def, const hkv_pol
     hkv_kv *kv = &r->e->kv;
     /* Policy first, on the closed sequence, so the copy builds its index once. */
     kv->ops->seq_close(kv->self, 1);
+    r->fork_ctx = ctx;
     const size_t before = r->e->mem.bytes[HKV_TIER_INDEX];
     int rc = hkv_kv_set_policy(kv, 1, def, args, err);
     if (!rc) rc = hkv_kv_tiered_set_audit(kv, audit, audit_k, err);
@@ -55,6 +57,32 @@ int eval_fork(eval_run *r, int64_t ctx, const hkv_policy_def *def, const hkv_pol
     return rc ? hkv_err_prefix(err, "forking the prompt for '%s'", def->name) : HKV_OK;
 }
 
+/* --prefix-chunk: sequence 1 again, as the prefix cache makes it for a
+ * policy that shares its index (runtime/scheduler.c): sequence 0's first S
+ * tokens (S its last whole chunk), its index built there, the rest
+ * prefilled as a later turn. r->staged says whether it was. */
+static int stage_index(eval_run *r, const int32_t *prompt, int64_t n, float *logits, hkv_err *err) {
+    hkv_kv *kv = &r->e->kv;
+    const hkv_kv_ops *ops = kv->ops;
+    const int64_t S = (n - 1) / r->prefix_chunk * r->prefix_chunk;
+    const hkv_policy_def *d;
+    hkv_policy pol;
+    r->staged = 0;
+    if (S <= 0 || !ops->seq_share || hkv_kv_seq_instance(kv, 1, &d, &pol, err) || !pol.ops->fork)
+        return HKV_OK;
+    const int64_t cap = r->fork_ctx + hkv_lookahead_room(r->e, 1);   /* as eval_fork's */
+    ops->seq_close(kv->self, 1);
+    int rc = ops->seq_open(kv->self, 1, cap, err);
+    if (!rc) rc = ops->seq_share(kv->self, 1, 0, S, 0, err);
+    if (!rc) rc = hkv_kv_prompt_end(kv, 1, err);
+    if (!rc) rc = hkv_prefill(r->e, 1, prompt + S, n - S, S, logits, err);
+    hkv_kv_tiered_audit_reset(kv, 1);
+    r->staged = !rc;
+    return rc ? hkv_err_prefix(err, "'%s' index at the last whole chunk (%lld tokens)", d->name,
+                               (long long)S)
+              : HKV_OK;
+}
+
 int eval_fork_prep(eval_run *r, const int32_t *prompt, int64_t n, float *logits, int64_t max_new,
                    int64_t *base, hkv_err *err) {
     const hkv_policy_def *d = NULL;
@@ -62,6 +90,10 @@ int eval_fork_prep(eval_run *r, const int32_t *prompt, int64_t n, float *logits,
         *base = n;   /* eval_fork left it empty: the policy's own prefill, its logits */
         int rc = hkv_prefill(r->e, 1, prompt, n, 0, logits, err);
         return rc ? hkv_err_prefix(err, "'%s' prefill of the prompt", d->name) : HKV_OK;
+    }
+    if (r->prefix_chunk > 0) {
+        int rc = stage_index(r, prompt, n, logits, err);
+        if (rc) return rc;
     }
     return hkv_fork_prep(r->e, 1, prompt, n, logits, max_new, base, err);
 }
@@ -98,6 +130,12 @@ static const hkv_opt eval_opts_table[] = {
      .lo = 1, .hi = 8192, .help = "teacher-forced tokens per fidelity run (default 256)"},
     {.name = "--no-fidelity", .kind = HKV_OPT_FLAG, .off = offsetof(eval_opts, no_fidelity),
      .help = "skip the fidelity runs"},
+    {.name = "--prefix-chunk", .arg = "N", .kind = HKV_OPT_INT,
+     .off = offsetof(eval_opts, prefix_chunk), .lo = 0, .hi = 1 << 20,
+     .help = "a policy that shares its index over a shared prefix (ctkvr)\n"
+             "builds it as the prefix cache does (hetkv batch --prefix-cache,\n"
+             "--chunk N): at the prompt's last whole chunk of N tokens, the\n"
+             "rest as a later turn; its rows say '@chunk N' (default 0: off)"},
     {.name = "--budgets", .arg = "LIST", .kind = HKV_OPT_STR, .off = offsetof(eval_opts, budgets),
      .help = "e.g. 1%,3%,10%,1024: each config whose policy takes a budget and\n"
              "sets none is run at each (a sweep axis; as hetkv bench)"},
@@ -299,6 +337,7 @@ int hkv_cmd_eval(int argc, char **argv) {
     r.cont = o.cont;
     r.trials = (int)o.trials;
     r.answer_tokens = (int)o.answer_tokens;
+    r.prefix_chunk = o.prefix_chunk;
     r.seed = (uint64_t)o.seed;
     hkv_rows_date(r.date, sizeof r.date);
     r.verbose = !o.quiet;

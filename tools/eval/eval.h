@@ -57,6 +57,9 @@ typedef struct eval_run {
     uint64_t seed;
     int verbose;             /* progress lines on stderr */
     float *logits;           /* [vocab] scratch */
+    int64_t prefix_chunk;    /* --prefix-chunk (0: off) */
+    int64_t fork_ctx;        /* the capacity the last eval_fork gave sequence 1 */
+    int staged;              /* the last eval_fork_prep built its index at the last whole chunk */
     char date[32];           /* when the sweep started, UTC: every row's date, so rows
                               * written part by part equal the ones printed at the end */
 } eval_run;

@@ -96,6 +96,10 @@ int eval_fidelity(eval_run *r, int64_t ctx, eval_fid *out, hkv_err *err) {
         int64_t base = Lp;   /* where the fork continues (specpc: its compressed length) */
         memcpy(r->logits, first, (size_t)V * sizeof *first);
         if ((rc = eval_fork_prep(r, tok, Lp, r->logits, 0, &base, err))) goto out;
+        if (r->staged) {
+            size_t o = strlen(row->label);
+            snprintf(row->label + o, sizeof row->label - o, " @chunk %lld", (long long)r->prefix_chunk);
+        }
         hkv_kv_tiered_audit_reset(&e->kv, 1);   /* lookahead steps are not decode */
         row->t_index = hkv_now() - ti;
         double t_dec = 0, kl = 0, kl_max = 0, nll = 0;
