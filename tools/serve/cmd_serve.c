@@ -218,6 +218,7 @@ static void gauges(engine_loop *L) {
     s->m.prefix_tokens = st.prefix_tokens;
     s->m.prefix_bytes = st.prefix_bytes;
     s->m.prefix_saved = st.prefix_saved_bytes;
+    s->m.prefix_index_hits = st.prefix_index_hits;
     for (int k = 0; k < HKV_TIER_COUNT; k++) s->m.tier_bytes[k] = s->e->mem.bytes[k];
 }
 

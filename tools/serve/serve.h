@@ -67,6 +67,7 @@ typedef struct hkv_srv_metrics {
     long long prefix_hits, prefix_tokens; /* requests from a kept prefix, tokens not prefilled */
     uint64_t prefix_bytes;                /* the kept prefixes' KV reservations */
     uint64_t prefix_saved;                /* far-tier bytes shared rather than copied */
+    long long prefix_index_hits;          /* requests that took a kept prefix's index (ctkvr) */
     uint64_t tier_bytes[HKV_TIER_COUNT];  /* the engine's host memory per tier */
 } hkv_srv_metrics;
 

@@ -214,6 +214,9 @@ char *hkv_srv_metrics_text(hkv_srv *s) {
         {"prefix_cache_saved_bytes_total", "counter",
          "Far-tier KV bytes shared by reference rather than copied (--prefix-cache).",
          (double)m.prefix_saved},
+        {"prefix_cache_index_hits_total", "counter",
+         "Requests that took a kept prefix's retrieval index by reference (ctkvr).",
+         (double)m.prefix_index_hits},
         {"shutting_down", "gauge", "1 after SIGINT or SIGTERM.", stopping},
     };
     for (size_t i = 0; i < sizeof one / sizeof *one; i++) {
