@@ -83,11 +83,22 @@ int tiered_policy_make(tiered *t, tseq *q, const tseq *src, hkv_err *err) {
     return HKV_OK;
 }
 
-/* The far rows: page-locked (NUMA-bound to the GPU's node when known) when
- * the engine asked for it and a CUDA device is usable, else ordinary host
- * memory as before; FAR is accounted either way. */
-static int far_alloc(tiered *t, hkv_pinned *b, size_t bytes, hkv_err *err) {
-    const int node = t->p.pin_far ? t->p.pin_numa_node : -1;
+int tiered_far_spread(const tiered *t) {
+    const int mode = t->p.far_numa;
+    return hkv_numa_spread(t->p.numa) &&
+           (mode == HKV_FAR_NUMA_SPREAD || (mode == HKV_FAR_NUMA_AUTO && !t->p.pin_far));
+}
+
+/* The far rows of sequence slot seq: page-locked when the engine asked for
+ * it and a CUDA device is usable, else ordinary host memory as before; on
+ * the node --far-numa says (kv_tiered_params.h); FAR is accounted either way. */
+static int far_alloc(tiered *t, int seq, hkv_pinned *b, size_t bytes, hkv_err *err) {
+    const int mode = t->p.far_numa;
+    int node = -1;
+    if (tiered_far_spread(t))
+        node = t->p.numa->phys[hkv_numa_seq_node(t->p.numa, seq)];
+    else if (t->p.pin_far && (mode == HKV_FAR_NUMA_AUTO || mode == HKV_FAR_NUMA_GPU))
+        node = t->p.pin_numa_node;
     /* host memory in pages of its own, so a shared prefix can be mapped over it */
     return hkv_pinned_alloc(b, t->mem, &t->pin, HKV_TIER_FAR, bytes, node,
                             t->p.pin_far ? 0 : HKV_PIN_MAPPED, err);
@@ -186,7 +197,8 @@ static int t_seq_open(void *self, int seq, int64_t n_ctx, hkv_err *err) {
     q->far_kb.node = q->far_vb.node = -1;
     if ((q->near_bytes && !(q->near_k = hkv_host_alloc(t->mem, HKV_TIER_NEAR, q->near_bytes, err))) ||
         (q->near_bytes && !(q->near_v = hkv_host_alloc(t->mem, HKV_TIER_NEAR, q->near_bytes, err))) ||
-        far_alloc(t, &q->far_kb, q->far_bytes, err) || far_alloc(t, &q->far_vb, q->far_bytes, err) ||
+        far_alloc(t, seq, &q->far_kb, q->far_bytes, err) ||
+        far_alloc(t, seq, &q->far_vb, q->far_bytes, err) ||
         (q->qh_bytes && !(q->qh = hkv_host_alloc(t->mem, HKV_TIER_INDEX, q->qh_bytes, err))))
         goto fail;
     q->far_k = q->far_kb.p;

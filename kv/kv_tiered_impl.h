@@ -86,6 +86,9 @@ static inline int64_t ring_slot(const tiered *t, int64_t pos) {
 }
 
 void tiered_far_view(const tiered *t, const tseq *q, int layer, hkv_far_view *v);
+/* 1 when each sequence's far tier is on its own node and its far work is
+ * claimed there first (kv_tiered_params.h, HKV_FAR_NUMA_SPREAD). */
+int tiered_far_spread(const tiered *t);
 /* Give up q's mapping of its shared prefix (kv_prefix.h): with keep, q gets
  * its own copy of those rows (before it writes below them); without (it is
  * closing), the mapping goes with its far rows. */

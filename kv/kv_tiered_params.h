@@ -8,7 +8,17 @@
 
 #include <stdint.h>
 
+#include "numa_map.h"
 #include "policy.h"
+
+/* Where the far tier sits on a host with several NUMA nodes. */
+enum hkv_far_numa {
+    HKV_FAR_NUMA_AUTO = 0,   /* the host path spreads; --device cuda binds to the GPU's node */
+    HKV_FAR_NUMA_GPU,        /* every far tier on the GPU's node (pin_numa_node), if known */
+    HKV_FAR_NUMA_SPREAD,     /* each sequence's on its slot's node, its far work claimed first
+                                by that node's workers (base/numa_map.h) */
+    HKV_FAR_NUMA_OFF,        /* no binding: where the first write puts it */
+};
 
 typedef struct hkv_tiered_params {
     int L_init;                    /* sink tokens (default 4) */
@@ -22,6 +32,8 @@ typedef struct hkv_tiered_params {
                                       (hkv_pinned_alloc); 0: ordinary host memory. Set by the
                                       engine for --device cuda; FAR is accounted the same way */
     int pin_numa_node;             /* with pin_far: the GPU's NUMA node to bind to, -1: none */
+    int far_numa;                  /* enum hkv_far_numa */
+    const hkv_numa_map *numa;      /* the workers' nodes (the engine's threads), NULL: one node */
     int score_alone;               /* 1: each selection scores its rows on its own thread, not
                                       shared with the step's idle threads (kv_score_team.h);
                                       for side-by-side timing (bench far --scoring alone) */

@@ -118,6 +118,7 @@ int hkv_engine_open(hkv_engine **out, const hkv_engine_params *p, hkv_err *err) 
         e->p.tiered.pin_far = 1;
         e->p.tiered.pin_numa_node = hkv_pinned_gpu_numa_node(0);
     }
+    e->p.tiered.numa = hkv_threads_numa(e->threads);   /* --far-numa's nodes */
     rc = p->kv_plain ? hkv_kv_plain_create(&e->kv, &shape, p->max_seqs, &e->kern, &e->mem, err)
                      : hkv_kv_tiered_create(&e->kv, &shape, p->max_seqs, &e->p.tiered, &e->kern,
                                             &e->mem, err);

@@ -9,7 +9,33 @@ struct hkv_threads {
     hwloc_topology_t topo;
     int n;
     int pinned;
+    hkv_numa_map numa;
+    int *worker_node;   /* numa.worker */
 };
+
+/* The NUMA node of each worker's core (worker i on core i mod cores), as
+ * node indices in the order first met, with their OS ids; one node when
+ * hwloc sees one or the cores carry no node set. */
+static void numa_map_make(hkv_threads *t, int n_cores) {
+    hkv_numa_map *m = &t->numa;
+    m->n = 1;
+    m->phys[0] = 0;
+    m->n_workers = t->n;
+    m->worker = t->worker_node;
+    if (hwloc_get_nbobjs_by_type(t->topo, HWLOC_OBJ_NUMANODE) < 2) return;
+    int n = 0;
+    for (int i = 0; i < t->n; i++) {
+        hwloc_obj_t core = hwloc_get_obj_by_type(t->topo, HWLOC_OBJ_CORE, i % n_cores);
+        const int os = core && core->nodeset ? hwloc_bitmap_first(core->nodeset) : -1;
+        int k = 0;
+        while (k < n && m->phys[k] != os) k++;
+        if (k == n && n < HKV_NUMA_MAX_NODES) m->phys[n++] = os;
+        t->worker_node[i] = k < n ? k : 0;
+    }
+    for (int k = 0; k < n; k++)
+        if (m->phys[k] < 0) n = 0;   /* a core without a node: place nothing */
+    m->n = n > 0 ? n : 1;
+}
 
 static int topo_load(hwloc_topology_t *topo, hkv_err *err) {
     if (hwloc_topology_init(topo) != 0)
@@ -68,6 +94,11 @@ int hkv_threads_init(hkv_threads **out, int n_threads, hkv_err *err) {
         if (!core || hwloc_set_cpubind(topo, core->cpuset, HWLOC_CPUBIND_THREAD) != 0) ok = 0;
     }
     t->pinned = ok && t->n <= n_cores;
+    if (!(t->worker_node = calloc((size_t)t->n, sizeof *t->worker_node))) {
+        hkv_threads_free(t);
+        return hkv_seterr(err, HKV_E_NOMEM, "no memory for the thread context");
+    }
+    numa_map_make(t, n_cores);
     *out = t;
     return HKV_OK;
 }
@@ -75,8 +106,10 @@ int hkv_threads_init(hkv_threads **out, int n_threads, hkv_err *err) {
 void hkv_threads_free(hkv_threads *t) {
     if (!t) return;
     hwloc_topology_destroy(t->topo);
+    free(t->worker_node);
     free(t);
 }
 
 int hkv_threads_count(const hkv_threads *t) { return t ? t->n : 0; }
 int hkv_threads_pinned(const hkv_threads *t) { return t ? t->pinned : 0; }
+const hkv_numa_map *hkv_threads_numa(const hkv_threads *t) { return t ? &t->numa : NULL; }

@@ -3,6 +3,7 @@
 #ifndef HKV_THREADS_H
 #define HKV_THREADS_H
 
+#include "numa_map.h"
 #include "status.h"
 
 typedef struct hkv_threads hkv_threads;
@@ -23,6 +24,8 @@ void hkv_threads_free(hkv_threads *t);
 int hkv_threads_count(const hkv_threads *t);
 /* 1 when every worker was bound to its own core. */
 int hkv_threads_pinned(const hkv_threads *t);
+/* The NUMA node of each worker (base/numa_map.h); n = 1 on one node. */
+const hkv_numa_map *hkv_threads_numa(const hkv_threads *t);
 
 /* Topology facts without pinning anything. */
 int hkv_topo_query(hkv_topo_info *info, hkv_err *err);

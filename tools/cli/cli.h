@@ -69,6 +69,7 @@ typedef struct hkv_kv_cli {
     int n_pargs;
     long long sink, local;
     int precision;              /* enum hkv_precision */
+    int far_numa;               /* enum hkv_far_numa (--far-numa) */
 } hkv_kv_cli;
 void hkv_kv_cli_init(hkv_kv_cli *k);
 /* The group's table (base: hkv_kv_cli). */

@@ -29,6 +29,17 @@ static int parse_precision(void *base, const char *opt, const char *v, hkv_err *
     return HKV_OK;
 }
 
+static int parse_far_numa(void *base, const char *opt, const char *v, hkv_err *err) {
+    (void)opt;
+    static const char *const names[] = {"auto", "gpu", "spread", "off"};
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(v, names[i])) {
+            ((hkv_kv_cli *)base)->far_numa = i;   /* enum hkv_far_numa's order */
+            return HKV_OK;
+        }
+    return hkv_seterr(err, HKV_E_INVAL, "--far-numa: '%s' is not auto, gpu, spread or off", v);
+}
+
 static int parse_policy_arg(void *base, const char *opt, const char *v, hkv_err *err) {
     (void)opt;
     hkv_kv_cli *k = base;
@@ -54,6 +65,12 @@ const hkv_opt hkv_kv_opts[] = {
      .lo = 0, .hi = 1 << 20, .help = "attention-sink tokens kept near (default 4)"},
     {.name = "--local", .arg = "N", .kind = HKV_OPT_INT, .off = offsetof(hkv_kv_cli, local),
      .lo = 1, .hi = 1 << 22, .help = "local window kept near (default 256)"},
+    {.name = "--far-numa", .arg = "MODE", .kind = HKV_OPT_FN, .fn = parse_far_numa,
+     .help = "on a host with several NUMA nodes: spread (each sequence's far\n"
+             "tier on one node, its far work done first by that node's\n"
+             "threads), gpu (all on the GPU's node), off (no binding); auto\n"
+             "(default): spread on the host path, gpu with --device cuda.\n"
+             "One node: nothing to place"},
     {.name = "--kv", .arg = "plain", .kind = HKV_OPT_FN, .fn = parse_kv,
      .help = "the plain contiguous cache instead of the tiered one (reference)"},
     {.name = "--precision", .arg = "P", .kind = HKV_OPT_FN, .fn = parse_precision,
@@ -82,6 +99,7 @@ int hkv_kv_cli_apply(const hkv_kv_cli *k, hkv_engine_params *ep, hkv_err *err) {
         return HKV_OK;
     }
     hkv_tiered_params *tp = &ep->tiered;
+    tp->far_numa = k->far_numa;
     if (hkv_kv_cli_auto(k) && k->policy) {   /* full until the device's plan decides */
         if (k->n_pargs)
             return hkv_seterr(err, HKV_E_INVAL, "--policy auto picks full or ctkvr itself: name "

@@ -103,11 +103,12 @@ for v in asan tsan; do
     # TSan ran past 10 minutes and was killed for memory on this 24 GB machine; their
     # blocks share nothing but their inputs, and they run under ASan+UBSan above.
     # Under TSan also the OpenMP far attention in pieces (model_far_pieces_threads:
-    # 2 and 16 threads), the shared prefix's cascade (kv_prefix) and the decode
+    # 2 and 16 threads), the shared prefix's cascade (kv_prefix), the items claimed
+    # by NUMA node (kv_numa) and the decode
     # products' work stealing (cpu_gemv, cpu_gemv_16t),
     # with libomp's Archer showing TSan the barriers (build.sh builds build-tsan/ with clang).
     if [ "$v" = tsan ]; then
-        suites=(gpu_model gpu_attn gpu_decode_split cpu_gemv cpu_gemv_16t kv_prefix)
+        suites=(gpu_model gpu_attn gpu_decode_split cpu_gemv cpu_gemv_16t kv_prefix kv_numa)
         dirs="tests/gpu tests/emu tests/cpu tests/kv"
         named=(pipeline_sanitized model_far_pieces_threads)
     fi
