@@ -88,15 +88,16 @@ for name, extra in (("off", []), ("on", ["--prefix-cache", "2"]))[1 if a.only_on
 
 same = sum(res["off"][2][k] == res["on"][2].get(k) for k in res["off"][2]) if "off" in res else None
 mib = 1 << 20
-rows = ["| prefix cache | wall s | prompt tokens prefilled | prefill s | decode s | KV peak near / far MiB |",
-        "|---|---:|---:|---:|---:|---:|"]
+rows = ["| prefix cache | wall s | prompt tokens prefilled | prefill s | decode s | "
+        "peak MiB: KV near / far, index |", "|---|---:|---:|---:|---:|---:|"]
 for name in res:
     wall, s, _, _ = res[name]
     pc = s.get("prefix_cache", {})
     prefilled = s["prompt_tokens"] - pc.get("reused_tokens", 0)
     kv = s.get("kv_peak_bytes", {})
     rows.append(f"| {name} | {wall:.1f} | {prefilled:,} | {s['prefill_s']:.1f} | {s['decode_s']:.1f} | "
-                f"{kv.get('near', 0) / mib:.0f} / {kv.get('far', 0) / mib:.0f} |")
+                f"{kv.get('near', 0) / mib:.0f} / {kv.get('far', 0) / mib:.0f}, "
+                f"{kv.get('index', 0) / mib:.0f} |")
 on = res["on"][1]
 rows.append("")
 vs = (f"{res['off'][0] / res['on'][0]:.1f}x faster with the cache; answers identical for {same} of "

@@ -13,12 +13,13 @@ one fails in turn. Every run must end in one of:
 and never a crash, a sanitizer report (ASan, UBSan, LeakSanitizer: build
 with -Db_sanitize=address,undefined) or a hang.
 
-    python3 tests/fault/test_fault_walk.py --bin-dir build-fault/tools [--jobs run,quest,fastkv,laq,batch,prefix]
+    python3 tests/fault/test_fault_walk.py --bin-dir build-fault/tools [--jobs run,quest,fastkv,laq,batch,prefix,prefix_ctkvr]
 
 Jobs: run (ctkvr), quest, fastkv, laq (hetkv run on a tiny generated model,
 each policy's own allocations), batch (two requests under snapkv through
 the scheduler), prefix (three requests over one opening with the prefix
-cache: the shared prefix's memfd and mappings) and device (hetkv run --device cuda, ctkvr, on the CUDA
+cache: the shared prefix's memfd and mappings; prefix_ctkvr the same under ctkvr, whose
+index is shared too) and device (hetkv run --device cuda, ctkvr, on the CUDA
 emulator: only the device and page-locked allocations are counted and
 failed, HKV_FAULT_KINDS=device,pinned; skipped in a build without the
 emulator).
@@ -41,7 +42,7 @@ SAN = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:", "Seg
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin-dir", required=True)
-    ap.add_argument("--jobs", default="run,quest,fastkv,laq,batch,prefix,device")
+    ap.add_argument("--jobs", default="run,quest,fastkv,laq,batch,prefix,prefix_ctkvr,device")
     ap.add_argument("--timeout", type=float, default=120)
     a = ap.parse_args()
     hetkv = os.path.join(a.bin_dir, "hetkv")
@@ -84,8 +85,13 @@ def main():
             "prefix": [hetkv, "batch", "-m", model, "-i", inp3, "-o", out, "--max-batch", "3", "-c", "128",
                        "--chunk", "8", "--prefix-cache", "2", "--policy", "full", "-t", "2", "-q",
                        "--no-mpi"],
+            # ctkvr shares its index too: the store, the own rows DCU makes in a
+            # decode step's threads, the index built at the last whole chunk
+            "prefix_ctkvr": [hetkv, "batch", "-m", model, "-i", inp3, "-o", out, "--max-batch", "3",
+                             "-c", "128", "--chunk", "8", "--prefix-cache", "2", "--policy", "ctkvr",
+                             "--sink", "2", "--local", "8", "-t", "2", "-q", "--no-mpi"],
         }
-        n_req = {"batch": 2, "prefix": 3}
+        n_req = {"batch": 2, "prefix": 3, "prefix_ctkvr": 3}
         env0 = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0",
                     UBSAN_OPTIONS="print_stacktrace=1")
         walked = failures = 0
