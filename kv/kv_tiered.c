@@ -66,7 +66,9 @@ int tiered_policy_make(tiered *t, tseq *q, const tseq *src, hkv_err *err) {
         return hkv_err_prefix(err, "policy '%s'", q->def->name);
     }
     if (!q->prompt_done) return HKV_OK;
-    if (src && src->prompt_done && q->pol.ops->fork && src->def == q->def &&
+    /* not on the device path: its recall reads a layer's whole table, which
+     * a shared index is not (ctkvr's device_takes) */
+    if (src && src->prompt_done && q->pol.ops->fork && !t->p.pin_far && src->def == q->def &&
         !memcmp(&src->args, &q->args, sizeof q->args)) {
         hkv_err why;
         hkv_err_clear(&why);

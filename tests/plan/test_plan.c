@@ -141,6 +141,17 @@ static void index_vs_policies(void) {
                                       .mem = &mem, .n_threads = 1};
                 hkv_policy pol = {0};
                 CHECK(d->create(&pol, &a, &env, &err) == HKV_OK, "%s create: %s", d->name, err.msg);
+                if (d == &hkv_policy_ctkvr) {
+                    /* its index is made at the first prompt end (an empty far tier
+                     * and one query will do): what the plan counts is then held */
+                    static const uint16_t q0[64] = {0};
+                    const hkv_far_view fv = {.n_head_kv = c.n_head_kv, .head_dim = c.head_dim,
+                                             .lo = 4, .hi = 4, .ld = c.head_dim};
+                    const hkv_query_view qv = {.n = 1, .pos0 = 0, .q = q0,
+                                               .ld = (int64_t)c.n_head * c.head_dim};
+                    CHECK(pol.ops->prefill_end(pol.self, 0, &fv, &qv, &err) == HKV_OK,
+                          "ctkvr prompt end: %s", err.msg);
+                }
                 uint64_t g = 0, h = 0;
                 hkv_plan_params pp = {.cfg = &c, .batch = 1, .n_ctx = ctxs[ci], .L_init = 4,
                                       .L_local = 16, .policy = d, .args = &a};
