@@ -52,21 +52,25 @@ void hkv_host_advise_huge(void *p, size_t bytes) {
 
 /* The account's counters change with atomics: policies grow their own
  * tables from the decode step's threads (ctkvr's private index rows). */
-static void account_add(hkv_mem_account *acc, int tier, size_t bytes) {
-    const size_t now = __atomic_add_fetch(&acc->bytes[tier], bytes, __ATOMIC_RELAXED);
-    __atomic_add_fetch(&acc->n_allocs[tier], 1, __ATOMIC_RELAXED);
-    size_t pk = __atomic_load_n(&acc->peak[tier], __ATOMIC_RELAXED);
-    while (now > pk && !__atomic_compare_exchange_n(&acc->peak[tier], &pk, now, 1, __ATOMIC_RELAXED,
-                                                    __ATOMIC_RELAXED)) {}
+static void account_count(hkv_mem_account *acc, int tier, int up) {
+    size_t n = __atomic_load_n(&acc->n_allocs[tier], __ATOMIC_RELAXED);
+    while ((up || n) && !__atomic_compare_exchange_n(&acc->n_allocs[tier], &n, up ? n + 1 : n - 1, 1,
+                                                     __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {}
 }
 
-static void account_sub(hkv_mem_account *acc, int tier, size_t bytes) {
+void hkv_mem_account_add(hkv_mem_account *acc, int tier, long long delta) {
+    if (!acc || tier < 0 || tier >= HKV_TIER_COUNT || !delta) return;
+    if (delta > 0) {
+        const size_t now = __atomic_add_fetch(&acc->bytes[tier], (size_t)delta, __ATOMIC_RELAXED);
+        size_t pk = __atomic_load_n(&acc->peak[tier], __ATOMIC_RELAXED);
+        while (now > pk && !__atomic_compare_exchange_n(&acc->peak[tier], &pk, now, 1,
+                                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {}
+        return;
+    }
+    const size_t d = (size_t)-delta;
     size_t cur = __atomic_load_n(&acc->bytes[tier], __ATOMIC_RELAXED);
-    while (!__atomic_compare_exchange_n(&acc->bytes[tier], &cur, cur - (bytes <= cur ? bytes : cur),
-                                        1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {}
-    size_t n = __atomic_load_n(&acc->n_allocs[tier], __ATOMIC_RELAXED);
-    while (n && !__atomic_compare_exchange_n(&acc->n_allocs[tier], &n, n - 1, 1, __ATOMIC_RELAXED,
-                                             __ATOMIC_RELAXED)) {}
+    while (!__atomic_compare_exchange_n(&acc->bytes[tier], &cur, cur - (d <= cur ? d : cur), 1,
+                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {}
 }
 
 void *hkv_host_alloc(hkv_mem_account *acc, int tier, size_t bytes, hkv_err *err) {
@@ -88,7 +92,10 @@ void *hkv_host_alloc(hkv_mem_account *acc, int tier, size_t bytes, hkv_err *err)
                    "(%s available)", want, tier_names[tier], have);
         return NULL;
     }
-    if (acc) account_add(acc, tier, bytes);
+    if (acc) {
+        hkv_mem_account_add(acc, tier, (long long)bytes);
+        account_count(acc, tier, 1);
+    }
     return p;
 }
 
@@ -101,5 +108,8 @@ void *hkv_host_calloc(hkv_mem_account *acc, int tier, size_t bytes, hkv_err *err
 void hkv_host_free(hkv_mem_account *acc, int tier, void *p, size_t bytes) {
     if (!p) return;
     free(p);
-    if (acc && tier >= 0 && tier < HKV_TIER_COUNT) account_sub(acc, tier, bytes);
+    if (acc && tier >= 0 && tier < HKV_TIER_COUNT) {
+        hkv_mem_account_add(acc, tier, -(long long)bytes);
+        account_count(acc, tier, 0);
+    }
 }

@@ -44,6 +44,11 @@ void *hkv_host_calloc(hkv_mem_account *acc, int tier, size_t bytes, hkv_err *err
 /* bytes must be what was asked at allocation. p may be NULL. */
 void hkv_host_free(hkv_mem_account *acc, int tier, void *p, size_t bytes);
 
+/* Bytes a tier holds other than through hkv_host_alloc (memory shared by
+ * mappings, kv/kv_cow.c): delta added to acc's tier (negative: released;
+ * never below 0), its peak kept. Atomic, as the allocations'. */
+void hkv_mem_account_add(hkv_mem_account *acc, int tier, long long delta);
+
 /* Free and total physical memory of this machine (bytes; 0 if unknown). */
 size_t hkv_host_mem_free(void);
 size_t hkv_host_mem_total(void);

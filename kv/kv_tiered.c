@@ -157,7 +157,8 @@ static void seq_free(tiered *t, tseq *q) {
     hkv_host_free(t->mem, HKV_TIER_NEAR, q->near_v, q->near_bytes);
     hkv_pinned_free(&q->far_kb, t->mem, &t->pin);
     hkv_pinned_free(&q->far_vb, t->mem, &t->pin);
-    hkv_host_free(t->mem, HKV_TIER_INDEX, q->qh, q->qh_bytes);
+    tiered_queries_unshare(t, q);
+    hkv_pinned_free(&q->qh_b, t->mem, NULL);
     free(q->prompt_open);
     free(q->far_hi);
     free(q->fed);
@@ -201,8 +202,10 @@ static int t_seq_open(void *self, int seq, int64_t n_ctx, hkv_err *err) {
         (q->near_bytes && !(q->near_v = hkv_host_alloc(t->mem, HKV_TIER_NEAR, q->near_bytes, err))) ||
         far_alloc(t, seq, &q->far_kb, q->far_bytes, err) ||
         far_alloc(t, seq, &q->far_vb, q->far_bytes, err) ||
-        (q->qh_bytes && !(q->qh = hkv_host_alloc(t->mem, HKV_TIER_INDEX, q->qh_bytes, err))))
+        (q->qh_bytes && hkv_pinned_alloc(&q->qh_b, t->mem, NULL, HKV_TIER_INDEX, q->qh_bytes, -1,
+                                         HKV_PIN_MAPPED, err)))   /* forks map over it: kv_cow.h */
         goto fail;
+    q->qh = q->qh_b.p;
     q->far_k = q->far_kb.p;
     q->far_v = q->far_vb.p;
     q->prompt_open = calloc((size_t)L, sizeof *q->prompt_open);
@@ -307,6 +310,7 @@ static void keep_queries(tiered *t, tseq *q, int layer, const hkv_seg *sg, const
     const size_t qrow = (size_t)t->s.n_head * t->s.head_dim;
     uint16_t *ring = q->qh + (size_t)layer * q->q_keep * qrow;
     int64_t first = sg->n > q->q_keep ? sg->n - q->q_keep : 0;
+    q->qh_dirty = 1;
     for (int64_t i = first; i < sg->n; i++)
         t->kern->f32_to_f16(qkv + (sg->row + i) * ld_qkv,
                             ring + (size_t)(seg_pos(sg, i) % q->q_keep) * qrow, (int64_t)qrow);

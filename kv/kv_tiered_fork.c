@@ -5,6 +5,51 @@
 
 #include "kv_tiered_impl.h"
 
+void tiered_queries_unshare(tiered *t, tseq *q) {
+    if (!q->qh_cow) return;
+    hkv_mem_account_add(t->mem, HKV_TIER_INDEX, (long long)q->qh_cut);
+    hkv_kv_cow_release(q->qh_cow);
+    q->qh_cow = NULL;
+    q->qh_cut = 0;
+}
+
+/* q maps its ring's shared bytes: its INDEX account keeps only the pages
+ * it may still write, the rows from position `from` to its capacity (at
+ * most a ring per layer), and gives up the rest, held once by the cow. */
+static void queries_cut(tiered *t, tseq *q, int64_t from) {
+    const size_t pg = 4096, qrow = (size_t)t->s.n_head * t->s.head_dim * 2;
+    const size_t per_layer = (size_t)q->q_keep * qrow;
+    int64_t rows = q->cap - from < q->q_keep ? q->cap - from : q->q_keep;
+    size_t keep = (size_t)(rows > 0 ? rows : 0) * qrow + 2 * pg;   /* the pages those rows touch */
+    if (keep > per_layer) keep = per_layer;
+    const size_t own = keep * (size_t)t->s.n_layer;
+    q->qh_cut = q->qh_bytes > own ? q->qh_bytes - own : 0;
+    hkv_mem_account_add(t->mem, HKV_TIER_INDEX, -(long long)q->qh_cut);
+}
+
+/* d's kept queries as s's, mapped copy-on-write from one memfd that every
+ * sequence starting from s's ring shares (kv_cow.h); made from s's ring the
+ * first time, and again when s has written its ring since. d continues from
+ * position `from`. */
+static int share_queries(tiered *t, tseq *d, tseq *s, int64_t from, hkv_err *err) {
+    int rc;
+    if (!s->qh_cow || s->qh_dirty) {
+        hkv_kv_cow *c;
+        if ((rc = hkv_kv_cow_create(&c, s->qh, s->qh_bytes, t->mem, HKV_TIER_INDEX, err)))
+            return rc;
+        tiered_queries_unshare(t, s);   /* (an older one: now mapped over) */
+        s->qh_cow = c;
+        s->qh_dirty = 0;
+        queries_cut(t, s, s->len);
+    }
+    if ((rc = hkv_kv_cow_map(s->qh_cow, d->qh, err))) return rc;
+    tiered_queries_unshare(t, d);
+    d->qh_cow = s->qh_cow;
+    d->qh_dirty = 0;
+    queries_cut(t, d, from);
+    return HKV_OK;
+}
+
 int tiered_prefix_unmap(tiered *t, tseq *q, int keep, hkv_err *err) {
     if (!q->pre) return HKV_OK;
     void *bufs[2] = {q->far_k, q->far_v};
@@ -31,7 +76,7 @@ static int check_pair(const tiered *t, int dst, int src, const char *what, hkv_e
 /* src's tokens into dst, whose far rows below `from` already hold them;
  * far rows from `upto` on are not copied (dst is rewound below them).
  * Without index, dst's tokens are a prompt not yet ended (seq_share). */
-static int copy_state(tiered *t, tseq *d, const tseq *s, int64_t from, int64_t upto, int index,
+static int copy_state(tiered *t, tseq *d, tseq *s, int64_t from, int64_t upto, int index,
                       hkv_err *err) {
     const int L = t->s.n_layer, KH = t->s.n_head_kv, d_ = t->s.head_dim;
     if (d->near_k && s->near_k) {
@@ -45,8 +90,10 @@ static int copy_state(tiered *t, tseq *d, const tseq *s, int64_t from, int64_t u
                 memcpy(far_rows(t, d, d->far_k, l, h) + from * d_, far_rows(t, s, s->far_k, l, h) + from * d_, n);
                 memcpy(far_rows(t, d, d->far_v, l, h) + from * d_, far_rows(t, s, s->far_v, l, h) + from * d_, n);
             }
-    /* Query rings agree slot by slot only when their sizes do. */
-    if (d->q_keep == s->q_keep && d->qh) memcpy(d->qh, s->qh, s->qh_bytes);
+    /* Query rings agree slot by slot only when their sizes do: then shared
+     * copy-on-write rather than copied */
+    int rq = d->q_keep == s->q_keep && d->qh ? share_queries(t, d, s, upto, err) : HKV_OK;
+    if (rq) return rq;
     memcpy(d->prompt_open, s->prompt_open, (size_t)L * sizeof *d->prompt_open);
     memcpy(d->far_hi, s->far_hi, (size_t)L * sizeof *d->far_hi);
     memcpy(d->fed, s->fed, (size_t)L * sizeof *d->fed);

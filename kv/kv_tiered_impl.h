@@ -2,6 +2,7 @@
 #ifndef HKV_KV_TIERED_IMPL_H
 #define HKV_KV_TIERED_IMPL_H
 
+#include "kv_cow.h"
 #include "kv_prefix.h"
 #include "kv_score_team.h"
 #include "kv_tiered.h"
@@ -34,6 +35,10 @@ typedef struct tseq {
     uint16_t *far_k, *far_v;      /* [n_layer][KH][cap][d], position-indexed */
     hkv_pinned far_kb, far_vb;    /* their allocations (page-locked with pin_far and a device) */
     uint16_t *qh;             /* [n_layer][q_keep][H d]: ring of recent queries, slot p % q_keep */
+    hkv_pinned qh_b;          /* its pages (a mapping of its own: qh_cow can be mapped over it) */
+    hkv_kv_cow *qh_cow;       /* NULL, or the ring's bytes shared copy-on-write with forks */
+    size_t qh_cut;            /* INDEX bytes taken off for the ring's shared pages */
+    int qh_dirty;             /* written since qh_cow was mapped (a new share makes a new one) */
     int64_t q_keep;
     const uint16_t **kptr, **vptr;  /* [n_layer][KH]: far row bases for far views */
     size_t near_bytes, far_bytes, qh_bytes;
@@ -93,6 +98,10 @@ int tiered_far_spread(const tiered *t);
  * its own copy of those rows (before it writes below them); without (it is
  * closing), the mapping goes with its far rows. */
 int tiered_prefix_unmap(tiered *t, tseq *q, int keep, hkv_err *err);
+/* q lets go of the copy-on-write buffer its kept queries map (the
+ * mapping stays until seq_free unmaps the ring or another is mapped over
+ * it) and its ring is accounted whole again. */
+void tiered_queries_unshare(tiered *t, tseq *q);
 /* seq_copy and seq_share (kv.h), in kv_tiered_fork.c. */
 int tiered_seq_copy(void *self, int dst, int src, hkv_err *err);
 int tiered_seq_share(void *self, int dst, int src, int64_t n, unsigned flags, hkv_err *err);
