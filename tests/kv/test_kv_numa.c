@@ -14,30 +14,14 @@
 
 #include "kernels.h"
 #include "kv_far.h"
+#include "kv_test.h"
 #include "kv_tiered.h"
 #include "numa_map.h"
 
-static int fails = 0;
-#define CHECK(c, ...)                                   \
-    do {                                                \
-        if (!(c)) {                                     \
-            fails++;                                    \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-            printf(__VA_ARGS__);                        \
-            printf("\n");                               \
-        }                                               \
-    } while (0)
 
 enum { L = 2, H = 6, KH = 2, D = 64, N_PROMPT = 600, CHUNK = 256, B = 5, STEPS = 12, CTX = 700 };
 enum { LD = (H + 2 * KH) * D };
 
-static void fill(float *x, int64_t n, uint64_t seed) {
-    uint64_t s = seed * 0x9e3779b97f4a7c15ULL + 1;
-    for (int64_t i = 0; i < n; i++) {
-        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-        x[i] = (float)((double)(s >> 11) / 9007199254740992.0 - 0.5) * 2.0f;
-    }
-}
 
 static void pure_functions(void) {
     static const int workers[4] = {0, 1, 0, 1};
@@ -91,16 +75,7 @@ static void drive(const hkv_policy_def *pol, const hkv_numa_map *map, float *out
     float *qkv = malloc((size_t)CHUNK * LD * sizeof(float)), *o = malloc((size_t)CHUNK * H * D * 4);
     for (int s = 0; s < B; s++) {
         CHECK(kv.ops->seq_open(kv.self, s, CTX, &err) == HKV_OK, "open: %s", err.msg);
-        for (int64_t pos = 0; pos < N_PROMPT; pos += CHUNK) {
-            const int n = N_PROMPT - pos < CHUNK ? (int)(N_PROMPT - pos) : CHUNK;
-            hkv_seg sg = {.seq = s, .n = n, .pos = pos, .row = 0,
-                          .flags = HKV_SEG_PROMPT | (pos + n == N_PROMPT ? HKV_SEG_PROMPT_END : 0)};
-            for (int l = 0; l < L; l++) {
-                fill(qkv, (int64_t)n * LD, (uint64_t)(pos * 7 + l + 1000 * s));
-                CHECK(kv.ops->layer_step(kv.self, l, &sg, 1, qkv, LD, o, H * D, &err) == HKV_OK,
-                      "prompt: %s", err.msg);
-            }
-        }
+        feed_prompt(&kv, s, N_PROMPT, CHUNK, L, LD, H * D, (uint64_t)s, qkv, o);
     }
     hkv_seg segs[B];
     size_t at = 0;

@@ -26,32 +26,16 @@
 #include "kv_cow.h"
 #include "kv_far.h"
 #include "kv_prefix.h"
+#include "kv_test.h"
 #include "kv_tiered.h"
 #include "pinned.h"
 
-static int fails = 0;
-#define CHECK(c, ...)                                   \
-    do {                                                \
-        if (!(c)) {                                     \
-            fails++;                                    \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-            printf(__VA_ARGS__);                        \
-            printf("\n");                               \
-        }                                               \
-    } while (0)
 
 /* d 64: 32 rows a page; a 1100-token prompt shares 1088 rows, two whole
  * 512-row pieces of full's cascade */
 enum { L = 2, H = 6, KH = 2, D = 64, N_PROMPT = 1100, CHUNK = 256, B = 6, CTX = 1300 };
 enum { LD = (H + 2 * KH) * D };
 
-static void fill(float *x, int64_t n, uint64_t seed) {
-    uint64_t s = seed * 0x9e3779b97f4a7c15ULL + 1;
-    for (int64_t i = 0; i < n; i++) {
-        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-        x[i] = (float)((double)(s >> 11) / 9007199254740992.0 - 0.5) * 2.0f;
-    }
-}
 
 typedef struct run {
     hkv_kv kv;
@@ -94,19 +78,8 @@ static size_t drive(run *r, const hkv_policy_def *pol, int share, const hkv_cpu_
     float *qkv = malloc((size_t)CHUNK * LD * sizeof(float)), *out = malloc((size_t)CHUNK * H * D * 4);
     for (int s = 0; s < B + 2; s++)
         CHECK(ops->seq_open(r->kv.self, s, CTX, &err) == HKV_OK, "open %d: %s", s, err.msg);
-    for (int which = 0; which < 2; which++) {
-        const int seq = which ? B + 1 : 0;
-        for (int64_t pos = 0; pos < N_PROMPT; pos += CHUNK) {
-            const int n = N_PROMPT - pos < CHUNK ? (int)(N_PROMPT - pos) : CHUNK;
-            hkv_seg sg = {.seq = seq, .n = n, .pos = pos, .row = 0,
-                          .flags = HKV_SEG_PROMPT | (pos + n == N_PROMPT ? HKV_SEG_PROMPT_END : 0)};
-            for (int l = 0; l < L; l++) {
-                fill(qkv, (int64_t)n * LD, (uint64_t)(pos * 7 + l + 1000 * which));
-                CHECK(ops->layer_step(r->kv.self, l, &sg, 1, qkv, LD, out, H * D, &err) == HKV_OK,
-                      "prompt: %s", err.msg);
-            }
-        }
-    }
+    for (int which = 0; which < 2; which++)
+        feed_prompt(&r->kv, which ? B + 1 : 0, N_PROMPT, CHUNK, L, LD, H * D, (uint64_t)which, qkv, out);
     /* copied: each fork's index built again from its rows (set_policy), which
      * the shared prompt's forks take by reference where the policy can */
     for (int s = 1; s <= B; s++)
@@ -164,18 +137,7 @@ static void switch_policy(const hkv_cpu_kernels *kern) {
           "near tier of the quest sequence only: %zu bytes", mem.bytes[HKV_TIER_NEAR]);
     float *qkv = malloc((size_t)CHUNK * LD * sizeof(float)), *out = malloc((size_t)CHUNK * H * D * 4);
     float o[2][L][H * D];
-    for (int64_t pos = 0; pos < N_PROMPT; pos += CHUNK) {
-        const int n = N_PROMPT - pos < CHUNK ? (int)(N_PROMPT - pos) : CHUNK;
-        for (int s = 0; s < 2; s++) {
-            hkv_seg sg = {.seq = s, .n = n, .pos = pos, .row = 0,
-                          .flags = HKV_SEG_PROMPT | (pos + n == N_PROMPT ? HKV_SEG_PROMPT_END : 0)};
-            for (int l = 0; l < L; l++) {
-                fill(qkv, (int64_t)n * LD, (uint64_t)(pos * 7 + l));
-                CHECK(kv.ops->layer_step(kv.self, l, &sg, 1, qkv, LD, out, H * D, &err) == HKV_OK,
-                      "prompt: %s", err.msg);
-            }
-        }
-    }
+    for (int s = 0; s < 2; s++) feed_prompt(&kv, s, N_PROMPT, CHUNK, L, LD, H * D, 0, qkv, out);
     CHECK(hkv_kv_set_policy(&kv, 0, &hkv_policy_quest, &qa, &err) == HKV_OK, "switch: %s", err.msg);
     int same = 1;
     for (int t = 0; t < 80; t++)
