@@ -93,7 +93,9 @@ typedef struct hkv_kv_ops {
      * as seq_copy leaves it: its policy starts from src's index, held by
      * reference where the policy can (index/policy.h, fork). Otherwise
      * dst's n tokens are a prompt not yet ended: its own prompt end builds
-     * its index. NULL where the cache cannot share. */
+     * its index. Where the rows cannot be shared (the tiered cache's far
+     * tier page-locked for a CUDA device, which reads it) they are copied,
+     * with the same result. NULL for a cache that only copies (seq_copy). */
     int (*seq_share)(void *self, int dst, int src, int64_t n, unsigned flags, hkv_err *err);
     /* Tokens stored so far for seq. */
     int64_t (*seq_len)(void *self, int seq);

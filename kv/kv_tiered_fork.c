@@ -128,13 +128,11 @@ int tiered_seq_share(void *self, int dst, int src, int64_t n, unsigned flags, hk
     if (n < 0 || n > t->seqs[src].len)
         return hkv_seterr(err, HKV_E_RANGE, "sharing %lld tokens of sequence %d, which holds %lld",
                           (long long)n, src, (long long)t->seqs[src].len);
-    if (t->p.pin_far)
-        return hkv_seterr(err, HKV_E_UNSUPPORTED, "a prefix shared by reference needs the host "
-                          "path's far tier (with a CUDA device it is page-locked memory that the "
-                          "device reads)");
     tseq *d = &t->seqs[dst], *s = &t->seqs[src];
     const int64_t pr = hkv_kv_prefix_page_rows((size_t)t->s.head_dim * 2);
-    if (!s->pre && s->len >= pr) {
+    /* With a CUDA device the far tier is page-locked memory the device
+     * reads (no pages mapped over it): the rows are copied there. */
+    if (!t->p.pin_far && !s->pre && s->len >= pr) {
         void *bufs[2] = {s->far_k, s->far_v};
         const int64_t rows = s->len / pr * pr;
         hkv_kv_prefix *p;
@@ -149,7 +147,7 @@ int tiered_seq_share(void *self, int dst, int src, int64_t n, unsigned flags, hk
         s->pre_rows = rows;
     }
     if ((rc = tiered_prefix_unmap(t, d, 1, err))) return rc;
-    const int64_t rows = s->pre_rows < n / pr * pr ? s->pre_rows : n / pr * pr;
+    const int64_t rows = t->p.pin_far ? 0 : s->pre_rows < n / pr * pr ? s->pre_rows : n / pr * pr;
     if (s->pre && rows > 0) {
         void *bufs[2] = {d->far_k, d->far_v};
         if ((rc = hkv_kv_prefix_map(s->pre, bufs, d->stride, rows, err))) return rc;

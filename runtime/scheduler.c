@@ -136,10 +136,6 @@ int hkv_sched_create(hkv_sched **out, hkv_engine *e, const hkv_sched_params *p, 
         return hkv_seterr(err, HKV_E_RANGE, "scheduler: %d kept prefixes beside a batch of %d do "
                           "not fit the engine's %d sequence slots", p->prefix_slots, p->max_batch,
                           e->p.max_seqs);
-    if (p->prefix_slots && e->be.ops && strcmp(e->be.ops->name, "cpu"))
-        return hkv_seterr(err, HKV_E_UNSUPPORTED, "the prefix cache runs on the host path only "
-                          "today (--device cpu): the %s backend keeps its own copies of a "
-                          "sequence's prompt", e->be.ops->name);
     hkv_sched *s = calloc(1, sizeof *s);
     if (!s) return hkv_seterr(err, HKV_E_NOMEM, "no memory for the scheduler");
     s->e = e;
@@ -415,7 +411,7 @@ static int prefix_find(const hkv_sched *s, int i, int64_t *n) {
 static int prefix_fork(hkv_sched *s, int dst, int src, int64_t n, unsigned flags, hkv_err *err) {
     hkv_engine *e = s->e;
     const hkv_kv_ops *ops = e->kv.ops;
-    if (!ops->seq_share) {
+    if (!ops->seq_share) {   /* the plain cache: a copy */
         int rc = ops->seq_copy(e->kv.self, dst, src, err);
         return rc || n == ops->seq_len(e->kv.self, src) ? rc : ops->seq_rewind(e->kv.self, dst, n, err);
     }

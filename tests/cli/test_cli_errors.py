@@ -144,14 +144,6 @@ if have_dev:   # a head size the device's attention kernels do not take: refused
                     "-q", "-o", hd48], check=True, timeout=120)
     cases.append(("device head size 48", [dump, "-m", hd48, "--tokens", "1,2,3", "--device", "cuda", "-o",
                   os.path.join(tmp, "hd48.bin")], 1, "needs a head size that is a multiple of 32 and at most 256"))
-if have_model and have_dev:
-    one_line = os.path.join(tmp, "one.jsonl")
-    with open(one_line, "w") as f:
-        f.write(json.dumps({"custom_id": "a", "method": "POST", "url": "/v1/completions",
-                            "body": {"prompt": "hi", "max_tokens": 2}}) + "\n")
-    cases.append(("prefix cache on the device", [hetkv, "batch", *M, "-i", one_line, "-o",
-                  os.path.join(tmp, "one_out.jsonl"), "-c", "256", "--device", "cuda",
-                  "--prefix-cache", "2"], 1, "the prefix cache runs on the host path only"))
 if have_model:
     cases.append(("truncated model", [hetkv, "run", "-m", truncated, "-p", "x"], 1, "past the end"))
 

@@ -30,7 +30,7 @@ const hkv_opt hkv_sched_opts[] = {
              "policy, starts from them (shared by reference: held once, read\n"
              "once a step under full) and prefills only the rest, with the\n"
              "same tokens as without; ctkvr's index is shared too, built at\n"
-             "each prompt's last whole chunk (default 0: off; host path\n"
-             "only; counted in --mem)"},
+             "each prompt's last whole chunk (default 0: off; with --device\n"
+             "cuda copied, not shared; counted in --mem)"},
     {0},
 };
