@@ -620,9 +620,37 @@ def case_policy():
     print(f"policy: {len(cases)} policies in one batch, {len(texts)} distinct answers")
 
 
+def case_prefix():
+    """The prefix cache behind the server, under ctkvr: three questions over one document,
+    one after another; the later ones start from the kept prefix and take its index by
+    reference, which /metrics counts."""
+    model = real_model()
+    doc = words(300, 3)
+    s = Server(model, "--ctx", "1024", "--max-batch", "2", "--chunk", "64", "--prefix-cache", "2",
+               "--policy", "ctkvr", "--sink", "4", "--local", "32")
+    answers = []
+    try:
+        for i in range(3):
+            body = {"model": "m", "prompt": doc + f"\n\nQuestion {i + 1}: what does it say?",
+                    "max_tokens": 6, "temperature": 0}
+            st, _, data = s.http("POST", "/v1/completions", body, timeout=300)
+            check(st == 200, f"prefix: request {i}: {st} {data[:200]}")
+            answers.append(json.loads(data)["choices"][0]["text"] if st == 200 else None)
+        m = s.metrics()
+        check(m.get("hetkv_prefix_cache_hits_total", 0) >= 2 and
+              m.get("hetkv_prefix_cache_tokens_total", 0) >= 2 * 64 and
+              m.get("hetkv_prefix_cache_index_hits_total", 0) >= 1 and
+              m.get("hetkv_prefix_cache_bytes", 0) > 0,
+              f"prefix: metrics {({k: v for k, v in m.items() if 'prefix' in k})}")
+    finally:
+        rc, err = s.stop()
+    check(rc == 0 and all(a is not None for a in answers), f"prefix: exit {rc}: {err[-500:]}")
+    print(f"prefix: 3 questions, {len(set(answers))} distinct answers")
+
+
 CASES = {"protocol": case_protocol, "queue": case_queue, "shutdown": case_shutdown,
          "stream": case_stream, "concurrent": case_concurrent, "disconnect": case_disconnect,
-         "policy": case_policy}
+         "policy": case_policy, "prefix": case_prefix}
 t_start = time.time()
 CASES[case]()
 print(f"{case}: {time.time() - t_start:.1f} s, {len(failures)} failures")
