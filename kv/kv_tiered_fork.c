@@ -75,9 +75,13 @@ static int check_pair(const tiered *t, int dst, int src, const char *what, hkv_e
 
 /* src's tokens into dst, whose far rows below `from` already hold them;
  * far rows from `upto` on are not copied (dst is rewound below them).
- * Without index, dst's tokens are a prompt not yet ended (seq_share). */
+ * Without index, dst's tokens are a prompt not yet ended (seq_share); with
+ * it, its policy's index is src's, held by reference with by_ref (seq_share)
+ * and built again from the rows without (seq_copy: an independent
+ * sequence, whose reads share nothing with src's, as a benchmark's batch
+ * of copies wants). */
 static int copy_state(tiered *t, tseq *d, tseq *s, int64_t from, int64_t upto, int index,
-                      hkv_err *err) {
+                      int by_ref, hkv_err *err) {
     const int L = t->s.n_layer, KH = t->s.n_head_kv, d_ = t->s.head_dim;
     if (d->near_k && s->near_k) {
         memcpy(d->near_k, s->near_k, s->near_bytes);
@@ -105,7 +109,7 @@ static int copy_state(tiered *t, tseq *d, tseq *s, int64_t from, int64_t upto, i
     memset(&d->audit, 0, sizeof d->audit);
     if (d->near_k && !s->near_k)   /* a near tier from the far rows that hold everything */
         for (int l = 0; l < L; l++) tiered_near_from_far(t, d, l, d->len);
-    return tiered_policy_make(t, d, index ? s : NULL, err);
+    return tiered_policy_make(t, d, index && by_ref ? s : NULL, err);
 }
 
 int tiered_seq_copy(void *self, int dst, int src, hkv_err *err) {
@@ -114,7 +118,7 @@ int tiered_seq_copy(void *self, int dst, int src, hkv_err *err) {
     if (rc) return rc;
     tseq *d = &t->seqs[dst];
     if ((rc = tiered_prefix_unmap(t, d, 1, err))) return rc;   /* its rows are rewritten */
-    return copy_state(t, d, &t->seqs[src], 0, t->seqs[src].len, 1, err);
+    return copy_state(t, d, &t->seqs[src], 0, t->seqs[src].len, 1, 0, err);
 }
 
 /* As copy then rewind to n, with src's rows below the last whole page of
@@ -155,7 +159,7 @@ int tiered_seq_share(void *self, int dst, int src, int64_t n, unsigned flags, hk
         d->pre_rows = rows;
     }
     const int index = (flags & HKV_SHARE_INDEX) && n == s->len && s->prompt_done;
-    if ((rc = copy_state(t, d, s, d->pre_rows, n, index, err))) return rc;
+    if ((rc = copy_state(t, d, s, d->pre_rows, n, index, 1, err))) return rc;
     return n < d->len ? tiered_seq_rewind(t, dst, n, err) : HKV_OK;
 }
 
