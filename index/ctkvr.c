@@ -738,8 +738,10 @@ static int ctkvr_fork(void *self, const void *from, int64_t n, hkv_err *err)
         s->d != src->d)
         return hkv_seterr(err, HKV_E_UNSUPPORTED, "ctkvr: an index of other parameters or shape "
                           "cannot be shared");
-    if (s->st) return hkv_seterr(err, HKV_E_INVAL, "ctkvr: fork into an instance with an index");
     if (!src->st) return hkv_seterr(err, HKV_E_UNSUPPORTED, "ctkvr: no index to share yet");
+    for (int l = 0; l < s->L; l++)
+        if (s->lay[l].built)
+            return hkv_seterr(err, HKV_E_INVAL, "ctkvr: fork into an instance with an index");
     for (int l = 0; l < s->L; l++)
         if (!src->lay[l].built || src->lay[l].q_end != n)
             return hkv_seterr(err, HKV_E_UNSUPPORTED, "ctkvr: layer %d's index is not of the "
@@ -767,6 +769,7 @@ static int ctkvr_fork(void *self, const void *from, int64_t n, hkv_err *err)
         memcpy(o->dyn, so->dyn, (size_t)so->n);
         o->n = so->n;
     }
+    store_unref(s->st);   /* its own, made at creation and never written */
     src->st->refs++;
     store_attach(s, src->st);
     for (int l = 0; l < s->L; l++) {
@@ -847,6 +850,13 @@ static int ctkvr_create(hkv_policy *out, const hkv_policy_args *a, const hkv_pol
         ctkvr_destroy(s);
         return hkv_err_prefix(err, "ctkvr index (C=%lld, rho=%lld)", (long long)c.C,
                               (long long)c.rho);
+    }
+    /* The index now: a decode step may push DCU centroids before any prompt
+     * end (a sequence fed without one). A fork gives it up for the store it
+     * takes (ctkvr_fork). */
+    if ((rc = hkv_ctkvr_store_need(s, err))) {
+        ctkvr_destroy(s);
+        return rc;
     }
     for (size_t l = 0; l < L; l++) {
         ct_layer *ly = &s->lay[l];
