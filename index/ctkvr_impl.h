@@ -28,7 +28,7 @@ typedef struct ct_head {
 } ct_head;
 
 /* The index of every layer (centroids, lists, their lengths, DCU marks),
- * made at the first prompt end. A fork (ctkvr_fork: a sequence that starts
+ * made at creation. A fork (ctkvr_fork: a sequence that starts
  * with another's prompt) holds it by reference; while more than one
  * instance does, none writes it: each writes the slots it changes into rows
  * of its own (ct_own) and reads the shared rows for the others. */
@@ -72,7 +72,7 @@ typedef struct ctkvr {
     ct_conf c;
     ct_layer *lay;          /* [n_layer] */
     ct_head *heads;         /* [n_layer][n_head_kv] */
-    ct_store *st;           /* NULL until the first prompt end or fork */
+    ct_store *st;           /* its own from creation, or a fork's source's */
     ct_own *own;            /* [n_layer][n_head_kv] */
     /* sketch=1: every far key as int8 codes with a per-row scale,
      * [n_layer][n_head_kv][cap][d] and [n_layer][n_head_kv][cap] */
