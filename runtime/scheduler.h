@@ -23,9 +23,14 @@
  * starts from it and prefills only the rest. The tiered cache shares the
  * prefix's rows by reference (kv.h, seq_share: one copy in host memory for
  * the entry and every request on it, read once a step under full); the
- * plain cache copies them. Either way the request holds the KV it would
- * have computed itself (the same chunks, the same kernels), so its tokens
- * are those it gets without the cache. */
+ * plain cache, and the tiered one with a CUDA device, copy them. Either way
+ * the request holds the KV it would have computed itself (the same chunks,
+ * the same kernels), so its tokens are those it gets without the cache. A
+ * policy that shares its index (ctkvr) builds it at the prompt's last whole
+ * chunk, the rest a later turn, and a request whose last whole chunk is the
+ * kept prefix's end takes it by reference: its tokens do not depend on
+ * whether it found the prefix, though they may differ a little from a run
+ * without the cache (docs/POLICIES.md, "Over a shared prefix"). */
 #ifndef HKV_SCHEDULER_H
 #define HKV_SCHEDULER_H
 
