@@ -80,8 +80,10 @@ static void check_causal(const hkv_cpu_kernels *t, int nq, int64_t p0, int g, in
 }
 
 /* Tokens [0, nq) in one call, then as calls of [0, cut) and [cut, nq): the
- * same bits for every token. */
-static void check_split_invariant(causal_fn fn, int nq, int cut, int g, int d, test_rng *rng)
+ * same bits for every token (both calls large enough for the tile path;
+ * below a quarter tile of rows the fp32 kernel takes the decode kernel). */
+static void check_split_invariant(causal_fn fn, const char *name, int nq, int cut, int g, int d,
+                                  test_rng *rng)
 {
     int64_t ld = d, ldq = (int64_t)g * d;
     uint16_t *k, *v;
@@ -94,8 +96,8 @@ static void check_split_invariant(causal_fn fn, int nq, int cut, int g, int d, t
     fn(q, ldq, cut, g, d, 0, k, v, ld, scale, o2, ldq, l2);
     fn(q + cut * ldq, ldq, nq - cut, g, d, cut, k, v, ld, scale, o2 + cut * ldq, ldq, l2 + (size_t)cut * g);
     CHECK(memcmp(o1, o2, nq * ldq * sizeof *o1) == 0 && memcmp(l1, l2, (size_t)nq * g * sizeof *l1) == 0,
-          "fast causal nq=%d cut=%d g=%d d=%d: a token's result depends on where its call starts",
-          nq, cut, g, d);
+          "%s causal nq=%d cut=%d g=%d d=%d: a token's result depends on where its call starts",
+          name, nq, cut, g, d);
     free(k); free(v); free(q); free(o1); free(o2); free(l1); free(l2);
 }
 
@@ -112,14 +114,18 @@ int main(void)
         for (unsigned i = 0; i < sizeof cases / sizeof *cases; i++)
             check_causal(&t, cases[i].nq, cases[i].p0, cases[i].g, cases[i].d, &rng);
         if (isa == isa_best) check_causal(&t, 600, 0, 4, 128, &rng);   /* many tiles */
+        /* fp32: tiles of query rows that start and end mid-token (g = 3, 5) */
+        check_split_invariant(t.attn_causal, hkv_isa_name(t.isa), 200, 77, 3, 64, &rng);
+        check_split_invariant(t.attn_causal, hkv_isa_name(t.isa), 150, 33, 5, 128, &rng);
+        check_split_invariant(t.attn_causal, hkv_isa_name(t.isa), 90, 41, 70, 64, &rng);
         if (isa == isa_best && t.attn_causal_fast) {
             for (unsigned i = 0; i < sizeof cases / sizeof *cases; i++)
                 check_causal_fn(t.attn_causal_fast, 2e-2, "amx-bf16", cases[i].nq, cases[i].p0,
                                 cases[i].g, cases[i].d, &rng);
             check_causal_fn(t.attn_causal_fast, 2e-2, "amx-bf16", 600, 0, 3, 64, &rng);
             check_causal_fn(t.attn_causal_fast, 2e-2, "amx-bf16", 300, 500, 4, 128, &rng);
-            check_split_invariant(t.attn_causal_fast, 200, 77, 3, 64, &rng);
-            check_split_invariant(t.attn_causal_fast, 150, 33, 4, 128, &rng);
+            check_split_invariant(t.attn_causal_fast, "amx-bf16", 200, 77, 3, 64, &rng);
+            check_split_invariant(t.attn_causal_fast, "amx-bf16", 150, 33, 4, 128, &rng);
         }
     }
     if (!t.attn_causal_fast)   /* t: the best level's table, the last the loop set */
