@@ -206,9 +206,9 @@ static void store_attach(ctkvr *s, ct_store *st)
     }
 }
 
-int hkv_ctkvr_store_need(ctkvr *s, hkv_err *err)
+/* The instance's own store (at creation; a fork gives it up). */
+static int store_make(ctkvr *s, hkv_err *err)
 {
-    if (s->st) return HKV_OK;
     const size_t L = (size_t)s->L, KH = (size_t)s->KH, C = (size_t)s->c.C;
     ct_store *st = hkv_host_calloc(s->mem, HKV_TIER_INDEX, sizeof *st, err);
     if (!st) return hkv_err_prefix(err, "ctkvr index");
@@ -237,9 +237,9 @@ static void own_free(ctkvr *s, ct_own *o)
     memset(o, 0, sizeof *o);
 }
 
-/* Room for one more own row: the rows of cap slots in one block (cent,
- * ivf, len, dyn, each part 64-byte aligned), doubled when full. */
-static int own_grow(ctkvr *s, ct_own *o)
+/* Room for `need` own rows: the rows of cap slots in one block (cent, ivf,
+ * len, dyn, each part 64-byte aligned), doubled until they fit. */
+static int own_grow(ctkvr *s, ct_own *o, int64_t need)
 {
     const int64_t C = s->c.C, rho = s->c.rho;
     const size_t gd = (size_t)s->g * s->d;
@@ -248,8 +248,10 @@ static int own_grow(ctkvr *s, ct_own *o)
         if (!(o->map = hkv_host_alloc(s->mem, HKV_TIER_INDEX, o->map_b, NULL))) return HKV_E_NOMEM;
         for (int64_t i = 0; i < C; i++) o->map[i] = -1;
     }
-    if (o->n < o->cap) return HKV_OK;
-    const int32_t cap = (int32_t)hkv_min64(C, hkv_max64(16, 2 * (int64_t)o->cap));
+    if (need <= o->cap) return HKV_OK;
+    int64_t c2 = hkv_max64(16, 2 * (int64_t)o->cap);
+    while (c2 < need) c2 *= 2;
+    const int32_t cap = (int32_t)hkv_min64(C, c2);
     const size_t a_c = ((size_t)cap * gd * 2 + 63) & ~(size_t)63;
     const size_t a_i = ((size_t)cap * rho * 4 + 63) & ~(size_t)63;
     const size_t a_l = ((size_t)cap * 4 + 63) & ~(size_t)63;
@@ -286,7 +288,7 @@ int hkv_ctkvr_slot_w(ctkvr *s, int layer, int kvh, int64_t sl, ct_slot *w)
         return HKV_OK;
     }
     if (r < 0) {   /* a row of its own; every caller rewrites the centroid and the list */
-        if (own_grow(s, o)) return HKV_E_NOMEM;
+        if (own_grow(s, o, o->n + 1)) return HKV_E_NOMEM;
         r = o->n++;
         o->map[sl] = r;
         o->len[r] = 0;
@@ -641,7 +643,6 @@ static int64_t ctkvr_select_recalled(void *self, int layer, int kvh, const float
 static int ctkvr_device_takes(void *self, int layer)
 {
     const ctkvr *s = self;
-    if (!s->st) return HKV_FALLBACK_BEFORE_SELECTION;
     if (hkv_ctkvr_shared(s)) return HKV_FALLBACK_SHARED_INDEX;
     for (int h = 0; layer >= 0 && layer < s->L && h < s->KH; h++)
         if (hkv_ctkvr_own(s, layer, h)->map) return HKV_FALLBACK_SHARED_INDEX;
@@ -684,7 +685,7 @@ static void ctkvr_describe(void *self, char *buf, size_t cap)
     size_t own = 0;
     for (int64_t i = 0; i < (int64_t)s->L * s->KH; i++) own += s->own[i].map_b + s->own[i].rows_b;
     const ct_store *st = s->st;
-    hkv_fmt_bytes(st ? (double)(st->cent_b + st->ivf_b + st->len_b + st->dyn_b) : 0.0, mb, sizeof mb);
+    hkv_fmt_bytes((double)(st->cent_b + st->ivf_b + st->len_b + st->dyn_b), mb, sizeof mb);
     hkv_fmt_bytes((double)own, ob, sizeof ob);
     double stp = steps ? (double)steps : 1.0;
     char dcu[32];
@@ -695,7 +696,7 @@ static void ctkvr_describe(void *self, char *buf, size_t cap)
              (long long)s->c.C, (long long)s->c.Cp, (long long)s->c.rho, (long long)s->c.rho_p,
              dcu, (long long)s->c.tail, mb, (long long)steps, cand / stp, raw / stp,
              raw ? (double)uniq / (double)raw : 0.0, tail / stp);
-    if (st && (st->refs > 1 || own)) {
+    if (st->refs > 1 || own) {
         size_t o = strlen(buf);
         snprintf(buf + o, cap > o ? cap - o : 0, "; index shared by %d sequences, %s own slots",
                  st->refs, ob);
@@ -738,7 +739,6 @@ static int ctkvr_fork(void *self, const void *from, int64_t n, hkv_err *err)
         s->d != src->d)
         return hkv_seterr(err, HKV_E_UNSUPPORTED, "ctkvr: an index of other parameters or shape "
                           "cannot be shared");
-    if (!src->st) return hkv_seterr(err, HKV_E_UNSUPPORTED, "ctkvr: no index to share yet");
     for (int l = 0; l < s->L; l++)
         if (s->lay[l].built)
             return hkv_seterr(err, HKV_E_INVAL, "ctkvr: fork into an instance with an index");
@@ -755,12 +755,10 @@ static int ctkvr_fork(void *self, const void *from, int64_t n, hkv_err *err)
         const ct_own *so = &src->own[i];
         ct_own *o = &s->own[i];
         if (!so->map) continue;
-        while (o->cap < so->n)
-            if (own_grow(s, o)) {
-                for (int64_t j = 0; j <= i; j++) own_free(s, &s->own[j]);
-                return hkv_seterr(err, HKV_E_NOMEM, "ctkvr: no memory for a shared index's own "
-                                  "rows");
-            }
+        if (own_grow(s, o, so->n)) {
+            for (int64_t j = 0; j <= i; j++) own_free(s, &s->own[j]);
+            return hkv_seterr(err, HKV_E_NOMEM, "ctkvr: no memory for a shared index's own rows");
+        }
         const size_t gd = (size_t)s->g * s->d;
         memcpy(o->map, so->map, so->map_b);
         memcpy(o->cent, so->cent, (size_t)so->n * gd * 2);
@@ -854,7 +852,7 @@ static int ctkvr_create(hkv_policy *out, const hkv_policy_args *a, const hkv_pol
     /* The index now: a decode step may push DCU centroids before any prompt
      * end (a sequence fed without one). A fork gives it up for the store it
      * takes (ctkvr_fork). */
-    if ((rc = hkv_ctkvr_store_need(s, err))) {
+    if ((rc = store_make(s, err))) {
         ctkvr_destroy(s);
         return rc;
     }

@@ -361,8 +361,7 @@ int hkv_ctkvr_prefill_end(void *self, int layer, const hkv_far_view *far,
         hd->dirty = -1;
     }
     ly->version++;   /* the rows change wholesale: a device mirror uploads them again */
-    int rc = m > 0 ? hkv_ctkvr_store_need(s, err) : HKV_OK;
-    if (rc) return hkv_err_prefix(err, "ctkvr prompt end, layer %d", layer);
+    int rc = HKV_OK;
     if (m > 0) {
         /* in place while the store is this instance's alone, else through
          * a buffer of at most BUILD_BATCH centroids into its own rows */

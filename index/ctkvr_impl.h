@@ -121,14 +121,13 @@ static inline int hkv_ctkvr_dyn(const ctkvr *s, int layer, int kvh, int64_t sl)
     return r >= 0 ? hkv_ctkvr_own(s, layer, kvh)->dyn[r] : s->lay[layer].dyn[(size_t)kvh * s->c.C + sl];
 }
 /* 1 when (layer, kvh) may not write the store in place. */
-static inline int hkv_ctkvr_shared(const ctkvr *s) { return s->st && s->st->refs > 1; }
+static inline int hkv_ctkvr_shared(const ctkvr *s) { return s->st->refs > 1; }
 
 /* Slot sl of (layer, kvh) to write (ctkvr.c): its own row, made (and the
  * store's content copied into it) when the store is shared; HKV_E_NOMEM
  * when one cannot be had. May run concurrently for different (layer, kvh). */
 int hkv_ctkvr_slot_w(ctkvr *s, int layer, int kvh, int64_t sl, ct_slot *w);
-/* The store, made when the instance has none (ctkvr.c). */
-int hkv_ctkvr_store_need(ctkvr *s, hkv_err *err);
+
 
 static inline int64_t hkv_min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t hkv_max64(int64_t a, int64_t b) { return a > b ? a : b; }

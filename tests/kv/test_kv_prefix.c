@@ -14,6 +14,7 @@
  *     leaves the others as they were;
  *   - a sequence under full on the host path keeps no near tier; switched
  *     to quest after its prompt, it decodes as one that was quest all along;
+ *   - a fork of a fork (ctkvr, after a second turn) decodes as its source;
  *   - kept queries shared copy-on-write (kv_cow.h): one memfd read by two
  *     buffers, each write its own, counted once. */
 #include <math.h>
@@ -156,6 +157,59 @@ static void switch_policy(const hkv_cpu_kernels *kern) {
     free(out);
 }
 
+/* A fork of a fork (ctkvr): sequence 1 starts from 0's prompt, takes a
+ * second prompt turn (its rest's centroids become own rows, more than one
+ * block of them), and 2 starts from 1 there. 2 then decodes as 1 does,
+ * bit for bit: it holds 1's index, the shared store and copies of 1's own
+ * rows. */
+static void fork_of_fork(const hkv_cpu_kernels *kern) {
+    hkv_tiered_params p;
+    hkv_tiered_params_default(&p);
+    p.L_init = 4;
+    p.L_local = 64;
+    p.policy = &hkv_policy_ctkvr;
+    hkv_policy_args_init(p.policy, &p.args);
+    hkv_policy_arg_set(p.policy, &p.args, "rho_p=64", NULL);
+    hkv_kv_shape sh = {L, H, KH, D};
+    hkv_mem_account mem = {0};
+    hkv_kv kv;
+    hkv_err err;
+    CHECK(hkv_kv_tiered_create(&kv, &sh, 3, &p, kern, &mem, &err) == HKV_OK, "create: %s", err.msg);
+    float *qkv = malloc((size_t)CHUNK * LD * sizeof(float)), *out = malloc((size_t)CHUNK * H * D * 4);
+    for (int s = 0; s < 3; s++)
+        CHECK(kv.ops->seq_open(kv.self, s, CTX, &err) == HKV_OK, "open: %s", err.msg);
+    feed_prompt(&kv, 0, N_PROMPT, CHUNK, L, LD, H * D, 7, qkv, out);
+    CHECK(kv.ops->seq_share(kv.self, 1, 0, N_PROMPT, HKV_SHARE_INDEX, &err) == HKV_OK, "share: %s",
+          err.msg);
+    enum { TURN = 60 };   /* the second turn: 60 new centroids a KV head, own rows */
+    hkv_seg sg = {.seq = 1, .n = TURN, .pos = N_PROMPT, .row = 0,
+                  .flags = HKV_SEG_PROMPT | HKV_SEG_PROMPT_END};
+    for (int l = 0; l < L; l++) {
+        fill(qkv, (int64_t)TURN * LD, 900 + (uint64_t)l);
+        CHECK(kv.ops->layer_step(kv.self, l, &sg, 1, qkv, LD, out, H * D, &err) == HKV_OK,
+              "second turn: %s", err.msg);
+    }
+    CHECK(kv.ops->seq_share(kv.self, 2, 1, N_PROMPT + TURN, HKV_SHARE_INDEX, &err) == HKV_OK,
+          "share of a fork: %s", err.msg);
+    int same = 1;
+    float o[2][H * D];
+    for (int t = 0; t < 16; t++)
+        for (int l = 0; l < L; l++) {
+            fill(qkv, LD, 7000 + (uint64_t)(t * L + l));
+            for (int s = 1; s <= 2; s++) {
+                hkv_seg d = {.seq = s, .n = 1, .pos = N_PROMPT + TURN + t, .row = 0};
+                CHECK(kv.ops->layer_step(kv.self, l, &d, 1, qkv, LD, o[s - 1], H * D, &err) ==
+                          HKV_OK, "decode: %s", err.msg);
+            }
+            same &= !memcmp(o[0], o[1], sizeof o[0]);
+        }
+    CHECK(same, "a fork of a fork decodes unlike its source");
+    kv.ops->destroy(kv.self);
+    CHECK(mem.bytes[HKV_TIER_INDEX] == 0, "index bytes left: %zu", mem.bytes[HKV_TIER_INDEX]);
+    free(qkv);
+    free(out);
+}
+
 /* kv_cow.h: two buffers on one memfd read the same bytes, and a write to
  * either is its own; the memfd's bytes count once and go with the last. */
 static void cow_buffers(void) {
@@ -259,6 +313,7 @@ int main(void) {
     free(full2t);
     omp_set_num_threads(2);
     switch_policy(&kern);
+    fork_of_fork(&kern);
     cow_buffers();
     /* the page arithmetic */
     CHECK(hkv_kv_prefix_page_rows(128) == 32 && hkv_kv_prefix_page_rows(160) == 128,
