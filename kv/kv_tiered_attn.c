@@ -359,27 +359,6 @@ static void run_pieces(layer_step *st) {
     }
 }
 
-/* Items reordered so that node k's are [node_next[k], node_hi[k]) (the
- * node of their sequence's far tier, base/numa_map.h), in their order
- * within a node: which thread attends an item never changes its result. */
-static int group_by_node(const tiered *t, const hkv_seg *segs, item *items, int n_items,
-                         int *node_hi, int *node_next, int *n_nodes, hkv_err *err) {
-    const int n = t->p.numa->n;
-    item *tmp = malloc((size_t)n_items * sizeof *tmp);
-    if (!tmp) return hkv_seterr(err, HKV_E_NOMEM, "no memory for %d attention items", n_items);
-    int at = 0;
-    for (int k = 0; k < n; k++) {
-        node_next[k] = at;
-        for (int w = 0; w < n_items; w++)
-            if (hkv_numa_seq_node(t->p.numa, segs[items[w].seg].seq) == k) tmp[at++] = items[w];
-        node_hi[k] = at;
-    }
-    memcpy(items, tmp, (size_t)n_items * sizeof *items);
-    free(tmp);
-    *n_nodes = n;
-    return HKV_OK;
-}
-
 int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const float *qkv,
                   int64_t ld_qkv, float *out, int64_t ld_out, float *lse_out,
                   const hkv_recall_rows *rec, hkv_err *err) {
@@ -422,24 +401,26 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
     }
     item *items = malloc((size_t)n_items * sizeof *items);
     if (!items) return hkv_seterr(err, HKV_E_NOMEM, "no memory for %d attention items", n_items);
-    int rc_items;
+    /* With the far tiers spread over NUMA nodes the items go grouped by their
+     * sequence's node, node k's [node_next[k], node_hi[k]), each node's
+     * workers claiming its own first (base/numa_map.h); which thread attends
+     * an item never changes its result. */
+    const int n_nodes = tiered_far_spread(t) ? t->p.numa->n : 1;
+    int node_hi[HKV_NUMA_MAX_NODES], node_next[HKV_NUMA_MAX_NODES];
     int it = 0;
-    for (int i = 0; i < n_segs; i++)
-        for (int h = 0; h < KH && !(segs[i].flags & HKV_SEG_STORE_ONLY); h++) {
-            if (!tiered_is_prompt(&segs[i])) {
-                items[it++] = (item){i, h, 0, 1};
-                continue;
+    for (int k = 0; k < n_nodes; k++) {
+        node_next[k] = it;
+        for (int i = 0; i < n_segs; i++)
+            for (int h = 0; h < KH && !(segs[i].flags & HKV_SEG_STORE_ONLY); h++) {
+                if (n_nodes > 1 && hkv_numa_seq_node(t->p.numa, segs[i].seq) != k) break;
+                if (!tiered_is_prompt(&segs[i])) {
+                    items[it++] = (item){i, h, 0, 1};
+                    continue;
+                }
+                for (int q0 = 0; q0 < segs[i].n; q0 += QTILE)
+                    items[it++] = (item){i, h, q0, segs[i].n - q0 < QTILE ? segs[i].n - q0 : QTILE};
             }
-            for (int q0 = 0; q0 < segs[i].n; q0 += QTILE)
-                items[it++] = (item){i, h, q0, segs[i].n - q0 < QTILE ? segs[i].n - q0 : QTILE};
-        }
-    /* With the far tiers spread over NUMA nodes: the items grouped by their
-     * sequence's node (stable), each node's workers claiming its own first */
-    int node_hi[HKV_NUMA_MAX_NODES], node_next[HKV_NUMA_MAX_NODES], n_nodes = 0;
-    if (tiered_far_spread(t) && (rc_items = group_by_node(t, segs, items, n_items, node_hi,
-                                                         node_next, &n_nodes, err))) {
-        free(items);
-        return rc_items;
+        node_hi[k] = it;
     }
     const int nth = omp_get_max_threads();
     const size_t per = per_thread_floats(t, &nd);
@@ -521,7 +502,7 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
         const int tid = omp_get_thread_num();
         float *base = t->scratch + (size_t)tid * per;
         const int node = hkv_numa_worker_node(t->p.numa, tid);
-        for (int w; (w = n_nodes ? hkv_numa_claim(node_hi, node_next, n_nodes, node)
+        for (int w; (w = n_nodes > 1 ? hkv_numa_claim(node_hi, node_next, n_nodes, node)
                                  : __atomic_fetch_add(&st.next_item, 1, __ATOMIC_RELAXED)) >= 0 &&
                     w < n_items;) {
             attend_item(&st, w, base, tid);
