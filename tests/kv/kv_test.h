@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "kv.h"
+#include "kv_tiered.h"
 
 static int fails = 0;
 #define CHECK(c, ...)                                   \
@@ -44,6 +45,19 @@ static void feed_prompt(hkv_kv *kv, int seq, int64_t n_prompt, int chunk, int n_
                   "prompt of sequence %d: %s", seq, err.msg);
         }
     }
+}
+
+/* The tests' tiered cache: 4 sinks, a 64-row ring, policy pol (NULL: the
+ * default's) with quest at quest_budget and ctkvr at rho_p 64. */
+static void test_params(hkv_tiered_params *p, const hkv_policy_def *pol, const char *quest_budget) {
+    hkv_tiered_params_default(p);
+    p->L_init = 4;
+    p->L_local = 64;
+    if (!pol) return;
+    p->policy = pol;
+    hkv_policy_args_init(pol, &p->args);
+    if (pol == &hkv_policy_quest) hkv_policy_arg_set(pol, &p->args, quest_budget, NULL);
+    if (pol == &hkv_policy_ctkvr) hkv_policy_arg_set(pol, &p->args, "rho_p=64", NULL);
 }
 
 #endif

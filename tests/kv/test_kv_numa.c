@@ -58,13 +58,7 @@ static void pure_functions(void) {
 static void drive(const hkv_policy_def *pol, const hkv_numa_map *map, float *out,
                   const hkv_cpu_kernels *kern) {
     hkv_tiered_params p;
-    hkv_tiered_params_default(&p);
-    p.L_init = 4;
-    p.L_local = 64;
-    p.policy = pol;
-    hkv_policy_args_init(pol, &p.args);
-    if (pol == &hkv_policy_quest) hkv_policy_arg_set(pol, &p.args, "budget=96", NULL);
-    if (pol == &hkv_policy_ctkvr) hkv_policy_arg_set(pol, &p.args, "rho_p=64", NULL);
+    test_params(&p, pol, "budget=96");
     p.numa = map;
     p.far_numa = map ? HKV_FAR_NUMA_SPREAD : HKV_FAR_NUMA_AUTO;
     hkv_kv_shape sh = {L, H, KH, D};

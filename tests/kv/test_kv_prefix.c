@@ -63,13 +63,7 @@ static void step(run *r, const hkv_seg *segs, int n, uint64_t seed) {
  * it by share or copy, decode batches; returns the FAR bytes with all open. */
 static size_t drive(run *r, const hkv_policy_def *pol, int share, const hkv_cpu_kernels *kern) {
     hkv_tiered_params p;
-    hkv_tiered_params_default(&p);
-    p.L_init = 4;
-    p.L_local = 64;
-    p.policy = pol;
-    hkv_policy_args_init(pol, &p.args);
-    if (pol == &hkv_policy_quest) hkv_policy_arg_set(pol, &p.args, "budget=128", NULL);
-    if (pol == &hkv_policy_ctkvr) hkv_policy_arg_set(pol, &p.args, "rho_p=64", NULL);
+    test_params(&p, pol, "budget=128");
     hkv_kv_shape sh = {L, H, KH, D};
     hkv_err err;
     memset(&r->mem, 0, sizeof r->mem);
@@ -120,9 +114,7 @@ static size_t drive(run *r, const hkv_policy_def *pol, int share, const hkv_cpu_
  * switched to quest after it, one under quest throughout: the same decode. */
 static void switch_policy(const hkv_cpu_kernels *kern) {
     hkv_tiered_params p;
-    hkv_tiered_params_default(&p);
-    p.L_init = 4;
-    p.L_local = 64;
+    test_params(&p, NULL, NULL);
     hkv_kv_shape sh = {L, H, KH, D};
     hkv_mem_account mem = {0};
     hkv_kv kv;
@@ -164,12 +156,7 @@ static void switch_policy(const hkv_cpu_kernels *kern) {
  * rows. */
 static void fork_of_fork(const hkv_cpu_kernels *kern) {
     hkv_tiered_params p;
-    hkv_tiered_params_default(&p);
-    p.L_init = 4;
-    p.L_local = 64;
-    p.policy = &hkv_policy_ctkvr;
-    hkv_policy_args_init(p.policy, &p.args);
-    hkv_policy_arg_set(p.policy, &p.args, "rho_p=64", NULL);
+    test_params(&p, &hkv_policy_ctkvr, NULL);
     hkv_kv_shape sh = {L, H, KH, D};
     hkv_mem_account mem = {0};
     hkv_kv kv;
