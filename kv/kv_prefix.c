@@ -40,11 +40,7 @@ int64_t hkv_kv_prefix_stride(int64_t cap, size_t row_bytes) {
 }
 
 static void account(hkv_mem_account *mem, long long delta) {
-    if (!mem) return;
-    size_t *b = &mem->bytes[HKV_TIER_FAR];
-    if (delta < 0) *b -= (size_t)-delta <= *b ? (size_t)-delta : *b;
-    else *b += (size_t)delta;
-    if (*b > mem->peak[HKV_TIER_FAR]) mem->peak[HKV_TIER_FAR] = *b;
+    hkv_mem_account_add(mem, HKV_TIER_FAR, delta);
 }
 
 static uint8_t *run_at(void *const *bufs, int b, int run, int64_t stride, size_t row_bytes) {
