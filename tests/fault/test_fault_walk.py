@@ -13,7 +13,7 @@ one fails in turn. Every run must end in one of:
 and never a crash, a sanitizer report (ASan, UBSan, LeakSanitizer: build
 with -Db_sanitize=address,undefined) or a hang.
 
-    python3 tests/fault/test_fault_walk.py --bin-dir build-fault/tools [--jobs run,quest,fastkv,laq,batch,prefix,prefix_ctkvr]
+    python3 tests/fault/test_fault_walk.py --bin-dir build-asan/tools [--jobs run,quest,fastkv,laq,batch,prefix,prefix_ctkvr]
 
 Jobs: run (ctkvr), quest, fastkv, laq (hetkv run on a tiny generated model,
 each policy's own allocations), batch (two requests under snapkv through
