@@ -564,9 +564,10 @@ static int64_t select_impl(ctkvr *s, int layer, int kvh, const float *q, const h
         for (int32_t e = 0; e < len; e++) {
             int64_t p = list[e];
             if (p < lo || p >= hi) continue;   /* a position no longer in the far tier */
-            uint32_t bit = 1u << ((p - lo) & 31), *w = &bm[(p - lo) >> 5];
-            raw++;
-            if (!(*w & bit)) *w |= bit, uniq++;
+            /* without a branch on the bit: lists overlap at random */
+            uint32_t bit = 1u << ((p - lo) & 31), *w = &bm[(p - lo) >> 5], was = *w;
+            *w = was | bit;
+            raw++, uniq += !(was & bit);
         }
     }
     /* the unindexed tail, newest `tail` positions */

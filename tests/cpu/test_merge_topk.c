@@ -6,7 +6,11 @@
  *  - topk and topk_asc (its indices also ascending): against a full sort by
  *    (value desc, index asc), for n from 0 to 5000, k = 0, 1, n/2, n-1, n, > n, with many ties (values from a small
  *    set), -inf entries, sorted and reverse-sorted input; the result must be
- *    exactly the reference set, with no duplicates. */
+ *    exactly the reference set, with no duplicates;
+ *  - hkv_topk's order: exactly the order the plain quickselect below leaves
+ *    (branchy Lomuto partitions, as hkv_topk was first written): ctkvr's
+ *    attention sums its rows in that order, so a faster partition must not
+ *    move them. */
 #include "ref.h"
 #include "util.h"
 
@@ -17,6 +21,60 @@ static int cmp_desc(const void *a, const void *b)
     if (cmp_s[i] > cmp_s[j]) return -1;
     if (cmp_s[i] < cmp_s[j]) return 1;
     return (i > j) - (i < j);
+}
+
+/* hkv_topk's algorithm as first written: the order it must keep. */
+static uint64_t ref_rank(const float *s, int64_t i)
+{
+    float f = s[i];
+    uint32_t b;
+    if (f == 0.0f) f = 0.0f;
+    memcpy(&b, &f, 4);
+    b = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+    return ((uint64_t)b << 32) | (uint32_t)(0x7fffffff - i);
+}
+static int64_t ref_med3(const uint64_t *r, int64_t i, int64_t j, int64_t l)
+{
+    uint64_t x = r[i], y = r[j], z = r[l];
+    if (x < y) return y < z ? j : x < z ? l : i;
+    if (x < z) return i;
+    return y < z ? l : j;
+}
+static void ref_topk_order(const float *s, int64_t n, int64_t k, int32_t *idx)
+{
+    uint64_t *a = malloc((size_t)(n + 1) * sizeof *a), t;
+    for (int64_t i = 0; i < n; i++) a[i] = ref_rank(s, i);
+    int64_t lo = 0, hi = n;
+    while (hi - lo > 16) {
+        int64_t mid = lo + (hi - lo) / 2, p;
+        if (hi - lo > 1024) {
+            int64_t e = (hi - lo) / 8;
+            p = ref_med3(a, ref_med3(a, lo, lo + e, lo + 2 * e), ref_med3(a, mid - e, mid, mid + e),
+                         ref_med3(a, hi - 1 - 2 * e, hi - 1 - e, hi - 1));
+        } else {
+            p = ref_med3(a, lo, mid, hi - 1);
+        }
+        t = a[p], a[p] = a[hi - 1], a[hi - 1] = t;
+        const uint64_t pr = a[hi - 1];
+        int64_t st = lo;
+        for (int64_t j = lo; j < hi - 1; j++)
+            if (a[j] > pr) t = a[st], a[st] = a[j], a[j] = t, st++;
+        t = a[st], a[st] = a[hi - 1], a[hi - 1] = t;
+        if (st == k || st + 1 == k) {
+            lo = hi = k;
+            break;
+        }
+        if (st > k) hi = st;
+        else lo = st + 1;
+    }
+    for (int64_t i = lo + 1; i < hi; i++) {
+        const uint64_t r = a[i];
+        int64_t j = i;
+        while (j > lo && a[j - 1] < r) a[j] = a[j - 1], j--;
+        a[j] = r;
+    }
+    for (int64_t i = 0; i < k; i++) idx[i] = (int32_t)(0x7fffffff - (uint32_t)a[i]);
+    free(a);
 }
 
 static void check_topk(const float *s, int64_t n, int64_t k, const char *what)
@@ -43,6 +101,13 @@ static void check_topk(const float *s, int64_t n, int64_t k, const char *what)
     }
     CHECK(ok, "topk%s %s n=%lld k=%lld: got %lld", asc ? "_asc" : "", what, (long long)n,
           (long long)k, (long long)got);
+    if (!asc && ok && k > 0 && k < n) {   /* the order, not only the set */
+        int32_t *ref = malloc((size_t)k * sizeof *ref);
+        ref_topk_order(s, n, k, ref);
+        CHECK(memcmp(ref, idx, (size_t)k * sizeof *ref) == 0, "topk %s n=%lld k=%lld: the order "
+              "moved from the plain quickselect's", what, (long long)n, (long long)k);
+        free(ref);
+    }
     }
     free(idx); free(scratch); free(order);
 }
