@@ -248,4 +248,13 @@ int hkv_matmul_parts(const hkv_cpu_kernels *t, const hkv_wmat *parts, int np, co
  * all OpenMP threads, best of `reps`. Returns bytes/second, or 0 on failure. */
 double hkv_bandwidth_probe(size_t bytes, int reps);
 
+/* Gather probe: the far tier's read pattern, rows of row_bytes at random
+ * positions taken in ascending order (a rerank's candidates, one in eight
+ * rows), each prefetched 64 rows ahead into L2 as the kernels do, over a
+ * buffer of `bytes` on all OpenMP threads, best of `reps`. Returns the rows'
+ * bytes/second, or 0 on failure: the ceiling of a step whose reads are
+ * gathers, which a stream probe overstates (no thread keeps as many misses
+ * in flight for scattered rows as for one stream). */
+double hkv_gather_probe(size_t bytes, int row_bytes, int reps);
+
 #endif
