@@ -403,7 +403,7 @@ static inline float sketch_bound(const float *sc, const float *q1, int g, int ng
     for (int j = 0; j < g; j++) {
         float t = 0;
         for (int gi = 0; gi < ng; gi++) t += sc[gi] * q1[j * ng + gi];
-        b = fmaxf(b, t);
+        b = t > b ? t : b;   /* finite: not fmaxf, a libm call at -O2 */
     }
     return b;
 }
@@ -430,8 +430,10 @@ static int64_t rerank_sketch(ctkvr *s, int layer, int kvh, const float *q, const
         memcpy(out, cand, (size_t)n * sizeof *out);
         return n;
     }
+    /* Every pick below is a set (emitted ascending, or a threshold): the
+     * radix top-k, not hkv_topk's order (three times the time here). */
     if (s->c.sketch == 2) {   /* approximate: the int8 scores decide at the cut too */
-        const int64_t mo = hkv_topk(a, n, k, pick, tsc);
+        const int64_t mo = hkv_topk_asc(a, n, k, pick, tsc);
         emit_ascending(cand, pick, mo, n, bits, out);
         return mo;
     }
@@ -450,10 +452,10 @@ static int64_t rerank_sketch(ctkvr *s, int layer, int kvh, const float *q, const
     }
     /* t_out: the k-th largest lower bound; t_in: the (k+1)-th largest upper */
     float t_out = INFINITY, t_in = INFINITY;
-    int64_t m = hkv_topk(lb, n, k, pick, tsc);
-    for (int64_t i = 0; i < m; i++) t_out = fminf(t_out, lb[pick[i]]);
-    m = hkv_topk(ub, n, k + 1, pick, tsc);
-    for (int64_t i = 0; i < m; i++) t_in = fminf(t_in, ub[pick[i]]);
+    int64_t m = hkv_topk_asc(lb, n, k, pick, tsc);
+    for (int64_t i = 0; i < m; i++) t_out = lb[pick[i]] < t_out ? lb[pick[i]] : t_out;
+    m = hkv_topk_asc(ub, n, k + 1, pick, tsc);
+    for (int64_t i = 0; i < m; i++) t_in = ub[pick[i]] < t_in ? ub[pick[i]] : t_in;
     /* ub < t_out: k candidates score above it, out. lb > t_in: at most k
      * candidates can score as high (the k + 1 largest upper bounds, itself
      * among them), in. The band between is ranked on its fp16 keys. */
@@ -469,7 +471,7 @@ static int64_t rerank_sketch(ctkvr *s, int layer, int kvh, const float *q, const
         ws->bytes += (uint64_t)nb * d * 2;
         hd->surv += nb;
         int32_t *bp = pick + n_in;
-        const int64_t mb = hkv_topk(lb, nb, k - n_in, bp, tsc);
+        const int64_t mb = hkv_topk_asc(lb, nb, k - n_in, bp, tsc);
         for (int64_t i = 0; i < mb; i++) bp[i] = surv[bp[i]];
         mo += mb;
     }
@@ -598,8 +600,8 @@ static int64_t select_impl(ctkvr *s, int layer, int kvh, const float *q, const h
     if (s->skc && !far->rows) {   /* on the int8 sketches, certified (rerank_sketch) */
         const int64_t m = rerank_sketch(s, layer, kvh, q, far, cand, n, sc, sb, su, ia, ic, ib,
                                         tsc, obits, out, ws);
-        if (s->c.dcu) {   /* its list: the top rho by the int8 score */
-            const int64_t md = hkv_topk(sc, n, rho, ia, tsc);
+        if (s->c.dcu) {   /* its list: the top rho by the int8 score (a set) */
+            const int64_t md = hkv_topk_asc(sc, n, rho, ia, tsc);
             if (dcu_push(s, layer, kvh, qn, cand, ia, md, best, bcos)) return HKV_E_NOMEM;
         }
         return m;
