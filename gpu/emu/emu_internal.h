@@ -79,6 +79,13 @@ cudaError_t enqueue(cudaStream_t s, std::function<void()> item);
 cudaError_t enqueue_wait(cudaStream_t s, std::function<void()> item);
 bool stream_valid(cudaStream_t s);
 void device_sync(void);
+/* Stream capture (emu_stream.cc): an operation that cannot be captured,
+ * issued on stream s, gets cudaErrorStreamCaptureUnsupported and
+ * invalidates s's capture if one is open (else cudaSuccess); a
+ * synchronising call (device-wide, cudaMalloc, cudaFree) is refused the
+ * same way while a global-mode capture is open anywhere (true: refuse). */
+cudaError_t capture_refuse(cudaStream_t s);
+bool capture_forbids_sync(void);
 
 /* Memory kinds for copy checks. */
 enum mem_kind { MEM_PAGEABLE, MEM_DEVICE, MEM_PINNED };

@@ -140,6 +140,9 @@ cudaError_t copy_async(void *dst, const void *src, size_t bytes, cudaMemcpyKind 
     cudaError_t e = check_copy(dst, src, bytes, kind, &dk, &sk);
     if (e) return ret(e);
     if (!stream_valid(s)) return ret(cudaErrorInvalidResourceHandle);
+    /* a pageable copy is synchronous, or staged at the call: not capturable */
+    if (sk == MEM_PAGEABLE || dk == MEM_PAGEABLE)
+        if (cudaError_t c = capture_refuse(s)) return ret(c);
     if (sk == MEM_PAGEABLE && dk == MEM_DEVICE) {
         /* staged: the source is read now, the host may reuse it at once */
         std::shared_ptr<std::vector<char>> stage(new std::vector<char>((const char *)src,
@@ -186,11 +189,16 @@ using namespace hkv_emu;
 
 extern "C" {
 
-cudaError_t cudaMalloc(void **ptr, size_t bytes) { return device_alloc(ptr, bytes); }
+cudaError_t cudaMalloc(void **ptr, size_t bytes)
+{
+    if (capture_forbids_sync()) return ret(cudaErrorStreamCaptureUnsupported);
+    return device_alloc(ptr, bytes);
+}
 
 cudaError_t cudaFree(void *ptr)
 {
     if (!ptr) return cudaSuccess;
+    if (capture_forbids_sync()) return ret(cudaErrorStreamCaptureUnsupported);
     device_sync();   /* cudaFree synchronises the device */
     if (!device_release(ptr)) return ret(cudaErrorInvalidValue);
     return sticky() ? ret(sticky()) : cudaSuccess;
@@ -199,12 +207,15 @@ cudaError_t cudaFree(void *ptr)
 cudaError_t cudaMallocAsync(void **ptr, size_t bytes, cudaStream_t s)
 {
     if (!stream_valid(s)) return ret(cudaErrorInvalidResourceHandle);
+    if (cudaError_t c = capture_refuse(s)) return ret(c);   /* an allocation node: not modelled */
     return device_alloc(ptr, bytes);
 }
 
 cudaError_t cudaFreeAsync(void *ptr, cudaStream_t s)
 {
     if (!ptr) return cudaSuccess;
+    if (!stream_valid(s)) return ret(cudaErrorInvalidResourceHandle);
+    if (cudaError_t c = capture_refuse(s)) return ret(c);
     {
         memory &m = mem();
         std::lock_guard<std::mutex> lk(m.mu);
@@ -302,6 +313,7 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind 
 {
     if (sticky()) return ret(sticky());
     if (!bytes) return cudaSuccess;
+    if (capture_forbids_sync()) return ret(cudaErrorStreamCaptureUnsupported);
     mem_kind dk, sk;
     cudaError_t e = check_copy(dst, src, bytes, kind, &dk, &sk);
     if (e) return ret(e);
@@ -336,6 +348,7 @@ cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes, cudaStream_t s)
 
 cudaError_t cudaMemset(void *dst, int value, size_t bytes)
 {
+    if (capture_forbids_sync()) return ret(cudaErrorStreamCaptureUnsupported);
     return cudaMemsetAsync(dst, value, bytes, 0);
 }
 

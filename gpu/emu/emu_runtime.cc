@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <map>
+#include <memory>
 #include <mutex>
 
 #include "emu_internal.h"
@@ -200,10 +201,11 @@ void launch(kernel_body *body, const void *fn, const char *name, dim3 grid, dim3
         ret(e);
         return;
     }
-    grid_job job{body, name, grid, block, smem};
-    e = enqueue(stream, [job] {
+    /* shared by every copy of the item: a captured launch runs once per replay */
+    std::shared_ptr<kernel_body> owned(body);
+    e = enqueue(stream, [owned, name, grid, block, smem] {
+        grid_job job{owned.get(), name, grid, block, smem};
         std::string f = run_grid(job);
-        delete job.body;
         if (!f.empty()) device_fault(f);
     });
     if (e) ret(e);
@@ -226,6 +228,8 @@ const char *cudaGetErrorName(cudaError_t e)
         N(cudaErrorHostMemoryAlreadyRegistered) N(cudaErrorHostMemoryNotRegistered)
         N(cudaErrorLaunchOutOfResources) N(cudaErrorLaunchFailure) N(cudaErrorInvalidDevice)
         N(cudaErrorNoDevice) N(cudaErrorNotSupported) N(cudaErrorUnknown)
+        N(cudaErrorIllegalState) N(cudaErrorStreamCaptureUnsupported)
+        N(cudaErrorStreamCaptureInvalidated) N(cudaErrorGraphExecUpdateFailure)
 #undef N
     }
     return "cudaErrorUnknown";
@@ -250,6 +254,10 @@ const char *cudaGetErrorString(cudaError_t e)
     case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
     case cudaErrorNotSupported: return "operation not supported";
+    case cudaErrorIllegalState: return "the operation cannot be performed in the present state";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case cudaErrorGraphExecUpdateFailure: return "the graph update was not performed because it included changes which violated constraints specific to instantiated graph update";
     default: return "unknown error";
     }
 }
@@ -354,6 +362,7 @@ cudaError_t cudaDeviceGetPCIBusId(char *bus_id, int len, int device)
 
 cudaError_t cudaDeviceSynchronize(void)
 {
+    if (capture_forbids_sync()) return ret(cudaErrorStreamCaptureUnsupported);
     device_sync();
     return sticky() ? ret(sticky()) : cudaSuccess;
 }

@@ -39,6 +39,10 @@ typedef enum cudaError {
     cudaErrorInvalidDevice = 101,
     cudaErrorNoDevice = 100,
     cudaErrorNotSupported = 801,
+    cudaErrorIllegalState = 401,
+    cudaErrorStreamCaptureUnsupported = 900,
+    cudaErrorStreamCaptureInvalidated = 901,
+    cudaErrorGraphExecUpdateFailure = 910,
     cudaErrorUnknown = 999,
 } cudaError_t;
 
@@ -174,6 +178,53 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream HKV_EMU_DEFAU
 cudaError_t cudaEventQuery(cudaEvent_t event);
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end);
+
+/* Stream capture and graphs (CUDA Runtime API, "Graph Management"), as far as
+ * a step replayed whole needs them: a capture on one non-legacy stream
+ * records its kernels (their arguments as launched), cuBLAS calls, copies
+ * between device and page-locked memory, memsets and host functions; a
+ * graph instantiated from it replays them in order on any stream. Stricter
+ * than CUDA, so code that captures here captures on a GPU: what CUDA turns
+ * into event, allocation or cross-stream nodes (cudaEventRecord,
+ * cudaStreamWaitEvent, cudaMallocAsync, cudaFreeAsync on the capturing
+ * stream), pageable copies, and every synchronising call (the stream's, the
+ * device's, cudaMalloc and cudaFree while a global-mode capture is open)
+ * return cudaErrorStreamCaptureUnsupported and invalidate the capture. */
+typedef struct hkv_emu_graph *cudaGraph_t;
+typedef struct hkv_emu_graph_exec *cudaGraphExec_t;
+typedef struct hkv_emu_graph_node *cudaGraphNode_t;
+typedef enum cudaStreamCaptureMode {
+    cudaStreamCaptureModeGlobal = 0,
+    cudaStreamCaptureModeThreadLocal = 1,
+    cudaStreamCaptureModeRelaxed = 2,
+} cudaStreamCaptureMode;
+typedef enum cudaStreamCaptureStatus {
+    cudaStreamCaptureStatusNone = 0,
+    cudaStreamCaptureStatusActive = 1,
+    cudaStreamCaptureStatusInvalidated = 2,
+} cudaStreamCaptureStatus;
+typedef enum cudaGraphExecUpdateResult {
+    cudaGraphExecUpdateSuccess = 0,
+    cudaGraphExecUpdateError = 1,
+    cudaGraphExecUpdateErrorTopologyChanged = 2,
+} cudaGraphExecUpdateResult;
+typedef struct cudaGraphExecUpdateResultInfo {
+    cudaGraphExecUpdateResult result;
+    cudaGraphNode_t errorNode;
+    cudaGraphNode_t errorFromNode;
+} cudaGraphExecUpdateResultInfo;
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *graph);
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus *status);
+cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t *nodes, size_t *num_nodes);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph,
+                                 unsigned long long flags HKV_EMU_DEFAULT(0));
+cudaError_t cudaGraphExecUpdate(cudaGraphExec_t exec, cudaGraph_t graph,
+                                cudaGraphExecUpdateResultInfo *info);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
+cudaError_t cudaGraphDestroy(cudaGraph_t graph);
 
 /* Emulator-only introspection (no CUDA counterpart), for tests and for
  * `hetkv info`: 1 always in this build; the device memory cap in bytes. */

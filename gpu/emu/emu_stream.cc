@@ -12,6 +12,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <memory>
 #include <chrono>
 #include <mutex>
 #include <set>
@@ -24,12 +25,25 @@ struct hkv_emu_stream {
     unsigned flags = 0;
     int priority = 0;
     bool legacy = false;
+    /* stream capture: the items issued while it is open, kept not run */
+    cudaStreamCaptureStatus cap_state = cudaStreamCaptureStatusNone;
+    cudaStreamCaptureMode cap_mode = cudaStreamCaptureModeGlobal;
+    std::vector<std::function<void()>> cap;
     std::mutex mu;
     std::condition_variable cv;
     std::deque<std::function<void()>> q;
     uint64_t enq = 0, done = 0;
     bool stop = false;
     std::thread th;
+};
+
+/* A captured graph and its executable form: the items in capture order.
+ * An executable graph shares its list with the launches still queued. */
+struct hkv_emu_graph {
+    std::vector<std::function<void()>> items;
+};
+struct hkv_emu_graph_exec {
+    std::shared_ptr<const std::vector<std::function<void()>>> items;
 };
 
 struct hkv_emu_event {
@@ -50,6 +64,9 @@ struct registry {
     std::mutex mu;
     std::set<hkv_emu_stream *> streams;
     std::set<hkv_emu_event *> events;
+    std::set<hkv_emu_graph *> graphs;
+    std::set<hkv_emu_graph_exec *> execs;
+    int global_captures = 0;   /* open captures in cudaStreamCaptureModeGlobal */
     hkv_emu_stream *legacy = nullptr;
     /* Destroyed streams: their threads finish the queued work after
      * cudaStreamDestroy returns, and items of other streams may still wait
@@ -159,9 +176,47 @@ bool stream_valid(cudaStream_t s)
     return r.streams.count(s) != 0;
 }
 
+/* Invalidate t's open capture (t->mu held). */
+static void invalidate_locked(hkv_emu_stream *t)
+{
+    if (t->cap_state == cudaStreamCaptureStatusActive) {
+        t->cap_state = cudaStreamCaptureStatusInvalidated;
+        t->cap.clear();
+    }
+}
+
+cudaError_t capture_refuse(cudaStream_t s)
+{
+    if (!s) return cudaSuccess;   /* the legacy stream is never captured */
+    std::lock_guard<std::mutex> lk(s->mu);
+    if (s->cap_state == cudaStreamCaptureStatusNone) return cudaSuccess;
+    invalidate_locked(s);
+    return cudaErrorStreamCaptureUnsupported;
+}
+
+bool capture_forbids_sync(void)
+{
+    registry &r = reg();
+    std::lock_guard<std::mutex> lk(r.mu);
+    if (!r.global_captures) return false;
+    for (hkv_emu_stream *t : r.streams) {
+        std::lock_guard<std::mutex> tl(t->mu);
+        if (t->cap_mode == cudaStreamCaptureModeGlobal) invalidate_locked(t);
+    }
+    return true;
+}
+
 cudaError_t enqueue(cudaStream_t s, std::function<void()> item)
 {
     if (!stream_valid(s)) return cudaErrorInvalidResourceHandle;
+    if (s) {   /* captured, not run */
+        std::lock_guard<std::mutex> lk(s->mu);
+        if (s->cap_state == cudaStreamCaptureStatusActive) {
+            s->cap.push_back(std::move(item));
+            return cudaSuccess;
+        }
+        if (s->cap_state == cudaStreamCaptureStatusInvalidated) return cudaErrorStreamCaptureInvalidated;
+    }
     push(resolve(s), std::move(item));
     return cudaSuccess;
 }
@@ -169,6 +224,8 @@ cudaError_t enqueue(cudaStream_t s, std::function<void()> item)
 cudaError_t enqueue_wait(cudaStream_t s, std::function<void()> item)
 {
     if (!stream_valid(s)) return cudaErrorInvalidResourceHandle;
+    cudaError_t e = capture_refuse(s);
+    if (e) return e;
     hkv_emu_stream *t = resolve(s);
     wait_done(t, push(t, std::move(item)));
     return cudaSuccess;
@@ -234,6 +291,12 @@ cudaError_t cudaStreamDestroy(cudaStream_t s)
     {
         std::lock_guard<std::mutex> lk(r.mu);
         r.streams.erase(s);
+        std::lock_guard<std::mutex> sl(s->mu);
+        if (s->cap_state != cudaStreamCaptureStatusNone) {   /* its open capture ends unused */
+            if (s->cap_mode == cudaStreamCaptureModeGlobal) r.global_captures--;
+            s->cap_state = cudaStreamCaptureStatusNone;
+            s->cap.clear();
+        }
     }
     /* CUDA returns at once and releases the stream when its work is done:
      * the stream's thread drains the queue and ends. */
@@ -251,6 +314,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s)
 cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
     if (!stream_valid(s)) return ret(cudaErrorInvalidResourceHandle);
+    if (cudaError_t e = capture_refuse(s)) return ret(e);
     hkv_emu_stream *t = resolve(s);
     uint64_t n;
     {
@@ -264,6 +328,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s)
 cudaError_t cudaStreamQuery(cudaStream_t s)
 {
     if (!stream_valid(s)) return ret(cudaErrorInvalidResourceHandle);
+    if (cudaError_t e = capture_refuse(s)) return ret(e);
     if (sticky()) return ret(sticky());
     hkv_emu_stream *t = resolve(s);
     std::lock_guard<std::mutex> lk(t->mu);
@@ -334,6 +399,7 @@ cudaError_t cudaEventDestroy(cudaEvent_t e)
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 {
     if (!event_valid(e) || !stream_valid(s)) return ret(cudaErrorInvalidResourceHandle);
+    if (cudaError_t c = capture_refuse(s)) return ret(c);   /* an event node: not modelled */
     if (sticky()) return ret(sticky());
     uint64_t g;
     {
@@ -397,6 +463,7 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags)
 {
     if (!event_valid(e) || !stream_valid(s)) return ret(cudaErrorInvalidResourceHandle);
+    if (cudaError_t c = capture_refuse(s)) return ret(c);   /* a cross-stream join: not modelled */
     if (flags) return ret(cudaErrorInvalidValue);
     if (sticky()) return ret(sticky());
     uint64_t g;
@@ -415,6 +482,157 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flag
     });
     if (rc) event_item_done(e);
     return ret(rc);
+}
+
+/* ---- stream capture and graphs ---------------------------------------------- */
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode)
+{
+    if (!s) return ret(cudaErrorStreamCaptureUnsupported);   /* the legacy stream cannot be */
+    if (!stream_valid(s)) return ret(cudaErrorInvalidResourceHandle);
+    if (mode < cudaStreamCaptureModeGlobal || mode > cudaStreamCaptureModeRelaxed)
+        return ret(cudaErrorInvalidValue);
+    if (sticky()) return ret(sticky());
+    registry &r = reg();
+    std::lock_guard<std::mutex> rl(r.mu);
+    std::lock_guard<std::mutex> lk(s->mu);
+    if (s->cap_state != cudaStreamCaptureStatusNone) return ret(cudaErrorIllegalState);
+    s->cap_state = cudaStreamCaptureStatusActive;
+    s->cap_mode = mode;
+    s->cap.clear();
+    if (mode == cudaStreamCaptureModeGlobal) r.global_captures++;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *graph)
+{
+    if (!s || !graph) return ret(cudaErrorInvalidValue);
+    if (!stream_valid(s)) return ret(cudaErrorInvalidResourceHandle);
+    registry &r = reg();
+    std::vector<std::function<void()>> items;
+    {
+        std::lock_guard<std::mutex> rl(r.mu);
+        std::lock_guard<std::mutex> lk(s->mu);
+        if (s->cap_state == cudaStreamCaptureStatusNone) return ret(cudaErrorIllegalState);
+        const bool valid = s->cap_state == cudaStreamCaptureStatusActive;
+        if (s->cap_mode == cudaStreamCaptureModeGlobal) r.global_captures--;
+        s->cap_state = cudaStreamCaptureStatusNone;
+        items.swap(s->cap);
+        if (!valid) {
+            *graph = nullptr;
+            return ret(cudaErrorStreamCaptureInvalidated);
+        }
+    }
+    hkv_emu_graph *g = new hkv_emu_graph;
+    g->items = std::move(items);
+    std::lock_guard<std::mutex> rl(r.mu);
+    r.graphs.insert(g);
+    *graph = g;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus *status)
+{
+    if (!status) return ret(cudaErrorInvalidValue);
+    if (!stream_valid(s)) return ret(cudaErrorInvalidResourceHandle);
+    if (!s) {
+        *status = cudaStreamCaptureStatusNone;
+        return cudaSuccess;
+    }
+    std::lock_guard<std::mutex> lk(s->mu);
+    *status = s->cap_state;
+    return cudaSuccess;
+}
+
+static bool graph_valid(cudaGraph_t g)
+{
+    registry &r = reg();
+    std::lock_guard<std::mutex> lk(r.mu);
+    return g && r.graphs.count(g);
+}
+
+static bool exec_valid(cudaGraphExec_t x)
+{
+    registry &r = reg();
+    std::lock_guard<std::mutex> lk(r.mu);
+    return x && r.execs.count(x);
+}
+
+cudaError_t cudaGraphGetNodes(cudaGraph_t g, cudaGraphNode_t *nodes, size_t *num)
+{
+    if (!num) return ret(cudaErrorInvalidValue);
+    if (!graph_valid(g)) return ret(cudaErrorInvalidResourceHandle);
+    const size_t n = g->items.size();
+    /* opaque node handles: 1-based positions in capture order */
+    for (size_t i = 0; nodes && i < n && i < *num; i++) nodes[i] = (cudaGraphNode_t)(uintptr_t)(i + 1);
+    *num = n;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t g, unsigned long long flags)
+{
+    if (!exec || flags) return ret(cudaErrorInvalidValue);
+    if (!graph_valid(g)) return ret(cudaErrorInvalidResourceHandle);
+    hkv_emu_graph_exec *x = new hkv_emu_graph_exec;
+    x->items = std::make_shared<const std::vector<std::function<void()>>>(g->items);
+    registry &r = reg();
+    std::lock_guard<std::mutex> lk(r.mu);
+    r.execs.insert(x);
+    *exec = x;
+    return cudaSuccess;
+}
+
+/* The emulator's graphs are lists, so "the same topology" is the same
+ * number of nodes: the executable graph takes the new graph's items (their
+ * arguments), as cudaGraphExecUpdate takes new kernel parameters. */
+cudaError_t cudaGraphExecUpdate(cudaGraphExec_t x, cudaGraph_t g, cudaGraphExecUpdateResultInfo *info)
+{
+    if (info) *info = cudaGraphExecUpdateResultInfo{cudaGraphExecUpdateError, nullptr, nullptr};
+    if (!exec_valid(x) || !graph_valid(g)) return ret(cudaErrorInvalidResourceHandle);
+    if (g->items.size() != x->items->size()) {
+        if (info) info->result = cudaGraphExecUpdateErrorTopologyChanged;
+        return ret(cudaErrorGraphExecUpdateFailure);
+    }
+    x->items = std::make_shared<const std::vector<std::function<void()>>>(g->items);
+    if (info) info->result = cudaGraphExecUpdateSuccess;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t s)
+{
+    if (!exec_valid(x) || !stream_valid(s)) return ret(cudaErrorInvalidResourceHandle);
+    if (cudaError_t c = capture_refuse(s)) return ret(c);   /* a child graph: not modelled */
+    if (sticky()) return ret(sticky());
+    std::shared_ptr<const std::vector<std::function<void()>>> items = x->items;
+    return ret(enqueue(s, [items] {
+        for (const std::function<void()> &f : *items) f();
+    }));
+}
+
+/* Both return at once; queued launches keep their items alive (CUDA frees an
+ * executable graph in flight when it completes). */
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t x)
+{
+    if (!exec_valid(x)) return ret(cudaErrorInvalidResourceHandle);
+    registry &r = reg();
+    {
+        std::lock_guard<std::mutex> lk(r.mu);
+        r.execs.erase(x);
+    }
+    delete x;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t g)
+{
+    if (!graph_valid(g)) return ret(cudaErrorInvalidResourceHandle);
+    registry &r = reg();
+    {
+        std::lock_guard<std::mutex> lk(r.mu);
+        r.graphs.erase(g);
+    }
+    delete g;
+    return cudaSuccess;
 }
 
 }  // extern "C"
