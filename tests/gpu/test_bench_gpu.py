@@ -87,10 +87,15 @@ def main(argv=None) -> int:
             ns = sorted({r["n"] for r in gemm})
             check(len(gemm) == roles * (1 if emu else 2) and ns == ([64] if emu else [64, 512])
                   and all(r["path"] == m for r in gemm), f"{t} gemm {m}: {len(gemm)} rows, n {ns}")
-    dec = [r for r in rows if r["group"] == "attn_decode"]
+    dec = [r for r in rows if r["group"] == "attn_decode" and not r["forced"]]
     check(len(dec) == (2 if emu else 8) and {r["idx"] for r in dec} == {True, False}
           and all(r["n_head"] == 32 and r["n_head_kv"] == 8 and r["d"] == 128 for r in dec),
           f"decode attention: {len(dec)} rows")
+    forced = [r for r in rows if r["group"] == "attn_decode" and r["forced"]]
+    check(forced and all(r["seqs"] == 1 and not r["idx"] and r["split"] in (1, 4, 8, 16)
+                         and r["kv_rows"] in (4096, 32768) for r in forced)
+          and (not emu or [(r["split"], r["kv_rows"]) for r in forced] == [(8, 4096)]),
+          f"decode attention at forced split counts: {[(r['split'], r['kv_rows']) for r in forced]}")
     pre = [r for r in rows if r["group"] == "attn_prefill"]
     check(len(pre) == 2 and pre[0]["p0"] == 0 and pre[1]["p0"] > 0,
           f"prefill attention: {len(pre)} rows at {[r['p0'] for r in pre]}")

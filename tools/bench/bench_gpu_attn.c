@@ -4,15 +4,18 @@
  *  - decode (hkv_gpu_attn_decode_split, the near tier's flash-decoding with
  *    the split count the pipeline would pick) over 4K and 32K rows for 1 and
  *    4 sequences, rows in order and through an index list (the pipeline's
- *    near tier is read through one). Bytes: K and V rows once, q in, out and
+ *    near tier is read through one); for one sequence also other split
+ *    counts, forced (1, 4, 8, 16: how a call's time depends on its splits,
+ *    the fixed cost that keeps one sequence's 4K rows at ~12% of the card,
+ *    issue 37), rows in order only. Bytes: K and V rows once, q in, out and
  *    lse out (and the index list); FLOPs 4 H d per (sequence, row). Calls
  *    rotate through copies of the K/V, as layers do.
  *  - prefill (hkv_gpu_attn_prefill, WMMA tensor cores) of a 2K-token chunk
  *    at position 0 and at 30K (keys 0..32767). Bytes: q in, out and lse out,
  *    the keys and values up to the chunk's end once; FLOPs 4 H d per causal
  *    (query, key) pair.
- * Under the emulator: 4K rows of one sequence, and a 64-token chunk at 0 and
- * at 448. */
+ * Under the emulator: 4K rows of one sequence (and split 8 forced), and a
+ * 64-token chunk at 0 and at 448. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,11 +71,13 @@ static int32_t *up_i32(bg *b, const int32_t *h, size_t n, hkv_err *err)
     return d;
 }
 
-static int decode_rows(bg *b, int64_t rows, int seqs, hkv_err *err)
+/* force: a split count other than the pipeline's pick (0: the pick, timed
+ * with the rows in order and through an index list). */
+static int decode_rows(bg *b, int64_t rows, int seqs, int force, hkv_err *err)
 {
     const size_t kv1 = 2 * (size_t)seqs * AKH * rows * AD;   /* K + V elements of one copy */
     const int copies = bg_copies(b, kv1 * 2.0);
-    const int split = hkv_gpu_attn_decode_splits(b->sm_count, seqs, AH, AKH, rows);
+    const int split = force > 0 ? force : hkv_gpu_attn_decode_splits(b->sm_count, seqs, AH, AKH, rows);
     const size_t ws_bytes = hkv_gpu_attn_decode_ws_bytes(seqs, AH, AD, split);
     const size_t nl = (size_t)seqs * AKH, qb = (size_t)seqs * AH * AD * 4, lb = (size_t)seqs * AH * 4;
     int32_t *hn = malloc(nl * 4), *hi = malloc(nl * rows * 4), *dn = NULL, *di = NULL;
@@ -91,11 +96,12 @@ static int decode_rows(bg *b, int64_t rows, int seqs, hkv_err *err)
                 !(lse = hkv_gpu_alloc(b->ctx, HKV_TIER_WORKSPACE, lb, err)) ||
                 (ws_bytes && !(ws = hkv_gpu_alloc(b->ctx, HKV_TIER_WORKSPACE, ws_bytes, err)))))
         rc = err->code;
-    for (int with_idx = 0; with_idx < 2 && !rc; with_idx++) {
+    for (int with_idx = 0; with_idx < (force > 0 ? 1 : 2) && !rc; with_idx++) {
         bg_row r = {.group = "attn_decode", .link = BG_DRAM, .unit = BG_FP32};
         r.bytes = kv1 * 2.0 + 2.0 * qb + lb + (with_idx ? nl * rows * 4.0 : 0);
         r.flops = 4.0 * seqs * AH * rows * AD;
-        snprintf(r.kernel, sizeof r.kernel, "decode split=%d%s", split, with_idx ? " idx" : "");
+        snprintf(r.kernel, sizeof r.kernel, "decode split=%d%s%s", split, with_idx ? " idx" : "",
+                 force > 0 ? " forced" : "");
         snprintf(r.shape, sizeof r.shape, "H32 KH8 d128 %lld rows x %d seq%s", (long long)rows, seqs,
                  seqs > 1 ? "s" : "");
         at_call c = {.b = b, .q = q, .kv = kv, .copy_elems = kv1, .rows = rows, .seqs = seqs,
@@ -103,9 +109,10 @@ static int decode_rows(bg *b, int64_t rows, int seqs, hkv_err *err)
                      .ws = ws, .ws_bytes = ws_bytes};
         if (!(rc = bg_time(b, decode_fn, &c, copies, copies, &r, err)))
             rc = bg_add(b, &r,
-                        json_pack("{s:i,s:i,s:i,s:I,s:i,s:i,s:b,s:i}", "n_head", AH, "n_head_kv", AKH,
-                                  "d", AD, "kv_rows", (json_int_t)rows, "seqs", seqs, "split", split,
-                                  "idx", with_idx, "copies", copies),
+                        json_pack("{s:i,s:i,s:i,s:I,s:i,s:i,s:b,s:b,s:i}", "n_head", AH,
+                                  "n_head_kv", AKH, "d", AD, "kv_rows", (json_int_t)rows, "seqs",
+                                  seqs, "split", split, "forced", force > 0, "idx", with_idx,
+                                  "copies", copies),
                         err);
     }
     hkv_gpu_free(b->ctx, HKV_TIER_WORKSPACE, ws, ws_bytes);
@@ -161,7 +168,15 @@ int bg_run_attention(bg *b, hkv_err *err)
     int rc = HKV_OK;
     if (!(b->only & BG_ONLY_ATTENTION)) return HKV_OK;
     for (int i = 0; i < n_rows && !rc; i++)
-        for (int j = 0; j < n_seqs && !rc; j++) rc = decode_rows(b, rows_all[i], seqs_all[j], err);
+        for (int j = 0; j < n_seqs && !rc; j++) rc = decode_rows(b, rows_all[i], seqs_all[j], 0, err);
+    /* one sequence at other split counts (rows 4K and 32K; the emulator: split 8 at 4K) */
+    static const int forced[] = {1, 4, 8, 16};
+    for (int i = 0; i < 3 && !rc; i += 2)
+        for (int f = 0; f < 4 && !rc; f++) {
+            if (b->emulated && (i || forced[f] != 8)) continue;
+            if (forced[f] != hkv_gpu_attn_decode_splits(b->sm_count, 1, AH, AKH, rows_all[i]))
+                rc = decode_rows(b, rows_all[i], 1, forced[f], err);
+        }
     const int64_t nq = b->emulated ? 64 : 2048, late = b->emulated ? 448 : 30720;
     if (!rc) rc = prefill_row(b, nq, 0, err);
     if (!rc) rc = prefill_row(b, nq, late, err);
