@@ -36,6 +36,17 @@ typedef struct hkv_model_config {
     int tied_output;      /* output projection is token_embd */
 } hkv_model_config;
 
+/* The most rows whose logits the output head computes in one call: every
+ * sequence of a decode step, and up to HKV_HEAD_ROWS of a prompt's rows (a
+ * GEMM's worth; hkv_forward_head asks for more in turn). It sizes the logits
+ * buffer of both backends and the memory plan's: at 2,048-row prompt chunks
+ * a buffer of max_rows logits was 1 GiB for a 128K vocabulary. */
+#define HKV_HEAD_ROWS 256
+static inline int64_t hkv_head_rows(int64_t max_rows, int64_t max_seqs) {
+    const int64_t r = max_rows < HKV_HEAD_ROWS ? max_rows : HKV_HEAD_ROWS;
+    return r > max_seqs ? r : max_seqs;
+}
+
 typedef struct hkv_layer_weights {
     float *attn_norm;     /* [dim] */
     /* Q, K, V projections: fused into one matrix ([(n_head + 2 n_head_kv)

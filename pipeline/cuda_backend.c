@@ -615,7 +615,16 @@ static int alloc_buffers(cuda_be *b, hkv_err *err) {
     };
     for (int a = 0; a < HKV_ACT_COUNT; a++) {
         b->act_w[a] = w[a];
-        if (!(b->act[a] = cb_alloc(b, HKV_TIER_WORKSPACE, R * (size_t)w[a] * 4, err)))
+        /* TMP holds a product's rows densely: R rows of dim, or the head's
+         * logits (hkv_head_rows of them; a decode batch's r0 offsets, at
+         * act_w, stay inside those since max_seqs <= hkv_head_rows) */
+        size_t n = R * (size_t)w[a];
+        if (a == HKV_ACT_TMP) {
+            n = R * (size_t)c->dim;
+            const size_t lg = (size_t)hkv_head_rows((int64_t)R, (int64_t)S) * (size_t)w[a];
+            if (n < lg) n = lg;
+        }
+        if (!(b->act[a] = cb_alloc(b, HKV_TIER_WORKSPACE, n * 4, err)))
             return hkv_err_prefix(err, "device activations for %zu rows", R);
     }
     /* The product workspace: the most any matrix needs for a call of up to

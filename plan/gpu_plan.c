@@ -310,13 +310,16 @@ int hkv_plan_compute(const hkv_plan_params *p, hkv_plan *o, hkv_err *err) {
     o->index = B * ig;
     o->pinned = B * o->per_seq_pinned;
 
-    /* Workspace: fp32 activations for R rows (the engine's buffers), logits of
-     * one row per sequence, near and far attention partials (out, lse) of each
-     * decode row, the candidate ids handed to the host, cuBLAS's workspace. */
+    /* Workspace: the device's fp32 activations for R rows (pipeline/
+     * cuda_backend.c: X, XN, QKV, ATT, GU, G, and TMP, which holds R rows of
+     * dim or the head's logits, hkv_head_rows of them), near and far
+     * attention partials (out, lse) of each decode row, the candidate ids
+     * handed to the host, cuBLAS's workspace. */
     const uint64_t R = (uint64_t)max64(p->max_rows ? p->max_rows : 256, p->batch);
     const uint64_t qkv = (H + 2 * KH) * hd, dim = (uint64_t)c->dim, ffn = (uint64_t)c->ffn;
-    uint64_t ws = R * (2 * dim + qkv + H * hd + 2 * ffn) * 4;
-    ws += B * (uint64_t)c->vocab * 4;
+    uint64_t ws = R * (2 * dim + qkv + H * hd + 3 * ffn) * 4;
+    const uint64_t logits = (uint64_t)hkv_head_rows((int64_t)R, B) * (uint64_t)c->vocab;
+    ws += (R * dim > logits ? R * dim : logits) * 4;
     ws += 2 * B * H * (hd + 1) * 4;
     ws += B * KH * step_ids(d, a, p->n_ctx) * 4;
     ws += p->cublas_ws ? p->cublas_ws : HKV_PLAN_CUBLAS_WS;

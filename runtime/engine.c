@@ -34,16 +34,21 @@ static size_t ws_floats_for(const hkv_model *m) {
 static int alloc_workspace(hkv_engine *e, hkv_err *err) {
     const hkv_model_config *c = &e->model.cfg;
     const size_t R = (size_t)e->max_rows;
-    int64_t widest_part = c->vocab;   /* tmp also stages split Q/K/V and gate/up parts */
+    /* tmp: a product's rows, densely: R rows of the widest layer product (it
+     * also stages split Q/K/V and gate/up parts), or the head's logits */
+    int64_t widest_part = c->dim;
     if (widest_part < 2 * (int64_t)c->ffn) widest_part = 2 * (int64_t)c->ffn;
     if (widest_part < e->qkv_rows) widest_part = e->qkv_rows;
+    size_t tmp_n = R * (size_t)widest_part;
+    const size_t logits_n = (size_t)hkv_head_rows(e->max_rows, e->p.max_seqs) * (size_t)c->vocab;
+    if (tmp_n < logits_n) tmp_n = logits_n;
     struct { float **p; size_t n; } bufs[] = {
         {&e->x, R * c->dim},
         {&e->xn, R * c->dim},
         {&e->qkv, R * e->qkv_rows},
         {&e->att, R * (size_t)c->n_head * c->head_dim},
         {&e->h, R * 2 * (size_t)c->ffn},
-        {&e->tmp, R * (size_t)(widest_part > c->dim ? widest_part : c->dim)},
+        {&e->tmp, tmp_n},
         {&e->rope_cs, R * (size_t)c->rope_dim},
         {&e->mm_ws, ws_floats_for(&e->model) + 16},
     };

@@ -146,13 +146,19 @@ int hkv_forward_head(hkv_engine *e, const int64_t *logit_rows, int n_logits, flo
     if (n_logits < 1) return HKV_OK;
     const hkv_backend_ops *o = e->be.ops;
     void *b = e->be.self;
-    /* Final norm and the output projection for the requested rows only. */
+    /* Final norm and the output projection for the requested rows only, at
+     * most hkv_head_rows a call (the logits buffer's rows). */
     double ts = hkv_now();
-    int rc;
-    if ((rc = o->rmsnorm(b, HKV_ACT_XN, HKV_ACT_X, logit_rows, n_logits, 0, HKV_WR_OUT_NORM, err)) ||
-        (rc = o->matmul(b, HKV_ACT_TMP, HKV_ACT_XN, n_logits, 0, HKV_WR_OUTPUT, err)) ||
-        (rc = o->read(b, HKV_ACT_TMP, 0, n_logits, e->model.cfg.vocab, logits, err)))
-        return hkv_err_prefix(err, "output head");
+    int rc = HKV_OK;
+    const int vocab = e->model.cfg.vocab;
+    const int64_t g = hkv_head_rows(e->max_rows, e->p.max_seqs);
+    for (int64_t i = 0; i < n_logits && !rc; i += g) {
+        const int m = (int)(n_logits - i < g ? n_logits - i : g);
+        if ((rc = o->rmsnorm(b, HKV_ACT_XN, HKV_ACT_X, logit_rows + i, m, 0, HKV_WR_OUT_NORM, err)) ||
+            (rc = o->matmul(b, HKV_ACT_TMP, HKV_ACT_XN, m, 0, HKV_WR_OUTPUT, err)) ||
+            (rc = o->read(b, HKV_ACT_TMP, 0, m, vocab, logits + i * (int64_t)vocab, err)))
+            return hkv_err_prefix(err, "output head");
+    }
     e->stats.matmul += hkv_now() - ts;
     return HKV_OK;
 }

@@ -9,7 +9,11 @@ under the cap, else ctkvr in the split. On SmolLM2, 2 sequences at 4K:
             with the default near tier, the CPU path's tokens under ctkvr;
   named     --policy full there is refused by the plan, naming the bytes;
   batch     hetkv batch with no --policy names the picked policy per line;
-  refused   --policy auto with --policy-arg is refused by name.
+  refused   --policy auto with --policy-arg is refused by name;
+  chunk     run's prompt chunk: 256 at 4K; at 16K with --device cuda 2048 where
+            the device has room (--gpu-mem 500M: ctkvr, the CPU path's tokens
+            at the same chunk), 256 where it has not (300M); --chunk N on the
+            CPU path gives its tokens at N and says N.
 
     python3 tests/pipeline/test_auto.py BUILD_DIR MODEL
 Exit 77 without a CUDA device (a GPU or the emulator) or the model."""
@@ -38,9 +42,9 @@ def check(ok, what, detail=""):
     print(f"{'ok  ' if ok else 'FAIL'} {what}{': ' + str(detail) if detail else ''}")
 
 
-def run(*extra):
-    cmd = [hetkv, "run", "-m", model, "-p", "The capital of France is", "-n", "5", "-c", "4096",
-           "-b", "2", "-t", "2", "--json", *extra]
+def run(*extra, ctx="4096", batch="2"):
+    cmd = [hetkv, "run", "-m", model, "-p", "The capital of France is", "-n", "5", "-c", ctx,
+           "-b", batch, "-t", "2", "--json", *extra]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if p.returncode:
         return None, p.stderr.strip()[-300:]
@@ -59,6 +63,20 @@ check(split and split["policy"] == "ctkvr" and split["near_rows"] < 4096 and "au
       "split: ctkvr", split and (split["policy"], split["near_rows"]))
 check(split and cpu_ct and split["tokens"] == cpu_ct["tokens"], "split: the CPU path's tokens",
       split and cpu_ct and (split["tokens"], cpu_ct["tokens"]))
+check(fits and split and fits["chunk"] == 256 and split["chunk"] == 256, "4K: prompt chunks of 256",
+      fits and split and (fits["chunk"], split["chunk"]))
+big, e4 = run("--device", "cuda", "--gpu-mem", "500M", ctx="16384", batch="1")
+cpu_big, _ = run("--policy", "ctkvr", "--chunk", "2048", ctx="16384", batch="1")
+check(big and big["chunk"] == 2048 and "the prompt goes in chunks of 2048 rows" in e4,
+      "16K with room: chunks of 2048", big and big["chunk"])
+check(big and cpu_big and big["tokens"] == cpu_big["tokens"] and cpu_big["chunk"] == 2048,
+      "16K: the CPU path's tokens at the same chunk", big and cpu_big and (big["tokens"], cpu_big["tokens"]))
+small, e5 = run("--device", "cuda", "--gpu-mem", "300M", ctx="16384", batch="1")
+check(small and small["chunk"] == 256 and "chunks of 2048" not in e5, "16K without room: 256",
+      small and small["chunk"])
+c3, _ = run("--policy", "full", "--chunk", "3")
+check(c3 and cpu_full and c3["chunk"] == 3 and c3["tokens"] == cpu_full["tokens"],
+      "--chunk 3: the same tokens", c3 and (c3["chunk"], c3["tokens"]))
 named, e3 = run("--device", "cuda", "--gpu-mem", "300M", "--policy", "full")
 check(named is None and "with policy full needs" in e3 and "but the cap is 300.00 MiB" in e3,
       "named full: refused by the plan", e3)

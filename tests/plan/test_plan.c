@@ -53,14 +53,17 @@ static void llama3_8b(void) {
     EQ(o.near, 4ULL << 30);                         /* 32K full KV = 4 GiB */
     EQ(o.index, 0);
     EQ(o.pinned, 0);
-    /* 256 rows x (2*4096 + 6144 + 4096 + 2*14336) floats + logits 128256
-     * floats + 2 partials 32*(128+1) floats + 32 MiB cuBLAS + the products'
+    /* 256 rows x (2*4096 + 6144 + 4096 + 3*14336) floats (X, XN, QKV, ATT,
+     * GU, G) + TMP, the larger of 256 rows of 4096 and the head's 256 rows of
+     * 128256 logits + 2 partials 32*(128+1) floats + 32 MiB cuBLAS + the products'
      * workspace, largest for down (4096 x 14336): a panel of 585 rows
      * (32 MiB / (14336 * 4)) at 4 bytes a weight, 256 split activation rows
      * of 14336 x 4 bytes and their 256 scales. */
     const unsigned long long prod_ws = 585ULL * 14336 * 4 + 256ULL * 14336 * 4 + 256 * 4;
     EQ(prod_ws, 48227328ULL);
-    EQ(o.workspace, 48234496ULL + 513024 + 33024 + 33554432 + prod_ws);
+    const unsigned long long acts = 256ULL * 61440 * 4 + 256ULL * 128256 * 4;
+    EQ(acts, 194248704ULL);
+    EQ(o.workspace, acts + 33024 + 33554432 + prod_ws);
     EQ(o.gpu_total, o.weights + o.near + o.index + o.workspace);
 
     /* ctkvr at 32K: C = 2048, rho' = 992, rho = 2480. */
@@ -73,7 +76,7 @@ static void llama3_8b(void) {
     const unsigned long long ivf = 32ULL * 8 * 2048 * 2480 * 4 + 32ULL * 8 * 2048 * 4;
     EQ(o.index, cent + fifo + ivf);
     /* Candidates handed to the host: C' rho = 4*2480 per KV head. */
-    EQ(o.workspace, 48234496ULL + 513024 + 33024 + 8ULL * 4 * 2480 * 4 + 33554432 + prod_ws);
+    EQ(o.workspace, acts + 33024 + 8ULL * 4 * 2480 * 4 + 33554432 + prod_ws);
     p.index_on_host = 1;
     CHECK(hkv_plan_compute(&p, &o, &err) == HKV_OK, "%s", err.msg);
     EQ(o.index, cent + fifo);

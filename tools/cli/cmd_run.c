@@ -18,7 +18,7 @@ static const char run_usage[] =
 
 typedef struct run_opts {
     const char *model, *prompt, *file, *system;
-    long long n_predict, batch, ctx;
+    long long n_predict, batch, ctx, chunk;
     int chat, json, ignore_eos, no_special;
     hkv_exec_cli x;
     hkv_sampling_cli sp;
@@ -45,6 +45,11 @@ static const hkv_opt run_opts_table[] = {
     {.name = "--ctx", .short_name = 'c', .arg = "N", .kind = HKV_OPT_INT,
      .off = offsetof(run_opts, ctx), .lo = 1, .hi = (double)(1LL << 31),
      .help = "context per sequence (default: prompt + n-predict)"},
+    {.name = "--chunk", .arg = "N", .kind = HKV_OPT_INT, .off = offsetof(run_opts, chunk),
+     .lo = 1, .hi = 65536,
+     .help = "prompt tokens per prefill call (default 256; with --device cuda and\n"
+             "a context of 16K or more, 2048 where the device has room: a prompt\n"
+             "past the device's copy streams its earlier keys once a chunk)"},
     {.name = "--ignore-eos", .kind = HKV_OPT_FLAG, .off = offsetof(run_opts, ignore_eos),
      .help = "do not stop at end-of-generation tokens"},
     {.name = "--no-special", .kind = HKV_OPT_FLAG, .off = offsetof(run_opts, no_special),
@@ -55,6 +60,34 @@ static const hkv_opt run_opts_table[] = {
      .help = "print one JSON object instead of streaming text"},
     {0},
 };
+
+/* Without --chunk, on the device path at a context of 16K or more: prompt
+ * chunks of RUN_LONG_CHUNK rows where the device has room for their
+ * workspace (else the default stays). A prompt that outgrows the device's
+ * copy of its K/V streams its earlier keys over PCIe once a chunk, so that
+ * traffic falls with the chunk (docs/PIPELINE.md, "A prompt's attention on
+ * the device"); the headline run's chunk. */
+#define RUN_LONG_CHUNK 2048
+#define RUN_LONG_CTX 16384
+static int long_prompt_chunk(const run_opts *o, hkv_engine_params *ep, hkv_err *err) {
+    if (o->chunk || !o->dev.cuda || ep->max_rows >= RUN_LONG_CHUNK) return HKV_OK;
+    hkv_model_config cfg;
+    int rc = hkv_cli_model_config(o->model, o->dev.synthetic, &cfg, err);
+    if (rc) return rc;
+    const int64_t ctx = o->ctx ? o->ctx : cfg.ctx_train;
+    if (ctx < RUN_LONG_CTX) return HKV_OK;
+    const int was = ep->max_rows;
+    ep->max_rows = RUN_LONG_CHUNK;
+    hkv_err tried;
+    hkv_err_clear(&tried);
+    if (hkv_device_cli_check(&o->dev, o->model, ep, (int)o->batch, o->ctx, &tried)) {
+        ep->max_rows = was;   /* no room: the default chunk, already admitted */
+        return HKV_OK;
+    }
+    fprintf(stderr, "hetkv: --device cuda, context %lld: the prompt goes in chunks of %d rows "
+            "(--chunk N sets it)\n", (long long)ctx, RUN_LONG_CHUNK);
+    return HKV_OK;
+}
 
 /* The tables run takes, in the order they are tried and shown. */
 static int run_uses(run_opts *o, hkv_opt_use *u) {
@@ -158,6 +191,7 @@ static int print_json(const run_opts *o, hkv_engine *e, const int32_t *prompt, i
     hkv_jset(j, "isa", json_string(hkv_isa_name(e->kern.isa)), &bad);
     hkv_jset(j, "threads", json_integer(hkv_threads_count(e->threads)), &bad);
     hkv_jset(j, "batch", json_integer(o->batch), &bad);
+    hkv_jset(j, "chunk", json_integer(e->max_rows), &bad);
     /* the policy that ran (what --policy auto picked), and whether the whole KV
      * stayed near: on the device alone with --device cuda */
     hkv_jset(j, "kv", json_string(e->p.kv_plain ? "plain" : "tiered"), &bad);
@@ -269,9 +303,11 @@ int hkv_cmd_run(int argc, char **argv) {
     ep.device_cuda = o.dev.cuda;
     if ((rc = hkv_kv_cli_apply(&o.kv, &ep, &err))) goto out;
     /* --device cuda: device and admission (context: -c, else the model's) before loading. */
+    if (o.chunk) ep.max_rows = (int)o.chunk;
     if ((rc = hkv_device_cli_check_near(&o.dev, o.model, &ep, o.kv.local >= 0,
                                         hkv_kv_cli_auto(&o.kv), (int)o.batch, o.ctx, &err)))
         goto out;
+    if ((rc = long_prompt_chunk(&o, &ep, &err))) goto out;
     double t0 = hkv_now();
     if ((rc = hkv_engine_open(&e, &ep, &err)) || (rc = hkv_device_cli_attach(&o.dev, e, &err)))
         goto out;
