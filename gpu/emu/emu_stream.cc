@@ -544,19 +544,29 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus *statu
     return cudaSuccess;
 }
 
-static bool graph_valid(cudaGraph_t g)
+extern "C++" {   /* the registry's helpers, inside the C API's block */
+/* A graph or an executable graph the registry holds (set: which). */
+template <class T> static bool registered(std::set<T *> registry::*set, T *p)
 {
     registry &r = reg();
     std::lock_guard<std::mutex> lk(r.mu);
-    return g && r.graphs.count(g);
+    return p && (r.*set).count(p);
 }
+static bool graph_valid(cudaGraph_t g) { return registered(&registry::graphs, g); }
+static bool exec_valid(cudaGraphExec_t x) { return registered(&registry::execs, x); }
 
-static bool exec_valid(cudaGraphExec_t x)
+/* Out of the registry and freed; a queued launch holds its own items. */
+template <class T> static cudaError_t unregister(std::set<T *> registry::*set, T *p)
 {
     registry &r = reg();
-    std::lock_guard<std::mutex> lk(r.mu);
-    return x && r.execs.count(x);
+    {
+        std::lock_guard<std::mutex> lk(r.mu);
+        if (!p || !(r.*set).erase(p)) return ret(cudaErrorInvalidResourceHandle);
+    }
+    delete p;
+    return cudaSuccess;
 }
+}  // extern "C++"
 
 cudaError_t cudaGraphGetNodes(cudaGraph_t g, cudaGraphNode_t *nodes, size_t *num)
 {
@@ -611,28 +621,8 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t s)
 
 /* Both return at once; queued launches keep their items alive (CUDA frees an
  * executable graph in flight when it completes). */
-cudaError_t cudaGraphExecDestroy(cudaGraphExec_t x)
-{
-    if (!exec_valid(x)) return ret(cudaErrorInvalidResourceHandle);
-    registry &r = reg();
-    {
-        std::lock_guard<std::mutex> lk(r.mu);
-        r.execs.erase(x);
-    }
-    delete x;
-    return cudaSuccess;
-}
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t x) { return unregister(&registry::execs, x); }
 
-cudaError_t cudaGraphDestroy(cudaGraph_t g)
-{
-    if (!graph_valid(g)) return ret(cudaErrorInvalidResourceHandle);
-    registry &r = reg();
-    {
-        std::lock_guard<std::mutex> lk(r.mu);
-        r.graphs.erase(g);
-    }
-    delete g;
-    return cudaSuccess;
-}
+cudaError_t cudaGraphDestroy(cudaGraph_t g) { return unregister(&registry::graphs, g); }
 
 }  // extern "C"
