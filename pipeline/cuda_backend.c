@@ -327,6 +327,11 @@ static int g_matmul(void *self, int dst, int src, int64_t n, int layer, int role
     if (dst != HKV_ACT_TMP && ldy != b->act_w[dst])
         return hkv_seterr(err, HKV_E_INTERNAL, "matmul: %lld outputs into a %lld-wide buffer",
                           (long long)ldy, (long long)b->act_w[dst]);
+    if (dst == HKV_ACT_TMP && (size_t)((b->r0 + n) * ldy) > b->act_n[dst])
+        return hkv_seterr(err, HKV_E_RANGE, "matmul: %lld rows of %lld outputs do not fit the "
+                          "device's product buffer (the head takes at most %lld rows a call)",
+                          (long long)n, (long long)ldy,
+                          (long long)hkv_head_rows(b->max_rows, b->max_seqs));
     /* Up to HKV_QMAT_GEMV_CHUNKED_ROWS rows (a decode batch) the GEMV, 8 rows
      * a call, reads the weights once per 8 rows and beats the panel GEMM
      * (gpu/qmat_panel.h). Batch-invariant steps (the scheduler's decode,
@@ -417,7 +422,8 @@ static int g_add_rmsnorm(void *self, int dst, int x, int src, int64_t n, int lay
 static int g_copy(cuda_be *b, int act, int64_t r0, int64_t n, int64_t cols, float *host, int down,
                   hkv_err *err) {
     if (!act_ok(act) || cols < 1 || cols > b->act_w[act] || r0 < 0 || n < 0 ||
-        r0 + n > b->max_rows)
+        r0 + n > b->max_rows ||
+        (size_t)(r0 + n) * (size_t)(act == HKV_ACT_TMP ? cols : b->act_w[act]) > b->act_n[act])
         return hkv_seterr(err, HKV_E_RANGE, "rows %lld..%lld of device buffer %d (%lld wide) out of "
                           "range", (long long)r0, (long long)(r0 + n), act, (long long)cols);
     /* Rows are read at stride cols: TMP holds the last product's rows densely. */
@@ -615,15 +621,15 @@ static int alloc_buffers(cuda_be *b, hkv_err *err) {
     };
     for (int a = 0; a < HKV_ACT_COUNT; a++) {
         b->act_w[a] = w[a];
-        /* TMP holds a product's rows densely: R rows of dim, or the head's
-         * logits (hkv_head_rows of them; a decode batch's r0 offsets, at
-         * act_w, stay inside those since max_seqs <= hkv_head_rows) */
+        /* TMP holds a product's rows densely ((r0 + n) x its width, g_matmul):
+         * R rows of dim, or the head's logits, hkv_head_rows of them */
         size_t n = R * (size_t)w[a];
         if (a == HKV_ACT_TMP) {
             n = R * (size_t)c->dim;
             const size_t lg = (size_t)hkv_head_rows((int64_t)R, (int64_t)S) * (size_t)w[a];
             if (n < lg) n = lg;
         }
+        b->act_n[a] = n;
         if (!(b->act[a] = cb_alloc(b, HKV_TIER_WORKSPACE, n * 4, err)))
             return hkv_err_prefix(err, "device activations for %zu rows", R);
     }

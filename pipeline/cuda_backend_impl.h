@@ -184,6 +184,7 @@ typedef struct cuda_be {
     /* activations [max_rows][width] and the product workspace */
     float *act[HKV_ACT_COUNT];
     int64_t act_w[HKV_ACT_COUNT];
+    size_t act_n[HKV_ACT_COUNT];   /* floats allocated (TMP: see alloc_buffers) */
     void *ws;
     size_t ws_bytes;
     /* per-call index arrays (device) */

@@ -115,6 +115,10 @@ static int c_matmul(void *self, int dst, int src, int64_t n, int layer, int role
     if (!np || !y || !x) return hkv_seterr(err, HKV_E_INVAL, "matmul: bad buffer or weight role");
     int64_t ldy = 0;
     for (int i = 0; i < np; i++) ldy += parts[i].rows;
+    if (dst == HKV_ACT_TMP && (size_t)n * (size_t)ldy > e->tmp_floats)
+        return hkv_seterr(err, HKV_E_RANGE, "matmul: %lld rows of %lld outputs do not fit the "
+                          "product buffer (the head takes at most %lld rows a call)", (long long)n,
+                          (long long)ldy, (long long)hkv_head_rows(e->max_rows, e->p.max_seqs));
     /* Parts side by side in y's rows (QKV, gate|up): in FAST one
      * quantisation and one parallel region for all; else each staged
      * through tmp (y != tmp). One part: hkv_matmul into y. */
@@ -213,7 +217,8 @@ static int c_copy(hkv_engine *e, int act, int64_t r0, int64_t n, int64_t cols, f
     float *a = act_ptr(e, act);
     int64_t w = act_width(e, act);
     if (!w) w = cols;
-    if (!a || cols < 1 || cols > w || r0 < 0 || n < 0 || r0 + n > e->max_rows)
+    if (!a || cols < 1 || cols > w || r0 < 0 || n < 0 || r0 + n > e->max_rows ||
+        (act == HKV_ACT_TMP && (size_t)(r0 + n) * (size_t)w > e->tmp_floats))
         return hkv_seterr(err, HKV_E_RANGE, "rows %lld..%lld of buffer %d (%lld wide) out of range",
                           (long long)r0, (long long)(r0 + n), act, (long long)cols);
     for (int64_t r = 0; r < n; r++) {

@@ -42,6 +42,7 @@ static int alloc_workspace(hkv_engine *e, hkv_err *err) {
     size_t tmp_n = R * (size_t)widest_part;
     const size_t logits_n = (size_t)hkv_head_rows(e->max_rows, e->p.max_seqs) * (size_t)c->vocab;
     if (tmp_n < logits_n) tmp_n = logits_n;
+    e->tmp_floats = tmp_n;
     struct { float **p; size_t n; } bufs[] = {
         {&e->x, R * c->dim},
         {&e->xn, R * c->dim},

@@ -66,6 +66,7 @@ typedef struct hkv_engine {
     int max_rows;
     /* Workspace, [max_rows][...] each. */
     float *x, *xn, *qkv, *att, *h, *tmp, *mm_ws;
+    size_t tmp_floats;    /* tmp's size: R rows of a layer product, or hkv_head_rows of logits */
     float *rope_cs;        /* [max_rows][rope_dim]: cos then sin per row (CPU backend) */
     int64_t *rope_pos;     /* [max_rows]: the positions rope_cs holds, rope_n of them */
     int64_t rope_n;
