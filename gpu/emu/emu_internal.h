@@ -82,8 +82,9 @@ void device_sync(void);
 /* Stream capture (emu_stream.cc): an operation that cannot be captured,
  * issued on stream s, gets cudaErrorStreamCaptureUnsupported and
  * invalidates s's capture if one is open (else cudaSuccess); a
- * synchronising call (device-wide, cudaMalloc, cudaFree) is refused the
- * same way while a global-mode capture is open anywhere (true: refuse). */
+ * synchronising call (device-wide, cudaMalloc, cudaFree, and any work on the
+ * legacy stream: enqueue and enqueue_wait check that) is refused the same
+ * way while a global-mode capture is open anywhere (true: refuse). */
 cudaError_t capture_refuse(cudaStream_t s);
 bool capture_forbids_sync(void);
 

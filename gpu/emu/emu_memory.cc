@@ -313,11 +313,11 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind 
 {
     if (sticky()) return ret(sticky());
     if (!bytes) return cudaSuccess;
-    if (capture_forbids_sync()) return ret(cudaErrorStreamCaptureUnsupported);
     mem_kind dk, sk;
     cudaError_t e = check_copy(dst, src, bytes, kind, &dk, &sk);
     if (e) return ret(e);
-    ret(enqueue_wait(0, [dst, src, bytes] { memmove(dst, src, bytes); }));
+    if (cudaError_t w = enqueue_wait(0, [dst, src, bytes] { memmove(dst, src, bytes); }))
+        return ret(w);
     return sticky() ? ret(sticky()) : cudaSuccess;
 }
 
@@ -348,7 +348,6 @@ cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes, cudaStream_t s)
 
 cudaError_t cudaMemset(void *dst, int value, size_t bytes)
 {
-    if (capture_forbids_sync()) return ret(cudaErrorStreamCaptureUnsupported);
     return cudaMemsetAsync(dst, value, bytes, 0);
 }
 

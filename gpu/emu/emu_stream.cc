@@ -209,6 +209,9 @@ bool capture_forbids_sync(void)
 cudaError_t enqueue(cudaStream_t s, std::function<void()> item)
 {
     if (!stream_valid(s)) return cudaErrorInvalidResourceHandle;
+    /* the legacy stream synchronises with the blocking streams: not while a
+     * global-mode capture is open (cudaMemset, cudaMemcpy and the like) */
+    if (!s && capture_forbids_sync()) return cudaErrorStreamCaptureUnsupported;
     if (s) {   /* captured, not run */
         std::lock_guard<std::mutex> lk(s->mu);
         if (s->cap_state == cudaStreamCaptureStatusActive) {
@@ -224,6 +227,7 @@ cudaError_t enqueue(cudaStream_t s, std::function<void()> item)
 cudaError_t enqueue_wait(cudaStream_t s, std::function<void()> item)
 {
     if (!stream_valid(s)) return cudaErrorInvalidResourceHandle;
+    if (!s && capture_forbids_sync()) return cudaErrorStreamCaptureUnsupported;
     cudaError_t e = capture_refuse(s);
     if (e) return e;
     hkv_emu_stream *t = resolve(s);

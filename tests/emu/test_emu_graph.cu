@@ -16,8 +16,9 @@
  *    invalidates the capture, whose end then returns
  *    cudaErrorStreamCaptureInvalidated and no graph: synchronising the
  *    stream, a pageable copy, cudaMallocAsync, cudaEventRecord on the
- *    capturing stream, and, in the global mode, cudaDeviceSynchronize and
- *    cudaMalloc from anywhere (in the relaxed mode cudaMalloc is allowed);
+ *    capturing stream, and, in the global mode, cudaDeviceSynchronize,
+ *    cudaMalloc and work on the legacy stream (cudaMemcpy, cudaMemset) from
+ *    anywhere (in the relaxed mode cudaMalloc is allowed);
  *  - cudaGraphExecUpdate takes a graph of the same shape (new arguments) and
  *    refuses another (cudaErrorGraphExecUpdateFailure, topology changed);
  *  - an executable graph destroyed while its launch is queued still runs. */
@@ -289,6 +290,15 @@ static void test_refusals(void)
     begin_with_work(s, d);
     CUDA_IS(cudaErrorStreamCaptureUnsupported, cudaMalloc((void **)&hp, 256));
     end_invalidated(s, "cudaMalloc in the global mode");
+
+    begin_with_work(s, d);
+    CUDA_IS(cudaErrorStreamCaptureUnsupported,
+            cudaMemcpy(pageable.data(), d, 64 * sizeof(float), cudaMemcpyDeviceToHost));
+    end_invalidated(s, "cudaMemcpy (the legacy stream) in the global mode");
+
+    begin_with_work(s, d);
+    CUDA_IS(cudaErrorStreamCaptureUnsupported, cudaMemset(d, 0, 64 * sizeof(float)));
+    end_invalidated(s, "cudaMemset (the legacy stream) in the global mode");
 
     /* relaxed: cudaMalloc is allowed, and other streams run as usual */
     CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
