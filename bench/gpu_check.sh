@@ -54,6 +54,10 @@ bench_json bench_llama3_8b_8k_all_near 90 --synthetic llama3-8b --device cuda --
 # pipeline before host steps ran behind the device): the A/B of that change
 bench_json bench_llama3_8b_8k_all_near_lockstep 90 --synthetic llama3-8b --device cuda --ctx 8192 \
     --batch 1,4,16 --steps 16 --local 8300 --gpu-lockstep --configs "'full'"
+# the same with every op queued on its own (--gpu-no-graphs): the A/B of the
+# decode step recorded once per batch size and replayed as a CUDA graph
+bench_json bench_llama3_8b_8k_all_near_nographs 90 --synthetic llama3-8b --device cuda --ctx 8192 \
+    --batch 1,4,16 --steps 16 --local 8300 --gpu-no-graphs --configs "'full'"
 # micro-batch ping-pong against one batch (--gpu-pingpong): ctkvr's host far
 # part beside the device's products, at batch 4 and 16
 bench_json bench_llama3_8b_8k_ctkvr 90 --synthetic llama3-8b --device cuda --ctx 8192 \

@@ -15,7 +15,8 @@ Per context: hetkv bench --device cuda with the whole context on the device
 (--local past it, full) at every batch, its prompt prefilled once and forked;
 llama-batched-bench with the prompt shared (-pps, likewise prefilled once), all
 layers on the GPU, flash attention; llama-bench's prompt processing of the
-context from empty. Writes OUT/raw.txt (every command and its output),
+context from empty; hetkv again with --gpu-no-graphs at the contexts of
+--no-graphs-ctx (the replayed decode step's A/B). Writes OUT/raw.txt (every command and its output),
 OUT/peer_gpu.json ({"rows": [{engine, ctx, batch, decode_tok_s,
 prefill_tok_s}, ...]}) and OUT/table.md. A command that fails is logged and
 its rows left out; the others still run.
@@ -45,16 +46,16 @@ def run(cmd, log, timeout):
     return out + "\n" + err, rc == 0
 
 
-def hetkv_rows(a, ctx, log):
+def hetkv_rows(a, ctx, log, extra=(), engine="hetkv"):
     # the whole context near: --local past the prompt and the generated tokens
     out, _ = run([a.hetkv, "bench", "-m", a.model, "--device", "cuda", "--ctx", str(ctx), "--batch",
                ",".join(map(str, a.batch)), "--steps", str(NGEN), "--chunk", "2048", "--local",
-               str(ctx + NGEN + 64), "--configs", "full", "-o", "jsonl"], log, a.timeout)
+               str(ctx + NGEN + 64), "--configs", "full", "-o", "jsonl", *extra], log, a.timeout)
     rows = []
     for line in out.splitlines():
         if line.startswith("{"):
             r = json.loads(line)
-            rows.append({"engine": "hetkv", "ctx": ctx, "batch": r["batch"],
+            rows.append({"engine": engine, "ctx": ctx, "batch": r["batch"],
                          "decode_tok_s": r["decode_tok_s"], "prefill_tok_s": r["prefill_tok_s"]})
     return rows
 
@@ -104,6 +105,9 @@ def main():
     ap.add_argument("-m", "--model", default="/tmp/llama31_8b_q40.gguf")
     ap.add_argument("--ctx", default="1024,8192,32768")
     ap.add_argument("--batch", default="1,4,16")
+    ap.add_argument("--no-graphs-ctx", default="1024,8192",
+                    help="contexts also run with --gpu-no-graphs (every op queued on its own, "
+                    "engine hetkv-no-graphs): the A/B of the replayed decode step")
     ap.add_argument("--timeout", type=int, default=300, help="seconds per command")
     ap.add_argument("--out", default="bench/out/peer-gpu")
     a = ap.parse_args()
@@ -117,8 +121,11 @@ def main():
         if not run([sys.executable, gen, "--preset", "llama31_8b_q40", "-o", a.model], log, 600)[1]:
             sys.exit("could not write the model")
     rows = []
+    ab = [int(x) for x in a.no_graphs_ctx.split(",") if x]
     for ctx in a.ctx:
         rows += hetkv_rows(a, ctx, log)
+        if ctx in ab:
+            rows += hetkv_rows(a, ctx, log, ["--gpu-no-graphs"], "hetkv-no-graphs")
         rows += batched_rows(a, ctx, log)
     pp = prefill_rows(a, log)
     for r in rows:   # llama.cpp's prefill from llama-bench where it ran
@@ -139,14 +146,16 @@ def main():
     def ratio(x, y):
         return "–" if x is None or not y else f"{x / y:.2f}x"
 
-    lines = ["| ctx | batch | hetkv decode tok/s | llama.cpp decode tok/s | ratio | hetkv prefill tok/s "
-             "| llama.cpp prefill tok/s | ratio |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| ctx | batch | hetkv decode tok/s | llama.cpp decode tok/s | ratio | hetkv without "
+             "graphs | graphs' gain | hetkv prefill tok/s | llama.cpp prefill tok/s | ratio |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for ctx in a.ctx:
         for b in a.batch:
             hd, ld = get("hetkv", ctx, b, "decode_tok_s"), get("llama.cpp", ctx, b, "decode_tok_s")
+            hn = get("hetkv-no-graphs", ctx, b, "decode_tok_s")
             hp, lp = get("hetkv", ctx, b, "prefill_tok_s"), get("llama.cpp", ctx, b, "prefill_tok_s")
-            lines.append(f"| {ctx} | {b} | {fmt(hd)} | {fmt(ld)} | {ratio(hd, ld)} | {fmt(hp)} | "
-                         f"{fmt(lp)} | {ratio(hp, lp)} |")
+            lines.append(f"| {ctx} | {b} | {fmt(hd)} | {fmt(ld)} | {ratio(hd, ld)} | {fmt(hn)} | "
+                         f"{ratio(hd, hn)} | {fmt(hp)} | {fmt(lp)} | {ratio(hp, lp)} |")
     table = "\n".join(lines) + "\n"
     with open(os.path.join(a.out, "table.md"), "w") as f:
         f.write(table)

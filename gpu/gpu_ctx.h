@@ -104,6 +104,28 @@ int hkv_gpu_stream_wait(void *stream, void *event, hkv_err *err);
 int hkv_gpu_event_elapsed(void *start, void *end, float *ms, hkv_err *err);
 /* 1 when the work before the event's last record has completed (without waiting). */
 int hkv_gpu_event_done(void *event);
+/* Graphs (gpu_graph.cu): a stream's work recorded once and replayed whole,
+ * so that the host queues one launch instead of hundreds. Between
+ * capture_begin and capture_end nothing issued to the stream runs; the
+ * events recorded on it meanwhile (hkv_gpu_event_record) become nodes that
+ * each launch records, so the host waits for part of a launched graph as it
+ * would for the same work queued op by op. A copy from page-locked memory
+ * reads it when the graph runs, not when it was captured. capture_end turns
+ * the capture into an executable graph (*g, NULL on error: a refused or
+ * failed operation during the capture names itself in err);
+ * capture_abort ends a capture and drops what it recorded. */
+typedef struct hkv_gpu_graph hkv_gpu_graph;
+int hkv_gpu_capture_begin(void *stream, hkv_err *err);
+int hkv_gpu_capture_end(void *stream, hkv_gpu_graph **g, hkv_err *err);
+void hkv_gpu_capture_abort(void *stream);
+/* 0: `stream` is not capturing; 1: it is; 2: its capture was invalidated
+ * (an operation the driver refused), to be ended. */
+int hkv_gpu_capturing(void *stream);
+int hkv_gpu_graph_launch(hkv_gpu_graph *g, void *stream, hkv_err *err);
+/* Operations the graph holds (its nodes). */
+size_t hkv_gpu_graph_nodes(const hkv_gpu_graph *g);
+void hkv_gpu_graph_free(hkv_gpu_graph *g);
+
 /* Keep `stream` busy for `us` microseconds (one thread reading the device's
  * clock). A benchmark queues the kernels it times behind it, so that their
  * launches' host cost stays out of the device time its events measure. */

@@ -1,6 +1,8 @@
 /* Streams and events behind gpu_ctx.h's C API (the pipeline's overlap of
- * device work with host work is built from these), and the spin that keeps a
- * stream busy while a benchmark queues work behind it. */
+ * device work with host work is built from these), the spin that keeps a
+ * stream busy while a benchmark queues work behind it, and graphs: a
+ * stream's work captured and replayed whole. */
+#include <stdlib.h>
 #include <time.h>
 
 #include "gpu_internal.cuh"
@@ -37,7 +39,15 @@ extern "C" void hkv_gpu_event_destroy(void *event)
 
 extern "C" int hkv_gpu_event_record(void *event, void *stream, hkv_err *err)
 {
-    HKV_CUDA_TRY(err, cudaEventRecord((cudaEvent_t)event, hkv_stream(stream)));
+    /* While the stream is captured, an external record: a node that each
+     * launch of the graph records, which the host can wait for (a plain
+     * record there would be an internal node, invisible to the host). */
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    HKV_CUDA_TRY(err, cudaStreamIsCapturing(hkv_stream(stream), &st));
+    HKV_CUDA_TRY(err, cudaEventRecordWithFlags((cudaEvent_t)event, hkv_stream(stream),
+                                               st == cudaStreamCaptureStatusNone
+                                                   ? cudaEventRecordDefault
+                                                   : cudaEventRecordExternal));
     return HKV_OK;
 }
 
@@ -99,4 +109,79 @@ extern "C" int hkv_gpu_spin(double us, void *stream, hkv_err *err)
     HKV_LAUNCH(k_spin, 1, 1, 0, hkv_stream(stream))((unsigned long long)(us * 1e3));
     HKV_LAUNCH_CHECK(err);
     return HKV_OK;
+}
+
+/* ---- graphs ---------------------------------------------------------------- */
+
+struct hkv_gpu_graph {
+    cudaGraphExec_t exec;
+    size_t nodes;
+};
+
+extern "C" int hkv_gpu_capture_begin(void *stream, hkv_err *err)
+{
+    /* Thread-local: this thread may not make a call that would synchronise
+     * with the captured stream (the emulator refuses the same); the host's
+     * worker threads never call CUDA. */
+    HKV_CUDA_TRY(err, cudaStreamBeginCapture(hkv_stream(stream), cudaStreamCaptureModeThreadLocal));
+    return HKV_OK;
+}
+
+extern "C" int hkv_gpu_capturing(void *stream)
+{
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(hkv_stream(stream), &st) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return st == cudaStreamCaptureStatusNone ? 0 : st == cudaStreamCaptureStatusActive ? 1 : 2;
+}
+
+extern "C" void hkv_gpu_capture_abort(void *stream)
+{
+    cudaGraph_t g = NULL;
+    if (cudaStreamEndCapture(hkv_stream(stream), &g) != cudaSuccess) cudaGetLastError();
+    if (g) cudaGraphDestroy(g);
+}
+
+extern "C" int hkv_gpu_capture_end(void *stream, hkv_gpu_graph **out, hkv_err *err)
+{
+    *out = NULL;
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamEndCapture(hkv_stream(stream), &g);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return hkv_gpu_fail(err, e, "cudaStreamEndCapture (an operation of the step could not be "
+                                    "captured)");
+    }
+    hkv_gpu_graph *x = (hkv_gpu_graph *)calloc(1, sizeof *x);
+    if (!x) {
+        cudaGraphDestroy(g);
+        return hkv_seterr(err, HKV_E_NOMEM, "no host memory for a graph");
+    }
+    if ((e = cudaGraphGetNodes(g, NULL, &x->nodes)) != cudaSuccess ||
+        (e = cudaGraphInstantiate(&x->exec, g, 0)) != cudaSuccess) {
+        cudaGetLastError();
+        cudaGraphDestroy(g);
+        free(x);
+        return hkv_gpu_fail(err, e, "cudaGraphInstantiate");
+    }
+    cudaGraphDestroy(g);   /* the executable graph is a copy */
+    *out = x;
+    return HKV_OK;
+}
+
+extern "C" int hkv_gpu_graph_launch(hkv_gpu_graph *g, void *stream, hkv_err *err)
+{
+    HKV_CUDA_TRY(err, cudaGraphLaunch(g->exec, hkv_stream(stream)));
+    return HKV_OK;
+}
+
+extern "C" size_t hkv_gpu_graph_nodes(const hkv_gpu_graph *g) { return g ? g->nodes : 0; }
+
+extern "C" void hkv_gpu_graph_free(hkv_gpu_graph *g)
+{
+    if (!g) return;
+    if (g->exec) cudaGraphExecDestroy(g->exec);
+    free(g);
 }

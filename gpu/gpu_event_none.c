@@ -46,3 +46,31 @@ int hkv_gpu_spin(double us, void *stream, hkv_err *err)
     (void)us, (void)stream;
     return NO_CUDA(err, "GPU spin");
 }
+int hkv_gpu_capture_begin(void *stream, hkv_err *err)
+{
+    (void)stream;
+    return NO_CUDA(err, "GPU graph");
+}
+int hkv_gpu_capture_end(void *stream, hkv_gpu_graph **g, hkv_err *err)
+{
+    (void)stream;
+    *g = NULL;
+    return NO_CUDA(err, "GPU graph");
+}
+void hkv_gpu_capture_abort(void *stream) { (void)stream; }
+int hkv_gpu_capturing(void *stream)
+{
+    (void)stream;
+    return 0;
+}
+int hkv_gpu_graph_launch(hkv_gpu_graph *g, void *stream, hkv_err *err)
+{
+    (void)g, (void)stream;
+    return NO_CUDA(err, "GPU graph");
+}
+size_t hkv_gpu_graph_nodes(const hkv_gpu_graph *g)
+{
+    (void)g;
+    return 0;
+}
+void hkv_gpu_graph_free(hkv_gpu_graph *g) { (void)g; }

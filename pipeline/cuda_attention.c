@@ -89,7 +89,8 @@ static int df_run(cuda_be *b, int ready_only, hkv_err *err) {
     int rc = HKV_OK;
     for (; b->df_done < b->df_count && !rc; b->df_done++) {
         const int i = b->df_done, l = b->df_layer[i];
-        if (ready_only && !hkv_gpu_event_done(b->ev[4 * l])) return HKV_OK;
+        /* (while a step is recorded nothing of it has run: its events are not yet recorded) */
+        if (ready_only && (b->gr.capturing || !hkv_gpu_event_done(b->ev[4 * l]))) return HKV_OK;
         const float *hq = (const float *)b->h_qkv.p + (size_t)l * b->df_n * b->qkv_w;
         double t0 = hkv_now();
         if ((rc = hkv_gpu_event_sync(b->ev[4 * l], err))) break;
@@ -109,7 +110,16 @@ static int df_run(cuda_be *b, int ready_only, hkv_err *err) {
     return rc;
 }
 
-int cb_flush(void *self, hkv_err *err) { return df_run(self, 0, err); }
+int cb_flush(void *self, hkv_err *err) {
+    cuda_be *b = self;
+    int rc = HKV_OK;
+    if (b->gr.capturing) rc = cb_graph_end(b, err != NULL, err);   /* the step's graph launched */
+    if (rc) {   /* nothing of the step ran on the device: drop its host steps */
+        b->df_done = b->df_count = 0;
+        return rc;
+    }
+    return df_run(b, 0, err);
+}
 
 /* The device parts' results the host step of half h reads (recall, kept
  * rows, page selections) in and out of the modules' fields. */
@@ -212,39 +222,20 @@ int cb_settle_halves(cuda_be *b, hkv_err *err) {
     return HKV_OK;
 }
 
-/* The device's part of layer `layer` for rows [r0, r0 + n) (segments with
- * their rows in the batch), into half hi's state; a step that cannot wait
- * for its end (mirrors to resync, prompt rows, or the whole batch: mb < 0)
- * runs its host part too before returning. */
-static int att_begin(cuda_be *b, int mb, int layer, const hkv_seg *segs, int n_segs, int64_t r0,
-                     int64_t n, hkv_err *err) {
-    hkv_engine *e = b->e;
-    hkv_kv *kv = &e->kv;
-    const int NL = b->NL, KH = b->KH, NR = b->NR, d = b->d, hi = mb < 0 ? 0 : mb;
+int cb_layer_settle(cuda_be *b, int hi, int layer, hkv_err *err) {
+    int *pending = b->ev_pending + (size_t)hi * b->NL + layer;
+    if (!*pending) return HKV_OK;
+    int rc = hkv_gpu_event_sync(b->ev[4 * ((size_t)hi * b->NL + layer) + 3], err);
+    if (!rc) cb_harvest(b);
+    return rc;
+}
+
+int cb_decode_rows(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64_t r0, int64_t n,
+                   int *n_dec_out, int *n_slow_out, hkv_err *err) {
+    hkv_kv *kv = &b->e->kv;
+    const int NL = b->NL, KH = b->KH, NR = b->NR, d = b->d;
     const int64_t Li = b->Li, Ll = b->Ll;
     const int64_t seq_rows = (int64_t)NL * KH * NR;   /* near rows of one sequence */
-    void **ev = b->ev + 4 * ((size_t)hi * NL + layer);
-    int *pending = b->ev_pending + (size_t)hi * NL + layer;
-    cb_half *h = &b->half[hi];
-    int rc;
-    if (layer < 0 || layer >= NL || n < 1 || r0 < 0 || r0 + n > b->max_rows)
-        return hkv_seterr(err, HKV_E_RANGE, "attention of layer %d over rows %lld..%lld: out of range",
-                          layer, (long long)r0, (long long)(r0 + n));
-    if (h->open)
-        return hkv_seterr(err, HKV_E_INVAL, "attention of layer %d begun for micro-batch %d, whose "
-                          "layer %d has not ended", layer, hi, h->layer);
-    if (b->df_count && (mb >= 0 || n != b->df_n || n_segs != b->df_nsegs ||
-                        memcmp(segs, b->df_segs, (size_t)n_segs * sizeof *segs)) &&
-        (rc = cb_flush(b, err)))   /* another call's steps (a caller without the flush op) */
-        return rc;
-    if (*pending) {   /* last call's timings of this layer, before re-recording */
-        if ((rc = hkv_gpu_event_sync(ev[3], err))) return rc;
-        cb_harvest(b);
-    }
-    b->cur_half = hi;
-
-    /* The step's decode rows: which mirrors are current, where each new
-     * K/V row goes, which near rows each (row, KV head) attends. */
     int n_dec = 0, n_slow = 0;
     for (int64_t r = r0; r < r0 + n; r++) b->h_dst[r] = -1;
     for (int i = 0; i < n_segs; i++) {
@@ -256,10 +247,7 @@ static int att_begin(cuda_be *b, int mb, int layer, const hkv_seg *segs, int n_s
             return hkv_seterr(err, HKV_E_INVAL, "segment %d's rows %lld..%lld outside the step's "
                               "%lld..%lld", i, (long long)sg->row, (long long)(sg->row + sg->n),
                               (long long)r0, (long long)(r0 + n));
-        if (is_prompt(sg)) {
-            b->stats.prompt_rows += sg->n;
-            continue;
-        }
+        if (is_prompt(sg)) continue;
         const int s = sg->seq;
         const int64_t p = sg->pos, m = (int64_t)s * NL + layer;
         if (b->m_len[m] != p || b->m_epoch[m] != hkv_kv_seq_epoch(kv, s))
@@ -274,6 +262,57 @@ static int att_begin(cuda_be *b, int mb, int layer, const hkv_seg *segs, int n_s
         }
         n_dec++;
     }
+    *n_dec_out = n_dec, *n_slow_out = n_slow;
+    return HKV_OK;
+}
+
+void cb_defer_note(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64_t n) {
+    hkv_kv *kv = &b->e->kv;
+    b->ev_pending[layer] = 1;   /* (the whole batch's: half 0) */
+    if (!b->df_count) {
+        memcpy(b->df_segs, segs, (size_t)n_segs * sizeof *segs);
+        b->df_nsegs = n_segs, b->df_n = n;
+    }
+    b->df_layer[b->df_count++] = layer;
+    b->stats.host_deferred++;
+    for (int i = 0; i < n_segs; i++) {
+        const int64_t m = (int64_t)segs[i].seq * b->NL + layer;
+        b->m_len[m] = segs[i].pos + 1;
+        b->m_epoch[m] = hkv_kv_seq_epoch(kv, segs[i].seq);
+    }
+}
+
+/* The device's part of layer `layer` for rows [r0, r0 + n) (segments with
+ * their rows in the batch), into half hi's state; a step that cannot wait
+ * for its end (mirrors to resync, prompt rows, or the whole batch: mb < 0)
+ * runs its host part too before returning. */
+static int att_begin(cuda_be *b, int mb, int layer, const hkv_seg *segs, int n_segs, int64_t r0,
+                     int64_t n, hkv_err *err) {
+    const int NL = b->NL, KH = b->KH, NR = b->NR, d = b->d, hi = mb < 0 ? 0 : mb;
+    void **ev = b->ev + 4 * ((size_t)hi * NL + layer);
+    int *pending = b->ev_pending + (size_t)hi * NL + layer;
+    cb_half *h = &b->half[hi];
+    int rc;
+    if (layer < 0 || layer >= NL || n < 1 || r0 < 0 || r0 + n > b->max_rows)
+        return hkv_seterr(err, HKV_E_RANGE, "attention of layer %d over rows %lld..%lld: out of range",
+                          layer, (long long)r0, (long long)(r0 + n));
+    if (h->open)
+        return hkv_seterr(err, HKV_E_INVAL, "attention of layer %d begun for micro-batch %d, whose "
+                          "layer %d has not ended", layer, hi, h->layer);
+    if (b->df_count && (mb >= 0 || n != b->df_n || n_segs != b->df_nsegs ||
+                        memcmp(segs, b->df_segs, (size_t)n_segs * sizeof *segs)) &&
+        (rc = cb_flush(b, err)))   /* another call's steps (a caller without the flush op) */
+        return rc;
+    /* last call's timings of this layer, before re-recording */
+    if ((rc = cb_layer_settle(b, hi, layer, err))) return rc;
+    b->cur_half = hi;
+
+    /* The step's decode rows: which mirrors are current, where each new
+     * K/V row goes, which near rows each (row, KV head) attends. */
+    int n_dec = 0, n_slow = 0;
+    if ((rc = cb_decode_rows(b, layer, segs, n_segs, r0, n, &n_dec, &n_slow, err))) return rc;
+    for (int i = 0; i < n_segs; i++)
+        if (is_prompt(&segs[i])) b->stats.prompt_rows += segs[i].n;
     b->stats.decode_rows += n_dec;
     b->stats.layer_steps++;
     if (mb >= 0) b->stats.pingpong_steps++;
@@ -321,18 +360,7 @@ static int att_begin(cuda_be *b, int mb, int layer, const hkv_seg *segs, int n_s
             (rc = hkv_gpu_event_record(ev[2], b->st, err)) ||
             (rc = hkv_gpu_event_record(ev[3], b->st, err)))
             return rc;
-        *pending = 1;
-        if (!b->df_count) {
-            memcpy(b->df_segs, segs, (size_t)n_segs * sizeof *segs);
-            b->df_nsegs = n_segs, b->df_n = n;
-        }
-        b->df_layer[b->df_count++] = layer;
-        b->stats.host_deferred++;
-        for (int i = 0; i < n_segs; i++) {
-            const int64_t m = (int64_t)segs[i].seq * NL + layer;
-            b->m_len[m] = segs[i].pos + 1;
-            b->m_epoch[m] = hkv_kv_seq_epoch(kv, segs[i].seq);
-        }
+        cb_defer_note(b, layer, segs, n_segs, n);   /* (mb < 0: half 0's events) */
         return df_run(b, 1, err);   /* the earlier layers' host steps whose rows are here */
     }
     /* Host steps stay in layer order: the deferred ones first. */

@@ -34,9 +34,24 @@ int cb_policy_takes(cuda_be *b, const hkv_seg *sg, int layer, const hkv_policy *
     return 0;
 }
 
+void cb_up_remember(cuda_be *b, int id, const void *src, size_t bytes) {
+    if (b->up_cap[id] < bytes) {
+        void *nc = realloc(b->up_cache[id], bytes);
+        if (!nc) {
+            b->up_len[id] = 0;
+            return;   /* no cache: the next call uploads again */
+        }
+        b->up_cache[id] = nc;
+        b->up_cap[id] = bytes;
+    }
+    memcpy(b->up_cache[id], src, bytes);
+    b->up_len[id] = bytes;
+}
+
 int cb_stage(cuda_be *b, int id, void *dev, const void *src, size_t bytes, hkv_err *err) {
     if (!bytes) return HKV_OK;
     if (id >= 0 && b->up_len[id] == bytes && !memcmp(b->up_cache[id], src, bytes)) return HKV_OK;
+    if (b->gr.capturing) return cb_graph_stage(b, id, dev, src, bytes, err);
     /* Through the page-locked slots, slot-sized pieces in turn: an upload
      * larger than one slot (a kept set of thousands of rows per KV head)
      * takes several. The cache stays invalid until all of it is sent. */
@@ -55,19 +70,7 @@ int cb_stage(cuda_be *b, int id, void *dev, const void *src, size_t bytes, hkv_e
             return rc;
     }
     b->stats.bytes_h2d += bytes;
-    if (id >= 0) {
-        if (b->up_cap[id] < bytes) {
-            void *nc = realloc(b->up_cache[id], bytes);
-            if (!nc) {
-                b->up_len[id] = 0;
-                return HKV_OK;   /* no cache: the next call uploads again */
-            }
-            b->up_cache[id] = nc;
-            b->up_cap[id] = bytes;
-        }
-        memcpy(b->up_cache[id], src, bytes);
-        b->up_len[id] = bytes;
-    }
+    if (id >= 0) cb_up_remember(b, id, src, bytes);
     return HKV_OK;
 }
 
@@ -239,16 +242,22 @@ static int tm_call_start(cuda_be *b, hkv_err *err) {
 
 static int tm_call_end(cuda_be *b, hkv_err *err) {
     cb_timer *t = &b->tm;
-    if (t->call_cur < 0) return HKV_OK;
+    /* (a recorded step's end is recorded after its launch: cb_graph_end) */
+    if (t->call_cur < 0 || b->gr.capturing) return HKV_OK;
     int rc = hkv_gpu_event_record(t->call_ev[t->call_cur][1], b->st, err);
     if (!rc) t->call_has_end = 1;
     return rc;
 }
 
+int cb_call_start(cuda_be *b, hkv_err *err) { return tm_call_start(b, err); }
+int cb_call_end(cuda_be *b, hkv_err *err) { return tm_call_end(b, err); }
+
 /* An op's pair: the next slot of the ring (a full ring waits for its oldest). */
 static int tm_op_begin(cuda_be *b, int op, int *slot, hkv_err *err) {
     cb_timer *t = &b->tm;
     int rc;
+    *slot = -1;
+    if (b->gr.capturing) return HKV_OK;   /* a graph's ops are timed as a whole */
     if (b->profile) t->host_t0 = hkv_now(), t->host_op = op;
     if (t->n == t->cap) tm_harvest(b);
     if (t->n == t->cap) {
@@ -261,6 +270,7 @@ static int tm_op_begin(cuda_be *b, int op, int *slot, hkv_err *err) {
 }
 
 static int tm_op_end(cuda_be *b, int slot, hkv_err *err) {
+    if (slot < 0) return HKV_OK;
     int rc = hkv_gpu_event_record(b->tm.ev[2 * slot + 1], b->st, err);
     if (!rc) b->tm.n++;
     if (b->profile) b->stats.host_op[b->tm.host_op] += hkv_now() - b->tm.host_t0;
@@ -273,7 +283,8 @@ static int act_ok(int act) { return act >= 0 && act < HKV_ACT_COUNT; }
 
 static int g_embed(void *self, const int32_t *tokens, int64_t n, hkv_err *err) {
     cuda_be *b = self;
-    int rc = tm_call_start(b, err);   /* the embedding starts a forward call */
+    /* the embedding starts a forward call (a recorded one started before its capture) */
+    int rc = b->gr.capturing ? HKV_OK : tm_call_start(b, err);
     if (!rc) rc = cb_stage(b, UP_TOK, b->d_tok, tokens, (size_t)n * sizeof *tokens, err);
     return rc ? rc : hkv_gpu_qmat_rows(&b->tok, b->d_tok, n, b->act[HKV_ACT_X], b->act_w[HKV_ACT_X],
                                        b->st, err);
@@ -459,7 +470,7 @@ static void g_destroy(void *self) {
     if (!b) return;
     if (b->st) hkv_gpu_sync(b->st, NULL);
     if (b->ctx) cb_index_detach(b), cb_recall_destroy(b), cb_keep_destroy(b), cb_pages_destroy(b),
-                  cb_rocket_destroy(b), cb_prefill_destroy(b);
+                  cb_rocket_destroy(b), cb_prefill_destroy(b), cb_graph_destroy(b);
     free_weights(b);
     for (int i = b->n_allocs - 1; i >= 0; i--)
         hkv_gpu_free(b->ctx, b->allocs[i].tier, b->allocs[i].p, b->allocs[i].bytes);
@@ -580,6 +591,7 @@ static const hkv_backend_ops cuda_ops = {
     .add_rmsnorm = p_add_rmsnorm,
     .attention = p_attention,
     .flush = cb_flush,
+    .step_graph = cb_graph_step,
     .read = p_read,
     .write = p_write,
     .destroy = g_destroy,
@@ -600,6 +612,7 @@ static const hkv_backend_ops cuda_ops_pp = {
     .attention_begin = p_attention_begin,
     .attention_end = p_attention_end,
     .flush = cb_flush,
+    .step_graph = cb_graph_step,
     .read = p_read,
     .write = p_write,
     .destroy = g_destroy,
@@ -756,7 +769,7 @@ int hkv_cuda_backend_create(hkv_backend *be, struct hkv_engine *e, const hkv_cud
     if ((rc = upload_weights(b, err)) || (rc = alloc_buffers(b, err)) ||
         (rc = cb_recall_create(b, err)) || (rc = cb_keep_create(b, err)) ||
         (rc = cb_pages_create(b, err)) || (rc = cb_rocket_create(b, err)) ||
-        (rc = cb_prefill_create(b, p, err)))
+        (rc = cb_prefill_create(b, p, err)) || (rc = cb_graph_create(b, p->graphs_off, err)))
         goto fail;
     cb_index_attach(b);
     be->ops = p->pingpong ? &cuda_ops_pp : &cuda_ops;
@@ -768,6 +781,7 @@ fail:
 }
 
 void cb_harvest(cuda_be *b) {
+    if (b->gr.capturing) return;   /* the recorded step's events have not happened */
     for (int l = 0; l < 2 * b->NL; l++) {
         if (!b->ev_pending[l]) continue;
         void **ev = b->ev + 4 * l;

@@ -51,6 +51,8 @@ typedef struct hkv_cuda_params {
                               is fed (cuda_prefill.c): 0 as many as fit, -1 none; the keys past
                               the copy stream from the far tier, a block at a time */
     int64_t prompt_block;  /* keys per streamed block (0: HKV_PROMPT_BLOCK_DEFAULT) */
+    int graphs_off;        /* 1: no CUDA graphs, every op of a step queued on its own (the A/B
+                              baseline of the replayed decode step, cuda_graph.c) */
     size_t offload_mem;    /* the most device bytes one prompt-end offload (ctkvr's index
                               build, the window scores: cuda_index.c) may take; past it the
                               host does that work (fallbacks no_room). 0: what is free (the
@@ -82,6 +84,10 @@ typedef struct hkv_pipeline_stats {
                                    partial empty (all its keys near), nothing for the host to
                                    return; the host catches up by the end of the call */
     int64_t decode_rows, prompt_rows;
+    int64_t graph_steps;        /* forward calls whose embedding and layers ran as one launch of
+                                   a recorded graph (cuda_graph.c) */
+    int64_t graph_captures;     /* of which recorded in that call (a batch shape's first) */
+    int64_t graph_nodes;        /* operations of the graphs launched (summed over the calls) */
     int64_t prompt_rows_dev;    /* (prompt row, layer) attended on the device */
     int64_t prompt_rows_host;   /* (prompt row, layer) attended by the host (no room on the
                                    device, a later turn, selected positions) */

@@ -164,6 +164,32 @@ typedef struct cb_half {
     hkv_recall_rows rr;
 } cb_half;
 
+/* Decode steps recorded once per batch shape and replayed whole
+ * (cuda_graph.c). The step's inputs (UP_TOK .. UP_IDX) go up from h_in at
+ * fixed offsets: a replay writes them there and launches. */
+#define CB_GRAPHS 8
+typedef struct cb_graph_slot {
+    hkv_gpu_graph *g;             /* NULL: free */
+    int64_t n;                    /* its batch rows */
+    int inv;                      /* recorded with batch-invariant products */
+    uint64_t used;                /* the clock at its last launch (LRU) */
+    size_t in_len[UP_COUNT];      /* bytes of each input it uploads (0: none) */
+} cb_graph_slot;
+
+typedef struct cb_graph {
+    int off;                      /* hkv_cuda_params.graphs_off */
+    int capturing;                /* a step is being recorded (its ops queue into the capture) */
+    int64_t cap_n;
+    int cap_inv;
+    cb_graph_slot slot[CB_GRAPHS];
+    uint64_t clock;
+    hkv_pinned h_in;              /* the inputs' page-locked copies, at in_off */
+    size_t in_off[UP_COUNT], in_cap[UP_COUNT];
+    size_t in_len[UP_COUNT];      /* staged in the open capture */
+    void *in_ev;                  /* the last launch has read h_in */
+    hkv_pipeline_stats stats0;    /* the stats as the recording began (a dropped one restores them) */
+} cb_graph;
+
 typedef struct cuda_be {
     hkv_engine *e;
     hkv_gpu_ctx *ctx;
@@ -241,6 +267,7 @@ typedef struct cuda_be {
     int df_done, df_count, df_nsegs;
     int64_t df_n;
     hkv_seg *df_segs;             /* [max_seqs]: the call's segments */
+    cb_graph gr;
     hkv_pipeline_stats stats;
     cb_timer tm;
     /* device allocations, freed in reverse at destroy */
@@ -272,6 +299,36 @@ void *cb_alloc(cuda_be *b, int tier, size_t bytes, hkv_err *err);
 int cb_stage(cuda_be *b, int id, void *dev, const void *src, size_t bytes, hkv_err *err);
 /* Harvest the timeline events of completed layers (after a stream sync). */
 void cb_harvest(cuda_be *b);
+/* Remember that array `id` (UP_*) now holds src's bytes (cb_stage's cache). */
+void cb_up_remember(cuda_be *b, int id, const void *src, size_t bytes);
+/* A forward call's device time: its start recorded before its first op,
+ * its end after its last layer (cuda_backend.c). */
+int cb_call_start(cuda_be *b, hkv_err *err);
+int cb_call_end(cuda_be *b, hkv_err *err);
+
+/* The attention step's host side (cuda_attention.c), shared with the
+ * replayed graph: cb_layer_settle harvests the last call's timeline events
+ * of micro-batch hi's layer before they are recorded again;
+ * cb_decode_rows fills h_dst, h_rows, h_nrows, h_idx for the segments'
+ * decode rows (rows r0 .. r0 + n of the batch) and counts them (n_slow: the
+ * sequences whose mirror of `layer` is not current, in h_slow);
+ * cb_defer_note is the host's record of a layer step deferred (the device
+ * went on; the host step waits in the list for cb_flush). */
+int cb_layer_settle(cuda_be *b, int hi, int layer, hkv_err *err);
+int cb_decode_rows(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64_t r0, int64_t n,
+                   int *n_dec, int *n_slow, hkv_err *err);
+void cb_defer_note(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64_t n);
+
+/* The replayed decode step (cuda_graph.c): create/destroy with the backend;
+ * cb_graph_step, the backend op step_graph; cb_graph_stage, cb_stage while
+ * a step is recorded; cb_graph_end, at the recorded step's flush: the graph
+ * launched (ok) or the capture dropped and the step's host state undone. */
+int cb_graph_create(cuda_be *b, int off, hkv_err *err);
+void cb_graph_destroy(cuda_be *b);
+int cb_graph_step(void *self, const int32_t *tokens, const int64_t *pos, const hkv_seg *segs,
+                  int n_segs, int64_t n, int *mode, hkv_err *err);
+int cb_graph_stage(cuda_be *b, int id, void *dev, const void *src, size_t bytes, hkv_err *err);
+int cb_graph_end(cuda_be *b, int ok, hkv_err *err);
 
 /* The device recall (cuda_recall.c): create/destroy with the backend;
  * cb_recall_step, before the layer's QKV rows go down, brings the tables of
@@ -349,9 +406,10 @@ void cb_index_detach(cuda_be *b);
 
 /* The attention op (cuda_attention.c). */
 int cb_attention(void *self, int layer, const hkv_seg *segs, int n_segs, int64_t n, hkv_err *err);
-/* The backend's flush op: the deferred host steps, in layer order (the KV
- * cache is then current). On an error the pending steps are dropped and
- * the mirrors they appended to marked stale, so the next step resyncs. */
+/* The backend's flush op: a recorded step's graph launched (cb_graph_end),
+ * then the deferred host steps, in layer order (the KV cache is then
+ * current). On an error the pending steps are dropped and the mirrors they
+ * appended to marked stale, so the next step resyncs. */
 int cb_flush(void *self, hkv_err *err);
 /* Micro-batch ping-pong (the backend ops attention_begin / attention_end):
  * micro-batch mb's rows [r0, r0 + n) begin (the device's part queued) and

@@ -89,6 +89,18 @@ typedef struct hkv_backend_ops {
      * the end of every layer range, after an error too (err NULL then: the
      * backend cleans up and reports nothing). */
     int (*flush)(void *self, hkv_err *err);
+    /* Optional (NULL: never): a decode step's embedding and layers as one
+     * recorded graph. Called by hkv_forward before embed, with the step's
+     * tokens, positions and segments (rows 0 .. n-1). *mode: 1 when the
+     * backend ran the embedding and every layer itself (a graph recorded
+     * for this batch shape, replayed), the caller then going on to flush;
+     * 2 when the backend records the ops the caller now runs, plainly (no
+     * micro-batches), to launch them at flush; 0 when it does neither.
+     * After a recording, flush returns HKV_E_UNSUPPORTED when the device
+     * refused to record it: nothing of the call ran, and the caller runs
+     * it again op by op (the backend records no more). */
+    int (*step_graph)(void *self, const int32_t *tokens, const int64_t *pos, const hkv_seg *segs,
+                      int n_segs, int64_t n, int *mode, hkv_err *err);
     /* Rows [r0, r0+n) of act (cols wide) to or from host memory, after every
      * earlier op. */
     int (*read)(void *self, int act, int64_t r0, int64_t n, int64_t cols, float *dst, hkv_err *err);

@@ -69,6 +69,13 @@ int hkv_forward_add_norm(const hkv_backend_ops *o, void *b, int64_t n, int layer
     return rc ? rc : o->rmsnorm(b, HKV_ACT_XN, HKV_ACT_X, NULL, n, layer, role, err);
 }
 
+/* Each row's position (a segment of selected rows carries its list). */
+static void fill_pos(hkv_engine *e, const hkv_seg *segs, int n_segs) {
+    for (int i = 0; i < n_segs; i++)
+        for (int t = 0; t < segs[i].n; t++)
+            e->pos[segs[i].row + t] = segs[i].pos_list ? segs[i].pos_list[t] : segs[i].pos + t;
+}
+
 static int layers(hkv_engine *e, int l0, int l1, int64_t n_rows, const hkv_seg *segs, int n_segs,
                   hkv_err *err) {
     const hkv_model_config *c = &e->model.cfg;
@@ -80,10 +87,7 @@ static int layers(hkv_engine *e, int l0, int l1, int64_t n_rows, const hkv_seg *
     const int64_t n = n_rows;
     double t_mm = 0, t_att = 0, ts;
     int rc;
-    /* Each row's position (a segment of selected rows carries its list). */
-    for (int i = 0; i < n_segs; i++)
-        for (int t = 0; t < segs[i].n; t++)
-            e->pos[segs[i].row + t] = segs[i].pos_list ? segs[i].pos_list[t] : segs[i].pos + t;
+    fill_pos(e, segs, n_segs);
 
     /* A layer's last residual is added with the next layer's first norm where
      * the backend fuses them; the range's last layer adds it alone. */
@@ -123,11 +127,15 @@ static int layers(hkv_engine *e, int l0, int l1, int64_t n_rows, const hkv_seg *
     return HKV_OK;
 }
 
-int hkv_forward_layers(hkv_engine *e, int l0, int l1, int64_t n_rows, const hkv_seg *segs,
-                       int n_segs, hkv_err *err) {
-    int rc;
-    if (hkv_forward_pingpong_ok(e, n_rows, segs, n_segs) && l0 >= 0 && l1 <= e->model.cfg.n_layer &&
-        l0 < l1) {
+/* The layers, then the backend's flush; mode as step_graph's (backend.h):
+ * 1 the layers already ran (a graph replayed), 2 plainly (being recorded). */
+static int layers_flush(hkv_engine *e, int l0, int l1, int64_t n_rows, const hkv_seg *segs,
+                        int n_segs, int mode, hkv_err *err) {
+    int rc = HKV_OK;
+    if (mode == 1) {
+        /* nothing left to queue: the flush below runs the host's part */
+    } else if (mode != 2 && hkv_forward_pingpong_ok(e, n_rows, segs, n_segs) && l0 >= 0 &&
+               l1 <= e->model.cfg.n_layer && l0 < l1) {
         for (int i = 0; i < n_segs; i++) e->pos[segs[i].row] = segs[i].pos;
         rc = hkv_forward_layers_pingpong(e, l0, l1, n_rows, segs, n_segs, err);
     } else {
@@ -136,9 +144,15 @@ int hkv_forward_layers(hkv_engine *e, int l0, int l1, int64_t n_rows, const hkv_
     const hkv_backend_ops *o = e->be.ops;
     if (o->flush) {   /* the host's deferred part: after an error too, reporting the first */
         int rc2 = o->flush(e->be.self, rc ? NULL : err);
-        if (!rc) rc = rc2;
+        /* (a recording the device refused: the call runs again, hkv_forward) */
+        if (!rc || (mode == 2 && rc2 == HKV_E_UNSUPPORTED)) rc = rc2;
     }
     return rc;
+}
+
+int hkv_forward_layers(hkv_engine *e, int l0, int l1, int64_t n_rows, const hkv_seg *segs,
+                       int n_segs, hkv_err *err) {
+    return layers_flush(e, l0, l1, n_rows, segs, n_segs, 0, err);
 }
 
 int hkv_forward_head(hkv_engine *e, const int64_t *logit_rows, int n_logits, float *logits,
@@ -163,14 +177,38 @@ int hkv_forward_head(hkv_engine *e, const int64_t *logit_rows, int n_logits, flo
     return HKV_OK;
 }
 
+/* The embedding and every layer of a call, mode as step_graph's. */
+static int embed_layers(hkv_engine *e, const int32_t *tokens, int64_t n_rows, const hkv_seg *segs,
+                        int n_segs, int mode, hkv_err *err) {
+    const hkv_backend_ops *o = e->be.ops;
+    int rc = mode == 1 ? HKV_OK : hkv_forward_embed(e, tokens, n_rows, err);
+    if (rc) {
+        if (mode == 2 && o->flush && o->flush(e->be.self, NULL) == HKV_E_UNSUPPORTED)
+            rc = HKV_E_UNSUPPORTED;   /* (the recording refused) */
+        return rc;
+    }
+    return layers_flush(e, 0, e->model.cfg.n_layer, n_rows, segs, n_segs, mode, err);
+}
+
 int hkv_forward(hkv_engine *e, const int32_t *tokens, int64_t n_rows, const hkv_seg *segs,
                 int n_segs, const int64_t *logit_rows, int n_logits, float *logits,
                 hkv_err *err) {
     int rc = check_batch(e, tokens, n_rows, segs, n_segs, logit_rows, n_logits, err);
     if (rc) return rc;
     double t0 = hkv_now(), mm0 = e->stats.matmul, at0 = e->stats.attn;
-    if ((rc = hkv_forward_embed(e, tokens, n_rows, err)) ||
-        (rc = hkv_forward_layers(e, 0, e->model.cfg.n_layer, n_rows, segs, n_segs, err)) ||
+    const hkv_backend_ops *o = e->be.ops;
+    int mode = 0;   /* a decode step the backend replays or records whole (backend.h) */
+    if (o->step_graph) {
+        fill_pos(e, segs, n_segs);
+        if ((rc = o->step_graph(e->be.self, tokens, e->pos, segs, n_segs, n_rows, &mode, err)))
+            return rc;
+    }
+    rc = embed_layers(e, tokens, n_rows, segs, n_segs, mode, err);
+    if (rc == HKV_E_UNSUPPORTED && mode == 2) {   /* the recording refused: nothing of it ran */
+        hkv_err_clear(err);
+        rc = embed_layers(e, tokens, n_rows, segs, n_segs, 0, err);
+    }
+    if (rc ||
         (rc = hkv_forward_head(e, logit_rows, n_logits, logits, err)))
         return rc;
     double total = hkv_now() - t0;

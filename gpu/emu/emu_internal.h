@@ -50,6 +50,9 @@ struct config {
     size_t stack_bytes;    /* HKV_EMU_STACK: per CUDA thread (fiber) */
     int sm;                /* HKV_EMU_SM: 89 or 90, whose limits the device has */
     bool abort_on_fault;   /* HKV_EMU_ABORT=1: abort() at a kernel fault, for a debugger */
+    bool refuse_capture;   /* HKV_EMU_REFUSE_CAPTURE=1: every stream capture ends invalidated,
+                              as when a driver refuses one of its operations (tests the
+                              callers' way back) */
     std::string bad;       /* a malformed variable: the device then fails to initialise */
 };
 const config &cfg(void);

@@ -54,6 +54,7 @@ config read_config(void)
     c.seed = 0x5eed;
     c.sm = 89;
     c.abort_on_fault = false;
+    c.refuse_capture = false;
 #if defined(HKV_EMU_ASAN) || defined(HKV_EMU_TSAN)
     c.stack_bytes = 512 << 10;   /* instrumented frames are several times larger */
 #else
@@ -71,6 +72,7 @@ config read_config(void)
         else c.workers = (int)w;
     }
     if ((v = getenv("HKV_EMU_EAGER"))) c.eager = !strcmp(v, "1");
+    if ((v = getenv("HKV_EMU_REFUSE_CAPTURE"))) c.refuse_capture = !strcmp(v, "1");
     if ((v = getenv("HKV_EMU_DELAY")) && *v) {
         char *e;
         long d = strtol(v, &e, 10);

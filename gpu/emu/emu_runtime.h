@@ -65,6 +65,8 @@ typedef void (*cudaHostFn_t)(void *user_data);
 #define cudaEventDefault 0x0u
 #define cudaEventBlockingSync 0x1u
 #define cudaEventDisableTiming 0x2u
+#define cudaEventRecordDefault 0x0u
+#define cudaEventRecordExternal 0x1u
 
 #define cudaHostAllocDefault 0x0u
 #define cudaHostAllocPortable 0x1u
@@ -175,6 +177,10 @@ cudaError_t cudaEventCreate(cudaEvent_t *event);
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags);
 cudaError_t cudaEventDestroy(cudaEvent_t event);
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream HKV_EMU_DEFAULT(0));
+/* cudaEventRecordExternal on a capturing stream: an event record node that
+ * each launch of the graph records (the host may wait for it after the
+ * launch); outside a capture, or with no flags, cudaEventRecord. */
+cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t stream, unsigned int flags);
 cudaError_t cudaEventQuery(cudaEvent_t event);
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end);
@@ -182,12 +188,13 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end);
 /* Stream capture and graphs (CUDA Runtime API, "Graph Management"), as far as
  * a step replayed whole needs them: a capture on one non-legacy stream
  * records its kernels (their arguments as launched), cuBLAS calls, copies
- * between device and page-locked memory, memsets and host functions; a
+ * between device and page-locked memory, memsets, host functions and
+ * external event records (cudaEventRecordWithFlags); a
  * graph instantiated from it replays them in order on any stream. Stricter
  * than CUDA, so code that captures here captures on a GPU: what CUDA turns
- * into event, allocation or cross-stream nodes (cudaEventRecord,
- * cudaStreamWaitEvent, cudaMallocAsync, cudaFreeAsync on the capturing
- * stream), pageable copies, and every synchronising call (the stream's, the
+ * into internal event, allocation or cross-stream nodes (cudaEventRecord
+ * without cudaEventRecordExternal, cudaStreamWaitEvent, cudaMallocAsync,
+ * cudaFreeAsync on the capturing stream), pageable copies, and every synchronising call (the stream's, the
  * device's, cudaMalloc and cudaFree while a global-mode capture is open)
  * return cudaErrorStreamCaptureUnsupported and invalidate the capture. */
 typedef struct hkv_emu_graph *cudaGraph_t;

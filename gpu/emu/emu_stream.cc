@@ -21,6 +21,15 @@
 
 #include "emu_internal.h"
 
+struct hkv_emu_event;
+
+/* A captured operation: work to run, or (ev set) an external event record
+ * node, whose generation each launch of the graph takes anew. */
+struct hkv_emu_node {
+    std::function<void()> f;
+    hkv_emu_event *ev = nullptr;
+};
+
 struct hkv_emu_stream {
     unsigned flags = 0;
     int priority = 0;
@@ -28,7 +37,7 @@ struct hkv_emu_stream {
     /* stream capture: the items issued while it is open, kept not run */
     cudaStreamCaptureStatus cap_state = cudaStreamCaptureStatusNone;
     cudaStreamCaptureMode cap_mode = cudaStreamCaptureModeGlobal;
-    std::vector<std::function<void()>> cap;
+    std::vector<hkv_emu_node> cap;
     std::mutex mu;
     std::condition_variable cv;
     std::deque<std::function<void()>> q;
@@ -40,10 +49,10 @@ struct hkv_emu_stream {
 /* A captured graph and its executable form: the items in capture order.
  * An executable graph shares its list with the launches still queued. */
 struct hkv_emu_graph {
-    std::vector<std::function<void()>> items;
+    std::vector<hkv_emu_node> items;
 };
 struct hkv_emu_graph_exec {
-    std::shared_ptr<const std::vector<std::function<void()>>> items;
+    std::shared_ptr<const std::vector<hkv_emu_node>> items;
 };
 
 struct hkv_emu_event {
@@ -215,7 +224,7 @@ cudaError_t enqueue(cudaStream_t s, std::function<void()> item)
     if (s) {   /* captured, not run */
         std::lock_guard<std::mutex> lk(s->mu);
         if (s->cap_state == cudaStreamCaptureStatusActive) {
-            s->cap.push_back(std::move(item));
+            s->cap.push_back(hkv_emu_node{std::move(item), nullptr});
             return cudaSuccess;
         }
         if (s->cap_state == cudaStreamCaptureStatusInvalidated) return cudaErrorStreamCaptureInvalidated;
@@ -426,6 +435,22 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
     return ret(rc);
 }
 
+cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, unsigned int flags)
+{
+    if (flags & ~cudaEventRecordExternal) return ret(cudaErrorInvalidValue);
+    if (!event_valid(e) || !stream_valid(s)) return ret(cudaErrorInvalidResourceHandle);
+    if ((flags & cudaEventRecordExternal) && s) {
+        std::lock_guard<std::mutex> lk(s->mu);
+        if (s->cap_state == cudaStreamCaptureStatusActive) {   /* a node, recorded by each launch */
+            s->cap.push_back(hkv_emu_node{nullptr, e});
+            return cudaSuccess;
+        }
+        if (s->cap_state == cudaStreamCaptureStatusInvalidated)
+            return ret(cudaErrorStreamCaptureInvalidated);
+    }
+    return cudaEventRecord(e, s);
+}
+
 cudaError_t cudaEventQuery(cudaEvent_t e)
 {
     if (!event_valid(e)) return ret(cudaErrorInvalidResourceHandle);
@@ -513,12 +538,12 @@ cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *graph)
     if (!s || !graph) return ret(cudaErrorInvalidValue);
     if (!stream_valid(s)) return ret(cudaErrorInvalidResourceHandle);
     registry &r = reg();
-    std::vector<std::function<void()>> items;
+    std::vector<hkv_emu_node> items;
     {
         std::lock_guard<std::mutex> rl(r.mu);
         std::lock_guard<std::mutex> lk(s->mu);
         if (s->cap_state == cudaStreamCaptureStatusNone) return ret(cudaErrorIllegalState);
-        const bool valid = s->cap_state == cudaStreamCaptureStatusActive;
+        const bool valid = s->cap_state == cudaStreamCaptureStatusActive && !cfg().refuse_capture;
         if (s->cap_mode == cudaStreamCaptureModeGlobal) r.global_captures--;
         s->cap_state = cudaStreamCaptureStatusNone;
         items.swap(s->cap);
@@ -588,7 +613,7 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t g, unsigned 
     if (!exec || flags) return ret(cudaErrorInvalidValue);
     if (!graph_valid(g)) return ret(cudaErrorInvalidResourceHandle);
     hkv_emu_graph_exec *x = new hkv_emu_graph_exec;
-    x->items = std::make_shared<const std::vector<std::function<void()>>>(g->items);
+    x->items = std::make_shared<const std::vector<hkv_emu_node>>(g->items);
     registry &r = reg();
     std::lock_guard<std::mutex> lk(r.mu);
     r.execs.insert(x);
@@ -597,17 +622,21 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t g, unsigned 
 }
 
 /* The emulator's graphs are lists, so "the same topology" is the same
- * number of nodes: the executable graph takes the new graph's items (their
- * arguments), as cudaGraphExecUpdate takes new kernel parameters. */
+ * number of nodes with event nodes at the same places: the executable graph
+ * takes the new graph's items (their arguments, the events recorded), as
+ * cudaGraphExecUpdate takes new kernel parameters. */
 cudaError_t cudaGraphExecUpdate(cudaGraphExec_t x, cudaGraph_t g, cudaGraphExecUpdateResultInfo *info)
 {
     if (info) *info = cudaGraphExecUpdateResultInfo{cudaGraphExecUpdateError, nullptr, nullptr};
     if (!exec_valid(x) || !graph_valid(g)) return ret(cudaErrorInvalidResourceHandle);
-    if (g->items.size() != x->items->size()) {
+    bool same = g->items.size() == x->items->size();
+    for (size_t i = 0; same && i < g->items.size(); i++)
+        same = !g->items[i].ev == !(*x->items)[i].ev;
+    if (!same) {
         if (info) info->result = cudaGraphExecUpdateErrorTopologyChanged;
         return ret(cudaErrorGraphExecUpdateFailure);
     }
-    x->items = std::make_shared<const std::vector<std::function<void()>>>(g->items);
+    x->items = std::make_shared<const std::vector<hkv_emu_node>>(g->items);
     if (info) info->result = cudaGraphExecUpdateSuccess;
     return cudaSuccess;
 }
@@ -617,10 +646,48 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t s)
     if (!exec_valid(x) || !stream_valid(s)) return ret(cudaErrorInvalidResourceHandle);
     if (cudaError_t c = capture_refuse(s)) return ret(c);   /* a child graph: not modelled */
     if (sticky()) return ret(sticky());
-    std::shared_ptr<const std::vector<std::function<void()>>> items = x->items;
-    return ret(enqueue(s, [items] {
-        for (const std::function<void()> &f : *items) f();
-    }));
+    std::shared_ptr<const std::vector<hkv_emu_node>> items = x->items;
+    /* Each event node is a record made now (the host may wait for it once
+     * the launch returns), completed when the graph reaches it. */
+    for (const hkv_emu_node &nd : *items)
+        if (nd.ev && !event_valid(nd.ev)) return ret(cudaErrorInvalidResourceHandle);
+    auto gens = std::make_shared<std::vector<uint64_t>>(items->size(), 0);
+    for (size_t i = 0; i < items->size(); i++)
+        if (hkv_emu_event *e = (*items)[i].ev) {
+            std::lock_guard<std::mutex> lk(e->mu);
+            (*gens)[i] = ++e->recorded;
+            e->pending++;
+        }
+    cudaError_t rc = enqueue(s, [items, gens] {
+        for (size_t i = 0; i < items->size(); i++) {
+            const hkv_emu_node &nd = (*items)[i];
+            if (!nd.ev) {
+                nd.f();
+                continue;
+            }
+            hkv_emu_event *e = nd.ev;
+            {
+                std::lock_guard<std::mutex> lk(e->mu);
+                if ((*gens)[i] > e->completed) {
+                    e->completed = (*gens)[i];
+                    e->t = now_s();
+                }
+                e->cv.notify_all();
+            }
+            event_item_done(e);
+        }
+    });
+    if (rc)   /* not queued: the records complete now, as if run (nothing waits forever) */
+        for (size_t i = 0; i < items->size(); i++)
+            if (hkv_emu_event *e = (*items)[i].ev) {
+                {
+                    std::lock_guard<std::mutex> lk(e->mu);
+                    if ((*gens)[i] > e->completed) e->completed = (*gens)[i];
+                    e->cv.notify_all();
+                }
+                event_item_done(e);
+            }
+    return ret(rc);
 }
 
 /* Both return at once; queued launches keep their items alive (CUDA frees an

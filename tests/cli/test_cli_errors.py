@@ -88,6 +88,7 @@ cases = [
     ("gpu-gemm without cuda", [hetkv, "bench", *M, "--gpu-gemm", "split"], 1, "needs --device cuda"),
     ("gpu-profile without cuda", [hetkv, "bench", *M, "--gpu-profile"], 1, "needs --device cuda"),
     ("gpu-lockstep without cuda", [hetkv, "run", *M, "-p", "x", "--gpu-lockstep"], 1, "needs --device cuda"),
+    ("gpu-no-graphs without cuda", [hetkv, "run", *M, "-p", "x", "--gpu-no-graphs"], 1, "needs --device cuda"),
     ("gpu-pingpong without cuda", [hetkv, "bench", *M, "--gpu-pingpong"], 1, "needs --device cuda"),
     ("info gpu-mem without cuda", [hetkv, "info", "--gpu-mem", "8G"], 1, "needs --device cuda"),
     ("bad device", [hetkv, "run", *M, "-p", "x", "--device", "tpu"], 2, "not cpu or cuda"),

@@ -21,7 +21,14 @@
  *    anywhere (in the relaxed mode cudaMalloc is allowed);
  *  - cudaGraphExecUpdate takes a graph of the same shape (new arguments) and
  *    refuses another (cudaErrorGraphExecUpdateFailure, topology changed);
- *  - an executable graph destroyed while its launch is queued still runs. */
+ *  - an executable graph destroyed while its launch is queued still runs;
+ *  - cudaEventRecordWithFlags(cudaEventRecordExternal) on a capturing stream
+ *    is an event record node: each launch records the event at that point
+ *    of the graph, so the host waits for part of a graph after launching it
+ *    (cudaEventSynchronize, cudaEventQuery, cudaEventElapsedTime between two
+ *    such nodes); outside a capture it is cudaEventRecord; flags other than
+ *    cudaEventRecordExternal are cudaErrorInvalidValue; an update that moves
+ *    an event node is a topology change. */
 #include <stdint.h>
 
 #include <vector>
@@ -324,10 +331,94 @@ static void test_refusals(void)
     CUDA_OK(cudaFree(d));
 }
 
+static void sleep_then_count(void *p)
+{
+    usleep(50 * 1000);
+    ++*(int *)p;
+}
+
+/* A graph with two external event nodes around a slow host function: the
+ * host waits for the first, then the second, of each launch. */
+static void test_event_nodes(void)
+{
+    const int n = 256;
+    const bool eager = getenv("HKV_EMU_EAGER") && atoi(getenv("HKV_EMU_EAGER"));
+    cudaStream_t s = new_stream();
+    cudaEvent_t a = nullptr, b = nullptr;
+    CUDA_OK(cudaEventCreate(&a));
+    CUDA_OK(cudaEventCreate(&b));
+    float *x, *y, *d1;
+    CUDA_OK(cudaMalloc((void **)&x, n * sizeof(float)));
+    CUDA_OK(cudaMalloc((void **)&y, n * sizeof(float)));
+    CUDA_OK(cudaMalloc((void **)&d1, sizeof(float)));
+    std::vector<float> h(n, 1.0f);
+    const float one = 1.0f;
+    CUDA_OK(cudaMemcpy(x, h.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(d1, &one, sizeof(float), cudaMemcpyHostToDevice));
+    int slow = 0;
+
+    CHECK(cudaEventRecordWithFlags(a, s, 0x4u) == cudaErrorInvalidValue, "unknown record flags refused");
+    cudaGetLastError();
+    CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    HKV_LAUNCH(k_axpb, 2, 128, 0, s)(x, y, n, 2.0f, d1);   /* y = 3 */
+    CUDA_OK(cudaEventRecordWithFlags(a, s, cudaEventRecordExternal));
+    CUDA_OK(cudaLaunchHostFunc(s, sleep_then_count, &slow));
+    CUDA_OK(cudaEventRecordWithFlags(b, s, cudaEventRecordExternal));
+    cudaGraph_t g = nullptr;
+    CUDA_OK(cudaStreamEndCapture(s, &g));
+    CHECK(g && nodes_of(g) == 4, "kernel, two event nodes and the host function: %zu nodes",
+          g ? nodes_of(g) : 0);
+    CHECK(cudaEventQuery(a) == cudaSuccess, "a captured record is not a record: the event "
+          "is as it was (never recorded)");
+    cudaGraphExec_t ex = nullptr;
+    CUDA_OK(cudaGraphInstantiate(&ex, g, 0));
+    int bad = 0;
+    for (int it = 1; it <= 3; it++) {
+        CUDA_OK(cudaGraphLaunch(ex, s));
+        CUDA_OK(cudaEventSynchronize(a));
+        CUDA_OK(cudaMemcpy(h.data(), y, n * sizeof(float), cudaMemcpyDeviceToHost));
+        bad += count_not(h, 3.0f) != 0;   /* the kernel before the first node ran */
+        if (!eager) bad += slow != it - 1 || cudaEventQuery(b) != cudaErrorNotReady;
+        CUDA_OK(cudaEventSynchronize(b));
+        bad += slow != it;   /* the second node waited for this launch's host function */
+        float ms = -1;
+        CUDA_OK(cudaEventElapsedTime(&ms, a, b));
+        bad += !(ms >= 45.0f);
+    }
+    CHECK(bad == 0, "waits on the event nodes of 3 launches: %d wrong", bad);
+
+    /* an update may change what runs, not where the event nodes are */
+    CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    CUDA_OK(cudaEventRecordWithFlags(a, s, cudaEventRecordExternal));
+    HKV_LAUNCH(k_axpb, 2, 128, 0, s)(x, y, n, 2.0f, d1);
+    CUDA_OK(cudaLaunchHostFunc(s, count_up, &slow));
+    CUDA_OK(cudaEventRecordWithFlags(b, s, cudaEventRecordExternal));
+    cudaGraph_t g2 = nullptr;
+    CUDA_OK(cudaStreamEndCapture(s, &g2));
+    cudaGraphExecUpdateResultInfo info;
+    CHECK(cudaGraphExecUpdate(ex, g2, &info) == cudaErrorGraphExecUpdateFailure &&
+          info.result == cudaGraphExecUpdateErrorTopologyChanged, "an event node moved: refused");
+    cudaGetLastError();
+
+    /* outside a capture the flag is a plain record */
+    CUDA_OK(cudaEventRecordWithFlags(a, s, cudaEventRecordExternal));
+    CUDA_OK(cudaEventSynchronize(a));
+    CUDA_OK(cudaGraphDestroy(g));
+    CUDA_OK(cudaGraphDestroy(g2));
+    CUDA_OK(cudaGraphExecDestroy(ex));
+    CUDA_OK(cudaEventDestroy(a));
+    CUDA_OK(cudaEventDestroy(b));
+    CUDA_OK(cudaStreamDestroy(s));
+    CUDA_OK(cudaFree(x));
+    CUDA_OK(cudaFree(y));
+    CUDA_OK(cudaFree(d1));
+}
+
 int main(void)
 {
     test_capture_replay();
     test_cublas();
     test_refusals();
+    test_event_nodes();
     return test_report("test_emu_graph");
 }

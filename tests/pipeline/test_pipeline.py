@@ -76,11 +76,12 @@ class Results:
             print(f"FAIL {name}: {msg}", flush=True)
 
 
-def run(cmd, timeout):
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+def run(cmd, timeout, env=None):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **env} if env else None)
 
 
-def dump(a, model, ids, mode, extra, device, vocab, tmp):
+def dump(a, model, ids, mode, extra, device, vocab, tmp, env=None):
     out = os.path.join(tmp, f"{device}.bin")
     src = ["--synthetic", model[len("synthetic:"):]] if model.startswith("synthetic:") else ["-m", model]
     cmd = [os.path.join(a.bin_dir, "hkv-dump-logits"), *src, "--tokens",
@@ -89,10 +90,11 @@ def dump(a, model, ids, mode, extra, device, vocab, tmp):
         cmd += ["-t", str(a.threads)]
     if device == "cuda" and a.device_args:
         cmd += a.device_args.split()
-    p = run(cmd, a.timeout)
+    p = run(cmd, a.timeout, env)
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[:3])} ... --device {device} failed ({p.returncode}): "
                            f"{p.stderr.strip()[-400:]}")
+    LAST_STDERR[0] = p.stderr
     if device == "cuda":   # its timeline, a JSON line on stdout
         j = json.loads(p.stdout.strip().splitlines()[-1])
         LAST_TIMELINE.clear()
@@ -102,6 +104,7 @@ def dump(a, model, ids, mode, extra, device, vocab, tmp):
 
 
 LAST_TIMELINE: dict = {}   # the last --device cuda dump's pipeline timeline
+LAST_STDERR = [""]         # the last dump's stderr
 N_LAYER: dict = {}         # model: its layers (from the dumps' JSON)
 
 
@@ -149,6 +152,31 @@ def check_fallbacks(a, tl: dict, exp: dict) -> tuple[bool, str]:
     ok = ok and got == exp
     return ok, (f"; fallbacks {fallbacks(tl)} (expected {exp}"
                 f"{' and ' + a.expect_fallback if a.expect_fallback else ''})")
+
+
+def check_graphs(a, model, ids, mode, extra, vocab, tmp, g, policy):
+    """With --expect-graphs: the run just dumped (g, LAST_TIMELINE) against the
+    same one with --gpu-no-graphs; returns (ok, message)."""
+    if not a.expect_graphs:
+        return True, ""
+    tl = dict(LAST_TIMELINE)
+    g0 = dump(a, model, ids, mode, extra + ["--gpu-no-graphs"], "cuda", vocab, tmp)
+    same = g.shape == g0.shape and bool(np.array_equal(g, g0, equal_nan=True))
+    steps, caps = tl.get("graph_steps", -1), tl.get("graph_captures", -1)
+    off = LAST_TIMELINE.get("graph_steps", -1)
+    want = steps > caps > 0 if policy == "full" else steps == 0
+    msg = (f"; graphs: {steps} steps replayed ({caps} recorded), {off} with --gpu-no-graphs, "
+           f"logits {'bit-identical' if same else 'DIFFER'}")
+    if policy == "full":   # a device that refuses to record: warned, the steps op by op
+        g1 = dump(a, model, ids, mode, extra, "cuda", vocab, tmp, {"HKV_EMU_REFUSE_CAPTURE": "1"})
+        same1 = g.shape == g1.shape and bool(np.array_equal(g, g1, equal_nan=True))
+        warned = "could not record" in LAST_STDERR[0]
+        refused = LAST_TIMELINE.get("graph_steps", -1)
+        ok1 = same1 and warned and refused == 0
+        want = want and ok1
+        msg += (f"; recording refused: {refused} graph steps, warned {warned}, logits "
+                f"{'bit-identical' if same1 else 'DIFFER'}")
+    return same and want and off == 0, msg
 
 
 def compare(c, g, tol):
@@ -206,6 +234,12 @@ def main(argv=None) -> int:
                     help="the near tier holds every context: hetkv run --device cuda must run host "
                          "steps behind the device (host_deferred_steps > 0) and give the CPU path's "
                          "tokens, and with --gpu-lockstep none")
+    ap.add_argument("--expect-graphs", action="store_true",
+                    help="the near tier holds every context: every dump case runs again with "
+                         "--gpu-no-graphs and must give bit-identical logits; a policy without a "
+                         "device part (full) must have replayed decode steps as CUDA graphs "
+                         "(graph_steps > 0, a graph recorded per batch shape), one with a device "
+                         "part none (pipeline/cuda_graph.c)")
     ap.add_argument("--expect-pingpong", action="store_true",
                     help="with --device-args=--gpu-pingpong: hetkv bench --device cuda at batch 4 "
                          "must run micro-batch steps (pingpong_steps > 0) for each policy")
@@ -286,7 +320,9 @@ def main(argv=None) -> int:
                     exp = expected_fallbacks(name.split()[0], N_LAYER[model],
                                              [p for p in (pre, t2[1]) if p < n])
                     fok, fmsg = check_fallbacks(a, LAST_TIMELINE, exp)
-                    ok, msg = ok and fok, msg + fmsg
+                    gok, gmsg = check_graphs(a, model, ids, "prompt", extra + mode_args, vocab, tmp,
+                                             g, name.split()[0])
+                    ok, msg = ok and fok and gok, msg + fmsg + gmsg
                     if a.expect_fallback == "no_room":   # the prompt-end work went to the host
                         done = LAST_TIMELINE.get("index_builds_device", 0) + \
                             LAST_TIMELINE.get("window_scores_device", 0)
@@ -323,7 +359,9 @@ def main(argv=None) -> int:
                                          [p for p in (n // 3, n // 2) if p < n],
                                          max(0, n - far_from()))
                 fok, fmsg = check_fallbacks(a, LAST_TIMELINE, exp)
-                res.report(ok and fok, label, msg + fmsg)
+                gok, gmsg = check_graphs(a, model, ids, "batch", extra, vocab, tmp, g,
+                                         name.split()[0])
+                res.report(ok and fok and gok, label, msg + fmsg + gmsg)
             except (RuntimeError, subprocess.TimeoutExpired) as e:
                 res.report(False, label, str(e))
         if a.long:   # a long decode through the pipeline (DCU grows the index every step)

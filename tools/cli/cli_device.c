@@ -114,6 +114,11 @@ const hkv_opt hkv_device_opts[] = {
      .help = "the host runs every layer's far step before the device goes on,\n"
              "even when no row has far keys (by default such a layer's host\n"
              "step runs behind the device): the baseline for A/B timings"},
+    {.name = "--gpu-no-graphs", .kind = HKV_OPT_FLAG, .off = offsetof(hkv_device_cli, no_graphs),
+     .help = "queue every op of a decode step on its own (by default a step\n"
+             "whose context is all on the device is recorded once per batch\n"
+             "size as a CUDA graph and replayed in one launch): the baseline\n"
+             "for A/B timings"},
     {.name = "--gpu-pingpong", .kind = HKV_OPT_FLAG, .off = offsetof(hkv_device_cli, pingpong),
      .help = "micro-batch ping-pong: a decode batch of 2+ rows in two halves,\n"
              "one's host far-tier part overlapping the other's device products"},
@@ -182,6 +187,9 @@ int hkv_device_cli_cap(const hkv_device_cli *d, uint64_t *cap, char *desc, size_
             return hkv_seterr(err, HKV_E_INVAL, "--gpu-lockstep orders the GPU pipeline: it needs --device cuda");
         if (d->pingpong)
             return hkv_seterr(err, HKV_E_INVAL, "--gpu-pingpong splits the GPU pipeline's batch: it needs --device cuda");
+        if (d->no_graphs)
+            return hkv_seterr(err, HKV_E_INVAL, "--gpu-no-graphs changes how the GPU's steps are queued: it "
+                              "needs --device cuda");
         if (d->prompt_keys || d->prompt_block)
             return hkv_seterr(err, HKV_E_INVAL, "--gpu-prompt-keys and --gpu-prompt-block shape the GPU's "
                               "prompt attention: they need --device cuda");
@@ -298,7 +306,8 @@ int hkv_device_cli_attach(const hkv_device_cli *d, hkv_engine *e, hkv_err *err) 
     if (rc) return rc;
     hkv_cuda_params cp = {.device = 0, .gpu_mem = (size_t)cap, .gemm = d->gemm,
                           .profile = d->profile, .lockstep = d->lockstep,
-                          .pingpong = d->pingpong, .prompt_keys = d->prompt_keys,
+                          .pingpong = d->pingpong, .graphs_off = d->no_graphs,
+                          .prompt_keys = d->prompt_keys,
                           .prompt_block = d->prompt_block,
                           .offload_mem = (size_t)d->offload_mem};
     hkv_backend be;
@@ -325,6 +334,9 @@ void hkv_device_cli_fallbacks(json_t *t, const hkv_pipeline_stats *ps, int *bad)
 void hkv_device_cli_timeline(json_t *t, const hkv_pipeline_stats *ps, int prompt_rows, int *bad) {
     hkv_jset(t, "host_deferred_steps", json_integer(ps->host_deferred), bad);
     hkv_jset(t, "pingpong_steps", json_integer(ps->pingpong_steps), bad);
+    hkv_jset(t, "graph_steps", json_integer(ps->graph_steps), bad);
+    hkv_jset(t, "graph_captures", json_integer(ps->graph_captures), bad);
+    hkv_jset(t, "graph_nodes", json_integer(ps->graph_nodes), bad);
     hkv_jset(t, "cpu_busy_s", hkv_jnum(ps->cpu_busy, "%.6f"), bad);
     hkv_jset(t, "cpu_wait_device_s", hkv_jnum(ps->cpu_wait_dev, "%.6f"), bad);
     hkv_jset(t, "device_near_s", hkv_jnum(ps->dev_near, "%.6f"), bad);
@@ -402,7 +414,8 @@ void hkv_device_cli_summary(FILE *f, hkv_engine *e) {
     hkv_fmt_bytes((double)ps.bytes_d2h, down, sizeof down);
     hkv_fmt_bytes((double)ps.dev_peak, pk, sizeof pk);
     fprintf(f, "hetkv: %s pipeline: %lld layer steps (%lld decode rows, %lld prompt rows; %lld host "
-            "steps behind the device, nothing far; %lld of micro-batches); CPU far "
+            "steps behind the device, nothing far; %lld of micro-batches); %lld forward calls "
+            "replayed as a graph (%lld recorded); CPU far "
             "attention %.3f s, CPU waiting for the device %.3f s; device near attention %.3f s, "
             "device waiting for the CPU %.3f s, device products %.3f s, device forward calls "
             "%.3f s; copied %s down, %s up; %lld near-tier resyncs; "
@@ -412,7 +425,7 @@ void hkv_device_cli_summary(FILE *f, hkv_engine *e) {
             "host; device peak %s%s\n",
             hkv_gpu_backend(), (long long)ps.layer_steps,
             (long long)ps.decode_rows, (long long)ps.prompt_rows, (long long)ps.host_deferred,
-            (long long)ps.pingpong_steps,
+            (long long)ps.pingpong_steps, (long long)ps.graph_steps, (long long)ps.graph_captures,
             ps.cpu_busy, ps.cpu_wait_dev,
             ps.dev_near, ps.dev_wait_cpu, ps.dev_products, ps.dev_total, down, up,
             (long long)ps.near_resyncs,
