@@ -244,34 +244,40 @@ static const dec_rows_fn dec_rows_fns[4][4] = {
     {dec_rows_launch<256, 1>, dec_rows_launch<256, 2>, dec_rows_launch<256, 4>, NULL},
 };
 
-/* The n_split partials of each of n rows into (out, lse): one warp per row,
- * the pairwise merge's formula over all of them at once. */
+/* The n_split partials of each of n rows into (out, lse): a warp per (row,
+ * 32 columns), lane z holding split z's weight. Each lane sums its column
+ * over the splits with loads that do not wait on each other (no branch, the
+ * loop unrolled: several in flight) and scales once at the end. One warp
+ * per row with a weight test before each load, as before, waited one memory
+ * latency a split: on an H100 the kernel benchmark's fit put it at 0.54 us
+ * a split, 17 us of a 4K-row single-sequence step at 32 splits. An empty
+ * split's partial is 0 with weight 0 (the split kernels write every row). */
 static __global__ void k_attn_combine(const float *ws_out, const float *ws_lse, int n_split,
                                       int64_t n, int d, float *out, float *lse)
 {
-    const int lane = threadIdx.x & 31;
-    const int64_t step = (int64_t)gridDim.x * (blockDim.x >> 5);
-    for (int64_t row = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); row < n;
-         row += step) {
+    const int lane = threadIdx.x & 31, cw = (d + 31) / 32;
+    const int64_t step = (int64_t)gridDim.x * (blockDim.x >> 5), units = n * cw;
+    for (int64_t w = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); w < units;
+         w += step) {
+        const int64_t row = w / cw;
+        const int c = (int)(w % cw) * 32 + lane;
         /* lane z holds split z's lse (n_split <= 32), then its weight */
         const float lz = lane < n_split ? ws_lse[lane * n + row] : -INFINITY;
         const float m = hkv_warp_max(lz);
         if (m == -INFINITY) {   /* no split saw a key */
-            for (int c = lane; c < d; c += 32) out[row * d + c] = 0.0f;
-            if (lane == 0) lse[row] = -INFINITY;
+            if (c < d) out[row * d + c] = 0.0f;
+            if (c == 0) lse[row] = -INFINITY;
             continue;
         }
         const float wz = expf(lz - m);   /* -inf: 0 */
-        const float sum = hkv_warp_sum(wz), inv = 1.0f / sum;
-        for (int c = lane; c < d; c += 32) {
-            float a = 0.0f;
-            for (int z = 0; z < n_split; z++) {
-                const float w = __shfl_sync(0xffffffffu, wz, z);
-                if (w > 0.0f) a = fmaf(w * inv, ws_out[(z * n + row) * d + c], a);
-            }
-            out[row * d + c] = a;
-        }
-        if (lane == 0) lse[row] = m + logf(sum);
+        const float sum = hkv_warp_sum(wz);
+        const float *src = ws_out + row * d + (c < d ? c : 0);
+        const int64_t zs = n * d;
+        float a = 0.0f;
+#pragma unroll 8
+        for (int z = 0; z < n_split; z++) a = fmaf(__shfl_sync(0xffffffffu, wz, z), src[z * zs], a);
+        if (c < d) out[row * d + c] = a / sum;
+        if (c == 0) lse[row] = m + logf(sum);
     }
 }
 
@@ -350,9 +356,9 @@ extern "C" int hkv_gpu_attn_decode_split(const float *q, int n_seq, int n_head, 
     }
     HKV_LAUNCH_CHECK(err);
     if (n_split > 1) {
-        const int rows_per_block = 8;
-        HKV_LAUNCH(k_attn_combine, hkv_grid1(rows, rows_per_block), rows_per_block * 32, 0,
-                   hkv_stream(stream))(po, pl, n_split, rows, d, out, lse);
+        const int warps_per_block = 8;
+        HKV_LAUNCH(k_attn_combine, hkv_grid1(rows * ((d + 31) / 32), warps_per_block),
+                   warps_per_block * 32, 0, hkv_stream(stream))(po, pl, n_split, rows, d, out, lse);
         HKV_LAUNCH_CHECK(err);
     }
     return HKV_OK;

@@ -176,8 +176,12 @@ int cb_graph_step(void *self, const int32_t *tokens, const int64_t *pos, const h
         *mode = 1;
         return HKV_OK;
     }
-    /* Record this one: its call starts outside the graph (the timer's
-     * events alternate between calls), its inputs' copies are the graph's. */
+    /* Record this one: the earlier calls' timeline harvested first (not
+     * while recording), its call started outside the graph (the timer's
+     * events alternate between calls), its inputs' copies the graph's. */
+    for (int hi = 0; hi < 2; hi++)
+        for (int l = 0; l < b->NL; l++)
+            if ((rc = cb_layer_settle(b, hi, l, err))) return rc;
     if ((rc = cb_call_start(b, err))) return rc;
     g->stats0 = b->stats;
     for (int i = 0; i < UP_COUNT; i++) b->up_len[i] = 0, g->in_len[i] = 0;

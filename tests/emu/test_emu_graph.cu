@@ -31,6 +31,7 @@
  *    an event node is a topology change. */
 #include <stdint.h>
 
+#include <atomic>
 #include <vector>
 
 #include "cublas_v2.h"
@@ -331,10 +332,11 @@ static void test_refusals(void)
     CUDA_OK(cudaFree(d));
 }
 
+/* (atomic: the host reads the count while a stream thread may write it) */
 static void sleep_then_count(void *p)
 {
     usleep(50 * 1000);
-    ++*(int *)p;
+    ++*(std::atomic<int> *)p;
 }
 
 /* A graph with two external event nodes around a slow host function: the
@@ -355,7 +357,7 @@ static void test_event_nodes(void)
     const float one = 1.0f;
     CUDA_OK(cudaMemcpy(x, h.data(), n * sizeof(float), cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemcpy(d1, &one, sizeof(float), cudaMemcpyHostToDevice));
-    int slow = 0;
+    std::atomic<int> slow{0};
 
     CHECK(cudaEventRecordWithFlags(a, s, 0x4u) == cudaErrorInvalidValue, "unknown record flags refused");
     cudaGetLastError();
@@ -391,7 +393,7 @@ static void test_event_nodes(void)
     CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     CUDA_OK(cudaEventRecordWithFlags(a, s, cudaEventRecordExternal));
     HKV_LAUNCH(k_axpb, 2, 128, 0, s)(x, y, n, 2.0f, d1);
-    CUDA_OK(cudaLaunchHostFunc(s, count_up, &slow));
+    CUDA_OK(cudaLaunchHostFunc(s, sleep_then_count, &slow));
     CUDA_OK(cudaEventRecordWithFlags(b, s, cudaEventRecordExternal));
     cudaGraph_t g2 = nullptr;
     CUDA_OK(cudaStreamEndCapture(s, &g2));
