@@ -38,6 +38,12 @@ done
 # each kernel alone, timed with events on the device (tools/bench/bench_gpu.c)
 step bench_gpu_kernels 60 sh -c "\"$HKV\" bench kernels --device cuda --json >\"$OUT/bench_gpu_kernels.json\""
 
+# the decode step replayed as a CUDA graph (pipeline/cuda_graph.c) on a real
+# device: logits bit-identical to --gpu-no-graphs's, within tolerance of the
+# CPU path's, graphs recorded and replayed (about 80 s: 6 processes)
+step pipeline_graphs 120 python3 tests/pipeline/test_pipeline.py --bin-dir "$BUILD/tools" --only full \
+    --dump-only --modes prompt,batch --near 4,124 --rows 8 --n-tokens 40 --expect-graphs
+
 LLAMA_CONFIGS="full;ctkvr;quest:budget=1024;snapkv:budget=1024;rocketkv:budget=1024"
 bench_json() { # NAME LIMIT ARGS...: the JSON to OUT/NAME.json
     local name=$1 limit=$2
