@@ -224,6 +224,8 @@ static json_t *point_row(const point *q, const row_ctx *x) {
                         pp ? json_integer(pp->prompt_rows_streamed) : json_null());
     /* work the device offers done by the host instead, the prefill's and the timed
      * steps' (by reason in the --json timelines) */
+    /* timed steps replayed as one CUDA graph (pipeline/cuda_graph.c) */
+    json_object_set_new(r, "dev_graph_steps", pl ? json_integer(pl->graph_steps) : json_null());
     json_object_set_new(r, "dev_fallbacks",
                         pl || pp ? json_integer((pl ? hkv_device_fallbacks_total(pl) : 0) +
                                                 (pp ? hkv_device_fallbacks_total(pp) : 0))
