@@ -83,10 +83,10 @@ int hkv_gpu_qmat_rows(const hkv_gpu_qmat *w, const int32_t *ids, int64_t n, floa
 
 /* Workspace bytes of hkv_gpu_qmat_matmul for w and calls of at most max_n
  * rows: 0 when max_n <= 8 (the GEMV); else the dequantised row panel (about
- * 4 MiB, at least 128 rows or the whole matrix) and, for the fp16 modes, the
- * split activations of min(max_n, 512) rows (cols * 4 + 4 bytes each; longer
- * calls run in 512-row chunks, so this stays bounded); FP32 mode with F32
- * weights: 0. */
+ * 32 MiB, at least 2,048 rows or the whole matrix: gpu/qmat_panel.h) and, for
+ * the fp16 modes, the split activations of min(max_n, 2048) rows (cols * 4 +
+ * 4 bytes each; longer calls run in 2,048-row chunks, so this stays
+ * bounded); FP32 mode with F32 weights: 0. */
 size_t hkv_gpu_qmat_matmul_ws_bytes(const hkv_gpu_qmat *w, int64_t max_n);
 
 /* y[i][r] = sum_c W[r][c] x[i][c] for i < n: x fp32 [n][cols] (row stride

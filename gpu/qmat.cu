@@ -67,12 +67,12 @@
  *
  * Workspace (hkv_gpu_qmat_matmul_ws_bytes(w, max_n)): one panel of about
  * 32 MiB (qmat_panel.h says why; fp16 hi and lo side by side per row,
- * [pr][2 cols]; at least 128 rows)
- * and the split activations of at most QM_XCHUNK = 512 rows ([xc][2 cols]
+ * [pr][2 cols]; at least 2,048 rows or the whole matrix)
+ * and the split activations of at most QM_XCHUNK = 2,048 rows ([xc][2 cols]
  * fp16 plus a scale per row): calls with more rows run the whole panel loop
- * per 512-row chunk (the weights are dequantised again per chunk, a small
- * cost next to a 512-row GEMM), so the workspace stays bounded however long
- * the prefill chunk.
+ * per 2,048-row chunk (the weights are dequantised again per chunk, a small
+ * cost next to a 2,048-row GEMM), so the workspace stays bounded however
+ * long the prefill chunk.
  *
  * Layout for cuBLAS (column-major): a panel, row-major
  * [pr][ld], is the column-major K x pr matrix A (lda = ld); x, row-major

@@ -19,8 +19,21 @@
 #include <stdint.h>
 
 #define HKV_QMAT_PANEL_BYTES ((int64_t)32 << 20)   /* panel target: 4 bytes a weight */
-#define HKV_QMAT_PANEL_MIN_ROWS 128                /* ... but at least this many rows */
-#define HKV_QMAT_XCHUNK 512                        /* split/fp16 GEMMs: activation rows a chunk */
+/* ... but at least this many rows (or the whole matrix). A wide matrix's
+ * 32 MiB are few rows: Llama-3-8B's down projection (4096 x 14336) was 7
+ * panels of 585 rows, each GEMM of 585 x 512 outputs 20 tiles of 128 x 128
+ * on a 132-SM card, and it ran at a quarter of gate+up's rate (60 TFLOP/s
+ * fp16, 23 split at 512 rows; H100, docs/GPU_MEASURED.md). 2,048 rows give
+ * it gate+up's tile count; its panel is then 117 MB, beyond the L2 (one more
+ * write and read of the matrix a call, ~0.15 ms on an H100: PREDICTION). */
+#define HKV_QMAT_PANEL_MIN_ROWS 2048
+/* split/fp16 GEMMs: activation rows a chunk. Each chunk is one GEMM per panel
+ * (its tiles: panel rows / 128 x chunk rows / 128) and dequantises every
+ * panel again: 2,048 (a streamed prompt's chunk, hetkv run's default at 16K
+ * and more) gives 4x the tiles of 512 and a quarter of the dequantisation
+ * passes, for 2,048 x cols x 4 bytes of split activations (117 MB at
+ * 14,336 columns). */
+#define HKV_QMAT_XCHUNK 2048
 #define HKV_QMAT_GEMV_MAX_ROWS 8                   /* calls of up to this many rows: the GEMV, no panel */
 /* Products of up to this many rows (decode batches) run as GEMVs of 8 rows
  * each: measured on an H100 (2026-11-26), the Q4 GEMV did gate+up

@@ -103,7 +103,7 @@ cases = [
     ("run synthetic", [hetkv, "run", "--synthetic", "smollm2-135m", "-p", "x"], 2, "no tokenizer"),
     ("batch does not fit", [hetkv, "plan", "--synthetic", "llama3-8b", "--gpu-mem", "24G", "--ctx", "32768",
                             "--policy", "full", "--batch", "4"], 1,
-     "needs 31.22 GiB of GPU memory (weights 14.96 GiB, near 16.00 GiB, index 0 B, workspace 263.37 MiB) "
+     "needs 31.29 GiB of GPU memory (weights 14.96 GiB, near 16.00 GiB, index 0 B, workspace 343.38 MiB) "
      "but the cap is 24.00 GiB"),
     ("plan no cap", [hetkv, "plan", "--synthetic", "llama3-8b"], 2, "no cap"),
     ("plan missing draft", [hetkv, "plan", "--synthetic", "llama3-8b", "--gpu-mem", "24G", "--policy", "specpc",

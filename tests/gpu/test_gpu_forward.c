@@ -57,6 +57,7 @@
 #include "util.h"
 #include "gpu_test.h"
 #include "gpu_forward.h"
+#include "qmat_panel.h"
 
 #define U32 (1.0 / 16777216.0)
 
@@ -342,7 +343,8 @@ static void test_matmul_x(hkv_gpu_ctx *ctx, const hkv_cpu_kernels *scalar,
     CHECK(g.gemm == want && g.wscale > 0, "%s: upload left gemm mode %d (want %d), wscale %g",
           tname[type], g.gemm, want, g.wscale);
     /* workspace: none for the GEMV sizes; the split activations grow with the
-     * rows up to 512, then stay; the FP32 mode's none for F32 weights */
+     * rows up to HKV_QMAT_XCHUNK (2,048), then stay; the FP32 mode's none for
+     * F32 weights */
     int64_t max_n = 0;
     for (int ni = 0; ni < n_ns; ni++) max_n = ns[ni] > max_n ? ns[ni] : max_n;
     size_t wsb = 0;
@@ -350,14 +352,15 @@ static void test_matmul_x(hkv_gpu_ctx *ctx, const hkv_cpu_kernels *scalar,
         g.gemm = mode;
         const size_t s8 = hkv_gpu_qmat_matmul_ws_bytes(&g, 8), s9 = hkv_gpu_qmat_matmul_ws_bytes(&g, 9),
                      s33 = hkv_gpu_qmat_matmul_ws_bytes(&g, 33),
-                     s512 = hkv_gpu_qmat_matmul_ws_bytes(&g, 512),
+                     s512 = hkv_gpu_qmat_matmul_ws_bytes(&g, HKV_QMAT_XCHUNK),
                      s5000 = hkv_gpu_qmat_matmul_ws_bytes(&g, 5000);
         const int f32 = mode == HKV_QMAT_GEMM_FP32;
         CHECK(s8 == 0 && (f32 && type == HKV_W_F32 ? s9 == 0 : s9 > 0) &&
                   (f32 ? s33 == s9 : s33 > s9 && s33 >= 33 * ((size_t)cols * 4 + 4)) && s5000 == s512 &&
                   s512 >= s33,
-              "ws bytes %s %s %lldx%lld: %zu, %zu, %zu, %zu, %zu for 8, 9, 33, 512, 5000 rows",
-              tname[type], mname[mode], (long long)rows, (long long)cols, s8, s9, s33, s512, s5000);
+              "ws bytes %s %s %lldx%lld: %zu, %zu, %zu, %zu, %zu for 8, 9, 33, %d, 5000 rows",
+              tname[type], mname[mode], (long long)rows, (long long)cols, s8, s9, s33, s512, s5000,
+              HKV_QMAT_XCHUNK);
         const size_t s = hkv_gpu_qmat_matmul_ws_bytes(&g, max_n);
         wsb = s > wsb ? s : wsb;
     }

@@ -56,11 +56,12 @@ static void llama3_8b(void) {
     /* 256 rows x (2*4096 + 6144 + 4096 + 3*14336) floats (X, XN, QKV, ATT,
      * GU, G) + TMP, the larger of 256 rows of 4096 and the head's 256 rows of
      * 128256 logits + 2 partials 32*(128+1) floats + 32 MiB cuBLAS + the products'
-     * workspace, largest for down (4096 x 14336): a panel of 585 rows
-     * (32 MiB / (14336 * 4)) at 4 bytes a weight, 256 split activation rows
-     * of 14336 x 4 bytes and their 256 scales. */
-    const unsigned long long prod_ws = 585ULL * 14336 * 4 + 256ULL * 14336 * 4 + 256 * 4;
-    EQ(prod_ws, 48227328ULL);
+     * workspace, largest for down (4096 x 14336): a panel of 2,048 rows
+     * (32 MiB / (14336 * 4) = 585, raised to the least, gpu/qmat_panel.h) at
+     * 4 bytes a weight, 256 split activation rows of 14336 x 4 bytes and
+     * their 256 scales. */
+    const unsigned long long prod_ws = 2048ULL * 14336 * 4 + 256ULL * 14336 * 4 + 256 * 4;
+    EQ(prod_ws, 132121600ULL);
     const unsigned long long acts = 256ULL * 61440 * 4 + 256ULL * 128256 * 4;
     EQ(acts, 194248704ULL);
     EQ(o.workspace, acts + 33024 + 33554432 + prod_ws);
