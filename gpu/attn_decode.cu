@@ -19,9 +19,10 @@ extern "C" {
  * tile, and a block past the end writes the empty partial. */
 template <bool VEC>
 static __global__ void __launch_bounds__(ATT_WARPS * 32)
-k_attn_decode(const float *q, int H, int KH, int g, int d, const uint16_t *k, const uint16_t *v,
-              int64_t ld, int64_t hs, int64_t ss, const int32_t *n_rows, const int32_t *idx,
-              int64_t idx_ld, float scale, float *out, float *lse, int n_split, int64_t part)
+k_attn_decode(const float *q, int64_t ldq, int H, int KH, int g, int d, const uint16_t *k,
+              const uint16_t *v, int64_t ld, int64_t hs, int64_t ss, const int32_t *n_rows,
+              const int32_t *idx, int64_t idx_ld, float scale, float *out, float *lse, int n_split,
+              int64_t part)
 {
     const int64_t u = blockIdx.x;
     const int64_t s = u / KH;
@@ -48,7 +49,8 @@ k_attn_decode(const float *q, int H, int KH, int g, int d, const uint16_t *k, co
         if (idx_ld) ix = idx + u * idx_ld;
         else off += (int64_t)idx[u] * ld;
     }
-    hkv_att_block_range<VEC>(k + off, v + off, ld, ix, k0, k1, d, scale, q + qh * d, k1,
+    const float *qp = q + s * ldq + ((int64_t)h * g + (active ? j : 0)) * d;
+    hkv_att_block_range<VEC>(k + off, v + off, ld, ix, k0, k1, d, scale, qp, k1,
                              out + qh * d, lse + qh, active);
 }
 
@@ -85,9 +87,10 @@ __device__ __forceinline__ void dec_fold(float &m, float &l, float *a, float mo,
 
 template <int D, int G>
 static __global__ void __launch_bounds__(DEC_WARPS * 32)
-k_attn_decode_rows(const float *q, int H, int KH, int g, const uint16_t *k, const uint16_t *v,
-                   int64_t ld, int64_t hs, int64_t ss, const int32_t *n_rows, const int32_t *idx,
-                   int64_t idx_ld, float scale, float *out, float *lse, int n_split, int64_t part)
+k_attn_decode_rows(const float *q, int64_t ldq, int H, int KH, int g, const uint16_t *k,
+                   const uint16_t *v, int64_t ld, int64_t hs, int64_t ss, const int32_t *n_rows,
+                   const int32_t *idx, int64_t idx_ld, float scale, float *out, float *lse,
+                   int n_split, int64_t part)
 {
     constexpr int LG = D / 8, NG = 32 / LG;   /* lanes per row, row groups per warp */
     constexpr int KB = G <= 4 ? 4 : 2;        /* keys per group per batch (registers) */
@@ -118,7 +121,7 @@ k_attn_decode_rows(const float *q, int H, int KH, int g, const uint16_t *k, cons
     float qr[G][8], m[G], l[G], acc[G][8];
 #pragma unroll
     for (int j = 0; j < G; j++) {
-        const float *qp = q + (qh0 + (j < nh ? j : 0)) * D + li * 8;
+        const float *qp = q + s * ldq + ((int64_t)h * g + j0 + (j < nh ? j : 0)) * D + li * 8;
         const float4 a = *(const float4 *)qp, b = *(const float4 *)(qp + 4);
         qr[j][0] = a.x, qr[j][1] = a.y, qr[j][2] = a.z, qr[j][3] = a.w;
         qr[j][4] = b.x, qr[j][5] = b.y, qr[j][6] = b.z, qr[j][7] = b.w;
@@ -224,15 +227,15 @@ k_attn_decode_rows(const float *q, int H, int KH, int g, const uint16_t *k, cons
 
 /* Launches k_attn_decode_rows<D, G> (the template arguments are compile-time). */
 template <int D, int G>
-static void dec_rows_launch(dim3 grid, cudaStream_t st, const float *q, int H, int KH, int g,
-                            const uint16_t *k, const uint16_t *v, int64_t ld, int64_t hs, int64_t ss,
-                            const int32_t *n_rows, const int32_t *idx, int64_t idx_ld, float scale,
-                            float *out, float *lse, int n_split, int64_t part)
+static void dec_rows_launch(dim3 grid, cudaStream_t st, const float *q, int64_t ldq, int H, int KH,
+                            int g, const uint16_t *k, const uint16_t *v, int64_t ld, int64_t hs,
+                            int64_t ss, const int32_t *n_rows, const int32_t *idx, int64_t idx_ld,
+                            float scale, float *out, float *lse, int n_split, int64_t part)
 {
     HKV_LAUNCH(k_attn_decode_rows<D HKV_COMMA G>, grid, DEC_WARPS * 32, 0, st)(
-        q, H, KH, g, k, v, ld, hs, ss, n_rows, idx, idx_ld, scale, out, lse, n_split, part);
+        q, ldq, H, KH, g, k, v, ld, hs, ss, n_rows, idx, idx_ld, scale, out, lse, n_split, part);
 }
-typedef void (*dec_rows_fn)(dim3, cudaStream_t, const float *, int, int, int, const uint16_t *,
+typedef void (*dec_rows_fn)(dim3, cudaStream_t, const float *, int64_t, int, int, int, const uint16_t *,
                             const uint16_t *, int64_t, int64_t, int64_t, const int32_t *,
                             const int32_t *, int64_t, float, float *, float *, int, int64_t);
 /* [d = 32, 64, 128, 256][G = 1, 2, 4, 8]; d = 256 stops at G = 4 (shared memory) */
@@ -303,18 +306,20 @@ extern "C" size_t hkv_gpu_attn_decode_ws_bytes(int n_seq, int n_head, int d, int
     return (size_t)n_split * n_seq * n_head * ((size_t)d + 1) * sizeof(float);
 }
 
-extern "C" int hkv_gpu_attn_decode_split(const float *q, int n_seq, int n_head, int n_head_kv,
-                                         int d, const uint16_t *k, const uint16_t *v, int64_t ld,
-                                         int64_t hs, int64_t ss, const int32_t *n_rows,
-                                         const int32_t *idx, int64_t idx_ld, float scale,
-                                         float *out, float *lse, int n_split, void *ws,
-                                         size_t ws_bytes, void *stream, hkv_err *err)
+extern "C" int hkv_gpu_attn_decode_split_q(const float *q, int64_t ldq, int n_seq, int n_head,
+                                           int n_head_kv, int d, const uint16_t *k,
+                                           const uint16_t *v, int64_t ld, int64_t hs, int64_t ss,
+                                           const int32_t *n_rows, const int32_t *idx,
+                                           int64_t idx_ld, float scale, float *out, float *lse,
+                                           int n_split, void *ws, size_t ws_bytes, void *stream,
+                                           hkv_err *err)
 {
     if (!q || !k || !v || !n_rows || !out || !lse || n_seq < 0 || n_head_kv < 1 ||
-        n_head < n_head_kv || n_head % n_head_kv || (idx && idx_ld < 0))
+        n_head < n_head_kv || n_head % n_head_kv || (idx && idx_ld < 0) ||
+        ldq < (int64_t)n_head * d || ldq % 4)
         return hkv_seterr(err, HKV_E_INVAL, "gpu decode attention: bad arguments (%d sequences, "
-                          "%d heads, %d KV heads, idx stride %lld)", n_seq, n_head, n_head_kv,
-                          (long long)idx_ld);
+                          "%d heads, %d KV heads, idx stride %lld, q stride %lld)", n_seq, n_head,
+                          n_head_kv, (long long)idx_ld, (long long)ldq);
     if (n_split < 1 || n_split > HKV_GPU_DECODE_MAX_SPLIT)
         return hkv_seterr(err, HKV_E_INVAL, "gpu decode attention: %d splits of the key range "
                           "(1..%d)", n_split, HKV_GPU_DECODE_MAX_SPLIT);
@@ -339,19 +344,19 @@ extern "C" int hkv_gpu_attn_decode_split(const float *q, int n_seq, int n_head, 
     if (di >= 0 && hkv_att_vec_ok(k, v, ld, hs, ss) && ((uintptr_t)q & 15) == 0) {
         const int G = 1 << gi;
         dim3 rg((unsigned)((int64_t)n_seq * n_head_kv), (unsigned)((g + G - 1) / G), (unsigned)n_split);
-        dec_rows_fns[di][gi](rg, hkv_stream(stream), q, n_head, n_head_kv, g, k, v, ld, hs, ss,
+        dec_rows_fns[di][gi](rg, hkv_stream(stream), q, ldq, n_head, n_head_kv, g, k, v, ld, hs, ss,
                              n_rows, idx, idx_ld, scale, po, pl, n_split, rows);
     } else {
     dim3 grid((unsigned)((int64_t)n_seq * n_head_kv), (unsigned)((g + ATT_WARPS - 1) / ATT_WARPS),
               (unsigned)n_split);
     if (hkv_att_vec_ok(k, v, ld, hs, ss))
         HKV_LAUNCH(k_attn_decode<true>, grid, warps * 32, hkv_att_smem_bytes(d), hkv_stream(stream))(
-            q, n_head, n_head_kv, g, d, k, v, ld, hs, ss, n_rows, idx, idx_ld, scale, po, pl,
+            q, ldq, n_head, n_head_kv, g, d, k, v, ld, hs, ss, n_rows, idx, idx_ld, scale, po, pl,
             n_split, rows);
     else
         HKV_LAUNCH(k_attn_decode<false>, grid, warps * 32, hkv_att_smem_bytes(d),
                    hkv_stream(stream))(
-            q, n_head, n_head_kv, g, d, k, v, ld, hs, ss, n_rows, idx, idx_ld, scale, po, pl,
+            q, ldq, n_head, n_head_kv, g, d, k, v, ld, hs, ss, n_rows, idx, idx_ld, scale, po, pl,
             n_split, rows);
     }
     HKV_LAUNCH_CHECK(err);
@@ -362,6 +367,18 @@ extern "C" int hkv_gpu_attn_decode_split(const float *q, int n_seq, int n_head, 
         HKV_LAUNCH_CHECK(err);
     }
     return HKV_OK;
+}
+
+extern "C" int hkv_gpu_attn_decode_split(const float *q, int n_seq, int n_head, int n_head_kv,
+                                         int d, const uint16_t *k, const uint16_t *v, int64_t ld,
+                                         int64_t hs, int64_t ss, const int32_t *n_rows,
+                                         const int32_t *idx, int64_t idx_ld, float scale,
+                                         float *out, float *lse, int n_split, void *ws,
+                                         size_t ws_bytes, void *stream, hkv_err *err)
+{
+    return hkv_gpu_attn_decode_split_q(q, (int64_t)n_head * d, n_seq, n_head, n_head_kv, d, k, v,
+                                       ld, hs, ss, n_rows, idx, idx_ld, scale, out, lse, n_split,
+                                       ws, ws_bytes, stream, err);
 }
 
 extern "C" int hkv_gpu_attn_decode(const float *q, int n_seq, int n_head, int n_head_kv, int d,

@@ -125,6 +125,14 @@ int hkv_gpu_attn_decode_split(const float *q, int n_seq, int n_head, int n_head_
                               int64_t ss, const int32_t *n_rows, const int32_t *idx,
                               int64_t idx_ld, float scale, float *out, float *lse, int n_split,
                               void *ws, size_t ws_bytes, void *stream, hkv_err *err);
+/* The same with sequence s's query heads at q + s*ldq (ldq >= n_head*d, a
+ * multiple of 4): the pipeline reads them in place from its QKV rows,
+ * without gathering them into [n_seq][n_head][d] first. */
+int hkv_gpu_attn_decode_split_q(const float *q, int64_t ldq, int n_seq, int n_head, int n_head_kv,
+                                int d, const uint16_t *k, const uint16_t *v, int64_t ld,
+                                int64_t hs, int64_t ss, const int32_t *n_rows, const int32_t *idx,
+                                int64_t idx_ld, float scale, float *out, float *lse, int n_split,
+                                void *ws, size_t ws_bytes, void *stream, hkv_err *err);
 size_t hkv_gpu_attn_decode_ws_bytes(int n_seq, int n_head, int d, int n_split);
 /* The split count for a grid of n_seq x n_head_kv (sequence, KV head) pairs
  * over at most max_rows keys on a device of sm_count SMs: enough blocks for

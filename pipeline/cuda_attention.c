@@ -37,9 +37,10 @@ static int is_prompt(const hkv_seg *sg) {
 
 /* Near attention of the step's decode rows (their index arrays staged, and
  * b->h_rows their rows in the batch). Rows that follow each other (a
- * decode batch, or a micro-batch of one) take the partial straight into
- * the attention output and lse: two scatter launches a layer fewer, which
- * counts where the host's queueing bounds a step. */
+ * decode batch, or a micro-batch of one) take their queries from the QKV
+ * rows and the partial straight into the attention output and lse: three
+ * launches a layer fewer, which counts where the host's queueing or the
+ * launches' fixed cost bound a step. */
 static int near_attend(cuda_be *b, int layer, int n_dec, hkv_err *err) {
     const size_t lofs = (size_t)layer * b->KH * b->NR * b->d;
     /* fewer splits as the batch grows: never more than the workspace's */
@@ -50,14 +51,19 @@ static int near_attend(cuda_be *b, int layer, int n_dec, hkv_err *err) {
     const int64_t r = dense ? b->h_rows[0] : 0;
     float *no = dense ? b->act[HKV_ACT_ATT] + r * b->qd : b->d_no,
           *nl = dense ? b->d_lse + r * b->H : b->d_nl;
+    /* Following rows' queries are read where they are, in the QKV rows (one
+     * launch a layer fewer); gathered into d_q otherwise, or when the kept
+     * rows' attention reads them there too. */
+    const int in_place = dense && !b->kp.n_dec;
+    const float *q = in_place ? b->act[HKV_ACT_QKV] + r * b->qkv_w : b->d_q;
     int rc;
-    if ((rc = hkv_gpu_copy_rows(b->d_q, b->qd, NULL, b->act[HKV_ACT_QKV], b->qkv_w, b->d_rows, n_dec,
-                                b->qd, b->st, err)) ||
-        (rc = hkv_gpu_attn_decode_split(b->d_q, n_dec, b->H, b->KH, b->d, b->near_k + lofs,
-                                        b->near_v + lofs, b->d, (int64_t)b->NR * b->d, 0,
-                                        b->d_nrows, b->d_idx, 0, 1.0f / sqrtf((float)b->d),
-                                        no, nl, split, b->d_split_ws, b->split_ws_bytes,
-                                        b->st, err)) ||
+    if ((!in_place && (rc = hkv_gpu_copy_rows(b->d_q, b->qd, NULL, b->act[HKV_ACT_QKV], b->qkv_w,
+                                              b->d_rows, n_dec, b->qd, b->st, err))) ||
+        (rc = hkv_gpu_attn_decode_split_q(q, in_place ? b->qkv_w : b->qd, n_dec, b->H, b->KH, b->d,
+                                          b->near_k + lofs, b->near_v + lofs, b->d,
+                                          (int64_t)b->NR * b->d, 0, b->d_nrows, b->d_idx, 0,
+                                          1.0f / sqrtf((float)b->d), no, nl, split, b->d_split_ws,
+                                          b->split_ws_bytes, b->st, err)) ||
         (rc = cb_keep_attend(b, layer, n_dec, no, nl, err)))
         return rc;
     if (!dense &&

@@ -244,11 +244,13 @@ static double layer_weight_bytes(const hkv_predict_params *p) {
 }
 
 /* Attention over `rows` K/V rows per (sequence, KV head) for b sequences
- * (cuda_attention.c near_attend): Q rows gathered, hkv_gpu_attn_decode_split
- * (+ its combine when the key range is split), out and lse scattered. The
- * near tier goes through its index list and is split as the pipeline asks
- * (max_rows = the near tier); full's whole KV is split for its length.
- * *bytes gets the K/V bytes (booked as KV); the rest goes to *act. */
+ * (cuda_attention.c near_attend): a decode batch's rows follow each other,
+ * so hkv_gpu_attn_decode_split_q reads the queries in the QKV rows and
+ * writes out and lse in place (+ its combine when the key range is split;
+ * the gather and scatters are for rows apart, not modelled). The near tier
+ * goes through its index list and is split as the pipeline asks (max_rows
+ * = the near tier); full's whole KV is split for its length. *bytes gets
+ * the K/V bytes (booked as KV); the rest goes to *act. */
 static double attend(const ctx *x, int b, int64_t rows, int near, double *bytes, double *act,
                      int64_t *kern) {
     const hkv_predict_params *p = x->p;
@@ -256,15 +258,9 @@ static double attend(const ctx *x, int b, int64_t rows, int near, double *bytes,
     const int H = c->n_head, KH = c->n_head_kv, d = c->head_dim;
     const int gy = (H / KH + 7) / 8;   /* query-head groups of 8 re-read K/V */
     *bytes = (double)b * KH * gy * rows * d * 2 * 2;
-    hkv_kshape s = {.kind = HKV_KN_COPY_ROWS, .n = b, .width = (int64_t)H * d};
-    double t = kcall(x, &s, 0, act, kern);   /* Q gathered */
-    t += kcall(x, &s, 0, act, kern);          /* out scattered */
-    s = (hkv_kshape){.kind = HKV_KN_COPY_ROWS, .n = b, .width = H};
-    t += kcall(x, &s, 0, act, kern);   /* lse scattered */
-    s = (hkv_kshape){.kind = HKV_KN_ATTN_DECODE, .n_seq = b, .H = H, .KH = KH, .d = d, .keys = rows,
-                     .gather = near, .split_rows = near ? (int64_t)p->L_init + p->L_local : rows};
-    t += kcall(x, &s, *bytes, act, kern);
-    return t;
+    hkv_kshape s = {.kind = HKV_KN_ATTN_DECODE, .n_seq = b, .H = H, .KH = KH, .d = d, .keys = rows,
+                    .gather = near, .split_rows = near ? (int64_t)p->L_init + p->L_local : rows};
+    return kcall(x, &s, *bytes, act, kern);
 }
 
 /* ctkvr's per-(sequence, layer, KV head) bytes. */

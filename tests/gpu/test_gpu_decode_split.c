@@ -5,9 +5,12 @@
  * empty partial); contiguous and gathered rows; 16-byte aligned rows (the
  * 128-bit load path) and rows at a 4-byte stride (the 32-bit path); GQA
  * 1..8 with d = 32..256. Outputs poisoned with guards that must stay NaN;
- * the split result must also equal the unsplit kernel's within rounding.
+ * the split result must also equal the unsplit kernel's within rounding,
+ * and with the queries read in place at a QKV row's stride
+ * (hkv_gpu_attn_decode_split_q) the packed queries' result bit for bit.
  * Plus the split count rule and the workspace checks (too small, missing,
- * misaligned, n_split out of range: each a clear error, nothing written).
+ * misaligned, n_split out of range, a bad query stride: each a clear error,
+ * nothing written).
  * Bounds as test_gpu_attn.c: per head max|out - ref| <= 1e-4 max|ref|,
  * |lse - ref| <= 1e-4 max(1, |ref|). */
 #include "ref.h"
@@ -57,6 +60,16 @@ static void run_case(hkv_gpu_ctx *ctx, const dcase *c, test_rng *rng)
                                      scale, dout, dlse, S, ws, wsb, st, err));
     GPU_OK(hkv_gpu_attn_decode(dq, c->n_seq, H, KH, d, dk, dv, ld, hs, call_ss, dnr, ix, ix_ld, scale,
                                d1, dl1, st, err));
+    /* the queries read in place from QKV-like rows (stride (H + 2 KH) d, K
+     * and V values between them): the same result, bit for bit */
+    const int64_t ldq = (int64_t)(H + 2 * KH) * d;
+    float *qs = malloc((size_t)c->n_seq * ldq * 4);
+    for (int64_t i = 0; i < c->n_seq * ldq; i++) qs[i] = 1e30f;
+    for (int sq = 0; sq < c->n_seq; sq++) memcpy(qs + sq * ldq, q + (int64_t)sq * H * d, (size_t)H * d * 4);
+    float *dqs = gpu_put(ctx, qs, c->n_seq * ldq * 4);
+    float *d2 = gpu_poisoned(ctx, rows * d), *dl2 = gpu_poisoned(ctx, rows);
+    GPU_OK(hkv_gpu_attn_decode_split_q(dqs, ldq, c->n_seq, H, KH, d, dk, dv, ld, hs, call_ss, dnr, ix,
+                                       ix_ld, scale, d2, dl2, S, ws, wsb, st, err));
     gpu_drop(ctx, dst, npair * 4);
     free(starts);
     float *out = malloc((rows * d + HKV_TEST_GUARD) * 4), *lse = malloc((rows + HKV_TEST_GUARD) * 4);
@@ -65,6 +78,15 @@ static void run_case(hkv_gpu_ctx *ctx, const dcase *c, test_rng *rng)
     gpu_get(ctx, lse, dlse, (rows + HKV_TEST_GUARD) * 4);
     gpu_get(ctx, o1, d1, rows * d * 4);
     gpu_get(ctx, l1, dl1, rows * 4);
+    float *o2 = malloc(rows * d * 4), *l2 = malloc(rows * 4);
+    gpu_get(ctx, o2, d2, rows * d * 4);
+    gpu_get(ctx, l2, dl2, rows * 4);
+    CHECK(!memcmp(o2, out, rows * d * 4) && !memcmp(l2, lse, rows * 4),
+          "H=%d KH=%d d=%d seqs %d, %d splits: queries at a stride of %lld differ from the packed "
+          "ones", H, KH, d, c->n_seq, S, (long long)ldq);
+    gpu_drop(ctx, dqs, c->n_seq * ldq * 4);
+    gpu_drop(ctx, d2, (rows * d + HKV_TEST_GUARD) * 4), gpu_drop(ctx, dl2, (rows + HKV_TEST_GUARD) * 4);
+    free(qs), free(o2), free(l2);
     double *ro = malloc((size_t)g * d * sizeof *ro), *rl = malloc((size_t)g * sizeof *rl), worst = 0;
     int bad = 0, vs_unsplit = 0;
     for (int s = 0; s < c->n_seq; s++)
@@ -137,6 +159,15 @@ static void test_bad_args(hkv_gpu_ctx *ctx)
         int rc = hkv_gpu_attn_decode_split(dq, 1, H, KH, d, dk, dv, d, 64 * d, 0, dnr, NULL, 1, 1.0f,
                                            dout, dl, bad[i].S, bad[i].w, bad[i].b, st, &e);
         CHECK(rc == HKV_E_INVAL && strstr(e.msg, bad[i].what), "bad case %zu: rc %d, '%s'", i, rc,
+              e.msg);
+    }
+    for (int i = 0; i < 2; i++) {   /* a query stride under a row, or not a multiple of 4 */
+        hkv_err e;
+        hkv_err_clear(&e);
+        int rc = hkv_gpu_attn_decode_split_q(dq, i ? H * d + 2 : H * d - 4, 1, H, KH, d, dk, dv, d,
+                                             64 * d, 0, dnr, NULL, 1, 1.0f, dout, dl, 1, NULL, 0, st,
+                                             &e);
+        CHECK(rc == HKV_E_INVAL && strstr(e.msg, "q stride"), "bad q stride %d: rc %d, '%s'", i, rc,
               e.msg);
     }
     float o[4 * 64];

@@ -121,17 +121,17 @@ static void hand_case(void) {
      *    write 1536) 3328, SwiGLU (2x128x8 + 2x128x4) 3072, K/V append
      *    (2x2x32x2x4 + 16 + 2x2x32x2x2) 1552, partials cleared 8x33x4 = 1056,
      *    the merge 8x33x4x3 = 3168: 16784;
-     *  - near attention: Q gathered and out scattered 2 x (1024 + 8 + 1024),
-     *    lse scattered 32 + 8 + 32, k_attn_decode (one split: 4 blocks on one
-     *    SM) K/V 32768 + lengths 16 + ring index 4x64x4 + Q 1024 + (out, lse)
-     *    1056: 40072;
+     *  - near attention: k_attn_decode (one split: 4 blocks on one SM; the
+     *    queries read in the QKV rows, out and lse written in place) K/V
+     *    32768 + lengths 16 + ring index 4x64x4 + Q 1024 + (out, lse) 1056:
+     *    35888;
      *  - k_recall_top per (row, KV head): centroids 2048 + Q 256 + table row
      *    and FIFO 24 read, scores 64 + C' slots and cosines 16 + count 4
      *    written: 4 x 2412 = 9648;
      *  - copies: the centroid row up 576, QKV and slots down 2048 + 80,
-     *    max(near 40072, host 4 x 7488 = 29952), up 1056.
+     *    max(near 35888, host 4 x 7488 = 29952), up 1056.
      * Outside: embedding 80 + head GEMV 10240 + 512 + 2048 + copies 48 + 2048. */
-    const double dense = 38912, small = 16784, near = 40072, recall = 9648, head = 12800;
+    const double dense = 38912, small = 16784, near = 35888, recall = 9648, head = 12800;
     const double layer = (dense + small + 576 + recall + 2128 + near + 1056) * 1e-9;
     const double step = 2 * layer + (80 + head + 48 + 2048) * 1e-9;
     NEAR(b->step_s, step);
@@ -142,8 +142,8 @@ static void hand_case(void) {
     NEAR(b->cpu_wait_frac, 1 - 2 * 29952e-9 / step);
     /* what the kernels move beyond weights, K/V and centroids: per layer
      * 8192 (x, y) + 16784 - 2 x 256 (the norms' weights are the layer's) +
-     * 40072 - 32768 + 9648 - 8192; the head's x and y 2560 */
-    NEAR(b->dev_act_bytes, 2 * (8192 + 16784 - 512 + 40072 - 32768 + 9648 - 8192) + 2560);
+     * 35888 - 32768 + 9648 - 8192; the head's x and y 2560 */
+    NEAR(b->dev_act_bytes, 2 * (8192 + 16784 - 512 + 35888 - 32768 + 9648 - 8192) + 2560);
     NEAR(b->dev_bytes, b->dev_weight_bytes + b->dev_kv_bytes + b->dev_index_bytes + b->dev_act_bytes);
     CHECK(o.fits, "the tiny shape fits 1 GiB: %s", o.refusal);
     /* a host 10x slower (299520 ns a layer) is the layer's critical path,
@@ -168,9 +168,9 @@ static void hand_case(void) {
     NEAR(b->pcie_down_bytes, 2048);
     NEAR(b->pcie_up_bytes, 2 * 16);
     /* per layer: the GEMVs 38912, small kernels without clear and merge
-     * 16784 - 1056 - 3168, the copies 4184 and k_attn_decode over the whole
-     * KV (no index list, one split) 524288 + 16 + 1024 + 1056 */
-    NEAR(b->step_s, 2 * (38912 + 12560 + 4184 + 526384) * 1e-9 + (80 + 12800 + 32 + 2048) * 1e-9);
+     * 16784 - 1056 - 3168, and k_attn_decode over the whole KV (no index
+     * list, one split) 524288 + 16 + 1024 + 1056 */
+    NEAR(b->step_s, 2 * (38912 + 12560 + 526384) * 1e-9 + (80 + 12800 + 32 + 2048) * 1e-9);
     NEAR(o.mode[HKV_PRED_TARGET].step_s, b->step_s);
 
     /* as built, 9..32 rows run as 8-row GEMVs (one more launch per product
@@ -181,21 +181,21 @@ static void hand_case(void) {
     p.batch = 8;
     CHECK(hkv_predict(&p, &o, &err) == HKV_OK, "%s", err.msg);
     const int64_t k8 = o.mode[HKV_PRED_BUILT].kernels;
-    /* per layer 4 GEMV + 5 small + 4 attention; head GEMV + 3 */
-    CHECK(k8 == 2 * 13 + 4, "kernels at batch 8: %lld", (long long)k8);
+    /* per layer 4 GEMV + 5 small + 1 attention; head GEMV + 3 */
+    CHECK(k8 == 2 * 10 + 4, "kernels at batch 8: %lld", (long long)k8);
     p.batch = 9;
     CHECK(hkv_predict(&p, &o, &err) == HKV_OK, "%s", err.msg);
     /* two GEMVs (8 + 1 rows) per product */
-    CHECK(o.mode[HKV_PRED_BUILT].kernels == 2 * (8 + 9) + 2 + 3, "kernels at batch 9: %lld",
+    CHECK(o.mode[HKV_PRED_BUILT].kernels == 2 * (8 + 6) + 2 + 3, "kernels at batch 9: %lld",
           (long long)o.mode[HKV_PRED_BUILT].kernels);
     p.batch = 32;
     CHECK(hkv_predict(&p, &o, &err) == HKV_OK, "%s", err.msg);
-    CHECK(o.mode[HKV_PRED_BUILT].kernels == 2 * (16 + 9) + 4 + 3, "kernels at batch 32: %lld",
+    CHECK(o.mode[HKV_PRED_BUILT].kernels == 2 * (16 + 6) + 4 + 3, "kernels at batch 32: %lld",
           (long long)o.mode[HKV_PRED_BUILT].kernels);
     p.batch = 33;
     CHECK(hkv_predict(&p, &o, &err) == HKV_OK, "%s", err.msg);
     /* every tiny matrix is one panel (<= 128 rows, or 256 rows of 64 within 32 MiB) */
-    CHECK(o.mode[HKV_PRED_BUILT].kernels == 2 * (8 + 9) + 2 + 3, "kernels at batch 33: %lld",
+    CHECK(o.mode[HKV_PRED_BUILT].kernels == 2 * (8 + 6) + 2 + 3, "kernels at batch 33: %lld",
           (long long)o.mode[HKV_PRED_BUILT].kernels);
     CHECK(o.mode[HKV_PRED_TARGET].kernels == k8, "target kernels %lld",
           (long long)o.mode[HKV_PRED_TARGET].kernels);
