@@ -176,6 +176,16 @@ int hkv_gpu_attn_decode_split(const float *q, int n_seq, int n_head, int n_head_
     (void)n_split, (void)ws, (void)ws_bytes, (void)stream;
     return NO_CUDA(err, "gpu decode attention");
 }
+int hkv_gpu_attn_decode_split_q(const float *q, int64_t ldq, int n_seq, int n_head, int n_head_kv,
+                                int d, const uint16_t *k, const uint16_t *v, int64_t ld,
+                                int64_t hs, int64_t ss, const int32_t *n_rows, const int32_t *idx,
+                                int64_t idx_ld, float scale, float *out, float *lse, int n_split,
+                                void *ws, size_t ws_bytes, void *stream, hkv_err *err)
+{
+    (void)ldq;
+    return hkv_gpu_attn_decode_split(q, n_seq, n_head, n_head_kv, d, k, v, ld, hs, ss, n_rows, idx,
+                                     idx_ld, scale, out, lse, n_split, ws, ws_bytes, stream, err);
+}
 size_t hkv_gpu_attn_decode_ws_bytes(int n_seq, int n_head, int d, int n_split)
 {
     (void)n_seq, (void)n_head, (void)d, (void)n_split;
