@@ -185,7 +185,13 @@ int cb_graph_step(void *self, const int32_t *tokens, const int64_t *pos, const h
     if ((rc = cb_call_start(b, err))) return rc;
     g->stats0 = b->stats;
     for (int i = 0; i < UP_COUNT; i++) b->up_len[i] = 0, g->in_len[i] = 0;
-    if ((rc = hkv_gpu_capture_begin(b->st, err))) return rc;
+    hkv_err e2 = {0};
+    if (hkv_gpu_capture_begin(b->st, &e2)) {   /* no recording here: op by op, as with graphs off */
+        g->off = 1;
+        hkv_warn(stderr, "the device could not begin recording a decode step as a CUDA graph (%s); "
+                 "every step queues its ops one by one from now on", e2.msg);
+        return HKV_OK;
+    }
     g->capturing = 1;
     g->cap_n = n, g->cap_inv = inv;
     *mode = 2;
