@@ -1,9 +1,10 @@
 /* The decode step replayed whole: one CUDA graph per batch shape.
  *
  * Why: a decode step whose context is all on the device (`full` with the
- * whole KV near, or sequences still inside their near window) is about 15
- * launches a layer, some 500 for an 8B model, and on an H100 the host takes
- * 4.5-6 us to queue each (docs/GPU_MEASURED.md): at batch 1 the host's
+ * whole KV near, or sequences still inside their near window) is about a
+ * dozen launches a layer (some 20 when an H100 measured it), 400-600 for an
+ * 8B model, and the host took 4.5-6 us to queue each there
+ * (docs/GPU_MEASURED.md): at batch 1 the host's
  * queueing, not the device, bounds such a step. For a given batch size the
  * step's operations are the same every time; what changes (the tokens,
  * their positions, where each new K/V row goes, how many near rows each
