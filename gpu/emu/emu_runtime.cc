@@ -231,7 +231,7 @@ const char *cudaGetErrorName(cudaError_t e)
         N(cudaErrorLaunchOutOfResources) N(cudaErrorLaunchFailure) N(cudaErrorInvalidDevice)
         N(cudaErrorNoDevice) N(cudaErrorNotSupported) N(cudaErrorUnknown)
         N(cudaErrorIllegalState) N(cudaErrorStreamCaptureUnsupported)
-        N(cudaErrorStreamCaptureInvalidated) N(cudaErrorGraphExecUpdateFailure)
+        N(cudaErrorStreamCaptureInvalidated) N(cudaErrorCapturedEvent) N(cudaErrorGraphExecUpdateFailure)
 #undef N
     }
     return "cudaErrorUnknown";
@@ -259,6 +259,7 @@ const char *cudaGetErrorString(cudaError_t e)
     case cudaErrorIllegalState: return "the operation cannot be performed in the present state";
     case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
     case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case cudaErrorCapturedEvent: return "operation not permitted on an event last recorded in a capturing stream";
     case cudaErrorGraphExecUpdateFailure: return "the graph update was not performed because it included changes which violated constraints specific to instantiated graph update";
     default: return "unknown error";
     }

@@ -42,6 +42,7 @@ typedef enum cudaError {
     cudaErrorIllegalState = 401,
     cudaErrorStreamCaptureUnsupported = 900,
     cudaErrorStreamCaptureInvalidated = 901,
+    cudaErrorCapturedEvent = 907,
     cudaErrorGraphExecUpdateFailure = 910,
     cudaErrorUnknown = 999,
 } cudaError_t;

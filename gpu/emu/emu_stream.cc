@@ -63,6 +63,10 @@ struct hkv_emu_event {
     double t = 0;        /* seconds, at the latest completion */
     int pending = 0;     /* queued records and waits that point here */
     bool destroyed = false;
+    /* the stream whose capture holds the latest record (an external node),
+     * while that capture is open: the event cannot be queried or waited for
+     * (cudaErrorCapturedEvent); a record outside a capture clears it */
+    hkv_emu_stream *cap_by = nullptr;
 };
 
 namespace hkv_emu {
@@ -377,6 +381,14 @@ static bool event_valid(cudaEvent_t e)
     return e && r.events.count(e);
 }
 
+/* e's latest record is a node of a capture still open (e->mu held). */
+static bool captured_locked(hkv_emu_event *e)
+{
+    if (!e->cap_by) return false;
+    std::lock_guard<std::mutex> sl(e->cap_by->mu);
+    return e->cap_by->cap_state != cudaStreamCaptureStatusNone;
+}
+
 /* A queued record or wait on e is done with it; the last one frees a
  * destroyed event. */
 static void event_item_done(hkv_emu_event *e)
@@ -419,6 +431,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
         std::lock_guard<std::mutex> lk(e->mu);
         g = ++e->recorded;
         e->pending++;
+        e->cap_by = nullptr;
     }
     cudaError_t rc = enqueue(s, [e, g] {
         {
@@ -440,13 +453,20 @@ cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, unsigned int
     if (flags & ~cudaEventRecordExternal) return ret(cudaErrorInvalidValue);
     if (!event_valid(e) || !stream_valid(s)) return ret(cudaErrorInvalidResourceHandle);
     if ((flags & cudaEventRecordExternal) && s) {
-        std::lock_guard<std::mutex> lk(s->mu);
-        if (s->cap_state == cudaStreamCaptureStatusActive) {   /* a node, recorded by each launch */
-            s->cap.push_back(hkv_emu_node{nullptr, e});
+        cudaStreamCaptureStatus st;
+        {
+            std::lock_guard<std::mutex> lk(s->mu);
+            st = s->cap_state;
+            /* a node, recorded by each launch */
+            if (st == cudaStreamCaptureStatusActive) s->cap.push_back(hkv_emu_node{nullptr, e});
+        }
+        if (st == cudaStreamCaptureStatusActive) {   /* (e->mu after s->mu's release: the
+                                                         query takes them the other way) */
+            std::lock_guard<std::mutex> el(e->mu);
+            e->cap_by = s;
             return cudaSuccess;
         }
-        if (s->cap_state == cudaStreamCaptureStatusInvalidated)
-            return ret(cudaErrorStreamCaptureInvalidated);
+        if (st == cudaStreamCaptureStatusInvalidated) return ret(cudaErrorStreamCaptureInvalidated);
     }
     return cudaEventRecord(e, s);
 }
@@ -456,6 +476,7 @@ cudaError_t cudaEventQuery(cudaEvent_t e)
     if (!event_valid(e)) return ret(cudaErrorInvalidResourceHandle);
     if (sticky()) return ret(sticky());
     std::lock_guard<std::mutex> lk(e->mu);
+    if (captured_locked(e)) return ret(cudaErrorCapturedEvent);
     return e->completed >= e->recorded ? cudaSuccess : cudaErrorNotReady;
 }
 
@@ -463,6 +484,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e)
 {
     if (!event_valid(e)) return ret(cudaErrorInvalidResourceHandle);
     std::unique_lock<std::mutex> lk(e->mu);
+    if (captured_locked(e)) return ret(cudaErrorCapturedEvent);
     const uint64_t g = e->recorded;
     e->cv.wait(lk, [e, g] { return e->completed >= g; });
     return sticky() ? ret(sticky()) : cudaSuccess;
@@ -475,12 +497,14 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
     double ta, tb;
     {
         std::lock_guard<std::mutex> lk(a->mu);
+        if (captured_locked(a)) return ret(cudaErrorCapturedEvent);
         if (!a->recorded) return ret(cudaErrorInvalidResourceHandle);
         if (a->completed < a->recorded) return ret(cudaErrorNotReady);
         ta = a->t;
     }
     {
         std::lock_guard<std::mutex> lk(b->mu);
+        if (captured_locked(b)) return ret(cudaErrorCapturedEvent);
         if (!b->recorded) return ret(cudaErrorInvalidResourceHandle);
         if (b->completed < b->recorded) return ret(cudaErrorNotReady);
         tb = b->t;
@@ -657,6 +681,7 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t s)
             std::lock_guard<std::mutex> lk(e->mu);
             (*gens)[i] = ++e->recorded;
             e->pending++;
+            e->cap_by = nullptr;
         }
     cudaError_t rc = enqueue(s, [items, gens] {
         for (size_t i = 0; i < items->size(); i++) {

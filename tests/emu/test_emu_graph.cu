@@ -28,7 +28,9 @@
  *    (cudaEventSynchronize, cudaEventQuery, cudaEventElapsedTime between two
  *    such nodes); outside a capture it is cudaEventRecord; flags other than
  *    cudaEventRecordExternal are cudaErrorInvalidValue; an update that moves
- *    an event node is a topology change. */
+ *    an event node is a topology change; while the capture is open, the
+ *    event recorded in it cannot be queried, waited for or timed
+ *    (cudaErrorCapturedEvent). */
 #include <stdint.h>
 
 #include <atomic>
@@ -372,6 +374,23 @@ static void test_event_nodes(void)
           g ? nodes_of(g) : 0);
     CHECK(cudaEventQuery(a) == cudaSuccess, "a captured record is not a record: the event "
           "is as it was (never recorded)");
+    /* while the capture is open, an event last recorded in it cannot be
+     * queried or waited for (cudaErrorCapturedEvent) */
+    {
+        cudaStream_t s3 = new_stream();
+        CUDA_OK(cudaStreamBeginCapture(s3, cudaStreamCaptureModeThreadLocal));
+        CUDA_OK(cudaEventRecordWithFlags(b, s3, cudaEventRecordExternal));
+        CHECK(cudaEventQuery(b) == cudaErrorCapturedEvent, "query of an event in an open capture");
+        CHECK(cudaEventSynchronize(b) == cudaErrorCapturedEvent, "sync of an event in an open capture");
+        float ms = 0;
+        CHECK(cudaEventElapsedTime(&ms, b, b) == cudaErrorCapturedEvent, "elapsed time to it");
+        cudaGetLastError();
+        cudaGraph_t g3 = nullptr;
+        CUDA_OK(cudaStreamEndCapture(s3, &g3));
+        CHECK(cudaEventQuery(b) == cudaSuccess, "the capture ended: the event is as it was");
+        CUDA_OK(cudaGraphDestroy(g3));
+        CUDA_OK(cudaStreamDestroy(s3));
+    }
     cudaGraphExec_t ex = nullptr;
     CUDA_OK(cudaGraphInstantiate(&ex, g, 0));
     int bad = 0;
