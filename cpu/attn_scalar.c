@@ -117,6 +117,11 @@ void hkv_f32_to_f16_scalar(const float *src, uint16_t *dst, int64_t n)
     for (int64_t i = 0; i < n; i++) dst[i] = hkv_float_to_half(src[i]);
 }
 
+void hkv_q8_to_f16_scalar(const int8_t *c, const float *scale, int64_t n, uint16_t *dst)
+{
+    for (int64_t i = 0; i < n; i++) dst[i] = hkv_float_to_half((float)c[i] * scale[i / HKV_SKETCH_GROUP]);
+}
+
 void hkv_exp_scalar(const float *x, float *y, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) y[i] = expf(x[i]);

@@ -170,6 +170,11 @@ typedef struct hkv_cpu_kernels {
     /* fp16 <-> f32 rows (round to nearest even, as F16C does). */
     void (*f16_to_f32)(const uint16_t *src, float *dst, int64_t n);
     void (*f32_to_f16)(const float *src, uint16_t *dst, int64_t n);
+    /* int8 codes times their group's scale (scale[i / HKV_SKETCH_GROUP]) to
+     * fp16, n a multiple of HKV_SKETCH_GROUP: the 8-bit far tier's rows as
+     * the fp16 kernels read them (index/far_rows.h). The product is formed
+     * in fp32 and rounded once, so every level gives the same bits. */
+    void (*q8_to_f16)(const int8_t *c, const float *scale, int64_t n, uint16_t *dst);
 
     /* y[i] = exp(x[i]), the exp the attention kernels use. Vector levels:
      * within 2 ulp of expf on [-87.33, 88.37], larger inputs clamp to

@@ -37,6 +37,7 @@
                                 float *s);                                                  \
     void hkv_f16_to_f32_##sfx(const uint16_t *src, float *dst, int64_t n);                  \
     void hkv_f32_to_f16_##sfx(const float *src, uint16_t *dst, int64_t n);                  \
+    void hkv_q8_to_f16_##sfx(const int8_t *c, const float *scale, int64_t n, uint16_t *dst); \
     void hkv_exp_##sfx(const float *x, float *y, int64_t n);                                \
     double hkv_stream_read_##sfx(const void *buf, size_t bytes);
 

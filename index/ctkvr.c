@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "far_rows.h"
 #include "ctkvr_impl.h"
 
 enum { P_C, P_CP, P_RHO, P_RHOP, P_DCU, P_DCU_COS, P_TAIL, P_SKETCH, P_COUNT };
@@ -334,18 +335,7 @@ static void sketch_rows(ctkvr *s, int layer, int kvh, const hkv_far_view *far, i
     float x[HKV_CTKVR_MAX_D];
     for (int64_t p = from; p < to; p++) {
         s->kern->f16_to_f32(far->k[kvh] + p * far->ld, x, d);
-        int8_t *c = codes + (size_t)p * d;
-        for (int gi = 0; gi < ng; gi++) {
-            const float *xg = x + gi * HKV_SKETCH_GROUP;
-            float amax = 0;
-            for (int e = 0; e < HKV_SKETCH_GROUP; e++) amax = fmaxf(amax, fabsf(xg[e]));
-            const float inv = amax > 0 ? 127.0f / amax : 0.0f;
-            for (int e = 0; e < HKV_SKETCH_GROUP; e++) {
-                float v = nearbyintf(xg[e] * inv);
-                c[gi * HKV_SKETCH_GROUP + e] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
-            }
-            scale[(size_t)p * ng + gi] = amax / 127.0f;
-        }
+        hkv_q8_quantize(x, d, codes + (size_t)p * d, scale + (size_t)p * ng);
     }
 }
 
@@ -607,8 +597,8 @@ static int64_t select_impl(ctkvr *s, int layer, int kvh, const float *q, const h
         return m;
     }
     /* rerank: q.k, max over the group's heads */
-    hkv_policy_score_max(ws, s->kern, q, g, d, far->k[kvh], far->ld, cand, n, sc);
-    ws->bytes += (uint64_t)n * d * 2;   /* the candidates' keys */
+    hkv_far_score_max(ws, s->kern, q, g, far, kvh, cand, n, sc);
+    ws->bytes += (uint64_t)n * hkv_far_view_row_bytes(far);   /* the candidates' keys */
     if (!s->c.dcu) {
         int64_t m = hkv_topk(sc, n, rho_p, ia, tsc);
         for (int64_t i = 0; i < m; i++) out[i] = cand[ia[i]];
@@ -814,6 +804,10 @@ static int ctkvr_create(hkv_policy *out, const hkv_policy_args *a, const hkv_pol
     ct_conf c;
     int rc = resolve(a, env->n_ctx, &c, err);
     if (rc) return rc;
+    if (c.sketch && env->far_q8)   /* its codes would copy the far tier's own */
+        return hkv_seterr(err, HKV_E_INVAL, "ctkvr: sketch=%d keeps int8 copies of fp16 far keys; "
+                          "with an 8-bit far tier (--far-kv q8) the rerank scores its codes "
+                          "directly: drop sketch", c.sketch);
     ctkvr *s = hkv_host_calloc(env->mem, HKV_TIER_INDEX, sizeof *s, err);
     if (!s) return hkv_err_prefix(err, "ctkvr");
     s->kern = env->kern, s->mem = env->mem, s->c = c, s->n_threads = env->n_threads;

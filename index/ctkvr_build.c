@@ -18,6 +18,7 @@
 #include <oneapi/dnnl/dnnl.h>
 #include <string.h>
 
+#include "far_rows.h"
 #include "ctkvr_impl.h"
 
 #define BUILD_ROWS 256    /* GEMM rows (centroids x g) per task: enough for sgemm to run near peak */
@@ -124,9 +125,9 @@ static int score_keys(const hkv_cpu_kernels *kern, const hkv_far_view *far, int 
                       const build_ws *w)
 {
     const int d = far->head_dim;
-    const uint16_t *K = far->k[h] + far->lo * far->ld;
+    uint16_t tmp[HKV_Q8_MAX_D];
     for (int64_t r = 0; r < nk; r++)
-        kern->f16_to_f32(K + (p0 + r * stride) * far->ld, w->kf + r * d, d);
+        hkv_far_k32(kern, far, h, far->lo + p0 + r * stride, tmp, w->kf + r * d);
     /* s[nc*g][nk] = qb[nc*g][d] . kf[nk][d]^T (row-major) */
     if (dnnl_sgemm('N', 'T', nc * g, nk, d, 1.0f, w->qb, d, w->kf, d, 0.0f, w->s, nb) !=
         dnnl_success)

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "far_rows.h"
 #include "policy.h"
 
 static const hkv_param_def oracle_params[] = {
@@ -37,8 +38,8 @@ static int64_t oracle_select(void *self, int layer, int kvh, const float *q,
     }
     int32_t *rows = ws->i, *sel = ws->i + n, *tmp = ws->i + 2 * n;
     for (int64_t i = 0; i < n; i++) rows[i] = (int32_t)(far->lo + i);
-    hkv_policy_score_max(ws, s->kern, q, s->g, s->d, far->k[kvh], far->ld, rows, n, ws->f);
-    ws->bytes += (uint64_t)n * s->d * 2;   /* every far key */
+    hkv_far_score_max(ws, s->kern, q, s->g, far, kvh, rows, n, ws->f);
+    ws->bytes += (uint64_t)n * hkv_far_view_row_bytes(far);   /* every far key */
     int64_t m = hkv_topk_asc(ws->f, n, s->k, sel, tmp);
     for (int64_t i = 0; i < m; i++) out[i] = rows[sel[i]];
     return m;

@@ -42,7 +42,12 @@ typedef struct hkv_policy_args {
 /* The far tier of one (sequence, layer), positions [lo, hi). K and V rows of
  * KV head h, position p, are at k[h] + p*ld and v[h] + p*ld (fp16, d each):
  * position-indexed, so a selected position is directly a row index for the
- * kernels (attn_sparse, score_max take int32 row indices). */
+ * kernels (attn_sparse, score_max take int32 row indices).
+ * An 8-bit far tier (hkv_tiered_params.far_q8, --far-kv q8) has k == v ==
+ * NULL and its rows in k8/v8 instead: d int8 codes a row (stride ld), each
+ * group of HKV_SKETCH_GROUP codes times its scale, ks[h][p * d / 32 + j]
+ * (the ctkvr sketch's format, so score_max_i8 scores it). index/far_rows.h
+ * reads either format. */
 struct hkv_far_accel;
 
 typedef struct hkv_far_view {
@@ -51,6 +56,8 @@ typedef struct hkv_far_view {
     const uint16_t *const *k;
     const uint16_t *const *v;
     int64_t ld;
+    const int8_t *const *k8, *const *v8;   /* 8-bit far tier: codes (else NULL) */
+    const float *const *ks, *const *vs;    /* and their scales */
     /* After a token-selective prefill (prep HKV_PREP_TSP) the layers past the
      * TSP layer hold K/V only for the propagated positions: rows != NULL
      * lists them (ascending, every one < rows_end) and positions below
@@ -146,6 +153,7 @@ typedef struct hkv_policy_env {
     const hkv_cpu_kernels *kern;
     hkv_mem_account *mem;
     int n_threads;               /* OpenMP workers that may call select concurrently */
+    int far_q8;                  /* the far tier is 8-bit (hkv_far_view's k8/v8) */
 } hkv_policy_env;
 
 /* The kernels' score_max and score_max_i8 spread over the threads of a step

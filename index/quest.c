@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "far_rows.h"
 #include "window_scores.h"
 
 enum { P_PAGE, P_BUDGET, P_COUNT };
@@ -80,7 +81,8 @@ static int extend(quest *s, int layer, const hkv_far_view *far)
         const int64_t pg = (p - lo) / s->P;
         const int first = (p - lo) % s->P == 0;
         for (int h = 0; h < s->KH; h++) {
-            const uint16_t *k = far->k[h] + p * far->ld;
+            uint16_t tmp[HKV_Q8_MAX_D];
+            const uint16_t *k = hkv_far_k16(s->kern, far, h, p, tmp);
             uint16_t *mx = page_row(s, layer, h, pg), *mn = mx + d;
             if (first) {
                 memcpy(mx, k, (size_t)d * 2);

@@ -42,6 +42,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "far_rows.h"
 #include "window_scores.h"
 
 enum { P_BUDGET, P_WINDOW, P_KERNEL, P_MT, P_SPLIT, P_RERANK, P_COUNT };
@@ -139,7 +140,8 @@ static void list_push(const rocketkv *s, rk_layer *ly, int h, const hkv_far_view
     const int d = s->d;
     const int64_t i = ly->n[h]++, pg = i / ly->sp.page, P = ly->pcap;
     ly->cand[(int64_t)h * ly->cap + i] = p;
-    const uint16_t *k = far->k[h] + (int64_t)p * far->ld;
+    uint16_t tmp[HKV_Q8_MAX_D];
+    const uint16_t *k = hkv_far_k16(s->kern, far, h, p, tmp);
     uint16_t *mx = ly->bnd + (int64_t)h * 2 * d * P + pg, *mn = mx + (int64_t)d * P;
     const int first = i % ly->sp.page == 0;
     for (int e = 0; e < d; e++) {
@@ -383,8 +385,8 @@ static int64_t rocketkv_select(void *self, int layer, int kvh, const float *q,
         return m;
     }
     for (int64_t i = 0; i < m; i++) rows[i] = cand[idx[i]];   /* exact rerank of the top kk */
-    hkv_policy_score_max(ws, s->kern, q, g, d, far->k[kvh], far->ld, rows, m, sc);
-    ws->bytes += (uint64_t)m * d * 2;   /* the reranked keys */
+    hkv_far_score_max(ws, s->kern, q, g, far, kvh, rows, m, sc);
+    ws->bytes += (uint64_t)m * hkv_far_view_row_bytes(far);   /* the reranked keys */
     int64_t mk = hkv_topk_asc(sc, m, k, idx, scr);
     for (int64_t i = 0; i < mk; i++) out[i] = rows[idx[i]];
     return mk;

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "far_rows.h"
 #include "window_scores.h"
 
 #define WS_KEYS 256     /* keys per GEMM chunk: the [w*g][256] score tile stays in L2 */
@@ -65,7 +66,8 @@ static int chunk(const hkv_cpu_kernels *kern, const hkv_ws_job *j, int h, int g,
     const int64_t W = j->qv->n, R = W * g;
     for (int64_t r = 0; r < nk; r++) {
         w->pos[r] = pos_of(j, h, x0 + r);
-        kern->f16_to_f32(far->k[h] + w->pos[r] * far->ld, w->kf + r * d, d);
+        uint16_t tmp[HKV_Q8_MAX_D];
+        hkv_far_k32(kern, far, h, w->pos[r], tmp, w->kf + r * d);
     }
     const float scale = 1.0f / sqrtf((float)d);
     if (dnnl_sgemm('N', 'T', R, nk, d, scale, w->qb, d, w->kf, d, 0.0f, w->s, WS_KEYS) !=

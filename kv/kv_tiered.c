@@ -34,8 +34,14 @@ void tiered_far_view(const tiered *t, const tseq *q, int layer, hkv_far_view *v)
     v->head_dim = t->s.head_dim;
     v->lo = t->p.L_init;
     v->hi = q->far_hi[layer] > v->lo ? q->far_hi[layer] : v->lo;
-    v->k = q->kptr + (size_t)layer * t->s.n_head_kv;
-    v->v = q->vptr + (size_t)layer * t->s.n_head_kv;
+    const size_t at = (size_t)layer * t->s.n_head_kv;
+    const int q8 = t->p.far_q8;
+    v->k = q8 ? NULL : q->kptr + at;
+    v->v = q8 ? NULL : q->vptr + at;
+    v->k8 = q8 ? q->k8ptr + at : NULL;
+    v->v8 = q8 ? q->v8ptr + at : NULL;
+    v->ks = q8 ? q->ksptr + at : NULL;
+    v->vs = q8 ? q->vsptr + at : NULL;
     v->ld = t->s.head_dim;
     const tsp_list *tl = q->tsp ? &q->tsp[layer] : NULL;
     v->rows = tl && tl->rows ? tl->rows : NULL;
@@ -48,6 +54,7 @@ static hkv_policy_env policy_env(const tiered *t, const tseq *q) {
     hkv_policy_env env = {
         .shape = t->s, .n_ctx = q->cap, .L_init = t->p.L_init, .L_local = t->p.L_local,
         .kern = t->kern, .mem = t->mem, .n_threads = omp_get_max_threads(),
+        .far_q8 = t->p.far_q8,
     };
     return env;
 }
@@ -59,6 +66,10 @@ int tiered_policy_rebuild(tiered *t, tseq *q, hkv_err *err) {
 int tiered_policy_make(tiered *t, tseq *q, const tseq *src, hkv_err *err) {
     if (q->pol.ops) q->pol.ops->destroy(q->pol.self);
     memset(&q->pol, 0, sizeof q->pol);
+    if (t->p.far_q8 && q->def->prep == HKV_PREP_TSP)   /* its prompt attends listed rows in place */
+        return hkv_seterr(err, HKV_E_UNSUPPORTED, "policy '%s': a token-selective prefill over an "
+                          "8-bit far tier (--far-kv q8) is not built; use --far-kv f16",
+                          q->def->name);
     hkv_policy_env env = policy_env(t, q);
     int rc = q->def->create(&q->pol, &q->args, &env, err);
     if (rc) {
@@ -112,26 +123,23 @@ static int far_alloc(tiered *t, int seq, hkv_pinned *b, size_t bytes, hkv_err *e
  * would be a copy nobody reads. Made from the far rows when the policy
  * changes (near_fill). */
 static int wants_near(const tiered *t, const tseq *q) {
-    return !(q->def == &hkv_policy_full && !t->p.pin_far && !t->p.audit);
+    return !(q->def == &hkv_policy_full && !t->p.pin_far && !t->p.audit && !t->p.far_q8);
 }
 
 /* The near tier of (q, layer) from the far rows, as of `end` tokens: the
  * sinks and the ring's positions. */
 void tiered_near_from_far(tiered *t, tseq *q, int layer, int64_t end) {
     const int KH = t->s.n_head_kv, d = t->s.head_dim, Li = t->p.L_init, Ll = t->p.L_local;
-    const size_t row = (size_t)d * 2;
     const int64_t ring_from = end - Ll > Li ? end - Ll : Li;
+    hkv_far_view fv;   /* (an 8-bit far tier's rows come back as fp16) */
+    tiered_far_view(t, q, layer, &fv);
     for (int h = 0; h < KH; h++) {
         uint16_t *nk = near_rows(t, q, q->near_k, layer, h), *nv = near_rows(t, q, q->near_v, layer, h);
-        const uint16_t *fk = far_rows(t, q, q->far_k, layer, h), *fv = far_rows(t, q, q->far_v, layer, h);
-        for (int64_t p = 0; p < end && p < Li; p++) {
-            memcpy(nk + p * d, fk + p * d, row);
-            memcpy(nv + p * d, fv + p * d, row);
-        }
+        for (int64_t p = 0; p < end && p < Li; p++)
+            hkv_far_gather16(t->kern, &fv, h, NULL, p, 1, nk + p * d, nv + p * d);
         for (int64_t p = ring_from; p < end; p++) {
             int64_t s = ring_slot(t, p);
-            memcpy(nk + s * d, fk + p * d, row);
-            memcpy(nv + s * d, fv + p * d, row);
+            hkv_far_gather16(t->kern, &fv, h, NULL, p, 1, nk + s * d, nv + s * d);
         }
     }
 }
@@ -165,6 +173,10 @@ static void seq_free(tiered *t, tseq *q) {
     tiered_tsp_free(t, q);
     free(q->kptr);
     free(q->vptr);
+    free(q->k8ptr);
+    free(q->v8ptr);
+    free(q->ksptr);
+    free(q->vsptr);
     memset(q, 0, sizeof *q);
 }
 
@@ -194,7 +206,7 @@ static int t_seq_open(void *self, int seq, int64_t n_ctx, hkv_err *err) {
     }
     if (q->q_keep > n_ctx) q->q_keep = n_ctx;
     q->near_bytes = wants_near(t, q) ? (size_t)L * KH * t->NR * d * 2 : 0;
-    q->far_bytes = (size_t)L * KH * (size_t)q->stride * d * 2;
+    q->far_bytes = (size_t)L * KH * (size_t)q->stride * hkv_far_row_bytes(d, t->p.far_q8);
     q->qh_bytes = (size_t)L * q->q_keep * t->s.n_head * d * 2;
     int rc = HKV_E_NOMEM;
     q->far_kb.node = q->far_vb.node = -1;
@@ -213,12 +225,24 @@ static int t_seq_open(void *self, int seq, int64_t n_ctx, hkv_err *err) {
     q->fed = calloc((size_t)L, sizeof *q->fed);
     q->kptr = calloc((size_t)L * KH, sizeof *q->kptr);
     q->vptr = calloc((size_t)L * KH, sizeof *q->vptr);
-    if (!q->prompt_open || !q->far_hi || !q->fed || !q->kptr || !q->vptr) {
+    q->k8ptr = calloc((size_t)L * KH, sizeof *q->k8ptr);
+    q->v8ptr = calloc((size_t)L * KH, sizeof *q->v8ptr);
+    q->ksptr = calloc((size_t)L * KH, sizeof *q->ksptr);
+    q->vsptr = calloc((size_t)L * KH, sizeof *q->vsptr);
+    if (!q->prompt_open || !q->far_hi || !q->fed || !q->kptr || !q->vptr || !q->k8ptr ||
+        !q->v8ptr || !q->ksptr || !q->vsptr) {
         hkv_seterr(err, HKV_E_NOMEM, "no memory for sequence %d's tables", seq);
         goto fail;
     }
     for (int l = 0; l < L; l++)
         for (int h = 0; h < KH; h++) {
+            if (t->p.far_q8) {
+                q->k8ptr[l * KH + h] = far_codes(t, q, q->far_k, l, h);
+                q->v8ptr[l * KH + h] = far_codes(t, q, q->far_v, l, h);
+                q->ksptr[l * KH + h] = far_scales(t, q, q->far_k, l, h);
+                q->vsptr[l * KH + h] = far_scales(t, q, q->far_v, l, h);
+                continue;
+            }
             q->kptr[l * KH + h] = far_rows(t, q, q->far_k, l, h);
             q->vptr[l * KH + h] = far_rows(t, q, q->far_v, l, h);
         }
@@ -330,8 +354,8 @@ static int append_segment(tiered *t, int layer, const hkv_seg *sg, const float *
             const float *row = qkv + (sg->row + i) * ld_qkv;
             int64_t p = seg_pos(sg, i);
             for (int h = 0; h < KH; h++) {
-                kn->f32_to_f16(row + (size_t)(H + h) * d, far_rows(t, q, q->far_k, layer, h) + p * d, d);
-                kn->f32_to_f16(row + (size_t)(H + KH + h) * d, far_rows(t, q, q->far_v, layer, h) + p * d, d);
+                far_store(t, q, q->far_k, layer, h, p, row + (size_t)(H + h) * d);
+                far_store(t, q, q->far_v, layer, h, p, row + (size_t)(H + KH + h) * d);
             }
         }
         keep_queries(t, q, layer, sg, qkv, ld_qkv);
@@ -355,14 +379,14 @@ static int append_segment(tiered *t, int layer, const hkv_seg *sg, const float *
      * far rows then hold every position below the length, which full
      * attention reads in place (kv_tiered_attn.c) and a prompt that
      * continues a decoded sequence finds there. */
+    /* (An 8-bit far tier's row is its codes; the near slot keeps the fp16
+     * row, as the device's mirror appends it.) */
     for (int h = 0; h < KH; h++) {
-        uint16_t *fk = far_rows(t, q, q->far_k, layer, h) + p * d;
-        uint16_t *fv = far_rows(t, q, q->far_v, layer, h) + p * d;
-        kn->f32_to_f16(row + (size_t)(H + h) * d, fk, d);
-        kn->f32_to_f16(row + (size_t)(H + KH + h) * d, fv, d);
+        far_store(t, q, q->far_k, layer, h, p, row + (size_t)(H + h) * d);
+        far_store(t, q, q->far_v, layer, h, p, row + (size_t)(H + KH + h) * d);
         if (!q->near_k) continue;
-        memcpy(near_rows(t, q, q->near_k, layer, h) + slot * d, fk, (size_t)d * 2);
-        memcpy(near_rows(t, q, q->near_v, layer, h) + slot * d, fv, (size_t)d * 2);
+        kn->f32_to_f16(row + (size_t)(H + h) * d, near_rows(t, q, q->near_k, layer, h) + slot * d, d);
+        kn->f32_to_f16(row + (size_t)(H + KH + h) * d, near_rows(t, q, q->near_v, layer, h) + slot * d, d);
     }
     keep_queries(t, q, layer, sg, qkv, ld_qkv);
     return HKV_OK;
@@ -530,6 +554,10 @@ int hkv_kv_tiered_create(hkv_kv *kv, const hkv_kv_shape *shape, int max_seqs,
     if (p->L_local < 1 || p->L_local > (1 << 22))
         return hkv_seterr(err, HKV_E_RANGE, "local window %d out of range (1..%d)", p->L_local, 1 << 22);
     if (!p->policy) return hkv_seterr(err, HKV_E_INVAL, "no policy given");
+    if (p->far_q8 && (shape->head_dim % HKV_Q8_GROUP || shape->head_dim > HKV_Q8_MAX_D))
+        return hkv_seterr(err, HKV_E_UNSUPPORTED, "an 8-bit far tier takes head sizes that are "
+                          "multiples of %d up to %d, not %d", HKV_Q8_GROUP, HKV_Q8_MAX_D,
+                          shape->head_dim);
     if (p->keep_queries < 0 || p->audit_k < 1)
         return hkv_seterr(err, HKV_E_RANGE, "bad query-keep or audit-k setting");
     tiered *t = calloc(1, sizeof *t);

@@ -34,6 +34,8 @@ typedef tiered_item item;
  * then (n_near > 0), so that no thread waits on another's near attention. */
 typedef struct far_work {
     const uint16_t *k, *v;   /* this KV head's far rows */
+    const int8_t *k8, *v8;   /* or, 8-bit far tier (k8 != NULL), its codes and scales */
+    const float *ks, *vs;
     int64_t ld, p0, n_sel;   /* sel == NULL: rows p0 .. p0 + n_sel - 1 */
     const int32_t *sel;
     const uint16_t *nk, *nv;   /* the near rows (ld d) */
@@ -42,9 +44,34 @@ typedef struct far_work {
                                 cascade's shared pieces) */
 } far_work;
 
-/* Attention over pieces [a, b) of a decode item's far selection. */
+/* Rows of an 8-bit far tier as fp16 tiles [n][d]: positions idx[0..n), or
+ * p0 .. p0 + n - 1 (idx NULL). */
+static void q8_tiles(const hkv_cpu_kernels *kn, int d, const int8_t *k8, const float *ks,
+                     const int8_t *v8, const float *vs, int64_t ld, const int32_t *idx, int64_t p0,
+                     int64_t n, uint16_t *tk, uint16_t *tv) {
+    const int ng = d / HKV_Q8_GROUP;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t p = idx ? idx[i] : p0 + i;
+        kn->q8_to_f16(k8 + p * ld, ks + p * ng, d, tk + i * d);
+        kn->q8_to_f16(v8 + p * ld, vs + p * ng, d, tv + i * d);
+    }
+}
+
+/* fp16 tiles for an 8-bit far tier's rows, per thread: a piece and a
+ * prompt tile's rows past its last whole piece, K then V. */
+#define Q8_TILE_ROWS (FAR_PIECE + QTILE)
+
+/* Attention over pieces [a, b) of a decode item's far selection; tile: the
+ * thread's fp16 tiles (an 8-bit far tier). */
 static void far_piece(const hkv_cpu_kernels *kn, const float *qv, int g, int d, const far_work *f,
-                      int64_t a, int64_t b, float scale, float *o, float *l) {
+                      int64_t a, int64_t b, float scale, float *o, float *l, uint16_t *tile) {
+    if (f->k8) {   /* the rows as fp16 tiles, then the same dense kernel */
+        uint16_t *tk = tile, *tv = tile + (size_t)Q8_TILE_ROWS * d;
+        q8_tiles(kn, d, f->k8, f->ks, f->v8, f->vs, f->ld, f->sel ? f->sel + a : NULL, f->p0 + a,
+                 b - a, tk, tv);
+        kn->attn_dense(qv, g, d, tk, tv, d, b - a, scale, o, l);
+        return;
+    }
     if (f->sel)
         kn->attn_sparse(qv, g, d, f->k, f->v, f->ld, f->sel + a, b - a, scale, o, l);
     else
@@ -64,7 +91,7 @@ int tiered_is_prompt(const hkv_seg *sg) {
 }
 
 int tiered_dense_in_place(const tiered *t, const tseq *q, const float *lse_out) {
-    return q->def == &hkv_policy_full && !lse_out && !t->p.audit && !q->tsp;
+    return q->def == &hkv_policy_full && !lse_out && !t->p.audit && !q->tsp && !t->p.far_q8;
 }
 
 int64_t tiered_shared_pieces(const tseq *q, int64_t pos) {
@@ -79,6 +106,7 @@ static size_t per_thread_floats(const tiered *t, const need *nd) {
     f += 5 * (size_t)g * d + 5 * (size_t)g;                      /* partials */
     f += (size_t)nd->max_sel + (size_t)nd->pol_f + (size_t)nd->pol_i + (size_t)nd->tsp_idx;
     if (t->p.audit) f += 4 * (size_t)nd->far + HKV_TOPK_SCRATCH(nd->far); /* scores, 3 int arrays, topk's */
+    if (t->p.far_q8) f += (size_t)Q8_TILE_ROWS * d + 16;   /* K and V fp16 tiles (2 halves a float) */
     return (f + 15) & ~(size_t)15;
 }
 
@@ -119,7 +147,39 @@ typedef struct layer_step {
     int64_t next_piece;
     const int *casc_of;                /* item -> its cascade partial, or -1 (NULL: none) */
     const float *casc_o, *casc_l;      /* the partials over the rows' shared pieces */
+    size_t per;                        /* floats of a thread's scratch */
 } layer_step;
+
+/* A thread's fp16 tiles for an 8-bit far tier: the last floats of its
+ * scratch (per_thread_floats). */
+static uint16_t *q8_tile(const layer_step *st, float *base) {
+    return st->t->p.far_q8 ? (uint16_t *)(base + st->per - ((size_t)Q8_TILE_ROWS * st->d + 16)) : NULL;
+}
+
+/* A prompt tile's causal attention over an 8-bit far tier: the rows from
+ * its last whole piece on causally, then each whole piece before (every
+ * query sees all of it) merged in order, all from fp16 tiles; the same
+ * pieces whichever tile or thread. */
+static void prompt_q8(const tiered *t, const tseq *q, int layer, int kvh, const float *qb, int nq,
+                      int64_t p0, float scale, float *ob, float *lb, float *o2, float *l2,
+                      uint16_t *tile) {
+    const hkv_cpu_kernels *kn = t->kern;
+    const int g = t->s.n_head / t->s.n_head_kv, d = t->s.head_dim;
+    uint16_t *tk = tile, *tv = tile + (size_t)Q8_TILE_ROWS * d;
+    const int64_t B = p0 / FAR_PIECE * FAR_PIECE;
+    hkv_far_view fv;
+    tiered_far_view(t, q, layer, &fv);
+    hkv_far_gather16(kn, &fv, kvh, NULL, B, p0 + nq - B, tk, tv);
+    hkv_attn_causal_for(kn)(qb, (int64_t)g * d, nq, g, d, p0 - B, tk, tv, d, scale, ob,
+                            (int64_t)g * d, lb);
+    for (int64_t a = 0; a < B; a += FAR_PIECE) {
+        hkv_far_gather16(kn, &fv, kvh, NULL, a, FAR_PIECE, tk, tv);
+        for (int r = 0; r < nq; r++) {
+            kn->attn_dense(qb + (size_t)r * g * d, g, d, tk, tv, d, FAR_PIECE, scale, o2, l2);
+            hkv_attn_merge(ob + (size_t)r * g * d, lb + (size_t)r * g, o2, l2, g, d);
+        }
+    }
+}
 
 
 /* One attention item: a prompt tile's causal attention, or a decode row's
@@ -171,6 +231,9 @@ static void attend_item(layer_step *st, int w, float *base, int tid) {
                             far_rows(t, q, q->far_v, layer, I->kvh), d, tidx, c, scale,
                             ob + (size_t)r * g * d, lb + (size_t)r * g);
         }
+    } else if (tiered_is_prompt(sg) && t->p.far_q8) {
+        prompt_q8(t, q, layer, I->kvh, qb, I->nq, sg->pos + I->q0, scale, ob, lb, o2, l2,
+                  q8_tile(st, base));
     } else if (tiered_is_prompt(sg)) {
         hkv_attn_causal_for(kn)(qb, (int64_t)g * d, I->nq, g, d, sg->pos + I->q0,
                         far_rows(t, q, q->far_k, layer, I->kvh), far_rows(t, q, q->far_v, layer, I->kvh),
@@ -204,7 +267,7 @@ static void attend_item(layer_step *st, int w, float *base, int tid) {
         }
         for (int64_t a = a0; a < f.n_sel; a += FAR_PIECE) {
             far_piece(kn, qb, g, d, &f, a, a + FAR_PIECE < f.n_sel ? a + FAR_PIECE : f.n_sel, scale,
-                      o2, l2);
+                      o2, l2, NULL);
             hkv_attn_merge(ob, lb, o2, l2, g, d);
         }
     } else {
@@ -267,17 +330,23 @@ static void attend_item(layer_step *st, int w, float *base, int tid) {
 __atomic_store_n(&st->fail, (int)n_sel, __ATOMIC_RELAXED);
                 return;
             }
-            /* K and V of each row attended (2 d fp16 each), and the selection's reads */
-            __atomic_fetch_add(&t->bytes_read, (uint64_t)n_sel * d * 4 + ps.bytes,
-                               __ATOMIC_RELAXED);
+            /* K and V of each row attended (2 d fp16 each, or the 8-bit tier's
+             * codes and scales), and the selection's reads */
+            __atomic_fetch_add(&t->bytes_read, (uint64_t)n_sel * 2 * hkv_far_view_row_bytes(&fv) +
+                               ps.bytes, __ATOMIC_RELAXED);
             ps.bytes = 0;
             /* select returns unique positions in [lo, hi): as many as the range
              * means the whole range, read contiguously rather than gathered;
              * so is the range past a kept set the caller attends. */
             const int64_t p0 = n_sel == fv.hi - fv.lo ? fv.lo : range_from;
             const int contiguous = n_sel == fv.hi - fv.lo || range_from >= 0;
-            far_work f = {.k = fv.k[I->kvh], .v = fv.v[I->kvh], .ld = fv.ld, .p0 = p0,
-                          .n_sel = n_sel, .sel = contiguous ? NULL : sel};
+            far_work f = {.ld = fv.ld, .p0 = p0, .n_sel = n_sel, .sel = contiguous ? NULL : sel};
+            if (hkv_far_q8(&fv)) {
+                f.k8 = fv.k8[I->kvh], f.v8 = fv.v8[I->kvh];
+                f.ks = fv.ks[I->kvh], f.vs = fv.vs[I->kvh];
+            } else {
+                f.k = fv.k[I->kvh], f.v = fv.v[I->kvh];
+            }
             if (split) {   /* the pieces run after every selection is made */
                 const int k = dec_of[w];
                 if (f.sel) {
@@ -289,7 +358,7 @@ __atomic_store_n(&st->fail, (int)n_sel, __ATOMIC_RELAXED);
             } else {
                 for (int64_t a = 0; a < n_sel; a += FAR_PIECE) {
                     far_piece(kn, qb, g, d, &f, a, a + FAR_PIECE < n_sel ? a + FAR_PIECE : n_sel,
-                              scale, o2, l2);
+                              scale, o2, l2, q8_tile(st, base));
                     hkv_attn_merge(ob, lb, o2, l2, g, d);
                 }
             }
@@ -308,7 +377,8 @@ __atomic_store_n(&st->fail, (int)n_sel, __ATOMIC_RELAXED);
             int64_t nf = nd.far;
             int32_t *ai = (int32_t *)(au + nf);
             tiered_audit_row(t, q, layer, I->kvh, qb, ob, o_near, l_near, sel, n_sel, &fv, ta, tl, au,
-                             ai, ai + nf, ai + 3 * nf, ai + 2 * nf);   /* work last: topk's */
+                             ai, ai + nf, ai + 3 * nf, ai + 2 * nf,   /* work last: topk's */
+                             o2, l2, q8_tile(st, base));
         }
     }
     for (int r = 0; r < I->nq; r++)
@@ -325,7 +395,7 @@ __atomic_store_n(&st->fail, (int)n_sel, __ATOMIC_RELAXED);
  * already selected instead of waiting at a barrier for the last selection.
  * The thread that finishes a slot's last piece merges them in order (near,
  * far 0, 1, ...): the same arithmetic whichever thread runs which piece. */
-static void run_pieces(layer_step *st) {
+static void run_pieces(layer_step *st, uint16_t *tile) {
     const int g = st->g, d = st->d;
     const size_t gd = (size_t)g * d;
     const int64_t P1 = st->P1, np = (int64_t)st->n_dec * P1;
@@ -347,7 +417,7 @@ static void run_pieces(layer_step *st) {
             const int64_t a = f->a0 + (j - 1) * FAR_PIECE, n = f->n_sel;
             if (a >= n) continue;
             far_piece(kn, qv, g, d, f, a, a + FAR_PIECE < n ? a + FAR_PIECE : n, st->scale,
-                      st->po + u * gd, st->pl + u * g);
+                      st->po + u * gd, st->pl + u * g, tile);
         }
         if (__atomic_sub_fetch(&st->pending[k], 1, __ATOMIC_ACQ_REL)) continue;
         float *ob = st->so + (size_t)k * gd, *lb = st->sl + (size_t)k * g;
@@ -494,7 +564,7 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
                      .pending = pending, .ready = ready, .fw = fw, .P1 = P1, .sq = sq, .so = so,
                      .sl = sl, .po = po, .pl = pl, .ssel = ssel,
                      .team = shared ? &t->team : NULL, .casc_of = casc.n ? casc.of : NULL,
-                     .casc_o = casc.o, .casc_l = casc.l};
+                     .casc_o = casc.o, .casc_l = casc.l, .per = per};
     /* Items are claimed in order, one at a time (a prompt tile or a decode
      * row's KV head); with split, each thread then goes on to the pieces. */
 #pragma omp parallel if (wide)
@@ -509,7 +579,7 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
             if (split && dec_of[w] >= 0) __atomic_store_n(&ready[dec_of[w]], 1, __ATOMIC_RELEASE);
             __atomic_fetch_add(&st.items_done, 1, __ATOMIC_RELEASE);
         }
-        if (split) run_pieces(&st);
+        if (split) run_pieces(&st, q8_tile(&st, base));
         /* the last selections' scoring, rather than idling at the barrier */
         unsigned spins = 0;
         while (st.team && __atomic_load_n(&st.items_done, __ATOMIC_ACQUIRE) < n_items)

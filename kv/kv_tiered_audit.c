@@ -9,7 +9,8 @@
 void tiered_audit_row(tiered *t, tseq *q, int layer, int kvh, const float *qv, const float *o_pol,
                              const float *o_near, const float *lse_near, const int32_t *sel, int64_t n_sel,
                              const hkv_far_view *fv, float *tmp_o, float *tmp_l, float *scores,
-                             int32_t *rows, int32_t *top, int32_t *work, int32_t *mark) {
+                             int32_t *rows, int32_t *top, int32_t *work, int32_t *mark, float *o2, float *l2,
+                             uint16_t *tile) {
     const int g = t->s.n_head / t->s.n_head_kv, d = t->s.head_dim;
     const hkv_cpu_kernels *kn = t->kern;
     const int64_t n_span = fv->hi - fv->lo;
@@ -30,7 +31,17 @@ void tiered_audit_row(tiered *t, tseq *q, int layer, int kvh, const float *qv, c
     memcpy(tmp_o, o_near, (size_t)g * d * sizeof(float));
     memcpy(tmp_l, lse_near, (size_t)g * sizeof(float));
     float *of = tmp_o + (size_t)g * d, *lf = tmp_l + g;
-    if (fv->rows)
+    if (hkv_far_q8(fv)) {   /* (no absent rows: a token-selective prefill is refused) */
+        uint16_t *tk = tile, *tv = tile + (size_t)(HKV_TIERED_PIECE + 32) * d;
+        memset(of, 0, (size_t)g * d * sizeof(float));
+        for (int j = 0; j < g; j++) lf[j] = -INFINITY;
+        for (int64_t a = 0; a < n_far; a += HKV_TIERED_PIECE) {
+            const int64_t n = n_far - a < HKV_TIERED_PIECE ? n_far - a : HKV_TIERED_PIECE;
+            hkv_far_gather16(kn, fv, kvh, rows + a, 0, n, tk, tv);
+            kn->attn_dense(qv, g, d, tk, tv, d, n, scale, o2, l2);
+            hkv_attn_merge(of, lf, o2, l2, g, d);
+        }
+    } else if (fv->rows)
         kn->attn_sparse(qv, g, d, fv->k[kvh], fv->v[kvh], fv->ld, rows, n_far, scale, of, lf);
     else
         kn->attn_dense(qv, g, d, fv->k[kvh] + fv->lo * fv->ld, fv->v[kvh] + fv->lo * fv->ld, fv->ld,
@@ -48,7 +59,8 @@ void tiered_audit_row(tiered *t, tseq *q, int layer, int kvh, const float *qv, c
     }
     double recall = 1;
     if (n_far > 0) {
-        kn->score_max(qv, g, d, fv->k[kvh], fv->ld, rows, n_far, scores);
+        const hkv_policy_scratch alone = {0};   /* (the kernels directly) */
+        hkv_far_score_max(&alone, kn, qv, g, fv, kvh, rows, n_far, scores);
         int64_t k = t->p.audit_k < n_far ? t->p.audit_k : n_far;
         int64_t m = hkv_topk(scores, n_far, k, top, work);
         memset(mark, 0, (size_t)n_span * sizeof *mark);

@@ -87,7 +87,17 @@ static int copy_state(tiered *t, tseq *d, tseq *s, int64_t from, int64_t upto, i
         memcpy(d->near_k, s->near_k, s->near_bytes);
         memcpy(d->near_v, s->near_v, s->near_bytes);
     }
-    if (upto > from)
+    if (upto > from && t->p.far_q8) {   /* codes and scales */
+        const int ng = d_ / HKV_Q8_GROUP;
+        const size_t n = (size_t)(upto - from) * d_, ns = (size_t)(upto - from) * ng * sizeof(float);
+        for (int l = 0; l < L; l++)
+            for (int h = 0; h < KH; h++) {
+                memcpy(far_codes(t, d, d->far_k, l, h) + from * d_, far_codes(t, s, s->far_k, l, h) + from * d_, n);
+                memcpy(far_codes(t, d, d->far_v, l, h) + from * d_, far_codes(t, s, s->far_v, l, h) + from * d_, n);
+                memcpy(far_scales(t, d, d->far_k, l, h) + from * ng, far_scales(t, s, s->far_k, l, h) + from * ng, ns);
+                memcpy(far_scales(t, d, d->far_v, l, h) + from * ng, far_scales(t, s, s->far_v, l, h) + from * ng, ns);
+            }
+    } else if (upto > from)
         for (int l = 0; l < L; l++)
             for (int h = 0; h < KH; h++) {
                 size_t n = (size_t)(upto - from) * d_ * 2;
@@ -135,8 +145,11 @@ int tiered_seq_share(void *self, int dst, int src, int64_t n, unsigned flags, hk
     tseq *d = &t->seqs[dst], *s = &t->seqs[src];
     const int64_t pr = hkv_kv_prefix_page_rows((size_t)t->s.head_dim * 2);
     /* With a CUDA device the far tier is page-locked memory the device
-     * reads (no pages mapped over it): the rows are copied there. */
-    if (!t->p.pin_far && !s->pre && s->len >= pr) {
+     * reads (no pages mapped over it): the rows are copied there; so are an
+     * 8-bit far tier's (its scales sit apart from its codes, which a mapping
+     * of whole row pages does not follow). */
+    const int by_copy = t->p.pin_far || t->p.far_q8;
+    if (!by_copy && !s->pre && s->len >= pr) {
         void *bufs[2] = {s->far_k, s->far_v};
         const int64_t rows = s->len / pr * pr;
         hkv_kv_prefix *p;
@@ -151,7 +164,7 @@ int tiered_seq_share(void *self, int dst, int src, int64_t n, unsigned flags, hk
         s->pre_rows = rows;
     }
     if ((rc = tiered_prefix_unmap(t, d, 1, err))) return rc;
-    const int64_t rows = t->p.pin_far ? 0 : s->pre_rows < n / pr * pr ? s->pre_rows : n / pr * pr;
+    const int64_t rows = by_copy ? 0 : s->pre_rows < n / pr * pr ? s->pre_rows : n / pr * pr;
     if (s->pre && rows > 0) {
         void *bufs[2] = {d->far_k, d->far_v};
         if ((rc = hkv_kv_prefix_map(s->pre, bufs, d->stride, rows, err))) return rc;

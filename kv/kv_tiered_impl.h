@@ -2,6 +2,7 @@
 #ifndef HKV_KV_TIERED_IMPL_H
 #define HKV_KV_TIERED_IMPL_H
 
+#include "far_rows.h"
 #include "kv_cow.h"
 #include "kv_prefix.h"
 #include "kv_score_team.h"
@@ -40,7 +41,9 @@ typedef struct tseq {
     size_t qh_cut;            /* INDEX bytes taken off for the ring's shared pages */
     int qh_dirty;             /* written since qh_cow was mapped (a new share makes a new one) */
     int64_t q_keep;
-    const uint16_t **kptr, **vptr;  /* [n_layer][KH]: far row bases for far views */
+    const uint16_t **kptr, **vptr;  /* [n_layer][KH]: far row bases for far views (fp16) */
+    const int8_t **k8ptr, **v8ptr;  /* [n_layer][KH]: the same, 8-bit far tier: codes */
+    const float **ksptr, **vsptr;   /* and scales */
     size_t near_bytes, far_bytes, qh_bytes;
     const hkv_policy_def *def;
     hkv_policy_args args;
@@ -85,6 +88,28 @@ static inline uint16_t *near_rows(const tiered *t, const tseq *q, uint16_t *base
 static inline uint16_t *far_rows(const tiered *t, const tseq *q, uint16_t *base, int layer,
                                  int h) {
     return base + (((size_t)layer * t->s.n_head_kv + h) * q->stride) * t->s.head_dim;
+}
+/* The 8-bit far tier (p.far_q8): a buffer holds the codes of every (layer,
+ * KV head) run, [n_layer][KH][stride][d] int8, then their scales,
+ * [n_layer][KH][stride][d / HKV_Q8_GROUP] fp32. */
+static inline int8_t *far_codes(const tiered *t, const tseq *q, void *base, int layer, int h) {
+    return (int8_t *)base + ((size_t)layer * t->s.n_head_kv + h) * q->stride * t->s.head_dim;
+}
+static inline float *far_scales(const tiered *t, const tseq *q, void *base, int layer, int h) {
+    const size_t runs = (size_t)t->s.n_layer * t->s.n_head_kv, ng = t->s.head_dim / HKV_Q8_GROUP;
+    return (float *)((int8_t *)base + runs * q->stride * t->s.head_dim) +
+           ((size_t)layer * t->s.n_head_kv + h) * q->stride * ng;
+}
+/* Store K/V row x (d floats) at position p of (q, layer, h) in the far
+ * tier's format. */
+static inline void far_store(const tiered *t, const tseq *q, void *base, int layer, int h,
+                             int64_t p, const float *x) {
+    const int d = t->s.head_dim;
+    if (t->p.far_q8)
+        hkv_q8_quantize(x, d, far_codes(t, q, base, layer, h) + p * d,
+                        far_scales(t, q, base, layer, h) + p * (d / HKV_Q8_GROUP));
+    else
+        t->kern->f32_to_f16(x, (uint16_t *)base + (((size_t)layer * t->s.n_head_kv + h) * q->stride + p) * d, d);
 }
 static inline int64_t ring_slot(const tiered *t, int64_t pos) {
     return t->p.L_init + (pos - t->p.L_init) % t->p.L_local;
@@ -132,11 +157,14 @@ static inline int64_t seg_pos(const hkv_seg *sg, int64_t i) {
 }
 /* Audit of one decode row (kv_tiered_audit.c): the policy's partial o_pol
  * against near + every far row, and its recall of the top-k; rows, top,
- * mark hold the far range's size, work HKV_TOPK_SCRATCH of it. */
+ * mark hold the far range's size, work HKV_TOPK_SCRATCH of it; o2, l2: room
+ * for a partial; tile: fp16 tiles of HKV_TIERED_PIECE + 32 K and V rows (an
+ * 8-bit far tier, else NULL). */
 void tiered_audit_row(tiered *t, tseq *q, int layer, int kvh, const float *qv, const float *o_pol,
                       const float *o_near, const float *lse_near, const int32_t *sel, int64_t n_sel,
                       const hkv_far_view *fv, float *tmp_o, float *tmp_l, float *scores,
-                      int32_t *rows, int32_t *top, int32_t *work, int32_t *mark);
+                      int32_t *rows, int32_t *top, int32_t *work, int32_t *mark, float *o2,
+                      float *l2, uint16_t *tile);
 /* A decode row's far attention is computed in pieces of this many rows
  * (kv_tiered_attn.c, FAR_PIECE). */
 #define HKV_TIERED_PIECE 512

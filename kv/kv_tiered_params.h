@@ -34,6 +34,9 @@ typedef struct hkv_tiered_params {
     int pin_numa_node;             /* with pin_far: the GPU's NUMA node to bind to, -1: none */
     int far_numa;                  /* enum hkv_far_numa */
     const hkv_numa_map *numa;      /* the workers' nodes (the engine's threads), NULL: one node */
+    int far_q8;                    /* 1: the far tier's K and V rows in 8 bits (int8 codes, an
+                                      fp32 scale per 32: index/far_rows.h), 0.56x the bytes of
+                                      fp16; the near tier stays fp16 (--far-kv q8) */
     int score_alone;               /* 1: each selection scores its rows on its own thread, not
                                       shared with the step's idle threads (kv_score_team.h);
                                       for side-by-side timing (bench far --scoring alone) */

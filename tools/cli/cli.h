@@ -70,6 +70,7 @@ typedef struct hkv_kv_cli {
     long long sink, local;
     int precision;              /* enum hkv_precision */
     int far_numa;               /* enum hkv_far_numa (--far-numa) */
+    int far_q8;                 /* --far-kv q8 */
 } hkv_kv_cli;
 void hkv_kv_cli_init(hkv_kv_cli *k);
 /* The group's table (base: hkv_kv_cli). */

@@ -40,6 +40,14 @@ static int parse_far_numa(void *base, const char *opt, const char *v, hkv_err *e
     return hkv_seterr(err, HKV_E_INVAL, "--far-numa: '%s' is not auto, gpu, spread or off", v);
 }
 
+static int parse_far_kv(void *base, const char *opt, const char *v, hkv_err *err) {
+    (void)opt;
+    if (strcmp(v, "f16") && strcmp(v, "q8"))
+        return hkv_seterr(err, HKV_E_INVAL, "--far-kv: '%s' is not f16 or q8", v);
+    ((hkv_kv_cli *)base)->far_q8 = !strcmp(v, "q8");
+    return HKV_OK;
+}
+
 static int parse_policy_arg(void *base, const char *opt, const char *v, hkv_err *err) {
     (void)opt;
     hkv_kv_cli *k = base;
@@ -71,6 +79,10 @@ const hkv_opt hkv_kv_opts[] = {
              "threads), gpu (all on the GPU's node), off (no binding); auto\n"
              "(default): spread on the host path, gpu with --device cuda.\n"
              "One node: nothing to place"},
+    {.name = "--far-kv", .arg = "TYPE", .kind = HKV_OPT_FN, .fn = parse_far_kv,
+     .help = "the far tier's K and V rows: f16 (default), or q8: int8 with an\n"
+             "fp32 scale per 32 values, 0.56x the host memory and the bytes a\n"
+             "selected row costs; the near tier stays fp16 (docs/EVAL.md)"},
     {.name = "--kv", .arg = "plain", .kind = HKV_OPT_FN, .fn = parse_kv,
      .help = "the plain contiguous cache instead of the tiered one (reference)"},
     {.name = "--precision", .arg = "P", .kind = HKV_OPT_FN, .fn = parse_precision,
@@ -92,14 +104,15 @@ int hkv_kv_cli_parse(hkv_kv_cli *k, int argc, char **argv, int *i, hkv_err *err)
 int hkv_kv_cli_apply(const hkv_kv_cli *k, hkv_engine_params *ep, hkv_err *err) {
     ep->precision = k->precision;   /* the engine's kernels, whatever the cache */
     if (k->kv && !strcmp(k->kv, "plain")) {
-        if (k->policy || k->n_pargs || k->sink >= 0 || k->local >= 0 || k->draft)
-            return hkv_seterr(err, HKV_E_INVAL, "--kv plain takes no policy, sink, local or draft "
-                              "options");
+        if (k->policy || k->n_pargs || k->sink >= 0 || k->local >= 0 || k->draft || k->far_q8)
+            return hkv_seterr(err, HKV_E_INVAL, "--kv plain takes no policy, sink, local, draft "
+                              "or far-kv options");
         ep->kv_plain = 1;
         return HKV_OK;
     }
     hkv_tiered_params *tp = &ep->tiered;
     tp->far_numa = k->far_numa;
+    tp->far_q8 = k->far_q8;
     if (hkv_kv_cli_auto(k) && k->policy) {   /* full until the device's plan decides */
         if (k->n_pargs)
             return hkv_seterr(err, HKV_E_INVAL, "--policy auto picks full or ctkvr itself: name "

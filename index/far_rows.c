@@ -1,0 +1,39 @@
+/* The 8-bit far tier's rows (far_rows.h). */
+#include "far_rows.h"
+
+#include <math.h>
+#include <string.h>
+
+void hkv_q8_quantize(const float *x, int d, int8_t *codes, float *scale)
+{
+    for (int gi = 0; gi < d / HKV_Q8_GROUP; gi++) {
+        const float *xg = x + gi * HKV_Q8_GROUP;
+        float amax = 0;
+        for (int e = 0; e < HKV_Q8_GROUP; e++) {
+            const float a = fabsf(xg[e]);
+            amax = a > amax ? a : amax;
+        }
+        const float inv = amax > 0 ? 127.0f / amax : 0.0f;
+        for (int e = 0; e < HKV_Q8_GROUP; e++) {
+            const float v = nearbyintf(xg[e] * inv);
+            codes[gi * HKV_Q8_GROUP + e] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+        }
+        scale[gi] = amax / 127.0f;
+    }
+}
+
+void hkv_far_gather16(const hkv_cpu_kernels *kn, const hkv_far_view *f, int h, const int32_t *idx,
+                      int64_t p0, int64_t n, uint16_t *k, uint16_t *v)
+{
+    const int d = f->head_dim, ng = d / HKV_Q8_GROUP;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t p = idx ? idx[i] : p0 + i;
+        if (f->k8) {
+            if (k) kn->q8_to_f16(f->k8[h] + p * f->ld, f->ks[h] + p * ng, d, k + i * d);
+            if (v) kn->q8_to_f16(f->v8[h] + p * f->ld, f->vs[h] + p * ng, d, v + i * d);
+        } else {
+            if (k) memcpy(k + i * d, f->k[h] + p * f->ld, (size_t)d * 2);
+            if (v) memcpy(v + i * d, f->v[h] + p * f->ld, (size_t)d * 2);
+        }
+    }
+}
