@@ -123,6 +123,12 @@ int hkv_gpu_add_bias(float *x, int64_t ldx, int64_t n, const float *b, int64_t c
 int hkv_gpu_kv_append(const float *qkv, int64_t ld, int64_t n, int64_t k_off, int64_t v_off,
                       int n_head_kv, int d, const int64_t *dst, int64_t hs, uint16_t *k_cache,
                       uint16_t *v_cache, void *stream, hkv_err *err);
+/* As hkv_gpu_kv_append, each 32 values of a head rounded as the host's 8-bit
+ * far tier stores them (index/far_rows.h: a prompt's rows on the device read
+ * what the host path reads); d a multiple of 32. */
+int hkv_gpu_kv_append_q8(const float *qkv, int64_t ld, int64_t n, int64_t k_off, int64_t v_off,
+                         int n_head_kv, int d, const int64_t *dst, int64_t hs, uint16_t *k_cache,
+                         uint16_t *v_cache, void *stream, hkv_err *err);
 
 /* out[i][0..n_head*d) = 0 and lse[i][0..n_head) = -inf for the rows of a
  * partial (n rows of n_head heads of d; row strides ldo >= n_head*d, and

@@ -404,6 +404,14 @@ int hkv_gpu_kv_append(const float *qkv, int64_t ld, int64_t n, int64_t k_off, in
     (void)hs, (void)k_cache, (void)v_cache, (void)stream;
     return NO_CUDA(err, "gpu kv append");
 }
+int hkv_gpu_kv_append_q8(const float *qkv, int64_t ld, int64_t n, int64_t k_off, int64_t v_off,
+                         int n_head_kv, int d, const int64_t *dst, int64_t hs, uint16_t *k_cache,
+                         uint16_t *v_cache, void *stream, hkv_err *err)
+{
+    (void)qkv, (void)ld, (void)n, (void)k_off, (void)v_off, (void)n_head_kv, (void)d, (void)dst;
+    (void)hs, (void)k_cache, (void)v_cache, (void)stream;
+    return NO_CUDA(err, "gpu kv append q8");
+}
 int hkv_gpu_partial_clear(float *out, int64_t ldo, float *lse, int64_t n, int n_head, int d,
                           void *stream, hkv_err *err)
 {

@@ -71,6 +71,34 @@ k_kv_append(const float *qkv, int64_t ld, int64_t n, int64_t k_off, int64_t v_of
     }
 }
 
+/* As k_kv_append, each group of 32 values of a K or V head rounded to what
+ * the host's 8-bit far tier returns for it (index/far_rows.h): codes of
+ * rint(x * 127 / absmax), clamped to +-127, times absmax / 127, to fp16;
+ * the same float operations, so the same bits. A warp is one group: the
+ * block and the grid stride are multiples of 32 and so is a row's span. */
+static __global__ void __launch_bounds__(RW_THREADS)
+k_kv_append_q8(const float *qkv, int64_t ld, int64_t n, int64_t k_off, int64_t v_off,
+               int n_head_kv, int d, const int64_t *dst, int64_t hs, uint16_t *k_cache,
+               uint16_t *v_cache)
+{
+    const int64_t per_row = (int64_t)n_head_kv * d;
+    RW_ROWS(r, n) {
+        const int64_t o = dst[r];
+        if (o < 0) continue;
+        const float *row = qkv + r * ld;
+        RW_COLS(j, 2 * per_row) {
+            const int is_v = j >= per_row;
+            const int64_t e = is_v ? j - per_row : j, h = e / d, c = e - h * d;
+            const float x = row[(is_v ? v_off : k_off) + e];
+            float a = fabsf(x);
+            for (int m = 16; m; m >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, m));
+            const float inv = a > 0 ? 127.0f / a : 0.0f;
+            const float code = fminf(fmaxf(rintf(x * inv), -127.0f), 127.0f);
+            (is_v ? v_cache : k_cache)[o + h * hs + c] = hkv_f2h(code * (a / 127.0f));
+        }
+    }
+}
+
 static __global__ void __launch_bounds__(RW_THREADS)
 k_partial_clear(float *out, int64_t ldo, float *lse, int64_t n, int n_head, int d)
 {
@@ -111,23 +139,45 @@ extern "C" int hkv_gpu_add_bias(float *x, int64_t ldx, int64_t n, const float *b
     return HKV_OK;
 }
 
+static int kv_append(const float *qkv, int64_t ld, int64_t n, int64_t k_off, int64_t v_off,
+                     int n_head_kv, int d, const int64_t *dst, int64_t hs, uint16_t *k_cache,
+                     uint16_t *v_cache, int q8, void *stream, hkv_err *err)
+{
+    const int64_t span = (int64_t)n_head_kv * d;
+    if (!qkv || !dst || !k_cache || !v_cache || n < 0 || n_head_kv < 1 || d < 1 || k_off < 0 ||
+        v_off < 0 || ld < k_off + span || ld < v_off + span || (n_head_kv > 1 ? hs < d : hs < 0) ||
+        (q8 && d % 32))
+        return hkv_seterr(err, HKV_E_INVAL, "gpu kv append%s: bad arguments (n %lld, %d KV heads "
+                          "of %d, offsets %lld/%lld, ld %lld, head stride %lld)", q8 ? " q8" : "",
+                          (long long)n, n_head_kv, d, (long long)k_off, (long long)v_off,
+                          (long long)ld, (long long)hs);
+    if (!n) return HKV_OK;
+    if (q8)
+        HKV_LAUNCH(k_kv_append_q8, rw_grid(n, 2 * span), RW_THREADS, 0, hkv_stream(stream))(
+            qkv, ld, n, k_off, v_off, n_head_kv, d, dst, hs, k_cache, v_cache);
+    else
+        HKV_LAUNCH(k_kv_append, rw_grid(n, span), RW_THREADS, 0, hkv_stream(stream))(
+            qkv, ld, n, k_off, v_off, n_head_kv, d, dst, hs, k_cache, v_cache);
+    HKV_LAUNCH_CHECK(err);
+    return HKV_OK;
+}
+
 extern "C" int hkv_gpu_kv_append(const float *qkv, int64_t ld, int64_t n, int64_t k_off,
                                  int64_t v_off, int n_head_kv, int d, const int64_t *dst,
                                  int64_t hs, uint16_t *k_cache, uint16_t *v_cache, void *stream,
                                  hkv_err *err)
 {
-    const int64_t span = (int64_t)n_head_kv * d;
-    if (!qkv || !dst || !k_cache || !v_cache || n < 0 || n_head_kv < 1 || d < 1 || k_off < 0 ||
-        v_off < 0 || ld < k_off + span || ld < v_off + span || (n_head_kv > 1 ? hs < d : hs < 0))
-        return hkv_seterr(err, HKV_E_INVAL, "gpu kv append: bad arguments (n %lld, %d KV heads "
-                          "of %d, offsets %lld/%lld, ld %lld, head stride %lld)", (long long)n,
-                          n_head_kv, d, (long long)k_off, (long long)v_off, (long long)ld,
-                          (long long)hs);
-    if (!n) return HKV_OK;
-    HKV_LAUNCH(k_kv_append, rw_grid(n, span), RW_THREADS, 0, hkv_stream(stream))(
-        qkv, ld, n, k_off, v_off, n_head_kv, d, dst, hs, k_cache, v_cache);
-    HKV_LAUNCH_CHECK(err);
-    return HKV_OK;
+    return kv_append(qkv, ld, n, k_off, v_off, n_head_kv, d, dst, hs, k_cache, v_cache, 0, stream,
+                     err);
+}
+
+extern "C" int hkv_gpu_kv_append_q8(const float *qkv, int64_t ld, int64_t n, int64_t k_off,
+                                    int64_t v_off, int n_head_kv, int d, const int64_t *dst,
+                                    int64_t hs, uint16_t *k_cache, uint16_t *v_cache, void *stream,
+                                    hkv_err *err)
+{
+    return kv_append(qkv, ld, n, k_off, v_off, n_head_kv, d, dst, hs, k_cache, v_cache, 1, stream,
+                     err);
 }
 
 extern "C" int hkv_gpu_partial_clear(float *out, int64_t ldo, float *lse, int64_t n, int n_head,

@@ -297,6 +297,13 @@ void *cb_alloc(cuda_be *b, int tier, size_t bytes, hkv_err *err);
 /* Upload host bytes through the staging ring (asynchronous); `id` (UP_*, or
  * -1) skips the copy when the array already holds exactly these bytes. */
 int cb_stage(cuda_be *b, int id, void *dev, const void *src, size_t bytes, hkv_err *err);
+/* K rows p0 .. p0 + n - 1 of KV head h of a far view to dk (and V to dv,
+ * unless NULL), [n][d] fp16, on stream: fp16 rows straight from the
+ * page-locked far tier, asynchronously; an 8-bit tier's rows made fp16 in
+ * a host buffer first (index/far_rows.h), the stream synchronised before it
+ * is freed, so those copies do not overlap the host's work. */
+int cb_upload_far(cuda_be *b, uint16_t *dk, uint16_t *dv, const hkv_far_view *far, int h,
+                  int64_t p0, int64_t n, void *stream, hkv_err *err);
 /* Harvest the timeline events of completed layers (after a stream sync). */
 void cb_harvest(cuda_be *b);
 /* Remember that array `id` (UP_*) now holds src's bytes (cb_stage's cache). */

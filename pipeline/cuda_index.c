@@ -131,8 +131,8 @@ static int top_lists(const hkv_far_accel *a, int layer, const hkv_far_view *far,
     const int64_t khs = copy ? p->cap * d : (int64_t)krow;
     const size_t fbytes = (size_t)(far->hi - far->lo) * d * 2;
     for (int h = 0; !rc && !copy && h < KH; h++)   /* page-locked far rows, asynchronously */
-        rc = hkv_gpu_upload(dk + h * krow + (size_t)far->lo * d, far->k[h] + far->lo * far->ld,
-                            fbytes, b->st, err);
+        rc = cb_upload_far(b, dk + h * krow + (size_t)far->lo * d, NULL, far, h, far->lo,
+                           far->hi - far->lo, b->st, err);
     if (!rc && !(rc = hkv_gpu_upload(dslot, slot, (size_t)KH * n * 4, b->st, err)))
         rc = hkv_gpu_ctkvr_build(&ix, 0, dq, (int64_t)H * d, n, dslot, keys, d, khs, far->lo,
                                  far->hi, dws, ws, b->st, err);
@@ -216,8 +216,7 @@ static int window_scores(const hkv_far_accel *a, const hkv_ws_job *j, int *fallb
     /* Keys of [lo, hi) where the far view has them (rows [0, lo) unused) */
     int rc = HKV_OK;
     for (int h = 0; !rc && h < KH; h++)
-        rc = hkv_gpu_upload(dk + h * krow + (size_t)lo * d, far->k[h] + lo * far->ld,
-                            (size_t)n_all * d * 2, b->st, err);
+        rc = cb_upload_far(b, dk + h * krow + (size_t)lo * d, NULL, far, h, lo, n_all, b->st, err);
     for (int64_t r = 0; !rc && r < W; r++)
         rc = hkv_gpu_upload(dq + (size_t)r * H * d, qv->q + r * qv->ld, (size_t)H * d * 2, b->st,
                             err);

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "cuda_backend_impl.h"
+#include "far_rows.h"
 #include "kv_far.h"
 
 int cb_keep_create(cuda_be *b, hkv_err *err) {
@@ -124,8 +125,7 @@ static int upload_set(cuda_be *b, int s, int layer, const hkv_kept_set *ks, hkv_
             const int64_t p = ks->pos[(int64_t)h * ks->ld + i];
             if (p < fv.lo || p >= fv.hi) continue;   /* what select would skip */
             const size_t at = ((size_t)h * k->cap + c) * d;
-            memcpy(sk + at, fv.k[h] + p * fv.ld, (size_t)d * 2);
-            memcpy(sv + at, fv.v[h] + p * fv.ld, (size_t)d * 2);
+            hkv_far_gather16(&b->e->kern, &fv, h, NULL, p, 1, sk + at, sv + at);
             c++;
         }
         cnt[h] = c;

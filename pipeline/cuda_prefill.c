@@ -20,7 +20,10 @@
  * ones only in the near tier; such turns are short, n rows against the
  * context, the host's kind of work), or the segment holds selected
  * positions (token-selective prefill), or not even the streaming buffers
- * fit, the host attends the prompt as before (prompt_rows_host). */
+ * fit, the host attends the prompt as before (prompt_rows_host).
+ * Over an 8-bit far tier (--far-kv q8) the copy holds each row as the far
+ * tier returns it (hkv_gpu_kv_append_q8), so the device's prompt attends
+ * the values the host path's does. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -179,9 +182,10 @@ int cb_prefill_attend(cuda_be *b, int layer, int n_segs, hkv_err *err) {
         const size_t lofs = (size_t)layer * KH * p->cap * d;
         for (int64_t r = 0; r < sg->n; r++) b->h_pdst[r] = (sg->pos + r) * d;
         if ((rc = cb_stage(b, -1, b->d_pdst, b->h_pdst, (size_t)sg->n * 8, err)) ||
-            (rc = hkv_gpu_kv_append(b->act[HKV_ACT_QKV] + sg->row * b->qkv_w, b->qkv_w, sg->n,
-                                    (int64_t)b->H * d, (int64_t)(b->H + KH) * d, KH, d, b->d_pdst,
-                                    p->cap * d, p->k + lofs, p->v + lofs, b->st, err)) ||
+            (rc = (b->e->p.tiered.far_q8 ? hkv_gpu_kv_append_q8 : hkv_gpu_kv_append)(
+                 b->act[HKV_ACT_QKV] + sg->row * b->qkv_w, b->qkv_w, sg->n, (int64_t)b->H * d,
+                 (int64_t)(b->H + KH) * d, KH, d, b->d_pdst, p->cap * d, p->k + lofs, p->v + lofs,
+                 b->st, err)) ||
             (rc = hkv_gpu_attn_prefill(b->act[HKV_ACT_QKV] + sg->row * b->qkv_w, b->qkv_w, sg->n,
                                        b->H, KH, d, sg->pos, p->k + lofs, p->v + lofs, d,
                                        p->cap * d, scale, b->act[HKV_ACT_ATT] + sg->row * b->qd,

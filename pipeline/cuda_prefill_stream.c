@@ -131,8 +131,9 @@ int cb_pstream_attend(cuda_be *b, int layer, const hkv_seg *sg, const cb_prompt 
     /* the chunk's own keys, causally: the first partial, into the output */
     for (int64_t r = 0; r < n; r++) b->h_pdst[r] = r * d;
     if ((rc = cb_stage(b, -1, b->d_pdst, b->h_pdst, (size_t)n * 8, err)) ||
-        (rc = hkv_gpu_kv_append(q, b->qkv_w, n, (int64_t)H * d, (int64_t)(H + KH) * d, KH, d,
-                                b->d_pdst, hs, ps->ck, ps->cv, b->st, err)) ||
+        (rc = (b->e->p.tiered.far_q8 ? hkv_gpu_kv_append_q8 : hkv_gpu_kv_append)(
+             q, b->qkv_w, n, (int64_t)H * d, (int64_t)(H + KH) * d, KH, d, b->d_pdst, hs, ps->ck,
+             ps->cv, b->st, err)) ||
         (rc = hkv_gpu_attn_prefill(q, b->qkv_w, n, H, KH, d, 0, ps->ck, ps->cv, d, hs, scale, out,
                                    b->qd, lse, b->st, err)))
         return rc;
@@ -159,10 +160,9 @@ int cb_pstream_attend(cuda_be *b, int layer, const hkv_seg *sg, const cb_prompt 
         ps->turn ^= 1;
         if ((rc = hkv_gpu_stream_wait(ps->cst, ps->used[t], err))) return rc;   /* t is free */
         for (int h = 0; h < KH; h++)
-            if ((rc = hkv_gpu_upload(ps->k[t] + (size_t)h * ps->blk * d, fv.k[h] + b0 * d, bytes,
-                                     ps->cst, err)) ||
-                (rc = hkv_gpu_upload(ps->v[t] + (size_t)h * ps->blk * d, fv.v[h] + b0 * d, bytes,
-                                     ps->cst, err)))
+            if ((rc = cb_upload_far(b, ps->k[t] + (size_t)h * ps->blk * d,
+                                    ps->v[t] + (size_t)h * ps->blk * d, &fv, h, b0, nb, ps->cst,
+                                    err)))
                 return rc;
         ps->queued = 1;
         if ((rc = hkv_gpu_event_record(ps->copied[t], ps->cst, err)) ||

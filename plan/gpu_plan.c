@@ -1,4 +1,5 @@
 /* The GPU memory plan (gpu_plan.h): bytes per tier from shapes alone. */
+#include "far_rows.h"
 #include "gpu_plan.h"
 
 #include <ctype.h>
@@ -276,6 +277,7 @@ int hkv_plan_compute(const hkv_plan_params *p, hkv_plan *o, hkv_err *err) {
     const uint64_t hd = (uint64_t)c->head_dim, H = (uint64_t)c->n_head;
     const uint64_t ctx = (uint64_t)p->n_ctx;
     o->kv_per_token = L * KH * hd * 2 * 2;
+    o->far_per_token = L * KH * 2 * hkv_far_row_bytes((int)hd, p->far_q8);
     o->weights = hkv_plan_weight_bytes(c, p->weight_elem_bytes ? p->weight_elem_bytes : 2);
 
     if (p->n_gen < 0 || p->n_gen >= p->n_ctx)
@@ -303,7 +305,7 @@ int hkv_plan_compute(const hkv_plan_params *p, hkv_plan *o, hkv_err *err) {
         uint64_t nr = (uint64_t)min64((int64_t)p->L_init + p->L_local, p->n_ctx);
         o->per_seq_kept = (uint64_t)hkv_plan_kept_rows(p) * o->kv_per_token;
         o->per_seq_near = nr * o->kv_per_token + o->per_seq_kept;
-        o->per_seq_pinned = (ctx + (uint64_t)lookahead_of(d, a, p->n_ctx)) * o->kv_per_token + ih;
+        o->per_seq_pinned = (ctx + (uint64_t)lookahead_of(d, a, p->n_ctx)) * o->far_per_token + ih;
     }
     o->per_seq_index = ig;
     o->near = B * o->per_seq_near;

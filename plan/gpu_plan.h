@@ -46,6 +46,7 @@ typedef struct hkv_plan_params {
     const hkv_model_config *draft;  /* speckv/specpc's draft shape; NULL: the target's own */
     int64_t n_gen;                  /* of n_ctx, tokens generated after the prompt (specpc
                                        keeps C prompt tokens + these); 0: none */
+    int far_q8;                     /* the far tier in 8 bits (--far-kv q8) */
 } hkv_plan_params;
 
 /* Bytes per tier. GPU tiers are totals for the whole batch; per_seq_* are
@@ -66,6 +67,7 @@ typedef struct hkv_plan {
     uint64_t per_seq_near, per_seq_index, per_seq_pinned;
     uint64_t per_seq_kept; /* of per_seq_near: the kept set's K/V rows (eviction policies) */
     uint64_t kv_per_token; /* K+V bytes of one token over all layers (fp16) */
+    uint64_t far_per_token; /* the same in the far tier's format (fp16, or 8-bit: 0.56x) */
     int kv_on_gpu;        /* 1 when the policy keeps the whole KV on the GPU (full) */
 } hkv_plan;
 

@@ -3,6 +3,7 @@
  * pipeline/cuda_backend.c and gpu/qmat.cu do per decode step, or (target)
  * what docs/PIPELINE.md lists as not yet done; docs/PREDICTIONS.md
  * writes the model out and sets its output beside published figures. */
+#include "far_rows.h"
 #include "gpu_predict.h"
 #include "qmat_panel.h"
 
@@ -274,8 +275,9 @@ static void ct_per_head(const hkv_predict_params *p, const hkv_prediction *o, ct
     cb->cent = o->far_rows > 0 ? o->C * g * d * 2 : 0;       /* recall reads every centroid */
     cb->lists = o->far_rows > 0 ? (double)o->Cp * o->rho * 4 : 0;
     cb->ids = (double)o->candidates * 4;
-    cb->rerank = o->rerank ? (double)o->candidates * d * 2 : 0;   /* keys, score_max */
-    cb->attn = (double)o->selected * d * 2 * 2;                    /* K and V */
+    const double row = (double)hkv_far_row_bytes((int)d, p->far_q8);   /* fp16 or 8-bit */
+    cb->rerank = o->rerank ? (double)o->candidates * row : 0;   /* keys, score_max */
+    cb->attn = (double)o->selected * row * 2;                    /* K and V */
 }
 
 /* ctkvr's recall on the device for b rows, one layer. built (pipeline/
@@ -440,7 +442,8 @@ int hkv_predict(const hkv_predict_params *p, hkv_prediction *o, hkv_err *err) {
     /* Does it fit: the plan, with the weights in their repacked format. */
     hkv_plan_params pp = {.cfg = c, .batch = B, .n_ctx = p->n_ctx, .L_init = p->L_init,
                           .L_local = p->L_local, .policy = d, .args = a, .max_rows = p->max_rows,
-                          .index_on_host = p->index_on_host, .n_gen = p->n_gen};
+                          .index_on_host = p->index_on_host, .n_gen = p->n_gen,
+                          .far_q8 = p->far_q8};
     if ((rc = hkv_plan_compute(&pp, &o->plan, err))) return rc;
     o->gpu_weights = hkv_predict_weight_bytes(c, p->wtype);
     o->plan.gpu_total = o->plan.gpu_total - o->plan.weights + o->gpu_weights;

@@ -96,6 +96,8 @@ typedef struct hkv_predict_params {
     double t_copy;              /* s: latency of one small PCIe copy */
     double t_host;              /* s: per layer, host wake on the event + OpenMP fork/join */
     int pingpong;               /* built: --gpu-pingpong, two micro-batches from batch 2 */
+    int far_q8;                 /* the far tier in 8 bits (--far-kv q8): the rerank's keys
+                                   and the attended rows at d + d/8 bytes, not 2 d */
 } hkv_predict_params;
 
 /* Zero p, then set the defaults: Q4 weights, near 4 + 256, index on host,

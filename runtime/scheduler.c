@@ -1,4 +1,5 @@
 /* Continuous batching (scheduler.h). */
+#include "far_rows.h"
 #include "scheduler.h"
 
 #include <stdlib.h>
@@ -117,9 +118,11 @@ uint64_t hkv_sched_kv_bytes_of(const hkv_engine *e, const hkv_policy_def *def,
         if (w > q_keep) q_keep = w;
     }
     if (q_keep > cap) q_keep = cap;
-    uint64_t bytes = row * (uint64_t)(w.L_init + w.L_local) + row * (uint64_t)cap +
+    /* the far tier holds every position, in its format (fp16 or 8-bit) */
+    const uint64_t far_row = L * KH * 2 * hkv_far_row_bytes((int)d, e->p.tiered.far_q8);
+    uint64_t bytes = row * (uint64_t)(w.L_init + w.L_local) + far_row * (uint64_t)cap +
                      L * (uint64_t)q_keep * (uint64_t)c->n_head * d * 2;
-    hkv_plan_params pp = {.cfg = c, .batch = 1, .n_ctx = cap, .L_init = w.L_init,
+    hkv_plan_params pp = {.cfg = c, .batch = 1, .n_ctx = cap, .L_init = w.L_init, .far_q8 = e->p.tiered.far_q8,
                           .L_local = w.L_local, .policy = def, .args = &args};
     uint64_t g = 0, h = 0;
     hkv_err err;

@@ -252,6 +252,10 @@ def main(argv=None) -> int:
                     help="with --device-args '--gpu-prompt-keys N': every prompt-mode case must "
                          "attend prompt rows on the device with keys streamed from the far tier "
                          "(prompt_rows_streamed > 0), the logits still the CPU path's")
+    ap.add_argument("--both-args", default="",
+                    help="extra options for both sides, CPU and --device cuda, of every case "
+                         "(e.g. '--far-kv q8': the 8-bit far tier, which the device's prompt "
+                         "rounds to)")
     ap.add_argument("--policy-arg", action="append", default=[], metavar="K=V",
                     help="one more argument for every selected policy case (e.g. window=4: an "
                          "observation window shorter than the prompt, so that scores decide)")
@@ -312,6 +316,8 @@ def main(argv=None) -> int:
         only = set(a.only.split(",")) if a.only else None
         for kv in a.policy_arg:
             cases = {k: v + ["--policy-arg", kv] for k, v in cases.items()}
+        if a.both_args:
+            cases = {k: v + a.both_args.split() for k, v in cases.items()}
         for name, pol in cases.items():
             if only and name.split()[0] not in only:
                 continue

@@ -409,8 +409,36 @@ static void cli(const char *hetkv) {
     CHECK(run(cmd, out, sizeof out) == 1 && strstr(out, "refused"), "plan --batch: %s", out);
 }
 
+/* The 8-bit far tier: the rerank's keys and the attended rows at d + d/8
+ * bytes (36 at d 32) instead of 2d (64); the index's reads as before. */
+static void far_q8_case(void) {
+    hkv_model_config c = tiny();
+    hkv_policy_args a;
+    tiny_ctkvr_args(&a);
+    hkv_predict_params p = unit_params(&c);
+    p.policy = &hkv_policy_ctkvr;
+    p.args = &a;
+    p.far_q8 = 1;
+    hkv_prediction o;
+    hkv_err err;
+    CHECK(hkv_predict(&p, &o, &err) == HKV_OK, "%s", err.msg);
+    const hkv_predict_mode *b = &o.mode[HKV_PRED_BUILT];
+    NEAR(b->host_index_bytes, 8 * 320);
+    NEAR(b->host_rerank_bytes, 8 * 80 * 36);
+    NEAR(b->host_attn_bytes, 8 * 16 * 36 * 2);
+    /* the far tier reserved for the context: 2 layers x 2 KV heads x K, V x
+     * 36 bytes a token, 28 fewer than fp16's 64 for each of 1024 tokens */
+    NEAR(o.plan.far_per_token, 2 * 2 * 2 * 36);
+    hkv_prediction f;
+    p.far_q8 = 0;
+    CHECK(hkv_predict(&p, &f, &err) == HKV_OK, "%s", err.msg);
+    NEAR(f.plan.far_per_token, 2 * 2 * 2 * 64);
+    NEAR((double)f.plan.per_seq_pinned - (double)o.plan.per_seq_pinned, 1024.0 * 2 * 2 * 2 * 28);
+}
+
 int main(int argc, char **argv) {
     hand_case();
+    far_q8_case();
     llama();
     errors();
     if (argc > 1) cli(argv[1]);

@@ -237,7 +237,8 @@ int hkv_device_cli_check(const hkv_device_cli *d, const char *model_path, const 
                           .max_rows = ep->max_rows,
                           /* the pipeline recalls ctkvr's centroids on the device and reads
                            * its IVF lists where the host reranks (pipeline/cuda_recall.c) */
-                          .index_on_host = ep->tiered.policy == &hkv_policy_ctkvr};
+                          .index_on_host = ep->tiered.policy == &hkv_policy_ctkvr,
+                          .far_q8 = ep->tiered.far_q8};
     hkv_plan plan;
     if ((rc = hkv_plan_compute(&pp, &plan, err))) return hkv_err_prefix(err, "--device cuda (%s)", desc);
     /* The device holds the weights in their repacked formats (pipeline/), not

@@ -64,7 +64,7 @@ typedef struct plan_opts {
     const char *model, *policies, *configs, *where, *draft, *predict, *batch_str, *pipeline;
     const char *pred_only;   /* the first predict-only option given */
     long long ctxs[MAXL], sink, local, max_rows, gen;
-    int n_ctx, n_caps, kernels, index_given;
+    int n_ctx, n_caps, kernels, index_given, far_q8;
     double host_gbs, mem_eff, host_eff, cand_frac;
     uint64_t caps[MAXL], host_cap;
     hkv_output_cli out;
@@ -101,6 +101,14 @@ static int parse_pipeline(void *base, const char *opt, const char *v, hkv_err *e
     return HKV_OK;
 }
 
+static int parse_far_kv(void *base, const char *opt, const char *v, hkv_err *err) {
+    (void)opt;
+    if (strcmp(v, "f16") && strcmp(v, "q8"))
+        return hkv_seterr(err, HKV_E_INVAL, "--far-kv: '%s' is not f16 or q8", v);
+    ((plan_opts *)base)->far_q8 = !strcmp(v, "q8");
+    return HKV_OK;
+}
+
 static const hkv_opt plan_opts_table[] = {
     {.name = "--gpu-mem", .arg = "LIST", .kind = HKV_OPT_FN, .fn = parse_gpu_mem_list,
      .help = "GPU memory caps, e.g. 24G,48G"},
@@ -121,6 +129,8 @@ static const hkv_opt plan_opts_table[] = {
      .lo = 0, .hi = 1 << 20, .help = "sink tokens in the near tier (default 4)"},
     {.name = "--local", .arg = "N", .kind = HKV_OPT_INT, .off = offsetof(plan_opts, local),
      .lo = 1, .hi = 1 << 22, .help = "local window in the near tier (default 256)"},
+    {.name = "--far-kv", .arg = "TYPE", .kind = HKV_OPT_FN, .fn = parse_far_kv,
+     .help = "the far tier's rows: f16 (default) or q8 (int8, a scale per 32)"},
     {.name = "--max-rows", .arg = "N", .kind = HKV_OPT_INT, .off = offsetof(plan_opts, max_rows),
      .lo = 1, .hi = 65536, .help = "rows per forward call, sizes the workspace (default 256)"},
     {.name = "--draft", .arg = "NAME|PATH", .kind = HKV_OPT_STR, .off = offsetof(plan_opts, draft),
@@ -199,7 +209,7 @@ typedef struct pred_opts {
     int n_ctx, n_batch;
     const hkv_config *cfg;
     int n_cfg;
-    int sink, local, max_rows, index_on_host, wtype, json, kernels, pingpong;
+    int sink, local, max_rows, index_on_host, wtype, json, kernels, pingpong, far_q8;
     long long gen;
     double host_gbs, mem_eff, host_eff, cand_frac;
     const char *pipeline;
@@ -307,6 +317,7 @@ static void pred_base(const pred_opts *o, const hkv_model_config *mc, const hkv_
     base->L_local = o->local;
     base->index_on_host = o->index_on_host;
     base->pingpong = o->pingpong;
+    base->far_q8 = o->far_q8;
     base->gpu_cap = o->cap;
     base->host_cap = o->host_cap;
     base->max_rows = o->max_rows;
@@ -751,7 +762,8 @@ int hkv_cmd_plan(int argc, char **argv) {
                         .wtype = dc.synthetic_wtype, .host_gbs = host_gbs, .mem_eff = mem_eff,
                         .host_eff = host_eff, .cand_frac = cand_frac,
                         .pipeline = pipeline ? pipeline : kernels ? "built" : "both",
-                        .json = json, .kernels = kernels, .pingpong = dc.pingpong};
+                        .json = json, .kernels = kernels, .pingpong = dc.pingpong,
+                        .far_q8 = o.far_q8};
         rc = kernels ? plan_kernels(&po, &mc, &err) : plan_predict(&po, &mc, &err);
         goto out;
     }
@@ -796,7 +808,8 @@ int hkv_cmd_plan(int argc, char **argv) {
                                           .L_init = (int)sink, .L_local = (int)local,
                                           .policy = cfg[pi].def, .args = &args,
                                           .max_rows = (int)max_rows, .index_on_host = on_host,
-                                          .draft = draft ? &dmc : NULL, .n_gen = gen};
+                                          .draft = draft ? &dmc : NULL, .n_gen = gen,
+                                          .far_q8 = o.far_q8};
                     if ((rc = hkv_plan_compute(&pp, &r->one, &err))) goto out;
                     /* Placement only matters to policies with lists that can move. */
                     if (wi == 1 && r->one.index == rows[nr - 1].one.index &&
