@@ -26,7 +26,7 @@ REFUSED = re.compile(r"^hetkv bench: batch (\d+) refused: (.*)$")
 KEEP = ["config", "policy", "budget", "ctx", "batch", "gpu_mem", "decode_tok_s", "step_ms",
         "ttft_s", "prefill_tok_s", "fork_s", "chunk", "dev_cpu_busy_ms", "dev_cpu_wait_ms",
         "dev_wait_cpu_ms", "dev_near_ms", "dev_products_ms", "dev_total_ms", "dev_h2d_mb",
-        "dev_d2h_mb", "host_bytes_per_token", "host_roofline_tok_s", "probe_gbs",
+        "dev_d2h_mb", "host_bytes_per_token", "host_roofline_tok_s", "probe_gbs", "far_kv",
         "prefill_h2d_gb", "prefill_rows_streamed", "dev_graph_steps", "threads", "device",
         "commit", "date"]
 

@@ -88,6 +88,16 @@ typedef struct hkv_kv_far_ops {
      * policies that share their index, so that the requests starting from
      * it take the index by reference (runtime/scheduler.c, kv.h seq_share). */
     int (*prompt_end)(void *self, int seq, hkv_err *err);
+
+    /* -- The far tier's format (index/far_rows.h). */
+    /* 1 when seq's far rows are 8-bit (--far-kv q8), 0 when fp16 (and for a
+     * slot out of range or closed: the format its next open gives). */
+    int (*seq_far_q8)(const void *self, int seq);
+    /* The format slot seq takes at its next seq_open: 0 fp16, 1 8-bit, -1
+     * the cache's default; refused while it is open. seq_copy between
+     * formats converts the rows (bench: configurations of either format
+     * forked from one prefill). */
+    int (*set_far_q8)(void *self, int seq, int q8, hkv_err *err);
 } hkv_kv_far_ops;
 
 static inline const hkv_kv_far_ops *hkv_kv_far(const hkv_kv *kv) {
@@ -150,6 +160,15 @@ static inline int hkv_kv_prompt_view(hkv_kv *kv, int seq, int layer, hkv_far_vie
                                      hkv_err *err) {
     return hkv_kv_has_far(kv) ? hkv_kv_far(kv)->prompt_view(kv->self, seq, layer, far, qv, qbuf,
                                                             qbuf_rows, err)
+                              : hkv_kv_no_far(err);
+}
+
+/* 0 without a far tier. */
+static inline int hkv_kv_seq_far_q8(const hkv_kv *kv, int seq) {
+    return hkv_kv_has_far(kv) ? hkv_kv_far(kv)->seq_far_q8(kv->self, seq) : 0;
+}
+static inline int hkv_kv_set_far_q8(hkv_kv *kv, int seq, int q8, hkv_err *err) {
+    return hkv_kv_has_far(kv) ? hkv_kv_far(kv)->set_far_q8(kv->self, seq, q8, err)
                               : hkv_kv_no_far(err);
 }
 

@@ -35,7 +35,7 @@ void tiered_far_view(const tiered *t, const tseq *q, int layer, hkv_far_view *v)
     v->lo = t->p.L_init;
     v->hi = q->far_hi[layer] > v->lo ? q->far_hi[layer] : v->lo;
     const size_t at = (size_t)layer * t->s.n_head_kv;
-    const int q8 = t->p.far_q8;
+    const int q8 = q->q8;
     v->k = q8 ? NULL : q->kptr + at;
     v->v = q8 ? NULL : q->vptr + at;
     v->k8 = q8 ? q->k8ptr + at : NULL;
@@ -54,7 +54,7 @@ static hkv_policy_env policy_env(const tiered *t, const tseq *q) {
     hkv_policy_env env = {
         .shape = t->s, .n_ctx = q->cap, .L_init = t->p.L_init, .L_local = t->p.L_local,
         .kern = t->kern, .mem = t->mem, .n_threads = omp_get_max_threads(),
-        .far_q8 = t->p.far_q8,
+        .far_q8 = q->q8,
     };
     return env;
 }
@@ -66,7 +66,7 @@ int tiered_policy_rebuild(tiered *t, tseq *q, hkv_err *err) {
 int tiered_policy_make(tiered *t, tseq *q, const tseq *src, hkv_err *err) {
     if (q->pol.ops) q->pol.ops->destroy(q->pol.self);
     memset(&q->pol, 0, sizeof q->pol);
-    if (t->p.far_q8 && q->def->prep == HKV_PREP_TSP)   /* its prompt attends listed rows in place */
+    if (q->q8 && q->def->prep == HKV_PREP_TSP)   /* its prompt attends listed rows in place */
         return hkv_seterr(err, HKV_E_UNSUPPORTED, "policy '%s': a token-selective prefill over an "
                           "8-bit far tier (--far-kv q8) is not built; use --far-kv f16",
                           q->def->name);
@@ -123,7 +123,7 @@ static int far_alloc(tiered *t, int seq, hkv_pinned *b, size_t bytes, hkv_err *e
  * would be a copy nobody reads. Made from the far rows when the policy
  * changes (near_fill). */
 static int wants_near(const tiered *t, const tseq *q) {
-    return !(q->def == &hkv_policy_full && !t->p.pin_far && !t->p.audit && !t->p.far_q8);
+    return !(q->def == &hkv_policy_full && !t->p.pin_far && !t->p.audit && !q->q8);
 }
 
 /* The near tier of (q, layer) from the far rows, as of `end` tokens: the
@@ -191,9 +191,18 @@ static int t_seq_open(void *self, int seq, int64_t n_ctx, hkv_err *err) {
     if (q->open) return hkv_seterr(err, HKV_E_INVAL, "sequence %d is already open", seq);
     const hkv_policy_def *def = q->def ? q->def : t->p.policy;
     hkv_policy_args args = q->def ? q->args : t->p.args;
+    const int q8_next = q->q8_next;
     memset(q, 0, sizeof *q);
     q->def = def;
     q->args = args;
+    q->q8_next = q8_next;
+    q->q8 = q8_next < 0 ? t->p.far_q8 : q8_next;
+    if (q->q8 && (t->s.head_dim % HKV_Q8_GROUP || t->s.head_dim > HKV_Q8_MAX_D)) {
+        q->q8 = 0;
+        return hkv_seterr(err, HKV_E_UNSUPPORTED, "sequence %d: an 8-bit far tier takes head sizes "
+                          "that are multiples of %d up to %d, not %d", seq, HKV_Q8_GROUP,
+                          HKV_Q8_MAX_D, t->s.head_dim);
+    }
     q->cap = n_ctx;
     q->stride = hkv_kv_prefix_stride(n_ctx, (size_t)t->s.head_dim * 2);
     q->epoch = ++t->epoch;
@@ -206,7 +215,7 @@ static int t_seq_open(void *self, int seq, int64_t n_ctx, hkv_err *err) {
     }
     if (q->q_keep > n_ctx) q->q_keep = n_ctx;
     q->near_bytes = wants_near(t, q) ? (size_t)L * KH * t->NR * d * 2 : 0;
-    q->far_bytes = (size_t)L * KH * (size_t)q->stride * hkv_far_row_bytes(d, t->p.far_q8);
+    q->far_bytes = (size_t)L * KH * (size_t)q->stride * hkv_far_row_bytes(d, q->q8);
     q->qh_bytes = (size_t)L * q->q_keep * t->s.n_head * d * 2;
     int rc = HKV_E_NOMEM;
     q->far_kb.node = q->far_vb.node = -1;
@@ -236,7 +245,7 @@ static int t_seq_open(void *self, int seq, int64_t n_ctx, hkv_err *err) {
     }
     for (int l = 0; l < L; l++)
         for (int h = 0; h < KH; h++) {
-            if (t->p.far_q8) {
+            if (q->q8) {
                 q->k8ptr[l * KH + h] = far_codes(t, q, q->far_k, l, h);
                 q->v8ptr[l * KH + h] = far_codes(t, q, q->far_v, l, h);
                 q->ksptr[l * KH + h] = far_scales(t, q, q->far_k, l, h);
@@ -253,6 +262,7 @@ fail:
     seq_free(t, q);
     q->def = def;
     q->args = args;
+    q->q8_next = q8_next;
     return hkv_err_prefix(err, "opening sequence %d (context %lld)", seq, (long long)n_ctx);
 }
 
@@ -262,9 +272,11 @@ static void t_seq_close(void *self, int seq) {
     tseq *q = &t->seqs[seq];
     const hkv_policy_def *def = q->def;
     hkv_policy_args args = q->args;
+    const int q8_next = q->q8_next;
     seq_free(t, q);
     q->def = def;    /* a per-sequence policy choice outlives close/open */
     q->args = args;
+    q->q8_next = q8_next;   /* so does its far format */
     q->epoch = ++t->epoch;
 }
 
@@ -499,6 +511,24 @@ static void t_near_window(const void *self, hkv_near_window *w);
 static int t_near(void *self, int seq, int layer, const uint16_t **k, const uint16_t **v, int *rows,
                   hkv_err *err);
 static int t_far(void *self, int seq, int layer, hkv_far_view *far, hkv_err *err);
+
+static int t_seq_far_q8(const void *self, int seq) {
+    const tiered *t = self;
+    if (seq < 0 || seq >= t->max_seqs) return 0;
+    const tseq *q = &t->seqs[seq];
+    return q->open ? q->q8 : q->q8_next < 0 ? t->p.far_q8 : q->q8_next;
+}
+
+static int t_set_far_q8(void *self, int seq, int q8, hkv_err *err) {
+    tiered *t = self;
+    if (seq < 0 || seq >= t->max_seqs || q8 < -1 || q8 > 1)
+        return hkv_seterr(err, HKV_E_RANGE, "far format %d of sequence %d out of range", q8, seq);
+    if (t->seqs[seq].open)
+        return hkv_seterr(err, HKV_E_INVAL, "sequence %d is open: its far tier's format is set "
+                          "before seq_open", seq);
+    t->seqs[seq].q8_next = q8;
+    return HKV_OK;
+}
 static uint64_t t_seq_epoch(const void *self, int seq);
 static void t_set_accel(void *self, const hkv_far_accel *a);
 
@@ -526,6 +556,8 @@ static const hkv_kv_far_ops tiered_far_ops = {
     .lookahead_end = tiered_lookahead_end,
     .prompt_view = tiered_prompt_view,
     .prompt_end = t_prompt_end,
+    .seq_far_q8 = t_seq_far_q8,
+    .set_far_q8 = t_set_far_q8,
 };
 
 static const hkv_kv_ops tiered_ops = {
@@ -567,6 +599,7 @@ int hkv_kv_tiered_create(hkv_kv *kv, const hkv_kv_shape *shape, int max_seqs,
         free(t);
         return hkv_seterr(err, HKV_E_NOMEM, "no memory for %d sequences", max_seqs);
     }
+    for (int i = 0; i < max_seqs; i++) t->seqs[i].q8_next = -1;   /* the cache's format */
     t->s = *shape;
     t->p = *p;
     t->NR = p->L_init + p->L_local;

@@ -84,6 +84,7 @@ static int64_t n_pieces(int64_t n_sel) { return (n_sel + FAR_PIECE - 1) / FAR_PI
 typedef struct need {
     int64_t max_sel, pol_f, pol_i, far;   /* over the batch's decode rows */
     int64_t tsp_idx;     /* prompt rows over a layer's present positions (kv_tiered_tsp.c) */
+    int q8;              /* a sequence with an 8-bit far tier: the threads' fp16 tiles */
 } need;
 
 int tiered_is_prompt(const hkv_seg *sg) {
@@ -91,7 +92,7 @@ int tiered_is_prompt(const hkv_seg *sg) {
 }
 
 int tiered_dense_in_place(const tiered *t, const tseq *q, const float *lse_out) {
-    return q->def == &hkv_policy_full && !lse_out && !t->p.audit && !q->tsp && !t->p.far_q8;
+    return q->def == &hkv_policy_full && !lse_out && !t->p.audit && !q->tsp && !q->q8;
 }
 
 int64_t tiered_shared_pieces(const tseq *q, int64_t pos) {
@@ -106,7 +107,7 @@ static size_t per_thread_floats(const tiered *t, const need *nd) {
     f += 5 * (size_t)g * d + 5 * (size_t)g;                      /* partials */
     f += (size_t)nd->max_sel + (size_t)nd->pol_f + (size_t)nd->pol_i + (size_t)nd->tsp_idx;
     if (t->p.audit) f += 4 * (size_t)nd->far + HKV_TOPK_SCRATCH(nd->far); /* scores, 3 int arrays, topk's */
-    if (t->p.far_q8) f += (size_t)Q8_TILE_ROWS * d + 16;   /* K and V fp16 tiles (2 halves a float) */
+    if (nd->q8) f += (size_t)Q8_TILE_ROWS * d + 16;   /* K and V fp16 tiles (2 halves a float) */
     return (f + 15) & ~(size_t)15;
 }
 
@@ -153,7 +154,7 @@ typedef struct layer_step {
 /* A thread's fp16 tiles for an 8-bit far tier: the last floats of its
  * scratch (per_thread_floats). */
 static uint16_t *q8_tile(const layer_step *st, float *base) {
-    return st->t->p.far_q8 ? (uint16_t *)(base + st->per - ((size_t)Q8_TILE_ROWS * st->d + 16)) : NULL;
+    return st->nd.q8 ? (uint16_t *)(base + st->per - ((size_t)Q8_TILE_ROWS * st->d + 16)) : NULL;
 }
 
 /* A prompt tile's causal attention over an 8-bit far tier: the rows from
@@ -231,7 +232,7 @@ static void attend_item(layer_step *st, int w, float *base, int tid) {
                             far_rows(t, q, q->far_v, layer, I->kvh), d, tidx, c, scale,
                             ob + (size_t)r * g * d, lb + (size_t)r * g);
         }
-    } else if (tiered_is_prompt(sg) && t->p.far_q8) {
+    } else if (tiered_is_prompt(sg) && q->q8) {
         prompt_q8(t, q, layer, I->kvh, qb, I->nq, sg->pos + I->q0, scale, ob, lb, o2, l2,
                   q8_tile(st, base));
     } else if (tiered_is_prompt(sg)) {
@@ -445,6 +446,7 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
             }
             continue;
         }
+        nd.q8 |= t->seqs[sg->seq].q8;
         if (tiered_is_prompt(sg)) {
             n_items += KH * ((sg->n + QTILE - 1) / QTILE);
             const tseq *q = &t->seqs[sg->seq];

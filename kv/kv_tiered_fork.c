@@ -87,7 +87,29 @@ static int copy_state(tiered *t, tseq *d, tseq *s, int64_t from, int64_t upto, i
         memcpy(d->near_k, s->near_k, s->near_bytes);
         memcpy(d->near_v, s->near_v, s->near_bytes);
     }
-    if (upto > from && t->p.far_q8) {   /* codes and scales */
+    if (upto > from && d->q8 != s->q8) {   /* another format: each row converted */
+        float x[HKV_Q8_MAX_D];
+        const int ng = d_ / HKV_Q8_GROUP;
+        for (int l = 0; l < L; l++) {
+            hkv_far_view sv;
+            tiered_far_view(t, s, l, &sv);
+            for (int h = 0; h < KH; h++)
+                for (int64_t p = from; p < upto; p++) {
+                    if (d->q8) {   /* fp16 -> codes */
+                        t->kern->f16_to_f32(sv.k[h] + p * d_, x, d_);
+                        hkv_q8_quantize(x, d_, far_codes(t, d, d->far_k, l, h) + p * d_,
+                                        far_scales(t, d, d->far_k, l, h) + p * ng);
+                        t->kern->f16_to_f32(sv.v[h] + p * d_, x, d_);
+                        hkv_q8_quantize(x, d_, far_codes(t, d, d->far_v, l, h) + p * d_,
+                                        far_scales(t, d, d->far_v, l, h) + p * ng);
+                    } else {       /* codes -> fp16 */
+                        hkv_far_gather16(t->kern, &sv, h, NULL, p, 1,
+                                         far_rows(t, d, d->far_k, l, h) + p * d_,
+                                         far_rows(t, d, d->far_v, l, h) + p * d_);
+                    }
+                }
+        }
+    } else if (upto > from && d->q8) {   /* codes and scales */
         const int ng = d_ / HKV_Q8_GROUP;
         const size_t n = (size_t)(upto - from) * d_, ns = (size_t)(upto - from) * ng * sizeof(float);
         for (int l = 0; l < L; l++)
@@ -147,8 +169,9 @@ int tiered_seq_share(void *self, int dst, int src, int64_t n, unsigned flags, hk
     /* With a CUDA device the far tier is page-locked memory the device
      * reads (no pages mapped over it): the rows are copied there; so are an
      * 8-bit far tier's (its scales sit apart from its codes, which a mapping
-     * of whole row pages does not follow). */
-    const int by_copy = t->p.pin_far || t->p.far_q8;
+     * of whole row pages does not follow), converted where the two
+     * sequences' formats differ. */
+    const int by_copy = t->p.pin_far || s->q8 || d->q8;
     if (!by_copy && !s->pre && s->len >= pr) {
         void *bufs[2] = {s->far_k, s->far_v};
         const int64_t rows = s->len / pr * pr;

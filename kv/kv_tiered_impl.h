@@ -21,6 +21,9 @@ typedef struct tsp_list {
 
 typedef struct tseq {
     int open;
+    int q8;                   /* its far tier is 8-bit (set at seq_open from q8_next) */
+    int q8_next;              /* the format the slot's next seq_open gives: -1 the cache's
+                                 (p.far_q8), 0 fp16, 1 8-bit (kept across close) */
     int64_t cap, len;
     int64_t stride;           /* far rows per (layer, KV head) run: cap rounded to pages */
     hkv_kv_prefix *pre;       /* NULL, or the shared prefix mapped over far rows [0, pre_rows) */
@@ -89,7 +92,7 @@ static inline uint16_t *far_rows(const tiered *t, const tseq *q, uint16_t *base,
                                  int h) {
     return base + (((size_t)layer * t->s.n_head_kv + h) * q->stride) * t->s.head_dim;
 }
-/* The 8-bit far tier (p.far_q8): a buffer holds the codes of every (layer,
+/* The 8-bit far tier (q->q8): a buffer holds the codes of every (layer,
  * KV head) run, [n_layer][KH][stride][d] int8, then their scales,
  * [n_layer][KH][stride][d / HKV_Q8_GROUP] fp32. */
 static inline int8_t *far_codes(const tiered *t, const tseq *q, void *base, int layer, int h) {
@@ -105,7 +108,7 @@ static inline float *far_scales(const tiered *t, const tseq *q, void *base, int 
 static inline void far_store(const tiered *t, const tseq *q, void *base, int layer, int h,
                              int64_t p, const float *x) {
     const int d = t->s.head_dim;
-    if (t->p.far_q8)
+    if (q->q8)
         hkv_q8_quantize(x, d, far_codes(t, q, base, layer, h) + p * d,
                         far_scales(t, q, base, layer, h) + p * (d / HKV_Q8_GROUP));
     else

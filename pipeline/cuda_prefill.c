@@ -182,7 +182,7 @@ int cb_prefill_attend(cuda_be *b, int layer, int n_segs, hkv_err *err) {
         const size_t lofs = (size_t)layer * KH * p->cap * d;
         for (int64_t r = 0; r < sg->n; r++) b->h_pdst[r] = (sg->pos + r) * d;
         if ((rc = cb_stage(b, -1, b->d_pdst, b->h_pdst, (size_t)sg->n * 8, err)) ||
-            (rc = (b->e->p.tiered.far_q8 ? hkv_gpu_kv_append_q8 : hkv_gpu_kv_append)(
+            (rc = (hkv_kv_seq_far_q8(&b->e->kv, sg->seq) ? hkv_gpu_kv_append_q8 : hkv_gpu_kv_append)(
                  b->act[HKV_ACT_QKV] + sg->row * b->qkv_w, b->qkv_w, sg->n, (int64_t)b->H * d,
                  (int64_t)(b->H + KH) * d, KH, d, b->d_pdst, p->cap * d, p->k + lofs, p->v + lofs,
                  b->st, err)) ||

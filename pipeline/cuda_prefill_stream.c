@@ -131,7 +131,7 @@ int cb_pstream_attend(cuda_be *b, int layer, const hkv_seg *sg, const cb_prompt 
     /* the chunk's own keys, causally: the first partial, into the output */
     for (int64_t r = 0; r < n; r++) b->h_pdst[r] = r * d;
     if ((rc = cb_stage(b, -1, b->d_pdst, b->h_pdst, (size_t)n * 8, err)) ||
-        (rc = (b->e->p.tiered.far_q8 ? hkv_gpu_kv_append_q8 : hkv_gpu_kv_append)(
+        (rc = (hkv_kv_seq_far_q8(&b->e->kv, sg->seq) ? hkv_gpu_kv_append_q8 : hkv_gpu_kv_append)(
              q, b->qkv_w, n, (int64_t)H * d, (int64_t)(H + KH) * d, KH, d, b->d_pdst, hs, ps->ck,
              ps->cv, b->st, err)) ||
         (rc = hkv_gpu_attn_prefill(q, b->qkv_w, n, H, KH, d, 0, ps->ck, ps->cv, d, hs, scale, out,

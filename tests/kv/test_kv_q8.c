@@ -9,6 +9,10 @@
  *     same within the selection's own tolerance;
  *   - a decode row's result does not depend on the thread count (1, 2, 4);
  *   - a copy (seq_copy) decodes bit for bit as its source;
+ *   - the format per sequence (set_far_q8): an 8-bit copy of an fp16
+ *     sequence (its rows converted, as bench forks its configurations)
+ *     decodes bit for bit as an 8-bit sequence fed the same fp16 rows;
+ *     the setter refuses an open sequence;
  *   - it holds (d + d/8) / 2d of the fp16 tier's far bytes and counts its
  *     selected rows at that size;
  *   - what it cannot do is refused by name: a token-selective prefill
@@ -232,6 +236,60 @@ static void bytes_counted(const hkv_cpu_kernels *kern) {
     free(o);
 }
 
+/* Rows for layer l as fp16 would store them (every value rounded). */
+static void rows16(const hkv_cpu_kernels *kn, float *qkv, int n, int64_t pos, int l) {
+    uint16_t h[LD];
+    rows_of(kn, qkv, n, pos, l, 0);
+    for (int r = 0; r < n; r++) {
+        kn->f32_to_f16(qkv + (size_t)r * LD, h, LD);
+        kn->f16_to_f32(h, qkv + (size_t)r * LD, LD);
+    }
+}
+
+static void per_sequence(const hkv_policy_def *pol, const hkv_cpu_kernels *kern) {
+    cache a;
+    make(&a, pol, 0, kern);   /* slots 0..2 open fp16 */
+    hkv_err err;
+    CHECK(hkv_kv_set_far_q8(&a.kv, 1, 1, &err) == HKV_E_INVAL, "set_far_q8 on an open sequence");
+    CHECK(hkv_kv_seq_far_q8(&a.kv, 1) == 0, "slot 1 is fp16");
+    for (int s = 1; s <= 2; s++) {
+        a.kv.ops->seq_close(a.kv.self, s);
+        CHECK(hkv_kv_set_far_q8(&a.kv, s, 1, &err) == HKV_OK, "set_far_q8: %s", err.msg);
+        CHECK(a.kv.ops->seq_open(a.kv.self, s, CTX, &err) == HKV_OK, "open: %s", err.msg);
+        CHECK(hkv_kv_seq_far_q8(&a.kv, s) == 1, "slot %d is 8-bit", s);
+    }
+    float *qkv = malloc((size_t)CHUNK * LD * 4), *o = malloc((size_t)CHUNK * H * D * 4),
+          *o2 = malloc((size_t)H * D * 4);
+    for (int64_t pos = 0; pos < N_PROMPT; pos += CHUNK) {   /* 0 fp16 and 2 8-bit, fed alike */
+        const int n = N_PROMPT - pos < CHUNK ? (int)(N_PROMPT - pos) : CHUNK;
+        for (int s = 0; s <= 2; s += 2) {
+            hkv_seg sg = {.seq = s, .n = n, .pos = pos, .row = 0,
+                          .flags = HKV_SEG_PROMPT | (pos + n == N_PROMPT ? HKV_SEG_PROMPT_END : 0)};
+            for (int l = 0; l < L; l++) {
+                rows16(kern, qkv, n, pos, l);
+                CHECK(a.kv.ops->layer_step(a.kv.self, l, &sg, 1, qkv, LD, o, H * D, &err) == HKV_OK,
+                      "prompt: %s", err.msg);
+            }
+        }
+    }
+    CHECK(a.kv.ops->seq_copy(a.kv.self, 1, 0, &err) == HKV_OK, "copy fp16 -> 8-bit: %s", err.msg);
+    int same = 1;
+    for (int t = 0; t < 80; t++)
+        for (int l = 0; l < L; l++) {
+            rows16(kern, qkv, 1, 7000 + t, l);
+            for (int s = 1; s <= 2; s++) {
+                hkv_seg sg = {.seq = s, .n = 1, .pos = N_PROMPT + t, .row = 0};
+                CHECK(a.kv.ops->layer_step(a.kv.self, l, &sg, 1, qkv, LD, s == 1 ? o : o2, H * D,
+                                           &err) == HKV_OK, "decode: %s", err.msg);
+            }
+            same &= !memcmp(o, o2, (size_t)H * D * 4);
+        }
+    CHECK(same, "%s: an 8-bit copy of an fp16 sequence decodes otherwise than an 8-bit sequence "
+          "fed the same rows", pol->name);
+    a.kv.ops->destroy(a.kv.self);
+    free(qkv), free(o), free(o2);
+}
+
 static void refusals(const hkv_cpu_kernels *kern) {
     hkv_tiered_params p;
     hkv_kv_shape sh = {L, H, KH, D};
@@ -274,6 +332,8 @@ int main(void) {
     thread_invariance(&hkv_policy_full, &kern);
     thread_invariance(&hkv_policy_ctkvr, &kern);
     bytes_counted(&kern);
+    per_sequence(&hkv_policy_full, &kern);
+    per_sequence(&hkv_policy_ctkvr, &kern);
     refusals(&kern);
     if (fails) printf("%d checks failed\n", fails);
     else printf("kv q8: all checks passed\n");

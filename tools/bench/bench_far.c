@@ -114,7 +114,7 @@ static void decode_row(const float *dir, int KH, int g, int d, uint64_t *rng, fl
  * index built, B copies decoding `steps` timed steps (and one warm-up). */
 static int far_row(const hkv_cpu_kernels *kn, const float *dir, int KH, int g, int d, int64_t n,
                    int B, long long steps, const hkv_policy_def *def, const hkv_policy_args *args,
-                   int shared, int threads, double *sec, uint64_t *bytes, hkv_err *err)
+                   int far_q8, int shared, int threads, double *sec, uint64_t *bytes, hkv_err *err)
 {
     const int H = KH * g;
     const int64_t ld = (int64_t)(H + 2 * KH) * d, chunk = 4096;
@@ -123,6 +123,7 @@ static int far_row(const hkv_cpu_kernels *kn, const float *dir, int KH, int g, i
     tp.policy = def;
     tp.args = *args;
     tp.score_alone = !shared;
+    tp.far_q8 = far_q8;
     const hkv_kv_shape shape = {1, H, KH, d};
     hkv_mem_account mem = {0};
     hkv_kv kv = {0};
@@ -289,8 +290,16 @@ int hkv_bench_far_main(int argc, char **argv)
         hkv_policy_args_init(def, &args);
         char kvs[512];
         snprintf(kvs, sizeof kvs, "%s", colon ? colon + 1 : "");
-        for (char *s2 = NULL, *kv = strtok_r(kvs, ",", &s2); kv && !rc; kv = strtok_r(NULL, ",", &s2))
+        int far_q8 = 0;   /* far=q8: the 8-bit far tier (not a policy parameter) */
+        for (char *s2 = NULL, *kv = strtok_r(kvs, ",", &s2); kv && !rc; kv = strtok_r(NULL, ",", &s2)) {
+            if (!strncmp(kv, "far=", 4)) {
+                if (strcmp(kv + 4, "q8") && strcmp(kv + 4, "f16"))
+                    rc = hkv_seterr(&err, HKV_E_INVAL, "bench far: '%s' is not far=f16 or far=q8", kv);
+                far_q8 = !strcmp(kv + 4, "q8");
+                continue;
+            }
             rc = hkv_policy_arg_set(def, &args, kv, &err);
+        }
         if (rc) {
             hkv_err_report(&err, stderr);
             break;
@@ -302,7 +311,7 @@ int hkv_bench_far_main(int argc, char **argv)
                 double t = 0;
                 uint64_t bytes = 0;
                 rc = far_row(&kn, dir, (int)KH, (int)g, (int)d, ctxs[ci], (int)batches[bi], steps,
-                             def, &args, shared, T, &t, &bytes, &err);
+                             def, &args, far_q8, shared, T, &t, &bytes, &err);
                 if (!rc) {
                     const double st_s = t / (double)steps, mb = (double)bytes / (double)steps;
                     char label[96];

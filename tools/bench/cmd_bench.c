@@ -126,6 +126,7 @@ typedef struct point {
     double fork_s;         /* the batch's first sequence: copy of the prompt and policy build */
     double kv_held;        /* host bytes of the near and far tiers with the batch open */
     int shared_prefix;     /* the batch shared the prompt by reference (--shared-prefix) */
+    int far_q8;            /* the batch's far tier was 8-bit (--far-kv q8, a config's far=q8) */
     int has_pl;            /* --device cuda: the pipeline's timeline over the decode steps */
     hkv_pipeline_stats pl;
     int has_pre;           /* and over the shared prefill (where the prompt was attended) */
@@ -198,6 +199,7 @@ static json_t *point_row(const point *q, const row_ctx *x) {
     json_object_set_new(r, "fork_s", json_real(q->fork_s));
     json_object_set_new(r, "kv_host_bytes", json_real(q->kv_held));
     json_object_set_new(r, "shared_prefix", json_boolean(q->shared_prefix));
+    json_object_set_new(r, "far_kv", json_string(q->far_q8 ? "q8" : "f16"));
     json_object_set_new(r, "chunk", json_integer(x->chunk));
     json_object_set_new(r, "gpu_mem", x->gpu_mem > 0 ? json_integer((json_int_t)x->gpu_mem) : json_null());
     /* the host's reads a token, and the tokens/s the probe allows at that rate */
@@ -286,6 +288,9 @@ int hkv_cmd_bench(int argc, char **argv) {
         rc = hkv_seterr(&err, HKV_E_INVAL, "bench: give --configs or --policy/--kv, not both");
     if (!rc && budgets && !configs) configs = "full;ctkvr;quest;snapkv";
     if (!rc && configs) rc = hkv_configs_parse(configs, cfg, &n_cfg, HKV_MAX_CONFIGS, &err);
+    for (int i = 0; !rc && i < n_cfg; i++)   /* a fork's format: the prompt's sequence is one */
+        if (cfg[i].far_set && cfg[i].far_q8 != kc.far_q8 && (ep.kv_plain || kc.kv))
+            rc = hkv_seterr(&err, HKV_E_INVAL, "bench: '%s': far= needs the tiered cache", cfg[i].spec);
     if (!rc && budgets) rc = hkv_configs_cross_budgets(cfg, &n_cfg, HKV_MAX_CONFIGS, budgets, &err);
     if (!rc && configs) {
         /* Keep as many prompt queries as the hungriest policy builds from. */
@@ -396,6 +401,10 @@ int hkv_cmd_bench(int argc, char **argv) {
 
     for (int ci = 0; ci < n_ctx; ci++) {
         long long L = ctxs[ci];
+        /* the batch in place: the prompt's sequence in its configuration's far format */
+        if (in_place && configs && cfg[0].far_set &&
+            (rc = hkv_kv_set_far_q8(&e->kv, 0, cfg[0].far_q8, &err)))
+            goto out;
         if ((rc = ops->seq_open(e->kv.self, 0, L + steps + 1, &err))) goto out;
         if (hkv_backend_is_cuda(&e->be)) hkv_cuda_backend_stats_reset(&e->be);
         double t0 = bench_clock(o.cpu_time);
@@ -436,6 +445,11 @@ int hkv_cmd_bench(int argc, char **argv) {
                 for (int s = 1; s < s0 + B; s++) {
                     const double f0 = hkv_now();
                     if (configs && (rc = hkv_kv_set_policy(&e->kv, s, cfg[ci2].def, &cargs, &err)))
+                        goto out;
+                    /* a config's far= format: its forks' rows converted from the prompt's */
+                    if (configs && hkv_kv_has_far(&e->kv) &&
+                        (rc = hkv_kv_set_far_q8(&e->kv, s, cfg[ci2].far_set ? cfg[ci2].far_q8 : -1,
+                                                &err)))
                         goto out;
                     if ((rc = ops->seq_open(e->kv.self, s, L + steps + 1 + hkv_lookahead_room(e, s), &err)) ||
                         (rc = o.shared_prefix ? ops->seq_share(e->kv.self, s, 0, ops->seq_len(e->kv.self, 0), HKV_SHARE_INDEX, &err)
@@ -501,6 +515,7 @@ int hkv_cmd_bench(int argc, char **argv) {
                 np++;
                 p->kv_held = (double)e->mem.bytes[HKV_TIER_FAR] + (double)e->mem.bytes[HKV_TIER_NEAR];
                 p->shared_prefix = o.shared_prefix;
+                p->far_q8 = hkv_kv_seq_far_q8(&e->kv, s0);
                 for (int s = 1; s < s0 + B; s++) ops->seq_close(e->kv.self, s);
                 p->ctx = L;
                 p->fork_s = t_fork;

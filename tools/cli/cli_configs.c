@@ -49,6 +49,16 @@ static int parse_arg(hkv_config *c, const char *kv, size_t len, hkv_err *err) {
     memcpy(buf, kv, len);
     buf[len] = 0;
     char *eq = strchr(buf, '=');
+    if (eq && eq - buf == 3 && !strncmp(buf, "far", 3)) {   /* the far tier's format, not the policy's */
+        if (strcmp(eq + 1, "q8") && strcmp(eq + 1, "f16"))
+            return hkv_seterr(err, HKV_E_INVAL, "--configs '%s': far=%s is not f16 or q8", c->spec,
+                              eq + 1);
+        c->far_q8 = !strcmp(eq + 1, "q8");
+        c->far_set = 1;
+        size_t el = strlen(c->extra);
+        snprintf(c->extra + el, sizeof c->extra - el, "%s%s", el ? "," : "", buf);
+        return HKV_OK;
+    }
     int is_budget = c->budget_key && eq && (size_t)(eq - buf) == strlen(c->budget_key) &&
                     !strncmp(buf, c->budget_key, (size_t)(eq - buf));
     if (is_budget && eq[1] && eq[strlen(eq) - 1] == '%') {

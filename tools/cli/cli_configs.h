@@ -23,6 +23,8 @@ typedef struct hkv_config {
     const char *budget_key;      /* NULL: the policy has no budget parameter */
     double budget_frac;          /* > 0: budget = round(frac * context) */
     int64_t budget_abs;          /* > 0: a fixed budget */
+    int far_q8;                  /* "far=q8": over the 8-bit far tier (far=f16: 0) */
+    int far_set;                 /* far= given (else the run's --far-kv) */
 } hkv_config;
 
 /* Parse "full;oracle:k=64;ctkvr:rho_p=3%,dcu=0". Checks policy names, keys

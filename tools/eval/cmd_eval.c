@@ -286,7 +286,15 @@ static int setup_kv(eval_run *r, const eval_opts *o, hkv_err *err) {
     if (rc) return rc;
     hkv_engine_set_kv(e, kv);
     e->p.tiered = tp;
-    return HKV_OK;
+    /* far=q8 configurations run on a second cache, the same but for its
+     * 8-bit far tier: their prompt is prefilled there (eval_fidelity.c) */
+    int q8 = 0;
+    for (int c = 0; c < r->n_cfg; c++) q8 |= r->cfg[c].far_q8;
+    if (q8 && o->tasks)
+        return hkv_seterr(err, HKV_E_INVAL, "far=q8 configurations are measured by fidelity only: "
+                          "add --tasks none");
+    tp.far_q8 = 1;
+    return q8 ? hkv_kv_tiered_create(&r->kv8, &env.shape, 2, &tp, &e->kern, &e->mem, err) : HKV_OK;
 }
 
 /* A part's rows to the --out FILE.jsonl (nothing without one). */
@@ -327,7 +335,7 @@ int hkv_cmd_eval(int argc, char **argv) {
     /* full is the reference of every comparison and the ceiling of every task. */
     r.cfg = cfg + 1;
     int has_full = 0;
-    for (int i = 0; i < r.n_cfg; i++) has_full |= r.cfg[i].def == &hkv_policy_full;
+    for (int i = 0; i < r.n_cfg; i++) has_full |= r.cfg[i].def == &hkv_policy_full && !r.cfg[i].far_q8;
     if (!has_full) {
         int n = 0;
         hkv_configs_parse("full", cfg, &n, 1, &err);
@@ -481,6 +489,7 @@ out:
     free(fid);
     free(r.logits);
     eval_corpus_free(&corpus);
+    if (r.kv8.ops) r.kv8.ops->destroy(r.kv8.self);   /* (before the engine: its memory account) */
     hkv_engine_close(r.e);
     return rc ? 1 : 0;
 }

@@ -62,6 +62,8 @@ typedef struct eval_run {
     int staged;              /* the last eval_fork_prep built its index at the last whole chunk */
     char date[32];           /* when the sweep started, UTC: every row's date, so rows
                               * written part by part equal the ones printed at the end */
+    hkv_kv kv8;              /* the same cache with an 8-bit far tier, for the configurations
+                                with far=q8 (ops NULL: none asks for one) */
 } eval_run;
 
 /* Fork sequence 0 into sequence 1 (capacity ctx) under a configuration:

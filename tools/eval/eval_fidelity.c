@@ -36,14 +36,42 @@ static double kl_div(const float *ref, const float *lp, int n) {
     return kl > 0 ? kl : 0;   /* rounding can leave -1e-9 */
 }
 
+/* The reference first: full over the fp16 far tier (far=q8 rows are
+ * measured against it, full:far=q8 among them). */
+static int is_ref_cfg(const hkv_config *c) { return c->def == &hkv_policy_full && !c->far_q8; }
+
 static int full_first(const eval_run *r, int *order) {
     int k = 0;
     for (int i = 0; i < r->n_cfg; i++)
-        if (r->cfg[i].def == &hkv_policy_full) order[k++] = i;
+        if (is_ref_cfg(&r->cfg[i])) order[k++] = i;
     if (!k) return -1;
     for (int i = 0; i < r->n_cfg; i++)
-        if (r->cfg[i].def != &hkv_policy_full) order[k++] = i;
+        if (!is_ref_cfg(&r->cfg[i])) order[k++] = i;
     return 0;
+}
+
+/* The engine's cache swapped with the 8-bit one (r->kv8) or back; the first
+ * time, the prompt prefilled into the 8-bit cache's sequence 0 (its prompt
+ * attention reads the 8-bit rows, as a run with --far-kv q8 does) and its
+ * logits into first8. *first then holds the logits of the cache in use. */
+static int swap_far(eval_run *r, int64_t ctx, int64_t Lp, float *first, float *first8, int *ready,
+                    int *on, hkv_err *err) {
+    hkv_engine *e = r->e;
+    const size_t vb = (size_t)e->model.cfg.vocab * sizeof *first;
+    hkv_kv t = e->kv;
+    e->kv = r->kv8, r->kv8 = t;
+    *on = !*on;
+    float tmp;
+    for (size_t i = 0; i < vb / sizeof tmp; i++) tmp = first[i], first[i] = first8[i], first8[i] = tmp;
+    if (*ready || !*on) return HKV_OK;
+    *ready = 1;
+    const hkv_kv_ops *ops = e->kv.ops;
+    ops->seq_close(e->kv.self, 1);
+    ops->seq_close(e->kv.self, 0);
+    int rc = ops->seq_open(e->kv.self, 0, ctx, err);
+    if (r->verbose) fprintf(stderr, "eval: fidelity at %lld: prefill %lld tokens over the 8-bit far "
+                            "tier...\n", (long long)ctx, (long long)Lp);
+    return rc ? rc : hkv_prefill(e, 0, r->corpus->tok, Lp, 0, first, err);
 }
 
 int eval_fidelity(eval_run *r, int64_t ctx, eval_fid *out, hkv_err *err) {
@@ -67,8 +95,9 @@ int eval_fidelity(eval_run *r, int64_t ctx, eval_fid *out, hkv_err *err) {
     const int32_t *tok = r->corpus->tok;
     float *ref = malloc((size_t)T * V * sizeof *ref), *lp = malloc((size_t)V * sizeof *lp);
     float *first = malloc((size_t)V * sizeof *first);   /* the prompt's prefill logits */
-    int rc = HKV_OK;
-    if (!ref || !lp || !first) {
+    float *first8 = calloc((size_t)V, sizeof *first8);  /* the same over the 8-bit far tier */
+    int rc = HKV_OK, q8_on = 0, q8_ready = 0;
+    if (!ref || !lp || !first || !first8) {
         rc = hkv_seterr(err, HKV_E_NOMEM, "no memory for %lld x %d reference log-probabilities",
                         (long long)T, V);
         goto out;
@@ -84,6 +113,8 @@ int eval_fidelity(eval_run *r, int64_t ctx, eval_fid *out, hkv_err *err) {
         const int ci = order[oi];
         const hkv_config *c = &r->cfg[ci];
         const int is_ref = oi == 0;
+        if (c->far_q8 != q8_on && (rc = swap_far(r, ctx, Lp, first, first8, &q8_ready, &q8_on, err)))
+            goto out;
         eval_fid_row *row = &out->rows[ci];
         hkv_policy_args args;
         if ((rc = hkv_config_resolve(c, ctx, Lp - near, &args, &row->budget, row->label,
@@ -142,10 +173,19 @@ int eval_fidelity(eval_run *r, int64_t ctx, eval_fid *out, hkv_err *err) {
     }
     out->n_rows = r->n_cfg;
 out:
+    if (q8_on) {   /* back to the fp16 cache */
+        hkv_kv t = e->kv;
+        e->kv = r->kv8, r->kv8 = t;
+    }
     ops->seq_close(e->kv.self, 1);
     ops->seq_close(e->kv.self, 0);
+    if (r->kv8.ops) {
+        ops->seq_close(r->kv8.self, 1);
+        ops->seq_close(r->kv8.self, 0);
+    }
     free(ref);
     free(lp);
     free(first);
+    free(first8);
     return rc ? hkv_err_prefix(err, "fidelity at context %lld", (long long)ctx) : HKV_OK;
 }

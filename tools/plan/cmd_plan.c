@@ -109,6 +109,15 @@ static int parse_far_kv(void *base, const char *opt, const char *v, hkv_err *err
     return HKV_OK;
 }
 
+/* A row's label: the policy as planned, and the far tier's format when it
+ * is the 8-bit one. */
+static void far_describe(const hkv_policy_def *d, const hkv_policy_args *a, int64_t ctx, int far_q8,
+                         char *label, size_t cap) {
+    hkv_plan_describe(d, a, ctx, label, cap);
+    const size_t n = strlen(label);
+    if (far_q8 && d != &hkv_policy_full) snprintf(label + n, cap - n, " far=q8");
+}
+
 static const hkv_opt plan_opts_table[] = {
     {.name = "--gpu-mem", .arg = "LIST", .kind = HKV_OPT_FN, .fn = parse_gpu_mem_list,
      .help = "GPU memory caps, e.g. 24G,48G"},
@@ -415,8 +424,9 @@ static int plan_kernels(const pred_opts *o, const hkv_model_config *mc, hkv_err 
                     pp.args = &args;
                     pp.batch = (int)o->batches[bi];
                     pp.n_ctx = o->ctxs[xi];
+                    pp.far_q8 |= o->cfg[pi].far_q8;
                     char label[HKV_SPEC_LEN];
-                    hkv_plan_describe(pp.policy, &args, pp.n_ctx, label, sizeof label);
+                    far_describe(pp.policy, &args, pp.n_ctx, pp.far_q8, label, sizeof label);
                     int n = 0;
                     if ((rc = hkv_kernel_step_rows(&pp, mi, rows, CAP, &n, err))) break;
                     double step_us = 0;
@@ -522,9 +532,10 @@ static int plan_predict(const pred_opts *o, const hkv_model_config *mc, hkv_err 
                 pp.args = &args;
                 pp.batch = (int)o->batches[bi];
                 pp.n_ctx = o->ctxs[xi];
+                pp.far_q8 |= o->cfg[pi].far_q8;
                 r->ctx = o->ctxs[xi];
                 r->batch = o->batches[bi];
-                hkv_plan_describe(pp.policy, &args, pp.n_ctx, r->label, sizeof r->label);
+                far_describe(pp.policy, &args, pp.n_ctx, pp.far_q8, r->label, sizeof r->label);
                 rc = hkv_predict(&pp, &r->pr, err);
             }
         }
@@ -803,13 +814,14 @@ int hkv_cmd_plan(int argc, char **argv) {
                         (rc = hkv_config_resolve(&cfg[pi], ctxs[xi], far > 0 ? far : 0, &args,
                                                   &budget, NULL, 0, &err)))
                         goto out;
-                    hkv_plan_describe(cfg[pi].def, &args, ctxs[xi], r->label, sizeof r->label);
+                    far_describe(cfg[pi].def, &args, ctxs[xi], o.far_q8 || cfg[pi].far_q8,
+                                 r->label, sizeof r->label);
                     hkv_plan_params pp = {.cfg = &mc, .batch = 1, .n_ctx = ctxs[xi],
                                           .L_init = (int)sink, .L_local = (int)local,
                                           .policy = cfg[pi].def, .args = &args,
                                           .max_rows = (int)max_rows, .index_on_host = on_host,
                                           .draft = draft ? &dmc : NULL, .n_gen = gen,
-                                          .far_q8 = o.far_q8};
+                                          .far_q8 = o.far_q8 || cfg[pi].far_q8};
                     if ((rc = hkv_plan_compute(&pp, &r->one, &err))) goto out;
                     /* Placement only matters to policies with lists that can move. */
                     if (wi == 1 && r->one.index == rows[nr - 1].one.index &&
