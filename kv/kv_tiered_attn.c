@@ -45,12 +45,23 @@ typedef struct far_work {
 } far_work;
 
 /* Rows of an 8-bit far tier as fp16 tiles [n][d]: positions idx[0..n), or
- * p0 .. p0 + n - 1 (idx NULL). */
+ * p0 .. p0 + n - 1 (idx NULL). Rows prefetched this far ahead (as the fp16
+ * kernels' gathers do, cpu/attn_simd.inc). */
+#define Q8_AHEAD 16
 static void q8_tiles(const hkv_cpu_kernels *kn, int d, const int8_t *k8, const float *ks,
                      const int8_t *v8, const float *vs, int64_t ld, const int32_t *idx, int64_t p0,
                      int64_t n, uint16_t *tk, uint16_t *tv) {
     const int ng = d / HKV_Q8_GROUP;
     for (int64_t i = 0; i < n; i++) {
+        if (i + Q8_AHEAD < n) {   /* a gather: each row's misses in flight well before its turn */
+            const int64_t f = idx ? idx[i + Q8_AHEAD] : p0 + i + Q8_AHEAD;
+            for (int off = 0; off < d; off += 64) {
+                __builtin_prefetch(k8 + f * ld + off);
+                __builtin_prefetch(v8 + f * ld + off);
+            }
+            __builtin_prefetch(ks + f * ng);
+            __builtin_prefetch(vs + f * ng);
+        }
         const int64_t p = idx ? idx[i] : p0 + i;
         kn->q8_to_f16(k8 + p * ld, ks + p * ng, d, tk + i * d);
         kn->q8_to_f16(v8 + p * ld, vs + p * ng, d, tv + i * d);

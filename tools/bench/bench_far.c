@@ -192,7 +192,7 @@ static const hkv_opt far_opts_table[] = {
      .help = "sequences per step (default 1,4)"},
     {.name = "--configs", .arg = "SPEC", .kind = HKV_OPT_STR, .off = offsetof(far_opts, configs),
      .help = "';'-separated selection policies, policy:key=val,...\n"
-             "(default ctkvr;ctkvr:sketch=2)"},
+             "(default ctkvr;ctkvr:sketch=2); far=q8: over the 8-bit far tier"},
     {.name = "--steps", .arg = "N", .kind = HKV_OPT_INT, .off = offsetof(far_opts, steps),
      .lo = 1, .hi = 100000, .help = "steps timed per row (default 8)"},
     {.name = "--kv-heads", .arg = "N", .kind = HKV_OPT_INT, .off = offsetof(far_opts, KH),

@@ -143,7 +143,9 @@ static const hkv_opt eval_opts_table[] = {
      .help = "';'-separated policy:key=val,... (default below); the budget\n"
              "(oracle k, ctkvr rho_p, quest/snapkv/rocketkv/fastkv budget)\n"
              "may be a share of the context, '3%'; fastkv prefills the\n"
-             "prompt itself (token-selective propagation) rather than fork"},
+             "prompt itself (token-selective propagation) rather than fork;\n"
+             "far=q8: over the 8-bit far tier, its own prefill, against full's\n"
+             "fp16 reference (fidelity only)"},
     {.name = "--tasks", .arg = "LIST", .kind = HKV_OPT_FN, .fn = parse_tasks_opt,
      .help = "passkey,needle,multineedle,multiturn or none (default all)"},
     {.name = "--task-ctx", .arg = "LIST", .kind = HKV_OPT_LIST, .off = offsetof(eval_opts, task_ctx),
