@@ -293,9 +293,7 @@ int hkv_bench_far_main(int argc, char **argv)
         int far_q8 = 0;   /* far=q8: the 8-bit far tier (not a policy parameter) */
         for (char *s2 = NULL, *kv = strtok_r(kvs, ",", &s2); kv && !rc; kv = strtok_r(NULL, ",", &s2)) {
             if (!strncmp(kv, "far=", 4)) {
-                if (strcmp(kv + 4, "q8") && strcmp(kv + 4, "f16"))
-                    rc = hkv_seterr(&err, HKV_E_INVAL, "bench far: '%s' is not far=f16 or far=q8", kv);
-                far_q8 = !strcmp(kv + 4, "q8");
+                rc = hkv_far_kv_parse("bench far --configs", kv + 4, &far_q8, &err);
                 continue;
             }
             rc = hkv_policy_arg_set(def, &args, kv, &err);

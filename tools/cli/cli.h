@@ -83,6 +83,9 @@ int hkv_kv_cli_apply(const hkv_kv_cli *k, hkv_engine_params *ep, hkv_err *err);
 /* 1 when the policy is the runtime's to pick (--policy auto, or none given,
  * on the tiered cache): hkv_device_cli_check_near decides with the plan. */
 int hkv_kv_cli_auto(const hkv_kv_cli *k);
+/* A far tier's format as written, "f16" or "q8", to *q8 (0 or 1); what
+ * names the value in the error (an option or a configuration). */
+int hkv_far_kv_parse(const char *what, const char *v, int *q8, hkv_err *err);
 
 /* Device and model-source options shared by run, bench, info and plan
  * (cli_device.c): --device cpu|cuda  --gpu-mem SIZE  --host-mem SIZE  --synthetic NAME

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "cli_configs.h"
 
 /* ρ' ≈ 1%, 3% and 10% of the context for both selection policies; the
@@ -50,10 +51,8 @@ static int parse_arg(hkv_config *c, const char *kv, size_t len, hkv_err *err) {
     buf[len] = 0;
     char *eq = strchr(buf, '=');
     if (eq && eq - buf == 3 && !strncmp(buf, "far", 3)) {   /* the far tier's format, not the policy's */
-        if (strcmp(eq + 1, "q8") && strcmp(eq + 1, "f16"))
-            return hkv_seterr(err, HKV_E_INVAL, "--configs '%s': far=%s is not f16 or q8", c->spec,
-                              eq + 1);
-        c->far_q8 = !strcmp(eq + 1, "q8");
+        int rc = hkv_far_kv_parse("--configs", eq + 1, &c->far_q8, err);
+        if (rc) return hkv_err_prefix(err, "'%s'", c->spec);
         c->far_set = 1;
         size_t el = strlen(c->extra);
         snprintf(c->extra + el, sizeof c->extra - el, "%s%s", el ? "," : "", buf);

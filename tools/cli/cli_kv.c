@@ -40,12 +40,15 @@ static int parse_far_numa(void *base, const char *opt, const char *v, hkv_err *e
     return hkv_seterr(err, HKV_E_INVAL, "--far-numa: '%s' is not auto, gpu, spread or off", v);
 }
 
-static int parse_far_kv(void *base, const char *opt, const char *v, hkv_err *err) {
-    (void)opt;
+int hkv_far_kv_parse(const char *what, const char *v, int *q8, hkv_err *err) {
     if (strcmp(v, "f16") && strcmp(v, "q8"))
-        return hkv_seterr(err, HKV_E_INVAL, "--far-kv: '%s' is not f16 or q8", v);
-    ((hkv_kv_cli *)base)->far_q8 = !strcmp(v, "q8");
+        return hkv_seterr(err, HKV_E_INVAL, "%s: far tier '%s' is not f16 or q8", what, v);
+    *q8 = !strcmp(v, "q8");
     return HKV_OK;
+}
+
+static int parse_far_kv(void *base, const char *opt, const char *v, hkv_err *err) {
+    return hkv_far_kv_parse(opt, v, &((hkv_kv_cli *)base)->far_q8, err);
 }
 
 static int parse_policy_arg(void *base, const char *opt, const char *v, hkv_err *err) {

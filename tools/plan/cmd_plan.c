@@ -102,11 +102,7 @@ static int parse_pipeline(void *base, const char *opt, const char *v, hkv_err *e
 }
 
 static int parse_far_kv(void *base, const char *opt, const char *v, hkv_err *err) {
-    (void)opt;
-    if (strcmp(v, "f16") && strcmp(v, "q8"))
-        return hkv_seterr(err, HKV_E_INVAL, "--far-kv: '%s' is not f16 or q8", v);
-    ((plan_opts *)base)->far_q8 = !strcmp(v, "q8");
-    return HKV_OK;
+    return hkv_far_kv_parse(opt, v, &((plan_opts *)base)->far_q8, err);
 }
 
 /* A row's label: the policy as planned, and the far tier's format when it
