@@ -68,16 +68,20 @@ static void q8_tiles(const hkv_cpu_kernels *kn, int d, const int8_t *k8, const f
     }
 }
 
-/* fp16 tiles for an 8-bit far tier's rows, per thread: a piece and a
- * prompt tile's rows past its last whole piece, K then V. */
+/* fp16 tiles for an 8-bit far tier's rows, per thread, K then V (V right
+ * after the n rows of K a call makes): at least a piece and a prompt tile's
+ * rows past its last whole piece; a prompt's whole prefix where it is at
+ * most p.q8_prompt_whole rows (need.q8_rows). */
 #define Q8_TILE_ROWS (FAR_PIECE + QTILE)
+/* The default of p.q8_prompt_whole: 4 MiB of tiles a thread at d 128. */
+#define Q8_PROMPT_WHOLE 8192
 
 /* Attention over pieces [a, b) of a decode item's far selection; tile: the
  * thread's fp16 tiles (an 8-bit far tier). */
 static void far_piece(const hkv_cpu_kernels *kn, const float *qv, int g, int d, const far_work *f,
                       int64_t a, int64_t b, float scale, float *o, float *l, uint16_t *tile) {
     if (f->k8) {   /* the rows as fp16 tiles, then the same dense kernel */
-        uint16_t *tk = tile, *tv = tile + (size_t)Q8_TILE_ROWS * d;
+        uint16_t *tk = tile, *tv = tile + (size_t)(b - a) * d;
         q8_tiles(kn, d, f->k8, f->ks, f->v8, f->vs, f->ld, f->sel ? f->sel + a : NULL, f->p0 + a,
                  b - a, tk, tv);
         kn->attn_dense(qv, g, d, tk, tv, d, b - a, scale, o, l);
@@ -96,6 +100,7 @@ typedef struct need {
     int64_t max_sel, pol_f, pol_i, far;   /* over the batch's decode rows */
     int64_t tsp_idx;     /* prompt rows over a layer's present positions (kv_tiered_tsp.c) */
     int q8;              /* a sequence with an 8-bit far tier: the threads' fp16 tiles */
+    int64_t q8_rows;     /* rows of those tiles (Q8_TILE_ROWS, or a whole prompt prefix) */
 } need;
 
 int tiered_is_prompt(const hkv_seg *sg) {
@@ -118,7 +123,7 @@ static size_t per_thread_floats(const tiered *t, const need *nd) {
     f += 5 * (size_t)g * d + 5 * (size_t)g;                      /* partials */
     f += (size_t)nd->max_sel + (size_t)nd->pol_f + (size_t)nd->pol_i + (size_t)nd->tsp_idx;
     if (t->p.audit) f += 4 * (size_t)nd->far + HKV_TOPK_SCRATCH(nd->far); /* scores, 3 int arrays, topk's */
-    if (nd->q8) f += (size_t)Q8_TILE_ROWS * d + 16;   /* K and V fp16 tiles (2 halves a float) */
+    if (nd->q8) f += (size_t)nd->q8_rows * d + 16;   /* K and V fp16 tiles (2 halves a float) */
     return (f + 15) & ~(size_t)15;
 }
 
@@ -165,25 +170,32 @@ typedef struct layer_step {
 /* A thread's fp16 tiles for an 8-bit far tier: the last floats of its
  * scratch (per_thread_floats). */
 static uint16_t *q8_tile(const layer_step *st, float *base) {
-    return st->nd.q8 ? (uint16_t *)(base + st->per - ((size_t)Q8_TILE_ROWS * st->d + 16)) : NULL;
+    return st->nd.q8 ? (uint16_t *)(base + st->per - ((size_t)st->nd.q8_rows * st->d + 16)) : NULL;
 }
 
-/* A prompt tile's causal attention over an 8-bit far tier: the rows from
- * its last whole piece on causally, then each whole piece before (every
- * query sees all of it) merged in order, all from fp16 tiles; the same
- * pieces whichever tile or thread. */
+/* Rows of a prompt that an 8-bit tile takes whole (p.q8_prompt_whole). */
+static int64_t q8_whole(const tiered *t) {
+    return t->p.q8_prompt_whole > 0 ? t->p.q8_prompt_whole : Q8_PROMPT_WHOLE;
+}
+
+/* A prompt tile's causal attention over an 8-bit far tier, from fp16
+ * tiles: a prefix of at most q8_whole rows whole, in the causal kernel the
+ * fp16 tier uses; a longer one from its last whole piece on causally, then
+ * each whole piece before (every query sees all of it) merged in order.
+ * Which path depends on the positions alone, never on the tile's thread. */
 static void prompt_q8(const tiered *t, const tseq *q, int layer, int kvh, const float *qb, int nq,
                       int64_t p0, float scale, float *ob, float *lb, float *o2, float *l2,
                       uint16_t *tile) {
     const hkv_cpu_kernels *kn = t->kern;
     const int g = t->s.n_head / t->s.n_head_kv, d = t->s.head_dim;
-    uint16_t *tk = tile, *tv = tile + (size_t)Q8_TILE_ROWS * d;
-    const int64_t B = p0 / FAR_PIECE * FAR_PIECE;
+    const int64_t B = p0 + nq <= q8_whole(t) ? 0 : p0 / FAR_PIECE * FAR_PIECE;
+    uint16_t *tk = tile, *tv = tile + (size_t)(p0 + nq - B) * d;
     hkv_far_view fv;
     tiered_far_view(t, q, layer, &fv);
     hkv_far_gather16(kn, &fv, kvh, NULL, B, p0 + nq - B, tk, tv);
     hkv_attn_causal_for(kn)(qb, (int64_t)g * d, nq, g, d, p0 - B, tk, tv, d, scale, ob,
                             (int64_t)g * d, lb);
+    tv = tile + (size_t)FAR_PIECE * d;
     for (int64_t a = 0; a < B; a += FAR_PIECE) {
         hkv_far_gather16(kn, &fv, kvh, NULL, a, FAR_PIECE, tk, tv);
         for (int r = 0; r < nq; r++) {
@@ -458,6 +470,11 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
             continue;
         }
         nd.q8 |= t->seqs[sg->seq].q8;
+        if (nd.q8_rows < Q8_TILE_ROWS) nd.q8_rows = Q8_TILE_ROWS;
+        if (tiered_is_prompt(sg) && t->seqs[sg->seq].q8) {   /* a whole prefix's tiles */
+            const int64_t end = seg_pos(sg, sg->n - 1) + 1;
+            if (end <= q8_whole(t) && end > nd.q8_rows) nd.q8_rows = end;
+        }
         if (tiered_is_prompt(sg)) {
             n_items += KH * ((sg->n + QTILE - 1) / QTILE);
             const tseq *q = &t->seqs[sg->seq];

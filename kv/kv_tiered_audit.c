@@ -32,7 +32,7 @@ void tiered_audit_row(tiered *t, tseq *q, int layer, int kvh, const float *qv, c
     memcpy(tmp_l, lse_near, (size_t)g * sizeof(float));
     float *of = tmp_o + (size_t)g * d, *lf = tmp_l + g;
     if (hkv_far_q8(fv)) {   /* (no absent rows: a token-selective prefill is refused) */
-        uint16_t *tk = tile, *tv = tile + (size_t)(HKV_TIERED_PIECE + 32) * d;
+        uint16_t *tk = tile, *tv = tile + (size_t)HKV_TIERED_PIECE * d;
         memset(of, 0, (size_t)g * d * sizeof(float));
         for (int j = 0; j < g; j++) lf[j] = -INFINITY;
         for (int64_t a = 0; a < n_far; a += HKV_TIERED_PIECE) {

@@ -161,7 +161,7 @@ static inline int64_t seg_pos(const hkv_seg *sg, int64_t i) {
 /* Audit of one decode row (kv_tiered_audit.c): the policy's partial o_pol
  * against near + every far row, and its recall of the top-k; rows, top,
  * mark hold the far range's size, work HKV_TOPK_SCRATCH of it; o2, l2: room
- * for a partial; tile: fp16 tiles of HKV_TIERED_PIECE + 32 K and V rows (an
+ * for a partial; tile: fp16 tiles of HKV_TIERED_PIECE K and V rows (an
  * 8-bit far tier, else NULL). */
 void tiered_audit_row(tiered *t, tseq *q, int layer, int kvh, const float *qv, const float *o_pol,
                       const float *o_near, const float *lse_near, const int32_t *sel, int64_t n_sel,

@@ -37,6 +37,10 @@ typedef struct hkv_tiered_params {
     int far_q8;                    /* 1: the far tier's K and V rows in 8 bits (int8 codes, an
                                       fp32 scale per 32: index/far_rows.h), 0.56x the bytes of
                                       fp16; the near tier stays fp16 (--far-kv q8) */
+    int64_t q8_prompt_whole;       /* an 8-bit far tier: a prompt tile whose prefix is at most
+                                      this many rows attends it whole, in the causal kernel
+                                      (fp16 tiles of it on each thread); longer, in 512-row
+                                      pieces merged (0: 8192) */
     int score_alone;               /* 1: each selection scores its rows on its own thread, not
                                       shared with the step's idle threads (kv_score_team.h);
                                       for side-by-side timing (bench far --scoring alone) */

@@ -4,9 +4,10 @@
  *   - a cache with an 8-bit far tier attends what an fp16 cache attends when
  *     that one is fed the rows as the 8-bit tier returns them (prompt rows)
  *     and the decode rows as they are (the near tier keeps them in fp16):
- *     prompt outputs (causal, over whole 512-row pieces and the rest) and
- *     decode outputs under full, within float rounding; under oracle, the
- *     same within the selection's own tolerance;
+ *     prompt outputs (a prefix of up to q8_prompt_whole rows in the fp16
+ *     tier's own causal kernel: bit for bit; a longer one over whole
+ *     512-row pieces and the rest: within float rounding) and decode outputs
+ *     under full and quest, within float rounding;
  *   - a decode row's result does not depend on the thread count (1, 2, 4);
  *   - a copy (seq_copy) decodes bit for bit as its source;
  *   - the format per sequence (set_far_q8): an 8-bit copy of an fp16
@@ -77,9 +78,12 @@ typedef struct cache {
     hkv_mem_account mem;
 } cache;
 
+static int64_t prompt_whole = 0;   /* hkv_tiered_params.q8_prompt_whole of make()'s caches */
+
 static void make(cache *c, const hkv_policy_def *pol, int q8, const hkv_cpu_kernels *kern) {
     hkv_tiered_params p;
     test_params(&p, pol, "budget=128");
+    p.q8_prompt_whole = prompt_whole;
     if (pol == &hkv_policy_oracle) hkv_policy_arg_set(pol, &p.args, "k=96", NULL);
     p.far_q8 = q8;
     hkv_kv_shape sh = {L, H, KH, D};
@@ -141,11 +145,16 @@ static void against_f16(const hkv_policy_def *pol, double tol, const hkv_cpu_ker
             worst_d = fmax(worst_d, max_rel(oa, ob, (size_t)H * D));
         }
     }
+    /* a prefix of up to q8_prompt_whole rows: the fp16 tier's causal kernel over
+     * the same values, bit for bit; longer, in pieces merged: within rounding */
+    if (prompt_whole == 0)
+        CHECK(worst_p == 0, "%s: whole-prefix prompt outputs differ by %g", pol->name, worst_p);
     CHECK(worst_p <= 1e-5, "%s: prompt outputs differ by %g (relative)", pol->name, worst_p);
     CHECK(worst_d <= tol, "%s: decode outputs differ by %g (relative, tolerance %g)", pol->name,
           worst_d, tol);
-    printf("%s: prompt %.2g, decode %.2g relative to the fp16 tier fed the same values\n",
-           pol->name, worst_p, worst_d);
+    printf("%s (prompts whole up to %lld rows): prompt %.2g, decode %.2g relative to the fp16 "
+           "tier fed the same values\n", pol->name, (long long)(prompt_whole ? prompt_whole : 8192),
+           worst_p, worst_d);
     /* (d + d/8) / 2d of the far bytes */
     const double ratio = (double)a.mem.bytes[HKV_TIER_FAR] / (double)b.mem.bytes[HKV_TIER_FAR];
     CHECK(fabs(ratio - (D + NG * 4.0) / (2.0 * D)) < 1e-9, "far bytes %.4f of fp16's", ratio);
@@ -329,6 +338,10 @@ int main(void) {
     kernel_checks(&kern);
     against_f16(&hkv_policy_full, 1e-5, &kern);
     against_f16(&hkv_policy_quest, 1e-5, &kern);
+    prompt_whole = 512;   /* the 1100-token prompt's later chunks in pieces */
+    against_f16(&hkv_policy_full, 1e-5, &kern);
+    thread_invariance(&hkv_policy_full, &kern);
+    prompt_whole = 0;
     thread_invariance(&hkv_policy_full, &kern);
     thread_invariance(&hkv_policy_ctkvr, &kern);
     bytes_counted(&kern);

@@ -198,6 +198,7 @@ static int print_json(const run_opts *o, hkv_engine *e, const int32_t *prompt, i
     if (!e->p.kv_plain) {
         hkv_jset(j, "policy", json_string(e->p.tiered.policy->name), &bad);
         hkv_jset(j, "near_rows", json_integer(e->p.tiered.L_init + e->p.tiered.L_local), &bad);
+        hkv_jset(j, "far_kv", json_string(e->p.tiered.far_q8 ? "q8" : "f16"), &bad);
     }
     hkv_jset(j, "prompt_tokens", tokens_json(prompt, n_prompt, &bad), &bad);
     hkv_jset(j, "tokens", tokens_json(reqs[0].out, reqs[0].n_out, &bad), &bad);
