@@ -26,6 +26,16 @@ void hkv_far_gather16(const hkv_cpu_kernels *kn, const hkv_far_view *f, int h, c
                       int64_t p0, int64_t n, uint16_t *k, uint16_t *v)
 {
     const int d = f->head_dim, ng = d / HKV_Q8_GROUP;
+    if (!idx && f->ld == d && n > 0) {   /* consecutive rows: one run of codes and scales */
+        if (f->k8) {
+            if (k) kn->q8_to_f16(f->k8[h] + p0 * d, f->ks[h] + p0 * ng, n * d, k);
+            if (v) kn->q8_to_f16(f->v8[h] + p0 * d, f->vs[h] + p0 * ng, n * d, v);
+        } else {
+            if (k) memcpy(k, f->k[h] + p0 * d, (size_t)(n * d) * 2);
+            if (v) memcpy(v, f->v[h] + p0 * d, (size_t)(n * d) * 2);
+        }
+        return;
+    }
     for (int64_t i = 0; i < n; i++) {
         const int64_t p = idx ? idx[i] : p0 + i;
         if (f->k8) {

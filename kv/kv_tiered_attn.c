@@ -52,6 +52,11 @@ static void q8_tiles(const hkv_cpu_kernels *kn, int d, const int8_t *k8, const f
                      const int8_t *v8, const float *vs, int64_t ld, const int32_t *idx, int64_t p0,
                      int64_t n, uint16_t *tk, uint16_t *tv) {
     const int ng = d / HKV_Q8_GROUP;
+    if (!idx && ld == d) {   /* consecutive rows: their codes and scales are one run each */
+        kn->q8_to_f16(k8 + p0 * ld, ks + p0 * ng, n * d, tk);
+        kn->q8_to_f16(v8 + p0 * ld, vs + p0 * ng, n * d, tv);
+        return;
+    }
     for (int64_t i = 0; i < n; i++) {
         if (i + Q8_AHEAD < n) {   /* a gather: each row's misses in flight well before its turn */
             const int64_t f = idx ? idx[i + Q8_AHEAD] : p0 + i + Q8_AHEAD;
