@@ -105,11 +105,11 @@ for v in asan tsan; do
     # blocks share nothing but their inputs, and they run under ASan+UBSan above.
     # Under TSan also the OpenMP far attention in pieces (model_far_pieces_threads:
     # 2 and 16 threads), the shared prefix's cascade (kv_prefix), the items claimed
-    # by NUMA node (kv_numa), the 8-bit far tier's pieces at 1, 2 and 4 threads (kv_q8) and the decode
+    # by NUMA node (kv_numa) and the decode
     # products' work stealing (cpu_gemv, cpu_gemv_16t),
     # with libomp's Archer showing TSan the barriers (build.sh builds build-tsan/ with clang).
     if [ "$v" = tsan ]; then
-        suites=(gpu_model gpu_attn gpu_decode_split cpu_gemv cpu_gemv_16t kv_prefix kv_numa kv_q8)
+        suites=(gpu_model gpu_attn gpu_decode_split cpu_gemv cpu_gemv_16t kv_prefix kv_numa)
         dirs="tests/gpu tests/emu tests/cpu tests/kv"
         named=(pipeline_sanitized model_far_pieces_threads)
     fi
