@@ -20,8 +20,9 @@ import os
 import re
 import sys
 
-# tools/bench/cmd_bench.c: a largest batch the device or the host cannot hold
-REFUSED = re.compile(r"^hetkv bench: batch (\d+) refused: (.*)$")
+# tools/bench/cmd_bench.c: a largest batch the device or the host cannot hold,
+# for every configuration or (a config's far=q8 holding less) for one
+REFUSED = re.compile(r"^hetkv bench: batch (\d+) refused(?: for '([^']*)')?: (.*)$")
 
 KEEP = ["config", "policy", "budget", "ctx", "batch", "gpu_mem", "decode_tok_s", "step_ms",
         "ttft_s", "prefill_tok_s", "fork_s", "chunk", "dev_cpu_busy_ms", "dev_cpu_wait_ms",
@@ -72,7 +73,7 @@ def main() -> int:
                 m = REFUSED.match(line.strip())
                 if m:
                     refused.append({"file": os.path.basename(path), "batch": int(m.group(1)),
-                                    "reason": m.group(2)})
+                                    "config": m.group(2) or "all", "reason": m.group(3)})
     pred = {}
     ppath = os.path.join(out, "plan_predict.jsonl")
     if os.path.exists(ppath):
@@ -128,8 +129,8 @@ def main() -> int:
             f"{bd['batch']}, {bd['decode_tok_s']:.1f}" if bd else "-",
             fmt(q["split_over_dense"], 2), fmt(q["ctkvr_over_dense"], 2)]) + " |")
     if refused:
-        md += ["", "| refused (file, batch) | why |", "|---|---|"]
-        md += [f"| {q['file']}, {q['batch']} | {q['reason']} |" for q in refused]
+        md += ["", "| refused (file, batch, config) | why |", "|---|---|"]
+        md += [f"| {q['file']}, {q['batch']}, {q['config']} | {q['reason']} |" for q in refused]
     with open(os.path.join(out, "headline.md"), "w", encoding="utf-8") as f:
         f.write("\n".join(md) + "\n")
     print("\n".join(md))

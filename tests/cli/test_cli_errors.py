@@ -136,6 +136,14 @@ if have_dev:
                   "310.12 MiB; 283.19 MiB a sequence) but the cap is 300.00 MiB: at most 1 such sequences fit"))
     cases.append(("host memory: largest batch refused", host + ["--batch", "1,2,4"], 0,
                   "batch 2 refused: --device cuda, --host-mem: batch 2 x context 32801"))
+    # a configuration over the 8-bit far tier holds 0.56x the far rows: batch 2
+    # is refused for the fp16 one only, and admitted for the run
+    mixed = [a if a != "ctkvr" else "ctkvr;ctkvr:far=q8" for a in host]
+    mixed[mixed.index("300M")] = "500M"
+    cases.append(("host memory: refused for one configuration", mixed + ["--batch", "1,2"], 0,
+                  "batch 2 refused for 'ctkvr': --device cuda, --host-mem: batch 2 x context 32801"))
+    cases.append(("host memory: the 8-bit one admitted", mixed + ["--batch", "1,2"], 0,
+                  "admitted: context 32768, batch 2"))
 if have_dev:   # a head size the device's attention kernels do not take: refused at creation
     hd48 = os.path.join(tmp, "hd48.gguf")
     gen = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),

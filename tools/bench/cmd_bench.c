@@ -163,6 +163,18 @@ typedef struct row_ctx {
 } row_ctx;
 
 /* One measured point as a flat, self-describing row (docs/BENCH_ROWS.md). */
+/* The device's and the host's admission of one configuration (NULL: the
+ * run's own policy) at a batch: its policy, and its far= format. */
+static int bench_admit(const hkv_device_cli *dc, const char *model, const hkv_engine_params *ep,
+                       const hkv_config *c, long long batch, int64_t n_ctx, hkv_err *err) {
+    hkv_engine_params cp = *ep;
+    if (c) {
+        cp.tiered.policy = c->def, cp.tiered.args = c->args;
+        if (c->far_set) cp.tiered.far_q8 = c->far_q8;   /* its forks' format */
+    }
+    return hkv_device_cli_check(dc, model, &cp, (int)batch, n_ctx, err);
+}
+
 static json_t *point_row(const point *q, const row_ctx *x) {
     const int dense = q->bytes_per_step > 0;
     json_t *r = json_object();
@@ -327,16 +339,41 @@ int hkv_cmd_bench(int argc, char **argv) {
     int all_full = !ep.kv_plain && !strcmp(ep.tiered.policy->name, "full");
     for (int i = 0; configs && i < n_cfg; i++) all_full &= !strcmp(cfg[i].def->name, "full");
     const int local0 = ep.tiered.L_local;
+    /* the largest batch each configuration's plan admits (a config's far=q8
+     * holds 0.56x the far tier, so it may run batches the others cannot) */
+    long long cfg_max[HKV_MAX_CONFIGS];
+    const int n_chk = configs ? n_cfg : 1;
+    for (int i = 0; i < n_chk; i++) cfg_max[i] = max_batch;
     for (;;) {
         ep.tiered.L_local = local0;
         if (all_full)
             rc = hkv_device_cli_check_near(&dc, model, &ep, kc.local >= 0, 0, (int)max_batch,
                                            max_ctx + steps + 1, &err);
-        for (int i = 0; !rc && i < (configs ? n_cfg : 1); i++) {
-            hkv_engine_params cp = ep;
-            if (configs) cp.tiered.policy = cfg[i].def, cp.tiered.args = cfg[i].args;
-            rc = hkv_device_cli_check(&dc, model, &cp, (int)max_batch, max_ctx + steps + 1, &err);
+        int n_ok = 0;
+        hkv_err first;   /* a refusal's reason, for when every configuration is refused */
+        hkv_err_clear(&first);
+        for (int i = 0; !rc && i < n_chk; i++) {
+            int ri = bench_admit(&dc, model, &ep, configs ? &cfg[i] : NULL, max_batch,
+                                 max_ctx + steps + 1, &err);
+            if (ri == HKV_OK) n_ok++;
+            else if (ri != HKV_E_CAPACITY) rc = ri;
+            else if (!first.code) first = err;
+            if (ri != HKV_OK && ri != HKV_E_CAPACITY) break;
+            hkv_err_clear(&err);
         }
+        if (!rc && !n_ok) rc = HKV_E_CAPACITY, err = first;   /* refused for all: as before */
+        for (int i = 0; !rc && n_ok < n_chk && i < n_chk; i++)
+            /* refused for some: each of those down to the largest batch it holds */
+            while (cfg_max[i] > 0 && bench_admit(&dc, model, &ep, &cfg[i], cfg_max[i],
+                                                 max_ctx + steps + 1, &err) == HKV_E_CAPACITY) {
+                fprintf(stderr, "hetkv bench: batch %lld refused for '%s': %s\n", cfg_max[i],
+                        cfg[i].spec, err.msg);
+                hkv_err_clear(&err);
+                long long next = 0;   /* the next smaller batch asked for */
+                for (int b = 0; b < n_batch; b++)
+                    if (batches[b] < cfg_max[i] && batches[b] > next) next = batches[b];
+                cfg_max[i] = next;
+            }
         if (rc != HKV_E_CAPACITY || n_batch == 1) break;
         fprintf(stderr, "hetkv bench: batch %lld refused: %s\n", max_batch, err.msg);
         hkv_err_clear(&err);
@@ -347,6 +384,7 @@ int hkv_cmd_bench(int argc, char **argv) {
         n_batch = k;
         max_batch = 0;
         for (int i = 0; i < n_batch; i++) max_batch = batches[i] > max_batch ? batches[i] : max_batch;
+        for (int i = 0; i < n_chk; i++) cfg_max[i] = max_batch;
         ep.max_seqs = in_place ? (int)max_batch : (int)max_batch + 1;
     }
     if (rc) {
@@ -434,6 +472,7 @@ int hkv_cmd_bench(int argc, char **argv) {
             }
             for (int bi = 0; bi < n_batch; bi++) {
                 long long B = batches[bi];
+                if (B > cfg_max[configs ? ci2 : 0]) continue;   /* refused for this one */
                 double t_prep = 0;   /* the first fork's prep (lookahead, draft compression) */
                 double t_fork = 0;   /* the first sequence's copy and policy build (its index) */
                 const int s0 = in_place ? 0 : 1;   /* the batch is sequences s0 .. s0 + B - 1 */
