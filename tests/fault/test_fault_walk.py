@@ -22,7 +22,7 @@ cache: the shared prefix's memfd and mappings; prefix_ctkvr the same under ctkvr
 index is shared too) and device (hetkv run --device cuda, ctkvr, on the CUDA
 emulator: only the device and page-locked allocations are counted and
 failed, HKV_FAULT_KINDS=device,pinned; skipped in a build without the
-emulator).
+emulator). Also, by name only: q8 (run under ctkvr over the 8-bit far tier).
 Exit 0: every allocation walked, 1: a failure, 77: not a fault-injection build.
 Last line: 'fault walk: N allocations walked, N failures'.
 """
@@ -76,6 +76,11 @@ def main():
             "laq": [hetkv, "run", "-m", model, "-p", "Hello world, this is a test.", "-n", "6", "-c", "128",
                     "--sink", "2", "--local", "8", "--policy", "laq", "--policy-arg", "budget=8",
                     "-t", "2", "--temp", "0"],
+            # (not in the default list, for CI's hour: the 8-bit far tier's tables and
+            # tiles, walked by hand on 2026-11-29)
+            "q8": [hetkv, "run", "-m", model, "-p", "Hello world, this is a test.", "-n", "6", "-c", "128",
+                   "--sink", "2", "--local", "8", "--policy", "ctkvr", "--far-kv", "q8", "-t", "2",
+                   "--temp", "0"],
             "device": [hetkv, "run", "-m", model, "-p", "Hello world, this is a test.", "-n", "6", "-c",
                        "128", "--sink", "2", "--local", "8", "--policy", "ctkvr", "-t", "2", "--temp", "0",
                        "--device", "cuda"],
