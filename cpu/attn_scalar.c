@@ -53,6 +53,29 @@ static void attn_rows(const float *q, int g, int d, const uint16_t *k, const uin
     }
 }
 
+/* attn_sparse over 8-bit rows: each row as fp16(code x scale) first. */
+void hkv_attn_q8_scalar(const float *q, int g, int d, const int8_t *k, const float *ks,
+                        const int8_t *v, const float *vs, int64_t ld, const int32_t *idx,
+                        int64_t n, float scale, float *out, float *lse)
+{
+    const int ng = d / HKV_SKETCH_GROUP;
+    uint16_t kr[HKV_ATTN_MAX_D], vr[HKV_ATTN_MAX_D];
+    for (int h = 0; h < g; h++) {
+        float *o = out + (int64_t)h * d;
+        float m = -INFINITY, l = 0.0f;
+        for (int c = 0; c < d; c++) o[c] = 0.0f;
+        for (int64_t i = 0; i < n; i++) {
+            const int64_t row = idx ? idx[i] : i;
+            for (int c = 0; c < d && c < HKV_ATTN_MAX_D; c++) {
+                kr[c] = hkv_float_to_half((float)k[row * ld + c] * ks[row * ng + c / HKV_SKETCH_GROUP]);
+                vr[c] = hkv_float_to_half((float)v[row * ld + c] * vs[row * ng + c / HKV_SKETCH_GROUP]);
+            }
+            online_add(o, &m, &l, scale * dot_f16(q + (int64_t)h * d, kr, d), vr, d);
+        }
+        finish(o, m, l, d, &lse[h]);
+    }
+}
+
 void hkv_attn_dense_scalar(const float *q, int g, int d, const uint16_t *k, const uint16_t *v,
                            int64_t ld, int64_t n, float scale, float *out, float *lse)
 {

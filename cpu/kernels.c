@@ -15,6 +15,7 @@
         (t)->f16_to_f32 = hkv_f16_to_f32_##sfx;  \
         (t)->f32_to_f16 = hkv_f32_to_f16_##sfx;  \
         (t)->q8_to_f16 = hkv_q8_to_f16_##sfx;    \
+        (t)->attn_q8 = hkv_attn_q8_##sfx;        \
         (t)->exp = hkv_exp_##sfx;                \
     } while (0)
 

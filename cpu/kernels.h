@@ -175,6 +175,13 @@ typedef struct hkv_cpu_kernels {
      * the fp16 kernels read them (index/far_rows.h). The product is formed
      * in fp32 and rounded once, so every level gives the same bits. */
     void (*q8_to_f16)(const int8_t *c, const float *scale, int64_t n, uint16_t *dst);
+    /* attn_sparse over 8-bit rows (rows idx[0..n), or 0..n-1 when idx is
+     * NULL): K and V codes with stride ld, scales ks / vs d / HKV_SKETCH_GROUP
+     * a row; each element read as fp16(code x scale), q8_to_f16's value, in
+     * the vector tile without a staging copy (d <= 256, as the tier takes). */
+    void (*attn_q8)(const float *q, int g, int d, const int8_t *k, const float *ks,
+                    const int8_t *v, const float *vs, int64_t ld, const int32_t *idx, int64_t n,
+                    float scale, float *out, float *lse);
 
     /* y[i] = exp(x[i]), the exp the attention kernels use. Vector levels:
      * within 2 ulp of expf on [-87.33, 88.37], larger inputs clamp to

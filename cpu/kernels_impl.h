@@ -38,6 +38,9 @@
     void hkv_f16_to_f32_##sfx(const uint16_t *src, float *dst, int64_t n);                  \
     void hkv_f32_to_f16_##sfx(const float *src, uint16_t *dst, int64_t n);                  \
     void hkv_q8_to_f16_##sfx(const int8_t *c, const float *scale, int64_t n, uint16_t *dst); \
+    void hkv_attn_q8_##sfx(const float *q, int g, int d, const int8_t *k, const float *ks,   \
+                           const int8_t *v, const float *vs, int64_t ld, const int32_t *idx, \
+                           int64_t n, float scale, float *out, float *lse);                 \
     void hkv_exp_##sfx(const float *x, float *y, int64_t n);                                \
     double hkv_stream_read_##sfx(const void *buf, size_t bytes);
 

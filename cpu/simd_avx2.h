@@ -61,6 +61,11 @@ HKV_VINLINE void vf_store_f16(uint16_t *p, vf a)
     _mm_storeu_si128((__m128i *)p, _mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT));
 }
 /* VL int8 values as float (exact) */
+/* a rounded to fp16 and back: the value an fp16 row would hold */
+HKV_VINLINE vf vf_round_f16(vf a)
+{
+    return _mm256_cvtph_ps(_mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT));
+}
 HKV_VINLINE vf vf_load_i8(const int8_t *p)
 {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));

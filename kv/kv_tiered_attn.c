@@ -44,35 +44,6 @@ typedef struct far_work {
                                 cascade's shared pieces) */
 } far_work;
 
-/* Rows of an 8-bit far tier as fp16 tiles [n][d]: positions idx[0..n), or
- * p0 .. p0 + n - 1 (idx NULL). Rows prefetched this far ahead (as the fp16
- * kernels' gathers do, cpu/attn_simd.inc). */
-#define Q8_AHEAD 16
-static void q8_tiles(const hkv_cpu_kernels *kn, int d, const int8_t *k8, const float *ks,
-                     const int8_t *v8, const float *vs, int64_t ld, const int32_t *idx, int64_t p0,
-                     int64_t n, uint16_t *tk, uint16_t *tv) {
-    const int ng = d / HKV_Q8_GROUP;
-    if (!idx && ld == d) {   /* consecutive rows: their codes and scales are one run each */
-        kn->q8_to_f16(k8 + p0 * ld, ks + p0 * ng, n * d, tk);
-        kn->q8_to_f16(v8 + p0 * ld, vs + p0 * ng, n * d, tv);
-        return;
-    }
-    for (int64_t i = 0; i < n; i++) {
-        if (i + Q8_AHEAD < n) {   /* a gather: each row's misses in flight well before its turn */
-            const int64_t f = idx ? idx[i + Q8_AHEAD] : p0 + i + Q8_AHEAD;
-            for (int off = 0; off < d; off += 64) {
-                __builtin_prefetch(k8 + f * ld + off);
-                __builtin_prefetch(v8 + f * ld + off);
-            }
-            __builtin_prefetch(ks + f * ng);
-            __builtin_prefetch(vs + f * ng);
-        }
-        const int64_t p = idx ? idx[i] : p0 + i;
-        kn->q8_to_f16(k8 + p * ld, ks + p * ng, d, tk + i * d);
-        kn->q8_to_f16(v8 + p * ld, vs + p * ng, d, tv + i * d);
-    }
-}
-
 /* fp16 tiles for an 8-bit far tier's rows, per thread, K then V (V right
  * after the n rows of K a call makes): at least a piece and a prompt tile's
  * rows past its last whole piece; a prompt's whole prefix where it is at
@@ -81,15 +52,13 @@ static void q8_tiles(const hkv_cpu_kernels *kn, int d, const int8_t *k8, const f
 /* The default of p.q8_prompt_whole: 4 MiB of tiles a thread at d 128. */
 #define Q8_PROMPT_WHOLE 8192
 
-/* Attention over pieces [a, b) of a decode item's far selection; tile: the
- * thread's fp16 tiles (an 8-bit far tier). */
+/* Attention over pieces [a, b) of a decode item's far selection. */
 static void far_piece(const hkv_cpu_kernels *kn, const float *qv, int g, int d, const far_work *f,
-                      int64_t a, int64_t b, float scale, float *o, float *l, uint16_t *tile) {
-    if (f->k8) {   /* the rows as fp16 tiles, then the same dense kernel */
-        uint16_t *tk = tile, *tv = tile + (size_t)(b - a) * d;
-        q8_tiles(kn, d, f->k8, f->ks, f->v8, f->vs, f->ld, f->sel ? f->sel + a : NULL, f->p0 + a,
-                 b - a, tk, tv);
-        kn->attn_dense(qv, g, d, tk, tv, d, b - a, scale, o, l);
+                      int64_t a, int64_t b, float scale, float *o, float *l) {
+    if (f->k8) {   /* the codes straight into the kernel's tiles */
+        const int64_t at = f->sel ? 0 : f->p0 + a, ng = d / HKV_Q8_GROUP;
+        kn->attn_q8(qv, g, d, f->k8 + at * f->ld, f->ks + at * ng, f->v8 + at * f->ld,
+                    f->vs + at * ng, f->ld, f->sel ? f->sel + a : NULL, b - a, scale, o, l);
         return;
     }
     if (f->sel)
@@ -296,7 +265,7 @@ static void attend_item(layer_step *st, int w, float *base, int tid) {
         }
         for (int64_t a = a0; a < f.n_sel; a += FAR_PIECE) {
             far_piece(kn, qb, g, d, &f, a, a + FAR_PIECE < f.n_sel ? a + FAR_PIECE : f.n_sel, scale,
-                      o2, l2, NULL);
+                      o2, l2);
             hkv_attn_merge(ob, lb, o2, l2, g, d);
         }
     } else {
@@ -387,7 +356,7 @@ __atomic_store_n(&st->fail, (int)n_sel, __ATOMIC_RELAXED);
             } else {
                 for (int64_t a = 0; a < n_sel; a += FAR_PIECE) {
                     far_piece(kn, qb, g, d, &f, a, a + FAR_PIECE < n_sel ? a + FAR_PIECE : n_sel,
-                              scale, o2, l2, q8_tile(st, base));
+                              scale, o2, l2);
                     hkv_attn_merge(ob, lb, o2, l2, g, d);
                 }
             }
@@ -424,7 +393,7 @@ __atomic_store_n(&st->fail, (int)n_sel, __ATOMIC_RELAXED);
  * already selected instead of waiting at a barrier for the last selection.
  * The thread that finishes a slot's last piece merges them in order (near,
  * far 0, 1, ...): the same arithmetic whichever thread runs which piece. */
-static void run_pieces(layer_step *st, uint16_t *tile) {
+static void run_pieces(layer_step *st) {
     const int g = st->g, d = st->d;
     const size_t gd = (size_t)g * d;
     const int64_t P1 = st->P1, np = (int64_t)st->n_dec * P1;
@@ -446,7 +415,7 @@ static void run_pieces(layer_step *st, uint16_t *tile) {
             const int64_t a = f->a0 + (j - 1) * FAR_PIECE, n = f->n_sel;
             if (a >= n) continue;
             far_piece(kn, qv, g, d, f, a, a + FAR_PIECE < n ? a + FAR_PIECE : n, st->scale,
-                      st->po + u * gd, st->pl + u * g, tile);
+                      st->po + u * gd, st->pl + u * g);
         }
         if (__atomic_sub_fetch(&st->pending[k], 1, __ATOMIC_ACQ_REL)) continue;
         float *ob = st->so + (size_t)k * gd, *lb = st->sl + (size_t)k * g;
@@ -614,7 +583,7 @@ int tiered_attend(tiered *t, int layer, const hkv_seg *segs, int n_segs, const f
             if (split && dec_of[w] >= 0) __atomic_store_n(&ready[dec_of[w]], 1, __ATOMIC_RELEASE);
             __atomic_fetch_add(&st.items_done, 1, __ATOMIC_RELEASE);
         }
-        if (split) run_pieces(&st, q8_tile(&st, base));
+        if (split) run_pieces(&st);
         /* the last selections' scoring, rather than idling at the barrier */
         unsigned spins = 0;
         while (st.team && __atomic_load_n(&st.items_done, __ATOMIC_ACQUIRE) < n_items)

@@ -1,5 +1,7 @@
 /* The 8-bit far tier (hkv_tiered_params.far_q8, --far-kv q8):
  *   - q8_to_f16 gives the same bits at every ISA level, fp16(code x scale);
+ *     attn_q8 (the codes straight into the attention's tiles) equals
+ *     attn_sparse over the rows made fp16, bit for bit at the scalar level;
  *     quantising a row errs by at most half a step (+ fp16's rounding);
  *   - a cache with an 8-bit far tier attends what an fp16 cache attends when
  *     that one is fed the rows as the 8-bit tier returns them (prompt rows)
@@ -70,6 +72,48 @@ static void kernel_checks(const hkv_cpu_kernels *ref) {
         kn.q8_to_f16(c, s, N, got);
         CHECK(!memcmp(got, want, sizeof got), "q8_to_f16 at ISA level %d differs from level %d",
               isa, ref->isa);
+    }
+}
+
+/* attn_q8 against attn_sparse over the same rows made fp16 (q8_to_f16):
+ * the scalar level bit for bit, the vector levels within rounding, for
+ * gathered and consecutive rows, head sizes 64, 96, 128. */
+static void attn_kernel_checks(void) {
+    enum { ROWS = 700, N = 300, G = 5, DMAX = 128 };
+    static int8_t kc[ROWS * DMAX], vc[ROWS * DMAX];
+    static float ksc[ROWS * DMAX / 32], vsc[ROWS * DMAX / 32], x[ROWS * DMAX];
+    static uint16_t k16[ROWS * DMAX], v16[ROWS * DMAX];
+    float q[G * DMAX], o_ref[G * DMAX], l_ref[G], o[G * DMAX], l[G];
+    int32_t idx[N];
+    for (int i = 0; i < N; i++) idx[i] = (int32_t)((i * 7919 + 13) % ROWS);
+    const int ds[] = {64, 96, 128};
+    for (int di = 0; di < 3; di++) {
+        const int d = ds[di], ng = d / 32;
+        for (int isa = HKV_ISA_SCALAR; isa <= HKV_ISA_AVX512; isa++) {
+            hkv_cpu_kernels kn;
+            hkv_cpu_kernels_init(&kn, isa);
+            if (kn.isa != isa) continue;
+            fill(x, (int64_t)ROWS * d, 11 + (uint64_t)d);
+            for (int r = 0; r < ROWS; r++) hkv_q8_quantize(x + r * d, d, kc + r * d, ksc + r * ng);
+            fill(x, (int64_t)ROWS * d, 12 + (uint64_t)d);
+            for (int r = 0; r < ROWS; r++) hkv_q8_quantize(x + r * d, d, vc + r * d, vsc + r * ng);
+            kn.q8_to_f16(kc, ksc, (int64_t)ROWS * d, k16);
+            kn.q8_to_f16(vc, vsc, (int64_t)ROWS * d, v16);
+            fill(q, G * d, 13);
+            for (int gathered = 0; gathered < 2; gathered++) {
+                const int32_t *ix = gathered ? idx : NULL;
+                if (ix) kn.attn_sparse(q, G, d, k16, v16, d, ix, N, 0.125f, o_ref, l_ref);
+                else kn.attn_dense(q, G, d, k16, v16, d, N, 0.125f, o_ref, l_ref);
+                kn.attn_q8(q, G, d, kc, ksc, vc, vsc, d, ix, N, 0.125f, o, l);
+                double worst = 0;
+                for (int i = 0; i < G * d; i++) worst = fmax(worst, fabs((double)o[i] - o_ref[i]));
+                for (int h = 0; h < G; h++) worst = fmax(worst, fabs((double)l[h] - l_ref[h]));
+                if (isa == HKV_ISA_SCALAR)
+                    CHECK(worst == 0, "scalar attn_q8 d %d differs from attn_sparse by %g", d, worst);
+                CHECK(worst <= 2e-5, "attn_q8 at ISA level %d, d %d%s: %g from attn_sparse over the "
+                      "rows made fp16", isa, d, ix ? " gathered" : "", worst);
+            }
+        }
     }
 }
 
@@ -336,6 +380,7 @@ int main(void) {
     hkv_cpu_kernels_init(&kern, -1);
     omp_set_num_threads(2);
     kernel_checks(&kern);
+    attn_kernel_checks();
     against_f16(&hkv_policy_full, 1e-5, &kern);
     against_f16(&hkv_policy_quest, 1e-5, &kern);
     prompt_whole = 512;   /* the 1100-token prompt's later chunks in pieces */
