@@ -27,6 +27,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "far_rows.h"
 #include "host_mem.h"
 #include "kernels.h"
 #include "kernels_impl.h"
@@ -326,6 +327,8 @@ typedef struct {
     int kern, nt;
     int64_t cache_rows;
     int64_t *pass;   /* dense: the window moves each pass, so its rows stay cold */
+    const int8_t *c8;     /* kern 3: the same caches as the 8-bit far tier's codes */
+    const float *s8;      /* and their scales */
 } sparse_ctx;
 
 /* one pass over all caches: each thread walks its own subset, as threads
@@ -342,7 +345,13 @@ static void sparse_step(void *p)
             const uint16_t *k = c->kv + (size_t)i * 2 * c->cache_rows * c->d;
             const uint16_t *v = k + (size_t)c->cache_rows * c->d;
             if (c->kern == 0) c->t->score_max(c->q, c->g, c->d, k, c->d, c->idx, c->n, s);
-            else if (c->kern == 1)
+            else if (c->kern == 3) {   /* attn_q8 over the codes of the same rows */
+                const int ng = c->d / 32;
+                const int8_t *k8 = c->c8 + (size_t)i * 2 * c->cache_rows * c->d;
+                const float *ks = c->s8 + (size_t)i * 2 * c->cache_rows * ng;
+                c->t->attn_q8(c->q, c->g, c->d, k8, ks, k8 + (size_t)c->cache_rows * c->d,
+                              ks + (size_t)c->cache_rows * ng, c->d, c->idx, c->n, 0.088f, out, lse);
+            } else if (c->kern == 1)
                 c->t->attn_sparse(c->q, c->g, c->d, k, v, c->d, c->idx, c->n, 0.088f, out, lse);
             else {
                 const int64_t r0 = (w + i) % windows * c->n;
@@ -360,10 +369,13 @@ static void bench_sparse(const bk *b, const hkv_cpu_kernels *t, double probe, in
     const int nthreads = omp_get_max_threads();
     printf("\nscore_max / attn_sparse over %lld-row fp16 caches, random idx, %s caches, and\n"
            "attn_dense over cand contiguous rows (a far tier read whole, as full decodes);\n"
-           "1 thread, and %d threads each on its own caches (GB/s of K/V bytes touched)\n",
+           "1 thread, and %d threads each on its own caches (GB/s of K/V bytes touched);\n"
+           "q8: attn_q8 over the same rows as the 8-bit far tier's codes, its speed over\n"
+           "attn_sparse's in rows a second (its bytes are 0.56x)\n",
            (long long)cache_rows, cold_bytes > 1 ? "cold" : "hot", nthreads);
-    printf("%3s %2s %5s | %9s %9s %7s | %9s %9s %7s | %9s %9s %7s\n", "d", "g", "cand", "score 1t",
-           "score Nt", "probe%", "attn 1t", "attn Nt", "probe%", "dense 1t", "dense Nt", "probe%");
+    printf("%3s %2s %5s | %9s %9s %7s | %9s %9s %7s | %9s %9s %7s | %6s %6s\n", "d", "g", "cand",
+           "score 1t", "score Nt", "probe%", "attn 1t", "attn Nt", "probe%", "dense 1t", "dense Nt",
+           "probe%", "q8 1t", "q8 Nt");
     const int ds[] = {64, 128};
     const int gs[] = {3, 4, 8};
     const int64_t cands[] = {256, 1024, 4096, 8192};
@@ -375,6 +387,15 @@ static void bench_sparse(const bk *b, const hkv_cpu_kernels *t, double probe, in
         uint16_t *kv = xalloc(2 * cache_b * ncache);
         #pragma omp parallel for schedule(static)
         for (int c = 0; c < ncache; c++) fill_half(kv + (size_t)c * 2 * cache_rows * d, 2 * (size_t)cache_rows * d, 100 + c);
+        /* the same rows as int8 codes and scales (index/far_rows.h) */
+        int8_t *c8 = xalloc((size_t)ncache * 2 * cache_rows * d);
+        float *s8 = xalloc((size_t)ncache * 2 * cache_rows * (d / 32) * sizeof(float));
+        #pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < (int64_t)ncache * 2 * cache_rows; r++) {
+            float x[128];
+            t->f16_to_f32(kv + r * d, x, d);
+            hkv_q8_quantize(x, d, c8 + r * d, s8 + r * (d / 32));
+        }
         int32_t *idx = malloc(8192 * sizeof *idx);
         uint64_t seed = 9;
         for (int i = 0; i < 8192; i++) idx[i] = (int32_t)(mix(&seed) % cache_rows);
@@ -386,14 +407,14 @@ static void bench_sparse(const bk *b, const hkv_cpu_kernels *t, double probe, in
                 int g = gs[gi];
                 int64_t n = cands[ci];
                 if (quick && (g == 3 || n == 1024)) continue;
-                double res[3][2] = {{0}};   /* [kernel][threads] GB/s */
+                double res[4][2] = {{0}};   /* [kernel][threads] GB/s (q8: calls/s) */
                 /* dense reads n contiguous rows: not past a (hot, 2048-row) cache */
                 const int dense = n <= cache_rows;
                 for (int kern = 0; kern < 2 + dense; kern++)
                     for (int par = 0; par < 2; par++) {
                         int64_t pass = 0;
                         sparse_ctx c = {t, kv, idx, q, ncache, d, g, n, kern, par ? nthreads : 1,
-                                        cache_rows, &pass};
+                                        cache_rows, &pass, c8, s8};
                         double calls = best_rate(b, sparse_step, &c) * ncache;
                         double bytes = (double)n * d * 2 * (kern ? 2 : 1);
                         res[kern][par] = bytes * calls / 1e9;
@@ -401,10 +422,21 @@ static void bench_sparse(const bk *b, const hkv_cpu_kernels *t, double probe, in
                 printf("%3d %2d %5lld | %9.2f %9.2f %6.0f%% | %9.2f %9.2f %6.0f%% | ", d, g,
                        (long long)n, res[0][0], res[0][1], 100 * res[0][1] / probe, res[1][0],
                        res[1][1], 100 * res[1][1] / probe);
-                if (dense) printf("%9.2f %9.2f %6.0f%%\n", res[2][0], res[2][1], 100 * res[2][1] / probe);
-                else printf("%9s %9s %7s\n", "-", "-", "-");
+                for (int par = 0; par < 2; par++) {   /* attn_q8, calls a second */
+                    int64_t pass = 0;
+                    sparse_ctx c = {t, kv, idx, q, ncache, d, g, n, 3, par ? nthreads : 1,
+                                    cache_rows, &pass, c8, s8};
+                    res[3][par] = best_rate(b, sparse_step, &c) * ncache;
+                }
+                const double attn_gb = (double)n * d * 4 / 1e9;   /* attn_sparse's GB a call */
+                if (dense) printf("%9.2f %9.2f %6.0f%% | ", res[2][0], res[2][1], 100 * res[2][1] / probe);
+                else printf("%9s %9s %7s | ", "-", "-", "-");
+                printf("%5.2fx %5.2fx\n", res[3][0] * attn_gb / res[1][0],
+                       res[3][1] * attn_gb / res[1][1]);
             }
         free(kv);
+        free(c8);
+        free(s8);
         free(idx);
         free(q);
     }
