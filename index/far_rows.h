@@ -21,10 +21,11 @@
 /* The head sizes it takes (a row on the stack): d <= this, a multiple of the group. */
 #define HKV_Q8_MAX_D 256
 
-/* Bytes of one 8-bit row of d (codes and fp32 scales); fp16: 2 d. */
-static inline size_t hkv_q8_row_bytes(int d) { return (size_t)d + (size_t)d / HKV_Q8_GROUP * 4; }
-/* Bytes of one K or V row of d in the far tier's format. */
-static inline size_t hkv_far_row_bytes(int d, int q8) { return q8 ? hkv_q8_row_bytes(d) : (size_t)d * 2; }
+/* Bytes of one K or V row of d in the far tier's format: 8-bit, d codes and
+ * d / 32 fp32 scales; fp16, 2 d. */
+static inline size_t hkv_far_row_bytes(int d, int q8) {
+    return q8 ? (size_t)d + (size_t)d / HKV_Q8_GROUP * 4 : (size_t)d * 2;
+}
 
 static inline int hkv_far_q8(const hkv_far_view *f) { return f->k8 != NULL; }
 
@@ -32,7 +33,7 @@ static inline int hkv_far_q8(const hkv_far_view *f) { return f->k8 != NULL; }
  * round to nearest); d a multiple of HKV_Q8_GROUP. */
 void hkv_q8_quantize(const float *x, int d, int8_t *codes, float *scale);
 
-/* Key (or value) row p of KV head h as fp16: the row in place, or tmp
+/* Key row p of KV head h as fp16: the row in place, or tmp
  * (room for d) filled from the codes. */
 static inline const uint16_t *hkv_far_k16(const hkv_cpu_kernels *kn, const hkv_far_view *f, int h,
                                           int64_t p, uint16_t *tmp)
@@ -40,14 +41,6 @@ static inline const uint16_t *hkv_far_k16(const hkv_cpu_kernels *kn, const hkv_f
     const int d = f->head_dim, ng = d / HKV_Q8_GROUP;
     if (!f->k8) return f->k[h] + p * f->ld;
     kn->q8_to_f16(f->k8[h] + p * f->ld, f->ks[h] + p * ng, d, tmp);
-    return tmp;
-}
-static inline const uint16_t *hkv_far_v16(const hkv_cpu_kernels *kn, const hkv_far_view *f, int h,
-                                          int64_t p, uint16_t *tmp)
-{
-    const int d = f->head_dim, ng = d / HKV_Q8_GROUP;
-    if (!f->v8) return f->v[h] + p * f->ld;
-    kn->q8_to_f16(f->v8[h] + p * f->ld, f->vs[h] + p * ng, d, tmp);
     return tmp;
 }
 /* Key row p of KV head h as fp32 (d floats). */
