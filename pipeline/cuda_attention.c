@@ -54,7 +54,7 @@ static int near_attend(cuda_be *b, int layer, int n_dec, hkv_err *err) {
     /* Following rows' queries are read where they are, in the QKV rows (one
      * launch a layer fewer); gathered into d_q otherwise, or when the kept
      * rows' attention reads them there too. */
-    const int in_place = dense && !b->kp.n_dec;
+    const int in_place = dense && !b->kp.n_dec && !b->rs.n_dec;
     const float *q = in_place ? b->act[HKV_ACT_QKV] + r * b->qkv_w : b->d_q;
     int rc;
     if ((!in_place && (rc = hkv_gpu_copy_rows(b->d_q, b->qd, NULL, b->act[HKV_ACT_QKV], b->qkv_w,
@@ -64,7 +64,8 @@ static int near_attend(cuda_be *b, int layer, int n_dec, hkv_err *err) {
                                           (int64_t)b->NR * b->d, 0, b->d_nrows, b->d_idx, 0,
                                           1.0f / sqrtf((float)b->d), no, nl, split, b->d_split_ws,
                                           b->split_ws_bytes, b->st, err)) ||
-        (rc = cb_keep_attend(b, layer, n_dec, no, nl, err)))
+        (rc = cb_keep_attend(b, layer, n_dec, no, nl, err)) ||
+        (rc = cb_resident_attend(b, layer, n_dec, no, nl, err)))
         return rc;
     if (!dense &&
         ((rc = hkv_gpu_copy_rows(b->act[HKV_ACT_ATT], b->qd, b->d_rows, b->d_no, b->qd, NULL, n_dec,
@@ -132,7 +133,9 @@ int cb_flush(void *self, hkv_err *err) {
 static void half_swap(cuda_be *b, cb_half *h) {
     cb_half t = *h;
     h->n_desc = b->rc.n_desc, h->rr = b->rc.rr, h->kp_n_dec = b->kp.n_dec, h->pg_rows = b->pg.n_rows;
+    h->rs_n_dec = b->rs.n_dec;
     b->rc.n_desc = t.n_desc, b->rc.rr = t.rr, b->kp.n_dec = t.kp_n_dec, b->pg.n_rows = t.pg_rows;
+    b->rs.n_dec = t.rs_n_dec;
 }
 
 /* The host's part of a begun step: the far tier (the device attends the
@@ -153,11 +156,12 @@ static int att_end(cuda_be *b, cb_half *h, hkv_err *err) {
     const hkv_recall_rows *rec = cb_recall_result(b, r0, n);
     hkv_recall_rows dev = {0};
     if (rec) dev = *rec;
-    if (b->kp.n_dec) dev.far_from = b->kp.h_from;
+    const int from = b->kp.n_dec || b->rs.n_dec;   /* kept or resident rows on the device */
+    if (from) dev.far_from = b->kp.h_from;
     cb_pages_result(b, r0, n, &dev);
     rc = kv->ops->layer_step_far(kv->self, layer, h->dev_prompt ? b->pp_segs : h->segs, n_segs,
                                  h->hq, b->qkv_w, b->h_fo.p, b->qd, b->h_fl.p,
-                                 rec || b->kp.n_dec || b->pg.n_rows ? &dev : NULL, err);
+                                 rec || from || b->pg.n_rows ? &dev : NULL, err);
     double t2 = hkv_now();
     b->stats.cpu_wait_dev += t1 - t0;
     b->stats.cpu_busy += t2 - t1;
@@ -343,15 +347,17 @@ static int att_begin(cuda_be *b, int mb, int layer, const hkv_seg *segs, int n_s
         (rc = cb_select_step(b, layer, segs, n_segs, r0, n, err)) ||
         (rc = hkv_gpu_event_record(ev[0], b->st, err)))
         return rc;
-    b->kp.n_dec = 0;
-    if (n_dec && (rc = cb_keep_step(b, layer, segs, n_segs, r0, n, err))) return rc;
+    b->kp.n_dec = b->rs.n_dec = 0;
+    if (n_dec && ((rc = cb_keep_step(b, layer, segs, n_segs, r0, n, err)) ||
+                  (rc = cb_resident_step(b, layer, segs, n_segs, err))))
+        return rc;
     b->stats.bytes_d2h += (uint64_t)n * b->qkv_w * 4;
     const size_t lofs = (size_t)layer * KH * NR * d;
     /* A deferred step runs without the device's recall or page selection
      * (their host buffers serve the next layer by then): the host makes its
      * own over the empty far range, as the CPU path does. Kept rows the
      * device attended would be attended twice. */
-    defer = defer && !b->kp.n_dec;
+    defer = defer && !b->kp.n_dec && !b->rs.n_dec;
     if (n_dec && ((rc = cb_stage(b, UP_DST, b->d_dst, b->h_dst + r0, (size_t)n * 8, err)) ||
                   (rc = cb_stage(b, UP_ROWS, b->d_rows, b->h_rows, (size_t)n_dec * 4, err)) ||
                   (rc = cb_stage(b, UP_NROWS, b->d_nrows, b->h_nrows, (size_t)n_dec * KH * 4, err)) ||

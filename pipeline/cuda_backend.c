@@ -469,8 +469,8 @@ static void g_destroy(void *self) {
     cuda_be *b = self;
     if (!b) return;
     if (b->st) hkv_gpu_sync(b->st, NULL);
-    if (b->ctx) cb_index_detach(b), cb_recall_destroy(b), cb_keep_destroy(b), cb_pages_destroy(b),
-                  cb_rocket_destroy(b), cb_prefill_destroy(b), cb_graph_destroy(b);
+    if (b->ctx) cb_index_detach(b), cb_recall_destroy(b), cb_keep_destroy(b), cb_resident_destroy(b),
+                  cb_pages_destroy(b), cb_rocket_destroy(b), cb_prefill_destroy(b), cb_graph_destroy(b);
     free_weights(b);
     for (int i = b->n_allocs - 1; i >= 0; i--)
         hkv_gpu_free(b->ctx, b->allocs[i].tier, b->allocs[i].p, b->allocs[i].bytes);
@@ -768,6 +768,7 @@ int hkv_cuda_backend_create(hkv_backend *be, struct hkv_engine *e, const hkv_cud
     b->st = hkv_gpu_ctx_stream(b->ctx);
     if ((rc = upload_weights(b, err)) || (rc = alloc_buffers(b, err)) ||
         (rc = cb_recall_create(b, err)) || (rc = cb_keep_create(b, err)) ||
+        (rc = cb_resident_create(b, p->resident_seqs, e->p.n_ctx, p->resident_chunk, err)) ||
         (rc = cb_pages_create(b, err)) || (rc = cb_rocket_create(b, err)) ||
         (rc = cb_prefill_create(b, p, err)) || (rc = cb_graph_create(b, p->graphs_off, err)))
         goto fail;

@@ -57,7 +57,18 @@ typedef struct hkv_cuda_params {
                               build, the window scores: cuda_index.c) may take; past it the
                               host does that work (fallbacks no_room). 0: what is free (the
                               build's own workspace at most 256 MiB) */
+    int resident_seqs;     /* `full` sequences whose whole far tier the device keeps too
+                              (cuda_resident.c; --gpu-resident, the placement of --policy
+                              auto): decode attention on the device alone, the host
+                              attending only the rows not yet uploaded. 0: none */
+    int resident_chunk;    /* far rows a resident copy lags by at most, copied up together
+                              (one pair of copies per KV head, not one per row and step);
+                              0: HKV_RESIDENT_CHUNK_DEFAULT */
 } hkv_cuda_params;
+
+/* 256 rows: at Llama-3-8B's shape 8 KV heads x 256 rows of 512 bytes of K
+ * and of V per copy, and a tail the host attends in microseconds. */
+#define HKV_RESIDENT_CHUNK_DEFAULT 256
 
 /* Keys per block of a streamed prompt: 16 MiB of K and V for each staging
  * buffer at Llama-3-8B's 8 KV heads of 128, enough attention per block
@@ -115,6 +126,11 @@ typedef struct hkv_pipeline_stats {
     int64_t recall_resyncs;     /* (sequence, layer) recall tables uploaded whole */
     int64_t keep_rows;          /* (decode row, layer) whose policy's kept rows the device attends */
     int64_t keep_resyncs;       /* (sequence, layer) kept sets copied up (prompt end, re-selection) */
+    int64_t resident_rows;      /* (decode row, layer) whose whole far tier the device attends
+                                   (a resident `full` sequence, cuda_resident.c) */
+    int64_t resident_rows_up;   /* (KV head-wide) far rows copied to resident slots */
+    int64_t resident_resyncs;   /* (sequence, layer) resident copies begun again (a new
+                                   sequence in the slot, a rewind) */
     int64_t device_selects;     /* (decode row, layer) far selections made on the device (quest's
                                    pages, rocketkv's stage 2) */
     int64_t page_resyncs;       /* (sequence, layer) page bounds (quest) or candidate lists

@@ -21,7 +21,8 @@ typedef struct dlayer {
 
 /* Device arrays refreshed from host per call: the last content uploaded is
  * kept so that layers of one call do not upload it again. */
-enum { UP_TOK, UP_POS, UP_LROWS, UP_DST, UP_ROWS, UP_NROWS, UP_IDX, UP_KNROWS, UP_KIDX, UP_COUNT };
+enum { UP_TOK, UP_POS, UP_LROWS, UP_DST, UP_ROWS, UP_NROWS, UP_IDX, UP_KNROWS, UP_KIDX, UP_RNROWS,
+       UP_RIDX, UP_COUNT };
 
 /* The device's mirror of the policies' recall tables (cuda_recall.c). */
 typedef struct cb_recall {
@@ -63,6 +64,29 @@ typedef struct cb_keep {
     int64_t *h_from;              /* [max_rows][KH]: the host's far range start (-1: select) */
     int n_dec;                    /* decode rows this step (0: no kept set on the device) */
 } cb_keep;
+
+/* Whole sequences on the device (cuda_resident.c): `full` sequences given
+ * a slot keep every far row there too. */
+typedef struct cb_resident {
+    int n_slots;                  /* 0: none */
+    int64_t cap;                  /* far rows per (slot, layer, KV head) */
+    int chunk;                    /* rows a copy lags by at most, copied up together */
+    uint16_t *k, *v;              /* device [NL][n_slots][KH][cap][d] fp16 */
+    int *slot_seq;                /* [n_slots]: the sequence holding it, -1: free */
+    int *seq_slot;                /* [max_seqs]: its slot, -1: none */
+    uint64_t *epoch;              /* [n_slots][NL]: the sequence's epoch its rows are of */
+    int64_t *lo, *hi;             /* [n_slots][NL]: far positions [lo, hi) on the device */
+    hkv_pinned h_stage;           /* two halves, each K then V [KH][chunk][d] */
+    void *stage_ev[2];            /* each half's last copy done */
+    int stage_next;
+    int32_t *h_nrows, *h_idx;     /* the step's compact decode rows [max_seqs][KH]: rows, start */
+    int32_t *d_nrows, *d_idx;
+    float *d_o, *d_l;             /* their partials [max_seqs][H][d], [max_seqs][H] */
+    int split;
+    void *split_ws;
+    size_t split_ws_bytes;
+    int n_dec;                    /* decode rows this step (0: none resident) */
+} cb_resident;
 
 /* The device's copy of page-bounds policies' tables (cuda_pages.c). */
 typedef struct cb_pages {
@@ -160,7 +184,7 @@ typedef struct cb_half {
     void **ev;                    /* its 4 timeline events */
     int *ev_pending;
     /* the device parts' results its host part reads (swapped with the modules') */
-    int n_desc, kp_n_dec, pg_rows;
+    int n_desc, kp_n_dec, rs_n_dec, pg_rows;
     hkv_recall_rows rr;
 } cb_half;
 
@@ -249,6 +273,7 @@ typedef struct cuda_be {
     int32_t *h_slow;                      /* [max_seqs] */
     cb_recall rc;
     cb_keep kp;
+    cb_resident rs;
     cb_pages pg;
     cb_rocket rk;
     cb_prompt *pp;                /* [max_seqs] */
@@ -359,6 +384,16 @@ void cb_keep_destroy(cuda_be *b);
 int cb_keep_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64_t r0, int64_t n,
                  hkv_err *err);
 int cb_keep_attend(cuda_be *b, int layer, int n_dec, float *no, float *nl, hkv_err *err);
+
+/* Whole `full` sequences on the device (cuda_resident.c). cb_resident_step,
+ * after cb_keep_step, gives each decode row of a `full` sequence a slot
+ * where one is free, brings its rows up to date and sets kp.h_from past
+ * them (the host attends the rest); cb_resident_attend queues their partials
+ * and merges them into the near partial. */
+int cb_resident_create(cuda_be *b, int n_slots, int64_t rows, int chunk, hkv_err *err);
+void cb_resident_destroy(cuda_be *b);
+int cb_resident_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, hkv_err *err);
+int cb_resident_attend(cuda_be *b, int layer, int n_dec, float *no, float *nl, hkv_err *err);
 
 /* Far selections on the device (cuda_pages.c: quest's pages; cuda_rocket.c:
  * rocketkv's lists). cb_select_step, after the layer's QKV and before its

@@ -202,13 +202,13 @@ int cb_keep_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, int64_t
                 for (int32_t r = 0; r < cnt[h]; r++) ix[r] = (int32_t)(base + r);
                 k->h_from[sg->row * KH + h] = ks.from;
             }
-            any = 1;
+            any++;
         }
         j++;
     }
     if (!any) return HKV_OK;
     k->n_dec = j;
-    b->stats.keep_rows += j;
+    b->stats.keep_rows += any;   /* the rows with a kept set, not the whole batch */
     if ((rc = cb_stage(b, UP_KNROWS, k->d_nrows, k->h_nrows, (size_t)j * KH * 4, err)) ||
         (rc = cb_stage(b, UP_KIDX, k->d_idx, k->h_idx, (size_t)j * KH * k->cap * 4, err)))
         return rc;

@@ -345,7 +345,12 @@ int hkv_plan_compute(const hkv_plan_params *p, hkv_plan *o, hkv_err *err) {
                         2 * (uint64_t)dc->ffn) * 4 +
                    (uint64_t)dc->vocab * 4;
     }
-    o->gpu_total = o->weights + o->near + o->index + o->workspace + o->draft;
+    if (p->resident > 0 && !o->kv_on_gpu) {
+        const int64_t far = p->n_ctx - (int64_t)p->L_init - p->L_local;
+        o->resident = (uint64_t)p->resident * (far > 0 ? (uint64_t)far : 0) * o->kv_per_token +
+                      B * (H * (hd + 1) * 4 + KH * 8);
+    }
+    o->gpu_total = o->weights + o->near + o->index + o->workspace + o->draft + o->resident;
     return HKV_OK;
 }
 
@@ -358,11 +363,17 @@ int hkv_plan_admit(const hkv_plan_params *p, const hkv_plan *o, uint64_t cap, hk
     hkv_fmt_bytes((double)o->index, i, sizeof i);
     hkv_fmt_bytes((double)o->workspace, s, sizeof s);
     hkv_fmt_bytes((double)cap, cp, sizeof cp);
-    char dr[48] = "";
+    char dr[96] = "";
     if (o->draft) {
         char x[32];
         hkv_fmt_bytes((double)o->draft, x, sizeof x);
         snprintf(dr, sizeof dr, ", draft %s", x);
+    }
+    if (o->resident) {
+        char x[32];
+        hkv_fmt_bytes((double)o->resident, x, sizeof x);
+        snprintf(dr + strlen(dr), sizeof dr - strlen(dr), ", %d resident sequences %s",
+                 p->resident, x);
     }
     return hkv_seterr(err, HKV_E_CAPACITY,
                       "batch %d x context %lld with policy %s needs %s of GPU memory (weights %s, "

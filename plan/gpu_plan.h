@@ -47,6 +47,9 @@ typedef struct hkv_plan_params {
     int64_t n_gen;                  /* of n_ctx, tokens generated after the prompt (specpc
                                        keeps C prompt tokens + these); 0: none */
     int far_q8;                     /* the far tier in 8 bits (--far-kv q8) */
+    int resident;                   /* of the batch, sequences whose whole far tier the device
+                                       keeps too (pipeline/cuda_resident.c: `full` sequences
+                                       placed whole under --policy auto, --gpu-resident) */
 } hkv_plan_params;
 
 /* Bytes per tier. GPU tiers are totals for the whole batch; per_seq_* are
@@ -61,6 +64,8 @@ typedef struct hkv_plan {
     uint64_t draft;       /* GPU, once per batch: speckv/specpc's draft weights (fp16; none
                              when the target is its own draft), one sequence's draft KV
                              over the prompt, its activations */
+    uint64_t resident;    /* GPU: the resident sequences' far rows (fp16 K and V for the
+                             context past the near tier) and their attention partials */
     uint64_t gpu_total;
     uint64_t pinned;      /* host: far tier (K and V for the whole context), and the
                              index lists when index_on_host */

@@ -19,6 +19,8 @@ typedef struct slot {
     int64_t cap;          /* capacity the sequence was opened with */
     uint64_t order;       /* admission order: prefill oldest first */
     int whole;            /* the policy's prep takes the whole prompt in one step */
+    const hkv_policy_def *def;   /* the policy it runs (its request's, or placed), and args */
+    hkv_policy_args args;
     int opened;           /* its KV is open: at its first prefill, not at admission, so a
                              request waiting for its turn holds no memory yet and can still
                              start from a prefix kept meanwhile */
@@ -79,6 +81,20 @@ static const hkv_policy_def *req_policy(const hkv_sched *s, const hkv_sched_req 
     if (r->policy_args) *a = *r->policy_args;
     else hkv_policy_args_init(r->policy, a);
     return r->policy;
+}
+
+/* The policy slot i's request runs: set at admission (placement). */
+static const hkv_policy_def *slot_policy(const hkv_sched *s, int i, hkv_policy_args *a) {
+    *a = s->slots[i].args;
+    return s->slots[i].def;
+}
+
+/* Requests placed whole on the device now, slot i's aside. */
+static int resident_running(const hkv_sched *s, int i) {
+    int n = 0;
+    for (int j = 0; j < s->p.max_batch; j++)
+        n += j != i && s->slots[j].state != SLOT_FREE && s->slots[j].r && s->slots[j].r->resident;
+    return n;
 }
 
 static int64_t req_capacity(const hkv_sched *s, const hkv_sched_req *r) {
@@ -384,7 +400,7 @@ static int prefix_find(const hkv_sched *s, int i, int64_t *n) {
     const slot *sl = &s->slots[i];
     const hkv_sched_req *r = sl->r;
     hkv_policy_args a;
-    const hkv_policy_def *def = req_policy(s, r, &a);
+    const hkv_policy_def *def = slot_policy(s, i, &a);
     const int64_t ring = ring_of(s, def, &a, sl->cap), c = chunk_of(s);
     int best = -1;
     *n = 0;
@@ -438,7 +454,7 @@ static void prefix_store(hkv_sched *s, int i) {
     slot *sl = &s->slots[i];
     hkv_sched_req *r = sl->r;
     hkv_policy_args a;
-    const hkv_policy_def *def = req_policy(s, r, &a);
+    const hkv_policy_def *def = slot_policy(s, i, &a);
     for (int j = 0; j < s->p.prefix_slots; j++) {
         const prefix_entry *x = &s->pfx[j];
         if (x->used && x->def == def && !memcmp(&x->args, &a, sizeof a) && x->len == sl->fed &&
@@ -527,6 +543,7 @@ static void admit(hkv_sched *s) {
         sl->state = SLOT_PREFILL;
         sl->order = ++s->admitted;
         sl->cap = req_capacity(s, r);
+        sl->def = req_policy(s, r, &sl->args);
         r->t_admit = hkv_now();
         hkv_err err;
         hkv_err_clear(&err);
@@ -541,6 +558,14 @@ static void admit(hkv_sched *s) {
         sl->smp_ok = 1;
         hkv_policy_args pa;
         const hkv_policy_def *pdef = req_policy(s, r, &pa);
+        /* placement: whole on the device while it has room for another */
+        r->resident = 0;
+        if (!r->policy && pdef && s->p.resident > resident_running(s, i)) {
+            pdef = &hkv_policy_full;
+            hkv_policy_args_init(pdef, &pa);
+            r->resident = 1;
+        }
+        sl->def = pdef, sl->args = pa;
         /* every slot is given its request's policy (the default's too: the
          * slot may have run another request's) */
         if (pdef && hkv_kv_has_far(&e->kv) && (rc = hkv_kv_set_policy(&e->kv, i, pdef, &pa, &err))) {

@@ -60,6 +60,11 @@ typedef struct hkv_sched_params {
     int batch_invariant;    /* decode steps with the batch-invariant GEMV (default 1) */
     int prefix_slots;       /* prompt prefixes kept for reuse (0: none); the engine needs
                                max_batch + prefix_slots sequence slots */
+    int resident;           /* per-sequence placement (--policy auto on a device): up to this
+                               many requests without a policy of their own run `full` at once,
+                               their whole KV kept on the device (the backend's resident
+                               slots, hkv_cuda_params.resident_seqs); the rest the engine's
+                               policy. 0: every request its own or the engine's policy */
     hkv_sched_done_cb on_done;
     hkv_sched_done_cb on_drop;   /* may be NULL: called by hkv_sched_free for each request
                                     still queued or running, unfinished (no on_done), so the
@@ -100,6 +105,8 @@ struct hkv_sched_req {
     double t_prefill;                       /* its own prefill forward calls (+ prep) */
     double t_first;                         /* submit to first token */
     double t_decode;                        /* first token to done (steps shared) */
+    int resident;                           /* placed `full`, whole on the device
+                                               (hkv_sched_params.resident) */
     /* the scheduler's own */
     hkv_sched_req *next_;
 };

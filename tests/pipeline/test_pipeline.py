@@ -155,6 +155,18 @@ def check_fallbacks(a, tl: dict, exp: dict) -> tuple[bool, str]:
                 f"{' and ' + a.expect_fallback if a.expect_fallback else ''})")
 
 
+def check_resident(a, policy: str) -> tuple[bool, str]:
+    """With --expect-resident (and --device-args '--gpu-resident N', N slots for
+    every sequence): a full case's decode rows attended their whole far tier on the
+    device (device_resident_rows > 0, rows uploaded), any other policy's none."""
+    if not a.expect_resident:
+        return True, ""
+    rows = LAST_TIMELINE.get("device_resident_rows", -1)
+    up = LAST_TIMELINE.get("resident_rows_up", -1)
+    ok = rows > 0 and up > 0 if policy == "full" else rows == 0
+    return ok, f"; {rows} resident (decode row, layer)s, {up} far rows uploaded"
+
+
 def check_graphs(a, model, ids, mode, extra, vocab, tmp, g, policy):
     """With --expect-graphs: the run just dumped (g, LAST_TIMELINE) against the
     same one with --gpu-no-graphs; returns (ok, message)."""
@@ -252,6 +264,10 @@ def main(argv=None) -> int:
                     help="with --device-args '--gpu-prompt-keys N': every prompt-mode case must "
                          "attend prompt rows on the device with keys streamed from the far tier "
                          "(prompt_rows_streamed > 0), the logits still the CPU path's")
+    ap.add_argument("--expect-resident", action="store_true",
+                    help="with --device-args '--gpu-resident 3': full's decode rows attend their "
+                         "whole far tier on the device (pipeline/cuda_resident.c), copied up as it "
+                         "grows, the logits still the CPU path's; the other policies none")
     ap.add_argument("--both-args", default="",
                     help="extra options for both sides, CPU and --device cuda, of every case "
                          "(e.g. '--far-kv q8': the 8-bit far tier, which the device's prompt "
@@ -334,7 +350,8 @@ def main(argv=None) -> int:
                     fok, fmsg = check_fallbacks(a, LAST_TIMELINE, exp)
                     gok, gmsg = check_graphs(a, model, ids, "prompt", extra + mode_args, vocab, tmp,
                                              g, name.split()[0])
-                    ok, msg = ok and fok and gok, msg + fmsg + gmsg
+                    rok, rmsg = check_resident(a, name.split()[0])
+                    ok, msg = ok and fok and gok and rok, msg + fmsg + gmsg + rmsg
                     if a.expect_fallback == "no_room":   # the prompt-end work went to the host
                         done = LAST_TIMELINE.get("index_builds_device", 0) + \
                             LAST_TIMELINE.get("window_scores_device", 0)
@@ -373,7 +390,8 @@ def main(argv=None) -> int:
                 fok, fmsg = check_fallbacks(a, LAST_TIMELINE, exp)
                 gok, gmsg = check_graphs(a, model, ids, "batch", extra, vocab, tmp, g,
                                          name.split()[0])
-                res.report(ok and fok and gok, label, msg + fmsg + gmsg)
+                rok, rmsg = check_resident(a, name.split()[0])
+                res.report(ok and fok and gok and rok, label, msg + fmsg + gmsg + rmsg)
             except (RuntimeError, subprocess.TimeoutExpired) as e:
                 res.report(False, label, str(e))
         if a.long:   # a long decode through the pipeline (DCU grows the index every step)

@@ -51,6 +51,9 @@ int hkv_batch_parse_body(json_t *body, int chat, const hkv_tokenizer *tok,
 typedef struct hkv_batch_meta {
     const char *model;
     const char *policy;    /* "ctkvr rho_p=256" etc. */
+    int placed;            /* per-sequence placement (auto on a device): each line says where
+                              its request ran, "placement": "device" (full, whole KV on the
+                              device) or "split" (the policy, the far tier on the host) */
 } hkv_batch_meta;
 
 /* A result line (no trailing newline; caller frees): the completion of a

@@ -360,7 +360,9 @@ char *hkv_batch_result_line(const hkv_batch_item *it, const hkv_batch_meta *m) {
     const hkv_sched_req *r = &it->req;
     json_t *body = hkv_batch_completion_body(it, m->model);
     json_t *ext = json_object();
-    json_object_set_new(ext, "policy", json_string(m->policy));
+    json_object_set_new(ext, "policy", json_string(r->resident ? "full" : m->policy));
+    if (m->placed)
+        json_object_set_new(ext, "placement", json_string(r->resident ? "device" : "split"));
     json_object_set_new(ext, "queue_s", json_real(r->t_admit - r->t_submit));
     json_object_set_new(ext, "prefill_s", json_real(r->t_prefill));
     json_object_set_new(ext, "ttft_s", json_real(r->t_first));

@@ -121,6 +121,7 @@ typedef struct job {
     hkv_err io_err;
     int64_t total, skipped, done, errors, in_flight;
     int64_t prompt_toks, gen_toks;
+    int64_t on_device;             /* answered requests placed whole on the device */
     double t0, last_progress;
     int tty;
     char policy[256];
@@ -204,6 +205,7 @@ static void on_done(void *ud, hkv_sched_req *r) {
         j->done++;
         j->prompt_toks += r->n_prompt;
         j->gen_toks += r->n_out;
+        j->on_device += r->resident;
     }
     hkv_batch_item_free(it);
     free(it);
@@ -517,6 +519,15 @@ static void summary(job *j, hkv_sched *s, const char *how) {
                                           (json_int_t)j->e->mem.peak[HKV_TIER_NEAR], "far",
                                           (json_int_t)j->e->mem.peak[HKV_TIER_FAR], "index",
                                           (json_int_t)j->e->mem.peak[HKV_TIER_INDEX]));
+        if (o && j->o->dev.cuda) {   /* the pipeline's timeline, device memory */
+            int bad = 0;
+            hkv_device_cli_json(o, j->e, &bad);
+        }
+        if (o && j->meta.placed)   /* per-sequence placement (auto on a device) */
+            json_object_set_new(o, "placement",
+                                json_pack("{s:i, s:I, s:I}", "resident_max", j->o->dev.resident,
+                                          "device", (json_int_t)j->on_device, "split",
+                                          (json_int_t)(j->done - j->on_device)));
         if (o && j->o->sc.prefix_cache)
             json_object_set_new(o, "prefix_cache",
                                 json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:I, s:I}", "hits",
@@ -618,11 +629,12 @@ engine:;
                                         hkv_kv_cli_auto(&o.kv), (int)o.sc.max_batch, o.sc.ctx,
                                         &err)))
         goto out;
+    const int placed = hkv_kv_cli_auto(&o.kv) && o.dev.resident > 0;
     if (hkv_kv_cli_auto(&o.kv)) o.kv.policy = ep.tiered.policy->name;   /* what auto picked */
     if ((rc = hkv_engine_open(&j.e, &ep, &err)) || (rc = hkv_device_cli_attach(&o.dev, j.e, &err)))
         goto out;
     policy_text(&o, j.policy, sizeof j.policy);
-    j.meta = (hkv_batch_meta){j.e->model.cfg.name, j.policy};
+    j.meta = (hkv_batch_meta){j.e->model.cfg.name, j.policy, placed};
     j.dflt = (hkv_batch_defaults){(int)o.max_tokens, j.e->p.n_ctx, !o.ignore_eos, 0};
 
     hkv_sched_params sp;
@@ -630,6 +642,7 @@ engine:;
     sp.max_batch = (int)o.sc.max_batch;
     sp.prefix_slots = (int)o.sc.prefix_cache;
     sp.chunk = o.sc.chunk;
+    sp.resident = placed ? o.dev.resident : 0;   /* per-sequence placement (auto) */
     sp.batch_invariant = !o.no_invariant;
     if (o.sc.mem) {
         sp.mem_budget = o.sc.mem;

@@ -105,6 +105,10 @@ typedef struct hkv_device_cli {
     int64_t prompt_keys;      /* --gpu-prompt-keys N: N, or -1 for 0; 0: not given (as many as fit) */
     int64_t prompt_block;     /* --gpu-prompt-block N; 0: not given */
     uint64_t offload_mem;     /* --gpu-offload-mem SIZE; 0: not given */
+    int resident;             /* --gpu-resident N: `full` sequences whose whole KV the device
+                                 keeps too; -1: not given (hkv_device_cli_check_near picks it
+                                 under --policy auto, else 0) */
+    int resident_chunk;       /* --gpu-resident-chunk N; 0: not given */
 } hkv_device_cli;
 void hkv_device_cli_init(hkv_device_cli *d);
 /* The group's table (base: hkv_device_cli). */
@@ -135,8 +139,11 @@ int hkv_device_cli_check(const hkv_device_cli *d, const char *model_path,
  * and --device cuda, a context that does not fit the device whole runs
  * ctkvr in the split instead of full (whose far part would be the host's
  * whole far tier every step), said on stderr; ep->tiered.policy names what
- * was picked. */
-int hkv_device_cli_check_near(const hkv_device_cli *d, const char *model_path,
+ * was picked. Then, without --gpu-resident, d->resident becomes the most
+ * sequences of the batch whose whole KV fits beside the split's plan: the
+ * scheduler runs that many of them as `full` on the device (per-sequence
+ * placement, hkv_sched_params.resident), the rest under ctkvr. */
+int hkv_device_cli_check_near(hkv_device_cli *d, const char *model_path,
                               hkv_engine_params *ep, int local_given, int auto_policy, int batch,
                               int64_t n_ctx, hkv_err *err);
 /* After hkv_engine_open: with --device cuda, the CUDA backend (weights to

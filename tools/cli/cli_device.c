@@ -20,6 +20,7 @@ void hkv_device_cli_init(hkv_device_cli *d) {
     memset(d, 0, sizeof *d);
     d->synthetic_wtype = HKV_W_Q4;
     d->gemm = -1;
+    d->resident = -1;
 }
 
 static int parse_device(void *base, const char *opt, const char *v, hkv_err *err) {
@@ -70,6 +71,20 @@ static int parse_prompt_block(void *base, const char *opt, const char *v, hkv_er
     long long x;
     int rc = hkv_arg_int(opt, v, 1, (long long)1 << 40, &x, err);
     if (!rc) ((hkv_device_cli *)base)->prompt_block = x;
+    return rc;
+}
+
+static int parse_resident(void *base, const char *opt, const char *v, hkv_err *err) {
+    long long x;
+    int rc = hkv_arg_int(opt, v, 0, 1 << 20, &x, err);
+    if (!rc) ((hkv_device_cli *)base)->resident = (int)x;
+    return rc;
+}
+
+static int parse_resident_chunk(void *base, const char *opt, const char *v, hkv_err *err) {
+    long long x;
+    int rc = hkv_arg_int(opt, v, 1, 1 << 16, &x, err);
+    if (!rc) ((hkv_device_cli *)base)->resident_chunk = (int)x;
     return rc;
 }
 
@@ -133,6 +148,14 @@ const hkv_opt hkv_device_opts[] = {
              "the eviction policies' window scores) may take; past it the host\n"
              "does that work, counted in the timeline's fallbacks as no_room\n"
              "(default: what is free)"},
+    {.name = "--gpu-resident", .arg = "N", .kind = HKV_OPT_FN, .fn = parse_resident,
+     .help = "up to N sequences under the policy full keep their whole KV on\n"
+             "the device too, so their decode attention runs there (the rest:\n"
+             "the far tier on the host). Default: with --policy auto, as many\n"
+             "as fit beside the split, the others running ctkvr; else 0"},
+    {.name = "--gpu-resident-chunk", .arg = "N", .kind = HKV_OPT_FN, .fn = parse_resident_chunk,
+     .help = "far rows a resident sequence's device copy lags by at most,\n"
+             "copied up together; the host attends the tail (default 256)"},
     {.name = "--synthetic", .arg = "NAME", .kind = HKV_OPT_FN, .fn = parse_synthetic,
      .help = "random weights of a real shape instead of -m: llama3-8b,\n"
              "llama3.1-8b, yi-9b, qwen2.5-7b, smollm2-135m (no tokenizer);\n"
@@ -196,6 +219,9 @@ int hkv_device_cli_cap(const hkv_device_cli *d, uint64_t *cap, char *desc, size_
         if (d->offload_mem)
             return hkv_seterr(err, HKV_E_INVAL, "--gpu-offload-mem caps the GPU's prompt-end work: it "
                               "needs --device cuda");
+        if (d->resident > 0 || d->resident_chunk)
+            return hkv_seterr(err, HKV_E_INVAL, "--gpu-resident and --gpu-resident-chunk keep "
+                              "sequences on the GPU: they need --device cuda");
         return HKV_OK;
     }
     hkv_gpu_device dev[1];
@@ -238,7 +264,8 @@ int hkv_device_cli_check(const hkv_device_cli *d, const char *model_path, const 
                           /* the pipeline recalls ctkvr's centroids on the device and reads
                            * its IVF lists where the host reranks (pipeline/cuda_recall.c) */
                           .index_on_host = ep->tiered.policy == &hkv_policy_ctkvr,
-                          .far_q8 = ep->tiered.far_q8};
+                          .far_q8 = ep->tiered.far_q8,
+                          .resident = d->resident > 0 ? d->resident : 0};
     hkv_plan plan;
     if ((rc = hkv_plan_compute(&pp, &plan, err))) return hkv_err_prefix(err, "--device cuda (%s)", desc);
     /* The device holds the weights in their repacked formats (pipeline/), not
@@ -265,20 +292,44 @@ int hkv_device_cli_check(const hkv_device_cli *d, const char *model_path, const 
     return HKV_OK;
 }
 
-int hkv_device_cli_check_near(const hkv_device_cli *d, const char *model_path,
+/* Per-sequence placement under auto: the most sequences of the batch that
+ * can keep their whole KV on the device beside the split's plan. */
+static int place_resident(hkv_device_cli *d, const char *model_path, hkv_engine_params *ep,
+                          int batch, int64_t ctx, hkv_err *err) {
+    int lo = 0, hi = batch;   /* lo fits (0 is the split alone, checked last) */
+    while (lo < hi) {
+        d->resident = (lo + hi + 1) / 2;
+        hkv_err tried;
+        hkv_err_clear(&tried);
+        if (hkv_device_cli_check(d, model_path, ep, batch, ctx, &tried)) hi = d->resident - 1;
+        else lo = d->resident;
+    }
+    d->resident = lo;
+    if (lo)
+        fprintf(stderr, "hetkv: --device cuda, policy auto: up to %d of the %d sequences at a time "
+                "keep their whole KV on the device (full, as they arrive)%s (--gpu-resident N sets "
+                "it)\n", lo, batch, lo < batch ? ", the others run ctkvr in the split" : "");
+    return hkv_device_cli_check(d, model_path, ep, batch, ctx, err);
+}
+
+int hkv_device_cli_check_near(hkv_device_cli *d, const char *model_path,
                               hkv_engine_params *ep, int local_given, int auto_policy, int batch,
                               int64_t n_ctx, hkv_err *err) {
     const int full = ep->tiered.policy && !strcmp(ep->tiered.policy->name, "full");
-    if (d->cuda && !local_given && !ep->kv_plain && full) {
+    if (d->cuda && !ep->kv_plain && full) {
         hkv_model_config cfg;
         int rc = hkv_cli_model_config(model_path, d->synthetic, &cfg, err);
         if (rc) return rc;
         const int64_t ctx = n_ctx > 0 ? n_ctx : cfg.ctx_train;
         const int local = ep->tiered.L_local;
-        if (ctx - ep->tiered.L_init > local && ctx - ep->tiered.L_init <= INT_MAX) {
+        hkv_err tried;
+        hkv_err_clear(&tried);
+        if (ctx - ep->tiered.L_init <= local) {   /* no far tier: dense as it is */
+            if (d->resident < 0) d->resident = 0;
+            return hkv_device_cli_check(d, model_path, ep, batch, n_ctx, err);
+        }
+        if (!local_given && ctx - ep->tiered.L_init <= INT_MAX) {
             ep->tiered.L_local = (int)(ctx - ep->tiered.L_init);
-            hkv_err tried;
-            hkv_err_clear(&tried);
             if (!hkv_device_cli_check(d, model_path, ep, batch, ctx, &tried)) {
                 fprintf(stderr, "hetkv: --device cuda, policy %s: the near tier holds the whole "
                         "context (%lld rows per sequence and KV head), so attention runs on the "
@@ -287,15 +338,21 @@ int hkv_device_cli_check_near(const hkv_device_cli *d, const char *model_path,
                 return HKV_OK;
             }
             ep->tiered.L_local = local;   /* does not fit: the split */
-            if (auto_policy) {
-                ep->tiered.policy = &hkv_policy_ctkvr;
-                hkv_policy_args_init(ep->tiered.policy, &ep->tiered.args);
+        }
+        if (auto_policy) {
+            ep->tiered.policy = &hkv_policy_ctkvr;
+            hkv_policy_args_init(ep->tiered.policy, &ep->tiered.args);
+            if (local_given)
+                fprintf(stderr, "hetkv: --device cuda, policy auto -> ctkvr: --local %d keeps a far "
+                        "tier on the host, so ctkvr selects from it\n", local);
+            else
                 fprintf(stderr, "hetkv: --device cuda, policy auto -> ctkvr: batch %d x context "
                         "%lld does not fit the device whole (%s), so ctkvr selects from the far "
                         "tier on the host\n", batch, (long long)ctx, tried.msg);
-            }
+            if (d->resident < 0) return place_resident(d, model_path, ep, batch, ctx, err);
         }
     }
+    if (d->resident < 0) d->resident = 0;
     return hkv_device_cli_check(d, model_path, ep, batch, n_ctx, err);
 }
 
@@ -310,7 +367,9 @@ int hkv_device_cli_attach(const hkv_device_cli *d, hkv_engine *e, hkv_err *err) 
                           .pingpong = d->pingpong, .graphs_off = d->no_graphs,
                           .prompt_keys = d->prompt_keys,
                           .prompt_block = d->prompt_block,
-                          .offload_mem = (size_t)d->offload_mem};
+                          .offload_mem = (size_t)d->offload_mem,
+                          .resident_seqs = d->resident > 0 ? d->resident : 0,
+                          .resident_chunk = d->resident_chunk};
     hkv_backend be;
     if ((rc = hkv_cuda_backend_create(&be, e, &cp, err)))
         return hkv_err_prefix(err, "--device cuda (%s)", desc);
@@ -360,6 +419,9 @@ void hkv_device_cli_timeline(json_t *t, const hkv_pipeline_stats *ps, int prompt
     }
     hkv_jset(t, "device_kept_rows", json_integer(ps->keep_rows), bad);
     hkv_jset(t, "kept_resyncs", json_integer(ps->keep_resyncs), bad);
+    hkv_jset(t, "device_resident_rows", json_integer(ps->resident_rows), bad);
+    hkv_jset(t, "resident_rows_up", json_integer(ps->resident_rows_up), bad);
+    hkv_jset(t, "resident_resyncs", json_integer(ps->resident_resyncs), bad);
     hkv_jset(t, "device_selects", json_integer(ps->device_selects), bad);
     hkv_jset(t, "page_resyncs", json_integer(ps->page_resyncs), bad);
     hkv_device_cli_fallbacks(t, ps, bad);

@@ -199,6 +199,11 @@ static int print_json(const run_opts *o, hkv_engine *e, const int32_t *prompt, i
         hkv_jset(j, "policy", json_string(e->p.tiered.policy->name), &bad);
         hkv_jset(j, "near_rows", json_integer(e->p.tiered.L_init + e->p.tiered.L_local), &bad);
         hkv_jset(j, "far_kv", json_string(e->p.tiered.far_q8 ? "q8" : "f16"), &bad);
+        if (hkv_kv_cli_auto(&o->kv) && o->dev.resident > 0) {   /* per-sequence placement */
+            const int dev = o->dev.resident < o->batch ? o->dev.resident : (int)o->batch;
+            hkv_jset(j, "placement", json_pack("{s:i, s:i}", "device", dev, "split",
+                                               (int)o->batch - dev), &bad);
+        }
     }
     hkv_jset(j, "prompt_tokens", tokens_json(prompt, n_prompt, &bad), &bad);
     hkv_jset(j, "tokens", tokens_json(reqs[0].out, reqs[0].n_out, &bad), &bad);
@@ -313,6 +318,14 @@ int hkv_cmd_run(int argc, char **argv) {
     if ((rc = hkv_engine_open(&e, &ep, &err)) || (rc = hkv_device_cli_attach(&o.dev, e, &err)))
         goto out;
     double t_load = hkv_now() - t0;
+    /* per-sequence placement under auto: the first completions whole on the
+     * device (full in resident slots), the rest under the picked policy */
+    if (hkv_kv_cli_auto(&o.kv) && o.dev.resident > 0) {
+        hkv_policy_args fa;
+        hkv_policy_args_init(&hkv_policy_full, &fa);
+        for (int i = 0; i < o.dev.resident && i < o.batch; i++)
+            if ((rc = hkv_kv_set_policy(&e->kv, i, &hkv_policy_full, &fa, &err))) goto out;
+    }
     e->prefill_progress = on_prefill;
     e->prefill_progress_ud = &sc;
 

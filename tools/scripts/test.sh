@@ -9,9 +9,10 @@
 #                         pipeline) except the tests tagged suite 'slow'
 #                         (tests/*/meson.build says why each is slow) or
 #                         'sanitize' (meant for the sanitizer builds).
-#   tools/scripts/test.sh --full  everything, what .ci/run calls: the default build build/
+#   tools/scripts/test.sh --full  what .ci/run calls: the default build build/
 #                         compiled (with nvcc where present: it must build), every
-#                         build-emu/ test including the 'slow' ones, then
+#                         build-emu/ test including the 'slow' ones (but 'extra',
+#                         below), then
 #     build-asan/ the gpu and emu suites, the CPU-GPU pipeline (a ctkvr run through prompt,
 #                 decode and a second turn, and quest, snapkv, laq likewise; a long decode,
 #                 leak-checked), the unit suites (cpu, gguf, tokenizer, index, plan) and the
@@ -25,6 +26,11 @@
 #     build-asan/ again: the allocation-failure walk (tests/fault; the ASan build
 #                 carries the fault injection, inert unless a test sets HKV_FAULT_AT).
 #
+#   tools/scripts/test.sh --extra the tests tagged suite 'extra' (build-emu/): the longest
+#                         runs of the pipeline matrix (every policy, SmolLM2's logits
+#                         through the device path), outside CI's hour; run them when
+#                         the pipeline changes.
+#
 # Extra arguments go to build-emu's meson test (e.g. --suite gpu). Ends with
 # tools/scripts/test_summary.py: every failed and skipped test named with its reason,
 # the ISA variants this CPU could not test, one count line; a skip of
@@ -33,6 +39,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 full=0
 if [ "${1:-}" = --full ]; then full=1; shift; fi
+if [ "${1:-}" = --extra ]; then full=2; shift; fi
 tools/scripts/setup_deps.sh
 tools/scripts/get_model.sh
 tools/scripts/build.sh emu
@@ -53,6 +60,11 @@ if [ $full = 0 ]; then
     python3 tools/scripts/test_summary.py "${logs[@]}" || status=1
     exit $status
 fi
+if [ $full = 2 ]; then
+    NVCC="$nvcc" meson test -C build-emu --print-errorlogs "${jobs[@]}" --suite extra "$@" || status=$?
+    python3 tools/scripts/test_summary.py "${logs[@]}" || status=1
+    exit $status
+fi
 
 # Each phase's wall time, printed as it ends: CI has 60 minutes for all of it.
 t_phase=$SECONDS
@@ -62,8 +74,8 @@ phase "setup and build-emu"
 # the tests, which run in build-emu/
 HKV_BUILD_TARGETS="tools/hetkv tools/hkv-dump-logits" tools/scripts/build.sh
 phase "build/"
-NVCC="$nvcc" meson test -C build-emu --print-errorlogs "${jobs[@]}" --no-suite sanitize "$@" || status=$?
-phase "build-emu: every test"
+NVCC="$nvcc" meson test -C build-emu --print-errorlogs "${jobs[@]}" --no-suite sanitize --no-suite extra "$@" || status=$?
+phase "build-emu: every test but the extra ones"
 
 # Only what the sanitizer runs use is built under them: the gpu and emu
 # suites' executables and the two the pipeline tests run; under ASan also the

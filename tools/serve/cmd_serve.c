@@ -349,6 +349,7 @@ int hkv_cmd_serve(int argc, char **argv) {
                                         hkv_kv_cli_auto(&o.kv), (int)o.sc.max_batch, o.sc.ctx,
                                         &err)))
         goto out;
+    const int placed = hkv_kv_cli_auto(&o.kv) && o.dev.resident > 0;
     if ((rc = hkv_engine_open(&s.e, &ep, &err)) || (rc = hkv_device_cli_attach(&o.dev, s.e, &err)))
         goto out;
     s.model_name = s.e->model.cfg.name[0] ? s.e->model.cfg.name : o.model;
@@ -361,6 +362,7 @@ int hkv_cmd_serve(int argc, char **argv) {
     sp.max_batch = (int)o.sc.max_batch;
     sp.prefix_slots = (int)o.sc.prefix_cache;
     sp.chunk = o.sc.chunk;
+    sp.resident = placed ? o.dev.resident : 0;   /* per-sequence placement (auto) */
     if (o.sc.mem) {
         sp.mem_budget = o.sc.mem;
     } else {
