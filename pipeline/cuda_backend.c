@@ -470,7 +470,8 @@ static void g_destroy(void *self) {
     if (!b) return;
     if (b->st) hkv_gpu_sync(b->st, NULL);
     if (b->ctx) cb_index_detach(b), cb_recall_destroy(b), cb_keep_destroy(b), cb_resident_destroy(b),
-                  cb_pages_destroy(b), cb_rocket_destroy(b), cb_prefill_destroy(b), cb_graph_destroy(b);
+                  cb_pages_destroy(b), cb_rocket_destroy(b), cb_prefill_destroy(b), cb_graph_destroy(b),
+                  cb_far_stage_destroy(b);
     free_weights(b);
     for (int i = b->n_allocs - 1; i >= 0; i--)
         hkv_gpu_free(b->ctx, b->allocs[i].tier, b->allocs[i].p, b->allocs[i].bytes);

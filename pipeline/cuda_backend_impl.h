@@ -65,6 +65,15 @@ typedef struct cb_keep {
     int n_dec;                    /* decode rows this step (0: no kept set on the device) */
 } cb_keep;
 
+/* The staging of 8-bit far rows made fp16 on their way up (cuda_far_upload.c):
+ * allocated at the first such copy (the format is each sequence's). */
+typedef struct cb_far_stage {
+    hkv_pinned buf;               /* two halves, each K then V [rows][d] fp16 */
+    size_t half;                  /* uint16_t per half */
+    void *ev[2];                  /* each half's last copy done */
+    int next;
+} cb_far_stage;
+
 /* Whole sequences on the device (cuda_resident.c): `full` sequences given
  * a slot keep every far row there too. */
 typedef struct cb_resident {
@@ -283,6 +292,7 @@ typedef struct cuda_be {
     int pp_ok;                    /* the head size suits the device attention */
     int64_t *h_pdst, *d_pdst;     /* [max_rows]: append offsets into a copy */
     cb_pstream ps;
+    cb_far_stage fs;
     /* Host steps deferred (cuda_attention.c): layers of the current call
      * whose far partial is empty for every row, so that the device went on
      * without it; their QKV rows wait in h_qkv at [layer * n][qkv_w]
@@ -323,12 +333,14 @@ void *cb_alloc(cuda_be *b, int tier, size_t bytes, hkv_err *err);
  * -1) skips the copy when the array already holds exactly these bytes. */
 int cb_stage(cuda_be *b, int id, void *dev, const void *src, size_t bytes, hkv_err *err);
 /* K rows p0 .. p0 + n - 1 of KV head h of a far view to dk (and V to dv,
- * unless NULL), [n][d] fp16, on stream: fp16 rows straight from the
- * page-locked far tier, asynchronously; an 8-bit tier's rows made fp16 in
- * a host buffer first (index/far_rows.h), the stream synchronised before it
- * is freed, so those copies do not overlap the host's work. */
+ * unless NULL), [n][d] fp16, on stream, asynchronously: fp16 rows straight
+ * from the page-locked far tier; an 8-bit tier's rows made fp16 a block at
+ * a time (index/far_rows.h) into two page-locked halves that alternate
+ * (cb_far_stage), so the host makes the next block while the last one
+ * copies. */
 int cb_upload_far(cuda_be *b, uint16_t *dk, uint16_t *dv, const hkv_far_view *far, int h,
                   int64_t p0, int64_t n, void *stream, hkv_err *err);
+void cb_far_stage_destroy(cuda_be *b);
 /* Harvest the timeline events of completed layers (after a stream sync). */
 void cb_harvest(cuda_be *b);
 /* Remember that array `id` (UP_*) now holds src's bytes (cb_stage's cache). */

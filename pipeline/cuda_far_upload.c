@@ -3,14 +3,45 @@
  * and the keys of an index build (cuda_index.c). fp16 rows go straight
  * from the page-locked far tier; an 8-bit tier's rows (--far-kv q8) are
  * made fp16 on the host first, as the host's own kernels read them, so
- * the device computes over the same values. */
-#include <stdlib.h>
+ * the device computes over the same values, through two page-locked
+ * halves: the host makes one block while the other copies, and nothing
+ * waits for the stream but the half about to be reused. */
 
 #include "cuda_backend_impl.h"
 #include "far_rows.h"
 
-/* Rows made fp16 per copy: 1 MiB of K at d 128. */
+/* Rows made fp16 per block: 1 MiB of K at d 128. */
 #define UPLOAD_ROWS 4096
+
+static int stage_ready(cuda_be *b, int d, hkv_err *err) {
+    cb_far_stage *fs = &b->fs;
+    const size_t half = (size_t)UPLOAD_ROWS * d * 2;   /* K then V */
+    if (fs->half >= half) return HKV_OK;
+    int rc;
+    if (fs->half) {   /* a larger head size than before (another model shape cannot come) */
+        if ((rc = hkv_gpu_event_sync(fs->ev[0], err)) || (rc = hkv_gpu_event_sync(fs->ev[1], err)))
+            return rc;
+        hkv_pinned_free(&fs->buf, &b->e->mem, NULL);
+        fs->half = 0;
+    }
+    if ((!fs->ev[0] && (rc = hkv_gpu_event_create(&fs->ev[0], err))) ||
+        (!fs->ev[1] && (rc = hkv_gpu_event_create(&fs->ev[1], err))))
+        return rc;
+    if ((rc = hkv_pinned_alloc(&fs->buf, &b->e->mem, NULL, HKV_TIER_WORKSPACE, 2 * half * 2, -1,
+                               HKV_PIN_REQUIRE, err)))
+        return hkv_err_prefix(err, "page-locked staging of 8-bit far rows made fp16");
+    fs->half = half;
+    return HKV_OK;
+}
+
+void cb_far_stage_destroy(cuda_be *b) {
+    cb_far_stage *fs = &b->fs;
+    hkv_gpu_event_destroy(fs->ev[0]);
+    hkv_gpu_event_destroy(fs->ev[1]);
+    hkv_pinned_free(&fs->buf, &b->e->mem, NULL);
+    fs->half = 0;
+    fs->ev[0] = fs->ev[1] = NULL;
+}
 
 int cb_upload_far(cuda_be *b, uint16_t *dk, uint16_t *dv, const hkv_far_view *far, int h,
                   int64_t p0, int64_t n, void *stream, hkv_err *err) {
@@ -22,21 +53,19 @@ int cb_upload_far(cuda_be *b, uint16_t *dk, uint16_t *dv, const hkv_far_view *fa
         if ((rc = hkv_gpu_upload(dk, far->k[h] + p0 * far->ld, bytes, stream, err))) return rc;
         return dv ? hkv_gpu_upload(dv, far->v[h] + p0 * far->ld, bytes, stream, err) : HKV_OK;
     }
-    const int64_t rows = n < UPLOAD_ROWS ? n : UPLOAD_ROWS;
-    uint16_t *tk = malloc((size_t)rows * d * 2 * (dv ? 2 : 1));
-    if (!tk)
-        return hkv_seterr(err, HKV_E_NOMEM, "no host memory to make %lld 8-bit far rows fp16 "
-                          "for the device", (long long)rows);
-    uint16_t *tv = dv ? tk + (size_t)rows * d : NULL;
-    for (int64_t a = 0; !rc && a < n; a += rows) {
-        const int64_t m = n - a < rows ? n - a : rows;
+    if ((rc = stage_ready(b, d, err))) return rc;
+    cb_far_stage *fs = &b->fs;
+    for (int64_t a = 0; a < n; a += UPLOAD_ROWS) {
+        const int64_t m = n - a < UPLOAD_ROWS ? n - a : UPLOAD_ROWS;
+        const int i = fs->next;
+        fs->next ^= 1;
+        if ((rc = hkv_gpu_event_sync(fs->ev[i], err))) return rc;   /* its last copy read it */
+        uint16_t *tk = (uint16_t *)fs->buf.p + i * fs->half, *tv = dv ? tk + (size_t)UPLOAD_ROWS * d : NULL;
         hkv_far_gather16(&b->e->kern, far, h, NULL, p0 + a, m, tk, tv);
-        rc = hkv_gpu_upload(dk + (size_t)a * d, tk, (size_t)m * d * 2, stream, err);
-        if (!rc && dv) rc = hkv_gpu_upload(dv + (size_t)a * d, tv, (size_t)m * d * 2, stream, err);
+        if ((rc = hkv_gpu_upload(dk + (size_t)a * d, tk, (size_t)m * d * 2, stream, err)) ||
+            (dv && (rc = hkv_gpu_upload(dv + (size_t)a * d, tv, (size_t)m * d * 2, stream, err))) ||
+            (rc = hkv_gpu_event_record(fs->ev[i], stream, err)))
+            return rc;
     }
-    /* CUDA may still read a pageable source after an asynchronous copy
-     * returns: the buffer goes once the stream has run the copies */
-    int rs = hkv_gpu_sync(stream, rc ? NULL : err);
-    free(tk);
-    return rc ? rc : rs;
+    return HKV_OK;
 }
