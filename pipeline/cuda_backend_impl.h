@@ -85,9 +85,6 @@ typedef struct cb_resident {
     int *seq_slot;                /* [max_seqs]: its slot, -1: none */
     uint64_t *epoch;              /* [n_slots][NL]: the sequence's epoch its rows are of */
     int64_t *lo, *hi;             /* [n_slots][NL]: far positions [lo, hi) on the device */
-    hkv_pinned h_stage;           /* two halves, each K then V [KH][chunk][d] */
-    void *stage_ev[2];            /* each half's last copy done */
-    int stage_next;
     int32_t *h_nrows, *h_idx;     /* the step's compact decode rows [max_seqs][KH]: rows, start */
     int32_t *d_nrows, *d_idx;
     float *d_o, *d_l;             /* their partials [max_seqs][H][d], [max_seqs][H] */

@@ -13,20 +13,15 @@
 /* Rows made fp16 per block: 1 MiB of K at d 128. */
 #define UPLOAD_ROWS 4096
 
-static int stage_ready(cuda_be *b, int d, hkv_err *err) {
+/* The halves, at the first 8-bit copy (the model's head size, b->d). */
+static int stage_ready(cuda_be *b, hkv_err *err) {
     cb_far_stage *fs = &b->fs;
-    const size_t half = (size_t)UPLOAD_ROWS * d * 2;   /* K then V */
-    if (fs->half >= half) return HKV_OK;
+    if (fs->half) return HKV_OK;
+    const size_t half = (size_t)UPLOAD_ROWS * b->d * 2;   /* K then V */
     int rc;
-    if (fs->half) {   /* a larger head size than before (another model shape cannot come) */
-        if ((rc = hkv_gpu_event_sync(fs->ev[0], err)) || (rc = hkv_gpu_event_sync(fs->ev[1], err)))
-            return rc;
-        hkv_pinned_free(&fs->buf, &b->e->mem, NULL);
-        fs->half = 0;
-    }
     if ((!fs->ev[0] && (rc = hkv_gpu_event_create(&fs->ev[0], err))) ||
         (!fs->ev[1] && (rc = hkv_gpu_event_create(&fs->ev[1], err))))
-        return rc;
+        return rc;   /* (kept for the next try when the staging fails) */
     if ((rc = hkv_pinned_alloc(&fs->buf, &b->e->mem, NULL, HKV_TIER_WORKSPACE, 2 * half * 2, -1,
                                HKV_PIN_REQUIRE, err)))
         return hkv_err_prefix(err, "page-locked staging of 8-bit far rows made fp16");
@@ -53,7 +48,7 @@ int cb_upload_far(cuda_be *b, uint16_t *dk, uint16_t *dv, const hkv_far_view *fa
         if ((rc = hkv_gpu_upload(dk, far->k[h] + p0 * far->ld, bytes, stream, err))) return rc;
         return dv ? hkv_gpu_upload(dv, far->v[h] + p0 * far->ld, bytes, stream, err) : HKV_OK;
     }
-    if ((rc = stage_ready(b, d, err))) return rc;
+    if ((rc = stage_ready(b, err))) return rc;
     cb_far_stage *fs = &b->fs;
     for (int64_t a = 0; a < n; a += UPLOAD_ROWS) {
         const int64_t m = n - a < UPLOAD_ROWS ? n - a : UPLOAD_ROWS;

@@ -3,17 +3,18 @@
  * and the per-sequence placement of --policy auto) keeps every far row on
  * the device as well as in the far tier, so its decode attention runs there
  * whole; the host attends only the far rows not yet uploaded, fewer than a
- * chunk (hkv_cuda_params.resident_chunk). The far tier stays the copy of record (a rewind, a
- * copy, a later turn read it), so the device's rows are a mirror: current
- * while the sequence's epoch holds (kv_far.h, seq_epoch), grown as rows
- * leave the near ring, uploaded again under a new epoch.
+ * chunk (hkv_cuda_params.resident_chunk). The far tier stays the copy of
+ * record (a rewind, a copy, a later turn read it), so the device's rows are
+ * a mirror: current while the sequence's epoch holds (kv_far.h, seq_epoch),
+ * grown as rows leave the near ring, uploaded again under a new epoch.
  *
  * Per layer, before the host step:
  *   host  : each decode row of a `full` sequence with far tokens takes its
- *           slot (or a free one); rows past the slot's copy, once there are
- *           HKV_RESIDENT_CHUNK of them (all of them at the first step after
- *           a prompt end), go up through two page-locked halves; the row's
- *           host range starts past the copy (kp.h_from);
+ *           slot (or a free one); rows past the slot's copy, once there are a
+ *           chunk of them (all of them at the first step after a prompt
+ *           end), go up from the page-locked far tier (cb_upload_far: 8-bit
+ *           rows made fp16 on the way); the row's host range starts past the
+ *           copy (kp.h_from);
  *   device: the row's resident partial (flash-decoding over a run of rows,
  *           gpu_kernels.h's idx_ld = 0 form: one start per KV head), merged
  *           exactly into the near partial (cuda_attention.c).
@@ -24,7 +25,6 @@
 #include <string.h>
 
 #include "cuda_backend_impl.h"
-#include "far_rows.h"
 #include "kv_far.h"
 
 int cb_resident_create(cuda_be *b, int n_slots, int64_t rows, int chunk, hkv_err *err) {
@@ -62,11 +62,6 @@ int cb_resident_create(cuda_be *b, int n_slots, int64_t rows, int chunk, hkv_err
         (r->split_ws_bytes &&
          !(r->split_ws = cb_alloc(b, HKV_TIER_WORKSPACE, r->split_ws_bytes, err))))
         rc = err && err->code ? err->code : HKV_E_NOMEM;
-    else if (!(rc = hkv_pinned_alloc(&r->h_stage, &b->e->mem, NULL, HKV_TIER_WORKSPACE,
-                                     2 * 2 * KH * (size_t)r->chunk * d * 2, -1, HKV_PIN_REQUIRE,
-                                     err)) &&
-             !(rc = hkv_gpu_event_create(&r->stage_ev[0], err)))
-        rc = hkv_gpu_event_create(&r->stage_ev[1], err);
     if (rc) {
         char have[32];
         hkv_fmt_bytes(2.0 * (double)bytes, have, sizeof have);
@@ -79,9 +74,6 @@ int cb_resident_create(cuda_be *b, int n_slots, int64_t rows, int chunk, hkv_err
 
 void cb_resident_destroy(cuda_be *b) {
     cb_resident *r = &b->rs;
-    hkv_gpu_event_destroy(r->stage_ev[0]);
-    hkv_gpu_event_destroy(r->stage_ev[1]);
-    hkv_pinned_free(&r->h_stage, &b->e->mem, NULL);
     free(r->slot_seq);
     free(r->seq_slot);
     free(r->epoch);
@@ -123,33 +115,23 @@ static int take_slot(cuda_be *b, int s) {
     return -1;
 }
 
-/* Far positions [from, to) of (slot, layer) up from the far tier, a chunk at
- * a time through the two staging halves. */
+/* Far positions [from, to) of (slot, layer) up from the far tier: fp16 rows
+ * straight from its page-locked memory, 8-bit ones made fp16 on the way
+ * (cb_upload_far, as a prompt's streamed keys go). */
 static int upload_rows(cuda_be *b, int slot, int layer, const hkv_far_view *fv, int64_t lo,
                        int64_t from, int64_t to, hkv_err *err) {
     cb_resident *r = &b->rs;
-    const size_t KH = (size_t)b->KH, d = (size_t)b->d, C = (size_t)r->chunk;
-    const size_t half = 2 * KH * C * d;   /* uint16_t: K then V */
+    const size_t KH = (size_t)b->KH, d = (size_t)b->d;
     uint16_t *k_l = r->k + (size_t)layer * r->n_slots * KH * r->cap * d,
              *v_l = r->v + (size_t)layer * r->n_slots * KH * r->cap * d;
     int rc;
-    for (int64_t p = from; p < to; p += (int64_t)C) {
-        const int64_t n = to - p < (int64_t)C ? to - p : (int64_t)C;
-        const int hs = r->stage_next;
-        r->stage_next ^= 1;
-        if ((rc = hkv_gpu_event_sync(r->stage_ev[hs], err))) return rc;   /* its last copy read it */
-        uint16_t *sk = (uint16_t *)r->h_stage.p + hs * half, *sv = sk + KH * C * d;
-        for (size_t h = 0; h < KH; h++) {
-            hkv_far_gather16(&b->e->kern, fv, (int)h, NULL, p, n, sk + h * C * d, sv + h * C * d);
-            const size_t at = (((size_t)slot * KH + h) * r->cap + (size_t)(p - lo)) * d;
-            if ((rc = hkv_gpu_upload(k_l + at, sk + h * C * d, (size_t)n * d * 2, b->st, err)) ||
-                (rc = hkv_gpu_upload(v_l + at, sv + h * C * d, (size_t)n * d * 2, b->st, err)))
-                return rc;
-        }
-        if ((rc = hkv_gpu_event_record(r->stage_ev[hs], b->st, err))) return rc;
-        b->stats.bytes_h2d += 2 * KH * (uint64_t)n * d * 2;
-        b->stats.resident_rows_up += n;
+    for (size_t h = 0; h < KH; h++) {
+        const size_t at = (((size_t)slot * KH + h) * r->cap + (size_t)(from - lo)) * d;
+        if ((rc = cb_upload_far(b, k_l + at, v_l + at, fv, (int)h, from, to - from, b->st, err)))
+            return rc;
     }
+    b->stats.bytes_h2d += 2 * KH * (uint64_t)(to - from) * d * 2;
+    b->stats.resident_rows_up += to - from;
     return HKV_OK;
 }
 
@@ -172,14 +154,9 @@ int cb_resident_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, hkv
             continue;
         hkv_far_view fv;
         if ((rc = hkv_kv_far_view(kv, sg->seq, layer, &fv, err))) return rc;
-        const int slot = take_slot(b, sg->seq);
-        if (slot >= 0 && fv.hi - fv.lo > r->cap) {   /* past what a slot holds: let it go */
-            r->slot_seq[slot] = -1;
-            r->seq_slot[sg->seq] = -1;
-            cb_fallback(b, HKV_FALLBACK_NO_ROOM);
-            continue;
-        }
-        if (slot < 0) {   /* every slot held: the host attends it */
+        /* every slot held, or past what one holds (not within -c): the host attends it */
+        const int slot = fv.hi - fv.lo <= r->cap ? take_slot(b, sg->seq) : -1;
+        if (slot < 0) {
             cb_fallback(b, HKV_FALLBACK_NO_ROOM);
             continue;
         }
@@ -189,7 +166,7 @@ int cb_resident_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, hkv
             r->epoch[m] = ep, r->lo[m] = r->hi[m] = fv.lo;   /* another sequence's, or rewound */
             b->stats.resident_resyncs++;
         }
-        /* all at once when nothing is up yet, then a chunk at a time */
+        /* all at once when nothing is up yet, then each time a chunk has gathered */
         if (fv.hi - r->hi[m] >= r->chunk || (r->hi[m] == r->lo[m] && fv.hi > fv.lo)) {
             if ((rc = upload_rows(b, slot, layer, &fv, r->lo[m], r->hi[m], fv.hi, err)))
                 return hkv_err_prefix(err, "sequence %d, layer %d: far rows to the device",

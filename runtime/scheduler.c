@@ -544,6 +544,12 @@ static void admit(hkv_sched *s) {
         sl->order = ++s->admitted;
         sl->cap = req_capacity(s, r);
         sl->def = req_policy(s, r, &sl->args);
+        /* placement: whole on the device while it has room for another */
+        r->resident = !r->policy && sl->def && s->p.resident > resident_running(s, i);
+        if (r->resident) {
+            sl->def = &hkv_policy_full;
+            hkv_policy_args_init(sl->def, &sl->args);
+        }
         r->t_admit = hkv_now();
         hkv_err err;
         hkv_err_clear(&err);
@@ -556,19 +562,10 @@ static void admit(hkv_sched *s) {
             continue;
         }
         sl->smp_ok = 1;
-        hkv_policy_args pa;
-        const hkv_policy_def *pdef = req_policy(s, r, &pa);
-        /* placement: whole on the device while it has room for another */
-        r->resident = 0;
-        if (!r->policy && pdef && s->p.resident > resident_running(s, i)) {
-            pdef = &hkv_policy_full;
-            hkv_policy_args_init(pdef, &pa);
-            r->resident = 1;
-        }
-        sl->def = pdef, sl->args = pa;
         /* every slot is given its request's policy (the default's too: the
          * slot may have run another request's) */
-        if (pdef && hkv_kv_has_far(&e->kv) && (rc = hkv_kv_set_policy(&e->kv, i, pdef, &pa, &err))) {
+        if (sl->def && hkv_kv_has_far(&e->kv) &&
+            (rc = hkv_kv_set_policy(&e->kv, i, sl->def, &sl->args, &err))) {
             finish(s, i, rc, &err);
             continue;
         }
