@@ -112,9 +112,10 @@ static int far_alloc(tiered *t, int seq, hkv_pinned *b, size_t bytes, hkv_err *e
         node = t->p.numa->phys[hkv_numa_seq_node(t->p.numa, seq)];
     else if (t->p.pin_far && (mode == HKV_FAR_NUMA_AUTO || mode == HKV_FAR_NUMA_GPU))
         node = t->p.pin_numa_node;
-    /* host memory in pages of its own, so a shared prefix can be mapped over it */
+    /* host memory in pages of its own, so a shared prefix can be mapped over
+     * it; page-locked by registration on the device path (pinned.h) */
     return hkv_pinned_alloc(b, t->mem, &t->pin, HKV_TIER_FAR, bytes, node,
-                            t->p.pin_far ? 0 : HKV_PIN_MAPPED, err);
+                            t->p.pin_far ? HKV_PIN_REMAPPABLE : HKV_PIN_MAPPED, err);
 }
 
 /* A sequence keeps a near tier unless its policy is full on the host path

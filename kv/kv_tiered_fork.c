@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "kv_tiered_impl.h"
+#include "pinned.h"
 
 void tiered_queries_unshare(tiered *t, tseq *q) {
     if (!q->qh_cow) return;
@@ -50,15 +51,55 @@ static int share_queries(tiered *t, tseq *d, tseq *s, int64_t from, hkv_err *err
     return HKV_OK;
 }
 
+/* Pages mapped over q's far buffers: page-locked buffers (the device path)
+ * are unregistered around the remap and registered again over what is
+ * mapped then (pinned.h); remap is the mapping itself. */
+typedef int (*far_remap_fn)(tiered *t, tseq *q, void *ctx, hkv_err *err);
+static int far_remap(tiered *t, tseq *q, far_remap_fn remap, void *ctx, hkv_err *err) {
+    int rc = hkv_pinned_unlock(&q->far_kb, err);
+    if (!rc && (rc = hkv_pinned_unlock(&q->far_vb, err))) {
+        hkv_err ignore;
+        hkv_pinned_relock(&q->far_kb, &t->pin, &ignore);
+    }
+    if (rc) return rc;
+    const int rm = remap(t, q, ctx, err);
+    hkv_err why, ignore;
+    hkv_err_clear(&why);
+    int rl = hkv_pinned_relock(&q->far_kb, &t->pin, &why);
+    const int rv = hkv_pinned_relock(&q->far_vb, &t->pin, rl ? &ignore : &why);
+    if (!rl) rl = rv;
+    if (rm) return rm;
+    if (rl && err) *err = why;
+    return rl;
+}
+
+static int remap_unmap(tiered *t, tseq *q, void *keep, hkv_err *err) {
+    (void)t;
+    void *bufs[2] = {q->far_k, q->far_v};
+    return hkv_kv_prefix_unmap(q->pre, bufs, q->stride, q->pre_rows, *(int *)keep, err);
+}
+
 int tiered_prefix_unmap(tiered *t, tseq *q, int keep, hkv_err *err) {
     if (!q->pre) return HKV_OK;
-    void *bufs[2] = {q->far_k, q->far_v};
-    int rc = hkv_kv_prefix_unmap(q->pre, bufs, q->stride, q->pre_rows, keep, err);
+    /* without keep (a close) the buffer is freed next: nothing is remapped */
+    int rc = keep ? far_remap(t, q, remap_unmap, &keep, err) : remap_unmap(t, q, &keep, err);
     if (rc) return rc;
     q->pre = NULL;
     q->pre_rows = 0;
     q->epoch = ++t->epoch;
     return HKV_OK;
+}
+
+struct map_args {
+    hkv_kv_prefix *p;
+    int64_t rows;
+};
+
+static int remap_map(tiered *t, tseq *q, void *ctx, hkv_err *err) {
+    (void)t;
+    const struct map_args *a = ctx;
+    void *bufs[2] = {q->far_k, q->far_v};
+    return hkv_kv_prefix_map(a->p, bufs, q->stride, a->rows, err);
 }
 
 static int check_pair(const tiered *t, int dst, int src, const char *what, hkv_err *err) {
@@ -166,33 +207,37 @@ int tiered_seq_share(void *self, int dst, int src, int64_t n, unsigned flags, hk
                           (long long)n, src, (long long)t->seqs[src].len);
     tseq *d = &t->seqs[dst], *s = &t->seqs[src];
     const int64_t pr = hkv_kv_prefix_page_rows((size_t)t->s.head_dim * 2);
-    /* With a CUDA device the far tier is page-locked memory the device
-     * reads (no pages mapped over it): the rows are copied there; so are an
-     * 8-bit far tier's (its scales sit apart from its codes, which a mapping
-     * of whole row pages does not follow), converted where the two
-     * sequences' formats differ. */
-    const int by_copy = t->p.pin_far || s->q8 || d->q8;
+    /* An 8-bit far tier's rows are copied (its scales sit apart from its
+     * codes, which a mapping of whole row pages does not follow), converted
+     * where the two sequences' formats differ; so are all rows on a device
+     * that cannot page-lock read-only pages (pinned.h). */
+    const int by_copy = s->q8 || d->q8 || (t->p.pin_far && !hkv_pinned_remap_supported());
     if (!by_copy && !s->pre && s->len >= pr) {
         void *bufs[2] = {s->far_k, s->far_v};
-        const int64_t rows = s->len / pr * pr;
-        hkv_kv_prefix *p;
-        if ((rc = hkv_kv_prefix_create(&p, bufs, 2, t->s.n_layer * t->s.n_head_kv, s->stride, rows,
-                                       (size_t)t->s.head_dim * 2, t->mem, err)))
+        struct map_args a = {.rows = s->len / pr * pr};
+        if ((rc = hkv_kv_prefix_create(&a.p, bufs, 2, t->s.n_layer * t->s.n_head_kv, s->stride,
+                                       a.rows, (size_t)t->s.head_dim * 2, t->mem, err)))
             return rc;
-        if ((rc = hkv_kv_prefix_map(p, bufs, s->stride, rows, err))) {
-            hkv_kv_prefix_drop(p);
+        hkv_kv_prefix *mapped = a.p;
+        if ((rc = far_remap(t, s, remap_map, &a, err)) && hkv_kv_prefix_refs(a.p) == 0) {
+            hkv_kv_prefix_drop(a.p);
             return rc;
         }
-        s->pre = p;
-        s->pre_rows = rows;
+        s->pre = mapped;   /* (mapped even when it could not be locked again) */
+        s->pre_rows = a.rows;
+        if (rc) return rc;
     }
     if ((rc = tiered_prefix_unmap(t, d, 1, err))) return rc;
     const int64_t rows = by_copy ? 0 : s->pre_rows < n / pr * pr ? s->pre_rows : n / pr * pr;
     if (s->pre && rows > 0) {
-        void *bufs[2] = {d->far_k, d->far_v};
-        if ((rc = hkv_kv_prefix_map(s->pre, bufs, d->stride, rows, err))) return rc;
-        d->pre = s->pre;
-        d->pre_rows = rows;
+        struct map_args a = {.p = s->pre, .rows = rows};
+        const int refs = hkv_kv_prefix_refs(s->pre);
+        rc = far_remap(t, d, remap_map, &a, err);
+        if (hkv_kv_prefix_refs(s->pre) > refs) {
+            d->pre = s->pre;
+            d->pre_rows = rows;
+        }
+        if (rc) return rc;
     }
     const int index = (flags & HKV_SHARE_INDEX) && n == s->len && s->prompt_done;
     if ((rc = copy_state(t, d, s, d->pre_rows, n, index, 1, err))) return rc;

@@ -21,7 +21,7 @@ const char *hkv_pinned_kind_name(int kind) {
     case HKV_PIN_PAGEABLE: return "pageable";
     case HKV_PIN_PAGEABLE_NUMA: return "pageable, NUMA-bound";
     case HKV_PIN_CUDA_HOST: return "pinned (cudaHostAlloc)";
-    case HKV_PIN_CUDA_REGISTERED: return "pinned (NUMA-bound, cudaHostRegister)";
+    case HKV_PIN_CUDA_REGISTERED: return "pinned (mapped, cudaHostRegister)";
     case HKV_PIN_PAGEABLE_MAPPED: return "pageable, mapped";
     }
     return "?";
@@ -135,7 +135,7 @@ int hkv_pinned_alloc(hkv_pinned *out, hkv_mem_account *acc, hkv_pinned_account *
     if (use_cuda) {
 #ifdef HKV_HAVE_CUDA
         cudaError_t e;
-        if (numa_node < 0) {
+        if (numa_node < 0 && !(flags & HKV_PIN_REMAPPABLE)) {
             e = cudaHostAlloc(&out->p, bytes, cudaHostAllocPortable | cudaHostAllocMapped);
             if (e != cudaSuccess) {
                 out->p = NULL;
@@ -149,7 +149,7 @@ int hkv_pinned_alloc(hkv_pinned *out, hkv_mem_account *acc, hkv_pinned_account *
             if (e != cudaSuccess) {
                 munmap(out->p, out->mapped);
                 memset(out, 0, sizeof *out);
-                snprintf(why, sizeof why, "cudaHostRegister on node %d: %s", numa_node,
+                snprintf(why, sizeof why, "cudaHostRegister (node %d): %s", numa_node,
                          cudaGetErrorString(e));
                 return fail(err, HKV_E_NOMEM, "pinned host memory", tier, bytes, why);
             }
@@ -157,7 +157,7 @@ int hkv_pinned_alloc(hkv_pinned *out, hkv_mem_account *acc, hkv_pinned_account *
             out->node = numa_node;
         }
 #endif
-    } else if (numa_node >= 0 || (flags & HKV_PIN_MAPPED)) {
+    } else if (numa_node >= 0 || (flags & (HKV_PIN_MAPPED | HKV_PIN_REMAPPABLE))) {
         if (!(out->p = map_on_node(bytes, numa_node, &out->mapped, tier, err))) return HKV_E_NOMEM;
         out->kind = numa_node >= 0 ? HKV_PIN_PAGEABLE_NUMA : HKV_PIN_PAGEABLE_MAPPED;
         out->node = numa_node;
@@ -204,6 +204,59 @@ void hkv_pinned_free(hkv_pinned *b, hkv_mem_account *acc, hkv_pinned_account *pi
     }
     memset(b, 0, sizeof *b);
     b->node = -1;
+}
+
+int hkv_pinned_unlock(hkv_pinned *b, hkv_err *err) {
+    if (!b->p || b->kind != HKV_PIN_CUDA_REGISTERED) return HKV_OK;
+#ifdef HKV_HAVE_CUDA
+    cudaError_t e = cudaHostUnregister(b->p);
+    if (e != cudaSuccess)
+        return hkv_seterr(err, HKV_E_DEVICE, "cudaHostUnregister of %zu bytes of the %s tier: %s",
+                          b->mapped, hkv_tier_name(b->tier), cudaGetErrorString(e));
+#else
+    (void)err;
+#endif
+    return HKV_OK;
+}
+
+int hkv_pinned_relock(hkv_pinned *b, hkv_pinned_account *pin, hkv_err *err) {
+    if (!b->p || b->kind != HKV_PIN_CUDA_REGISTERED) return HKV_OK;
+#ifdef HKV_HAVE_CUDA
+    cudaError_t e = hkv_fault_hit_kind(HKV_FAULT_PINNED)
+                        ? cudaErrorMemoryAllocation
+                        : cudaHostRegister(b->p, b->mapped, cudaHostRegisterPortable |
+                                           cudaHostRegisterMapped | cudaHostRegisterReadOnly);
+    if (e == cudaSuccess) return HKV_OK;
+    b->kind = b->node >= 0 ? HKV_PIN_PAGEABLE_NUMA : HKV_PIN_PAGEABLE_MAPPED;
+    if (pin) {
+        pin->bytes -= b->bytes <= pin->bytes ? b->bytes : pin->bytes;
+        if (pin->n_allocs) pin->n_allocs--;
+    }
+    char want[32];
+    hkv_fmt_bytes((double)b->mapped, want, sizeof want);
+    return hkv_seterr(err, HKV_E_DEVICE, "cannot page-lock %s of the %s tier again after mapping "
+                      "a shared prefix over it (left pageable): cudaHostRegister: %s", want,
+                      hkv_tier_name(b->tier), cudaGetErrorString(e));
+#else
+    (void)pin, (void)err;
+    return HKV_OK;
+#endif
+}
+
+int hkv_pinned_remap_supported(void) {
+#ifdef HKV_HAVE_CUDA
+    char why[128];
+    if (!cuda_usable(why, sizeof why)) return 1;
+    int dev = 0, ro = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&ro, cudaDevAttrHostRegisterReadOnlySupported, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return ro != 0;
+#else
+    return 1;
+#endif
 }
 
 int hkv_pinned_gpu_numa_node(int dev) {

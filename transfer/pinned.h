@@ -20,7 +20,7 @@ enum hkv_pinned_kind {
     HKV_PIN_PAGEABLE = 0,       /* plain host memory (no GPU, or not asked) */
     HKV_PIN_PAGEABLE_NUMA,      /* plain host memory bound to a NUMA node */
     HKV_PIN_CUDA_HOST,          /* cudaHostAlloc(portable | mapped) */
-    HKV_PIN_CUDA_REGISTERED,    /* mmap + mbind to the node + cudaHostRegister */
+    HKV_PIN_CUDA_REGISTERED,    /* mmap (+ mbind to the node) + cudaHostRegister */
     HKV_PIN_PAGEABLE_MAPPED,    /* plain host memory, whole pages of its own mmap */
 };
 
@@ -31,6 +31,11 @@ enum hkv_pinned_kind {
  * map other pages over parts of it (a shared prefix, kv/kv_prefix.h); with a
  * NUMA node, bound as HKV_PIN_PAGEABLE_NUMA. Implies HKV_PIN_NO_CUDA. */
 #define HKV_PIN_MAPPED 4
+/* Whole pages of its own mapping, as HKV_PIN_MAPPED, but page-locked with
+ * cudaHostRegister when CUDA is usable (HKV_PIN_CUDA_REGISTERED): the far
+ * tier on the device path, over which a shared prefix is mapped between
+ * hkv_pinned_unlock and hkv_pinned_relock. */
+#define HKV_PIN_REMAPPABLE 8
 
 typedef struct hkv_pinned_account {
     size_t bytes, peak, n_allocs;   /* page-locked bytes only */
@@ -54,6 +59,19 @@ int hkv_pinned_alloc(hkv_pinned *out, hkv_mem_account *acc, hkv_pinned_account *
                      size_t bytes, int numa_node, unsigned flags, hkv_err *err);
 /* Release and un-account (the same acc and pin as at allocation). */
 void hkv_pinned_free(hkv_pinned *b, hkv_mem_account *acc, hkv_pinned_account *pin);
+
+/* Mapping other pages over parts of a HKV_PIN_CUDA_REGISTERED buffer: the
+ * registration pins the pages it was made over, so a remap between unlock
+ * and relock is what the device then reads. relock registers the buffer
+ * read-only for the device (its pages may be mapped read-only for the host:
+ * a shared prefix); on failure the buffer is left pageable (its kind says
+ * so, pin un-accounted) and err names the CUDA error. No device copy may be
+ * reading the buffer meanwhile. Other kinds: nothing to do. */
+int hkv_pinned_unlock(hkv_pinned *b, hkv_err *err);
+int hkv_pinned_relock(hkv_pinned *b, hkv_pinned_account *pin, hkv_err *err);
+/* 1 when relock can work: no CUDA (nothing to lock), or a device that
+ * registers read-only host pages (cudaDevAttrHostRegisterReadOnlySupported). */
+int hkv_pinned_remap_supported(void);
 
 /* NUMA node of CUDA device dev (from its PCI bus id in sysfs); -1 when
  * unknown or built without CUDA. */

@@ -348,6 +348,7 @@ cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int device)
     case cudaDevAttrComputeCapabilityMajor: *value = p.major; break;
     case cudaDevAttrComputeCapabilityMinor: *value = p.minor; break;
     case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = (int)p.sharedMemPerBlockOptin; break;
+    case cudaDevAttrHostRegisterReadOnlySupported: *value = 1; break;   /* as Linux x86 hosts */
     default: return ret(cudaErrorInvalidValue);
     }
     return cudaSuccess;

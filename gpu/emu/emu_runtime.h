@@ -120,6 +120,7 @@ typedef enum cudaDeviceAttr {
     cudaDevAttrComputeCapabilityMajor = 75,
     cudaDevAttrComputeCapabilityMinor = 76,
     cudaDevAttrMaxSharedMemoryPerBlockOptin = 97,
+    cudaDevAttrHostRegisterReadOnlySupported = 113,
 } cudaDeviceAttr;
 
 typedef enum cudaFuncAttribute {

@@ -429,15 +429,18 @@ def case_prefix():
 
 def case_prefix_device():
     """The prefix cache with --device cuda (on the CUDA emulator: slow suite): the far
-    tier is page-locked there, so the prefix is copied rather than mapped and a hit's
-    rest of the prompt is attended by the host (a later turn); the tokens are the host
-    path's with the cache, under full and ctkvr."""
+    tier is page-locked there by registration, and a hit maps the prefix's pages
+    over its own (registered again) as on the host path, so the far-tier bytes
+    saved are the host path's; a hit's rest of the prompt is attended by the host
+    (a later turn); the tokens are the host path's with the cache, under full and
+    ctkvr."""
     if device_backend() != "cuda-emu":
         print(f"skip: hetkv runs no CUDA emulator here ({device_backend()!r})")
         sys.exit(77)
     reqs, qs = prefix_reqs(3, max_tokens=3)
     inp = os.path.join(tmp, "xd.jsonl")
     write_jsonl(inp, reqs)
+    saved = []
     for pol in (["--policy", "full"], ["--policy", "ctkvr", "--sink", "4", "--local", "32"]):
         got = []
         for dev in ("cpu", "cuda"):
@@ -449,6 +452,9 @@ def case_prefix_device():
                   f"prefix {pol[1]} --device {dev}: exit {p.returncode}, {summ.get('prefix_cache')}: "
                   f"{p.stderr[-300:]}")
             got.append(toks(results(out)) if p.returncode == 0 else {})
+            saved.append(summ.get("prefix_cache", {}).get("saved_bytes", 0))
+        check(saved[-1] > 0 and saved[-1] == saved[-2],
+              f"prefix {pol[1]}: far-tier bytes saved on the device {saved[-1]}, host {saved[-2]}")
         diff = [k for k in got[0] if got[0][k] != got[1].get(k)]
         check(len(got[0]) == len(reqs) and not diff,
               f"prefix {pol[1]}: tokens on the device differ from the host path's for {diff}")

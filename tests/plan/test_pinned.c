@@ -3,8 +3,11 @@
  * and failures that name the problem. With a CUDA device present the
  * page-locked path runs too; without one, REQUIRE must fail clearly. */
 #include <numaif.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "device.h"
 #include "pinned.h"
@@ -26,6 +29,47 @@ static void fill_and_check(hkv_pinned *b) {
     size_t bad = 0;
     for (size_t i = 0; i < b->bytes; i++) bad += p[i] != (unsigned char)(i * 31 + 7);
     CHECK(bad == 0, "%zu bytes read back wrong", bad);
+}
+
+/* HKV_PIN_REMAPPABLE: page-locked by registration where a device is, and a
+ * page of another mapping put over it between unlock and relock is what
+ * the buffer reads after (a shared prefix, kv/kv_prefix.h), page-locked
+ * again (the emulator tracks registrations by address: relock over a
+ * range still registered would fail). */
+static void remappable(int n_gpu, hkv_mem_account *acc, hkv_pinned_account *pin) {
+    const size_t pg = (size_t)sysconf(_SC_PAGESIZE), bytes = 4 * pg;
+    hkv_pinned b;
+    hkv_err err;
+    hkv_err_clear(&err);
+    int rc = hkv_pinned_alloc(&b, acc, pin, HKV_TIER_FAR, bytes, -1, HKV_PIN_REMAPPABLE, &err);
+    CHECK(rc == HKV_OK && b.kind == (n_gpu ? HKV_PIN_CUDA_REGISTERED : HKV_PIN_PAGEABLE_MAPPED) &&
+              b.mapped >= bytes && (uintptr_t)b.p % pg == 0,
+          "remappable: rc %d kind %s: %s", rc, hkv_pinned_kind_name(b.kind), err.msg);
+    if (rc) return;
+    const size_t pinned0 = pin->bytes;
+    memset(b.p, 1, bytes);
+    int fd = memfd_create("test-pinned", MFD_CLOEXEC);
+    CHECK(fd >= 0 && ftruncate(fd, (off_t)pg) == 0, "memfd");
+    unsigned char *src = mmap(NULL, pg, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    memset(src, 7, pg);
+    CHECK(hkv_pinned_unlock(&b, &err) == HKV_OK, "unlock: %s", err.msg);
+    unsigned char *at = (unsigned char *)b.p + pg;
+    CHECK(mmap(at, pg, PROT_READ, MAP_SHARED | MAP_FIXED, fd, 0) == at, "map over the buffer");
+    CHECK(hkv_pinned_relock(&b, pin, &err) == HKV_OK &&
+              b.kind == (n_gpu ? HKV_PIN_CUDA_REGISTERED : HKV_PIN_PAGEABLE_MAPPED) &&
+              pin->bytes == pinned0,
+          "relock: %s (kind %s)", err.msg, hkv_pinned_kind_name(b.kind));
+    const unsigned char *r = b.p;
+    CHECK(r[0] == 1 && r[pg] == 7 && r[2 * pg - 1] == 7 && r[2 * pg] == 1,
+          "the buffer does not read the pages mapped over it");
+    CHECK(hkv_pinned_remap_supported(), "this device cannot page-lock read-only pages");
+    /* a second cycle: unlock must find the registration relock made */
+    CHECK(hkv_pinned_unlock(&b, &err) == HKV_OK && hkv_pinned_relock(&b, pin, &err) == HKV_OK,
+          "a second remap: %s", err.msg);
+    hkv_pinned_free(&b, acc, pin);
+    CHECK(pin->bytes == pinned0 - (n_gpu ? bytes : 0), "pinned bytes after free: %zu", pin->bytes);
+    munmap(src, pg);
+    close(fd);
 }
 
 int main(void) {
@@ -102,6 +146,7 @@ int main(void) {
     CHECK(hkv_pinned_alloc(&b, &acc, &pin, HKV_TIER_FAR, MB, -1, HKV_PIN_REQUIRE | HKV_PIN_NO_CUDA,
                            &err) == HKV_E_DEVICE && strstr(err.msg, "excluded"),
           "require without CUDA: %s", err.msg);
+    remappable(n_gpu, &acc, &pin);
     printf("test_pinned: %s (%d failures)\n", fails ? "FAIL" : "ok", fails);
     return fails ? 1 : 0;
 }
