@@ -72,6 +72,13 @@ typedef struct hkv_far_view {
     /* At prefill_end only, may be NULL: a device holding these keys that
      * offers the heavy part of an index build (pipeline/). */
     const struct hkv_far_accel *accel;
+    /* Positions [0, shared_hi) are a prefix shared by reference
+     * (kv/kv_prefix.h): byte for byte the same rows in every sequence whose
+     * view has the same shared_id, for as long as that id is seen (ids are
+     * never reused). 0, 0: none. A device may keep one copy of them for all
+     * those sequences (pipeline/cuda_resident.c). */
+    uint64_t shared_id;
+    int64_t shared_hi;
 } hkv_far_view;
 
 /* Why work a device offers to take ran on the host instead: the answer of

@@ -14,6 +14,7 @@ struct hkv_kv_prefix {
     int fd;
     int n_bufs, n_runs;
     int64_t rows;         /* per run */
+    uint64_t id;
     size_t row_bytes, run_bytes, bytes;
     uint8_t *base;        /* [n_bufs][n_runs][rows][row_bytes], read-only */
     hkv_mem_account *mem;
@@ -62,13 +63,14 @@ static int check_shape(const hkv_kv_prefix *p, void *const *bufs, int64_t stride
 }
 
 int hkv_kv_prefix_create(hkv_kv_prefix **out, void *const *bufs, int n_bufs, int n_runs,
-                         int64_t stride, int64_t rows, size_t row_bytes, hkv_mem_account *mem,
-                         hkv_err *err) {
+                         int64_t stride, int64_t rows, size_t row_bytes, uint64_t id,
+                         hkv_mem_account *mem, hkv_err *err) {
     *out = NULL;
     hkv_kv_prefix *p = calloc(1, sizeof *p);
     if (!p) return hkv_seterr(err, HKV_E_NOMEM, "no memory for a shared prefix");
     *p = (hkv_kv_prefix){.fd = -1, .n_bufs = n_bufs, .n_runs = n_runs, .rows = rows,
-                         .row_bytes = row_bytes, .run_bytes = (size_t)rows * row_bytes, .mem = mem};
+                         .row_bytes = row_bytes, .run_bytes = (size_t)rows * row_bytes, .id = id,
+                         .mem = mem};
     p->bytes = (size_t)n_bufs * n_runs * p->run_bytes;
     int rc = check_shape(p, bufs, stride, rows, "create", err);
     if (!rc && (rows < 1 || n_bufs < 1 || n_runs < 1))
@@ -165,5 +167,6 @@ const void *hkv_kv_prefix_run(const hkv_kv_prefix *p, int buf, int run) {
     return p->base + ((size_t)buf * p->n_runs + run) * p->run_bytes;
 }
 int64_t hkv_kv_prefix_rows(const hkv_kv_prefix *p) { return p->rows; }
+uint64_t hkv_kv_prefix_id(const hkv_kv_prefix *p) { return p->id; }
 int hkv_kv_prefix_refs(const hkv_kv_prefix *p) { return p->refs; }
 size_t hkv_kv_prefix_bytes(const hkv_kv_prefix *p) { return p->bytes; }

@@ -35,10 +35,12 @@ int64_t hkv_kv_prefix_stride(int64_t cap, size_t row_bytes);
  * n_runs runs of each of the n_bufs buffers bufs[] (run stride `stride`
  * rows), copied into shared pages; its bytes go to mem's FAR tier. No
  * sequence is mapped yet (hkv_kv_prefix_map; a prefix never mapped is freed
- * by hkv_kv_prefix_drop). */
+ * by hkv_kv_prefix_drop). id names it for as long as it lives and never
+ * another one after it (the cache's own counter): a device's mirror of the
+ * prefix is keyed by it. */
 int hkv_kv_prefix_create(hkv_kv_prefix **out, void *const *bufs, int n_bufs, int n_runs,
-                         int64_t stride, int64_t rows, size_t row_bytes, hkv_mem_account *mem,
-                         hkv_err *err);
+                         int64_t stride, int64_t rows, size_t row_bytes, uint64_t id,
+                         hkv_mem_account *mem, hkv_err *err);
 /* Map rows [0, rows) (rows <= the prefix's, a page multiple) of every run of
  * bufs over the sequence's own pages there, which are released (their bytes
  * leave mem's FAR tier, where they were accounted with the buffer). On
@@ -58,6 +60,7 @@ void hkv_kv_prefix_drop(hkv_kv_prefix *p);
  * + p * row_bytes), for reads that group the sequences on it. */
 const void *hkv_kv_prefix_run(const hkv_kv_prefix *p, int buf, int run);
 int64_t hkv_kv_prefix_rows(const hkv_kv_prefix *p);
+uint64_t hkv_kv_prefix_id(const hkv_kv_prefix *p);
 /* Sequences mapping it; bytes it holds. */
 int hkv_kv_prefix_refs(const hkv_kv_prefix *p);
 size_t hkv_kv_prefix_bytes(const hkv_kv_prefix *p);

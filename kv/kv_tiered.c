@@ -48,6 +48,8 @@ void tiered_far_view(const tiered *t, const tseq *q, int layer, hkv_far_view *v)
     v->n_rows = v->rows ? tl->n : 0;
     v->rows_end = v->rows ? tl->end : 0;
     v->accel = NULL;
+    v->shared_id = q->pre ? hkv_kv_prefix_id(q->pre) : 0;
+    v->shared_hi = q->pre ? q->pre_rows : 0;
 }
 
 static hkv_policy_env policy_env(const tiered *t, const tseq *q) {

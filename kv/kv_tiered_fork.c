@@ -216,7 +216,8 @@ int tiered_seq_share(void *self, int dst, int src, int64_t n, unsigned flags, hk
         void *bufs[2] = {s->far_k, s->far_v};
         struct map_args a = {.rows = s->len / pr * pr};
         if ((rc = hkv_kv_prefix_create(&a.p, bufs, 2, t->s.n_layer * t->s.n_head_kv, s->stride,
-                                       a.rows, (size_t)t->s.head_dim * 2, t->mem, err)))
+                                       a.rows, (size_t)t->s.head_dim * 2, ++t->epoch, t->mem,
+                                       err)))
             return rc;
         hkv_kv_prefix *mapped = a.p;
         if ((rc = far_remap(t, s, remap_map, &a, err)) && hkv_kv_prefix_refs(a.p) == 0) {

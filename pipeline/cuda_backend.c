@@ -769,7 +769,7 @@ int hkv_cuda_backend_create(hkv_backend *be, struct hkv_engine *e, const hkv_cud
     b->st = hkv_gpu_ctx_stream(b->ctx);
     if ((rc = upload_weights(b, err)) || (rc = alloc_buffers(b, err)) ||
         (rc = cb_recall_create(b, err)) || (rc = cb_keep_create(b, err)) ||
-        (rc = cb_resident_create(b, p->resident_seqs, e->p.n_ctx, p->resident_chunk, err)) ||
+        (rc = cb_resident_create(b, p, e->p.n_ctx, err)) ||
         (rc = cb_pages_create(b, err)) || (rc = cb_rocket_create(b, err)) ||
         (rc = cb_prefill_create(b, p, err)) || (rc = cb_graph_create(b, p->graphs_off, err)))
         goto fail;

@@ -64,6 +64,13 @@ typedef struct hkv_cuda_params {
     int resident_chunk;    /* far rows a resident copy lags by at most, copied up together
                               (one pair of copies per KV head, not one per row and step);
                               0: HKV_RESIDENT_CHUNK_DEFAULT */
+    int64_t resident_rows; /* far rows a resident slot holds: a sequence's own rows past a
+                              shared prefix kept in a prefix slot, or its whole far tier;
+                              one that outgrows them runs on the host (no_room). 0: a whole
+                              context (n_ctx less the near tier) */
+    int resident_prefixes; /* prefix slots of a whole context each: a prefix that resident
+                              sequences share by reference (hkv_far_view.shared_id) kept
+                              once on the device for all of them. 0: none */
 } hkv_cuda_params;
 
 /* 256 rows: at Llama-3-8B's shape 8 KV heads x 256 rows of 512 bytes of K
@@ -131,6 +138,8 @@ typedef struct hkv_pipeline_stats {
     int64_t resident_rows_up;   /* (KV head-wide) far rows copied to resident slots */
     int64_t resident_resyncs;   /* (sequence, layer) resident copies begun again (a new
                                    sequence in the slot, a rewind) */
+    int64_t resident_prefix_rows;  /* of resident_rows, those that read a prefix slot */
+    int64_t resident_prefix_up;    /* (KV head-wide) far rows copied to prefix slots */
     int64_t device_selects;     /* (decode row, layer) far selections made on the device (quest's
                                    pages, rocketkv's stage 2) */
     int64_t page_resyncs;       /* (sequence, layer) page bounds (quest) or candidate lists

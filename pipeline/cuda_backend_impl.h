@@ -22,7 +22,7 @@ typedef struct dlayer {
 /* Device arrays refreshed from host per call: the last content uploaded is
  * kept so that layers of one call do not upload it again. */
 enum { UP_TOK, UP_POS, UP_LROWS, UP_DST, UP_ROWS, UP_NROWS, UP_IDX, UP_KNROWS, UP_KIDX, UP_RNROWS,
-       UP_RIDX, UP_COUNT };
+       UP_RIDX, UP_PNROWS, UP_PIDX, UP_COUNT };
 
 /* The device's mirror of the policies' recall tables (cuda_recall.c). */
 typedef struct cb_recall {
@@ -75,23 +75,34 @@ typedef struct cb_far_stage {
 } cb_far_stage;
 
 /* Whole sequences on the device (cuda_resident.c): `full` sequences given
- * a slot keep every far row there too. */
+ * a slot keep every far row there too; a prefix they share by reference
+ * (hkv_far_view.shared_id) is kept once, in a prefix slot. */
 typedef struct cb_resident {
     int n_slots;                  /* 0: none */
     int64_t cap;                  /* far rows per (slot, layer, KV head) */
+    int64_t pcap;                 /* far rows per (prefix slot, layer, KV head): a whole context */
     int chunk;                    /* rows a copy lags by at most, copied up together */
     uint16_t *k, *v;              /* device [NL][n_slots][KH][cap][d] fp16 */
     int *slot_seq;                /* [n_slots]: the sequence holding it, -1: free */
     int *seq_slot;                /* [max_seqs]: its slot, -1: none */
     uint64_t *epoch;              /* [n_slots][NL]: the sequence's epoch its rows are of */
-    int64_t *lo, *hi;             /* [n_slots][NL]: far positions [lo, hi) on the device */
+    int64_t *lo, *hi;             /* [n_slots][NL]: far positions [lo, hi) in the slot (lo: the
+                                     view's lo, or the end of the prefix read from pslot) */
+    int *pslot;                   /* [n_slots][NL]: prefix slot of positions below lo, -1: none */
+    int n_pre;                    /* prefix slots (0: prefixes are each sequence's own rows) */
+    uint16_t *pk, *pv;            /* device [NL][n_pre][KH][pcap][d] fp16 */
+    uint64_t *pre_id;             /* [n_pre]: the prefix's id, 0: free */
+    int64_t *pre_hi;              /* [n_pre][NL]: its positions [view lo, pre_hi) on the device */
     int32_t *h_nrows, *h_idx;     /* the step's compact decode rows [max_seqs][KH]: rows, start */
     int32_t *d_nrows, *d_idx;
+    int32_t *h_pnrows, *h_pidx;   /* the same for their prefix parts (0 rows: none) */
+    int32_t *d_pnrows, *d_pidx;
     float *d_o, *d_l;             /* their partials [max_seqs][H][d], [max_seqs][H] */
     int split;
     void *split_ws;
     size_t split_ws_bytes;
     int n_dec;                    /* decode rows this step (0: none resident) */
+    int n_pdec;                   /* of them, rows with a prefix part */
 } cb_resident;
 
 /* The device's copy of page-bounds policies' tables (cuda_pages.c). */
@@ -399,7 +410,7 @@ int cb_keep_attend(cuda_be *b, int layer, int n_dec, float *no, float *nl, hkv_e
  * where one is free, brings its rows up to date and sets kp.h_from past
  * them (the host attends the rest); cb_resident_attend queues their partials
  * and merges them into the near partial. */
-int cb_resident_create(cuda_be *b, int n_slots, int64_t rows, int chunk, hkv_err *err);
+int cb_resident_create(cuda_be *b, const hkv_cuda_params *p, int64_t rows, hkv_err *err);
 void cb_resident_destroy(cuda_be *b);
 int cb_resident_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, hkv_err *err);
 int cb_resident_attend(cuda_be *b, int layer, int n_dec, float *no, float *nl, hkv_err *err);

@@ -8,18 +8,27 @@
  * a mirror: current while the sequence's epoch holds (kv_far.h, seq_epoch),
  * grown as rows leave the near ring, uploaded again under a new epoch.
  *
+ * Shared prefixes (issue 39): sequences that map one prefix by reference
+ * (kv/kv_prefix.h; hkv_far_view.shared_id, never reused) read its rows from
+ * one prefix slot (hkv_cuda_params.resident_prefixes), uploaded once, and
+ * keep only their own rows past it in their slot: 64 questions over one
+ * document hold the document once and 64 answers' rows, so slots can be
+ * sized for the answers (resident_rows). A prefix slot is taken by the
+ * first sequence on it and given up when no slot's sequence reads it.
+ *
  * Per layer, before the host step:
  *   host  : each decode row of a `full` sequence with far tokens takes its
- *           slot (or a free one); rows past the slot's copy, once there are a
- *           chunk of them (all of them at the first step after a prompt
- *           end), go up from the page-locked far tier (cb_upload_far: 8-bit
- *           rows made fp16 on the way); the row's host range starts past the
- *           copy (kp.h_from);
- *   device: the row's resident partial (flash-decoding over a run of rows,
- *           gpu_kernels.h's idx_ld = 0 form: one start per KV head), merged
- *           exactly into the near partial (cuda_attention.c).
+ *           slot (or a free one) and its prefix's slot; rows past either
+ *           copy, once there are a chunk of them (all of them at the first
+ *           step after a prompt end), go up from the page-locked far tier
+ *           (cb_upload_far: 8-bit rows made fp16 on the way); the row's host
+ *           range starts past the copy (kp.h_from);
+ *   device: the row's prefix partial and its own (flash-decoding over a run
+ *           of rows, gpu_kernels.h's idx_ld = 0 form: one start per KV
+ *           head), merged exactly into the near partial (cuda_attention.c).
  * A slot is freed when its sequence closes or runs another policy; a `full`
- * sequence that finds none free runs on the host (fallbacks no_room). */
+ * sequence that finds none free, or whose rows outgrow one, runs on the
+ * host (fallbacks no_room). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,48 +36,67 @@
 #include "cuda_backend_impl.h"
 #include "kv_far.h"
 
-int cb_resident_create(cuda_be *b, int n_slots, int64_t rows, int chunk, hkv_err *err) {
+int cb_resident_create(cuda_be *b, const hkv_cuda_params *p, int64_t rows, hkv_err *err) {
     cb_resident *r = &b->rs;
+    const int n_slots = p->resident_seqs;
     if (n_slots <= 0) return HKV_OK;
-    r->chunk = chunk > 0 ? chunk : HKV_RESIDENT_CHUNK_DEFAULT;
+    r->chunk = p->resident_chunk > 0 ? p->resident_chunk : HKV_RESIDENT_CHUNK_DEFAULT;
     const size_t S = (size_t)b->max_seqs, NL = (size_t)b->NL, KH = (size_t)b->KH,
-                 d = (size_t)b->d, slots = (size_t)n_slots;
-    r->cap = rows - b->NR > 0 ? rows - b->NR : 0;
+                 d = (size_t)b->d, slots = (size_t)n_slots,
+                 pre = (size_t)(p->resident_prefixes > 0 ? p->resident_prefixes : 0);
+    r->pcap = rows - b->NR > 0 ? rows - b->NR : 0;
+    r->cap = p->resident_rows > 0 && p->resident_rows < r->pcap ? p->resident_rows : r->pcap;
     if (!r->cap) return HKV_OK;   /* every row is near: nothing far to keep */
-    if ((int64_t)slots * KH * r->cap >= ((int64_t)1 << 31))
-        return hkv_seterr(err, HKV_E_RANGE, "%d resident sequences x %d KV heads x %lld far rows "
-                          "exceed the 32-bit row indices of the device", n_slots, b->KH,
-                          (long long)r->cap);
-    const size_t bytes = NL * slots * KH * (size_t)r->cap * d * 2;
-    r->split = hkv_gpu_attn_decode_splits(hkv_gpu_ctx_sm_count(b->ctx), 1, b->H, b->KH, r->cap);
+    if ((int64_t)slots * KH * r->cap >= ((int64_t)1 << 31) ||
+        (int64_t)pre * KH * r->pcap >= ((int64_t)1 << 31))
+        return hkv_seterr(err, HKV_E_RANGE, "%d resident sequences (%lld far rows) and %d prefixes "
+                          "(%lld) x %d KV heads exceed the 32-bit row indices of the device",
+                          n_slots, (long long)r->cap, (int)pre, (long long)r->pcap, b->KH);
+    const size_t bytes = NL * slots * KH * (size_t)r->cap * d * 2,
+                 pbytes = NL * pre * KH * (size_t)r->pcap * d * 2;
+    r->split = hkv_gpu_attn_decode_splits(hkv_gpu_ctx_sm_count(b->ctx), 1, b->H, b->KH,
+                                          pre ? r->pcap : r->cap);
     r->split_ws_bytes = hkv_gpu_attn_decode_ws_bytes(b->max_seqs, b->H, b->d, r->split);
     int rc = HKV_OK;
     if (!(r->slot_seq = malloc(slots * sizeof *r->slot_seq)) ||
         !(r->seq_slot = malloc(S * sizeof *r->seq_slot)) ||
         !(r->epoch = calloc(slots * NL, sizeof *r->epoch)) ||
         !(r->lo = calloc(slots * NL, sizeof *r->lo)) || !(r->hi = calloc(slots * NL, sizeof *r->hi)) ||
+        !(r->pslot = malloc(slots * NL * sizeof *r->pslot)) ||
+        (pre && !(r->pre_id = calloc(pre, sizeof *r->pre_id))) ||
+        (pre && !(r->pre_hi = calloc(pre * NL, sizeof *r->pre_hi))) ||
         !(r->h_nrows = malloc(S * KH * sizeof *r->h_nrows)) ||
-        !(r->h_idx = malloc(S * KH * sizeof *r->h_idx)))
+        !(r->h_idx = malloc(S * KH * sizeof *r->h_idx)) ||
+        !(r->h_pnrows = malloc(S * KH * sizeof *r->h_pnrows)) ||
+        !(r->h_pidx = malloc(S * KH * sizeof *r->h_pidx)))
         return hkv_seterr(err, HKV_E_NOMEM, "no host memory for the resident sequences' tables");
     for (size_t i = 0; i < slots; i++) r->slot_seq[i] = -1;
     for (size_t i = 0; i < S; i++) r->seq_slot[i] = -1;
+    for (size_t i = 0; i < slots * NL; i++) r->pslot[i] = -1;
     /* cb_alloc: freed with the backend's other allocations */
     if (!(r->k = cb_alloc(b, HKV_TIER_NEAR, bytes, err)) ||
         !(r->v = cb_alloc(b, HKV_TIER_NEAR, bytes, err)) ||
+        (pre && !(r->pk = cb_alloc(b, HKV_TIER_NEAR, pbytes, err))) ||
+        (pre && !(r->pv = cb_alloc(b, HKV_TIER_NEAR, pbytes, err))) ||
         !(r->d_nrows = cb_alloc(b, HKV_TIER_WORKSPACE, S * KH * 4, err)) ||
         !(r->d_idx = cb_alloc(b, HKV_TIER_WORKSPACE, S * KH * 4, err)) ||
+        (pre && !(r->d_pnrows = cb_alloc(b, HKV_TIER_WORKSPACE, S * KH * 4, err))) ||
+        (pre && !(r->d_pidx = cb_alloc(b, HKV_TIER_WORKSPACE, S * KH * 4, err))) ||
         !(r->d_o = cb_alloc(b, HKV_TIER_WORKSPACE, S * (size_t)b->qd * 4, err)) ||
         !(r->d_l = cb_alloc(b, HKV_TIER_WORKSPACE, S * b->H * 4, err)) ||
         (r->split_ws_bytes &&
          !(r->split_ws = cb_alloc(b, HKV_TIER_WORKSPACE, r->split_ws_bytes, err))))
         rc = err && err->code ? err->code : HKV_E_NOMEM;
     if (rc) {
-        char have[32];
+        char have[32], phave[32];
         hkv_fmt_bytes(2.0 * (double)bytes, have, sizeof have);
-        return hkv_err_prefix(err, "%d resident sequences of %lld far rows (%s of K and V)",
-                              n_slots, (long long)r->cap, have);
+        hkv_fmt_bytes(2.0 * (double)pbytes, phave, sizeof phave);
+        return hkv_err_prefix(err, "%d resident sequences of %lld far rows (%s of K and V) and %d "
+                              "prefixes of %lld (%s)", n_slots, (long long)r->cap, have, (int)pre,
+                              (long long)r->pcap, phave);
     }
     r->n_slots = n_slots;
+    r->n_pre = (int)pre;
     return HKV_OK;
 }
 
@@ -79,8 +107,13 @@ void cb_resident_destroy(cuda_be *b) {
     free(r->epoch);
     free(r->lo);
     free(r->hi);
+    free(r->pslot);
+    free(r->pre_id);
+    free(r->pre_hi);
     free(r->h_nrows);
     free(r->h_idx);
+    free(r->h_pnrows);
+    free(r->h_pidx);
     memset(r, 0, sizeof *r);
 }
 
@@ -115,76 +148,166 @@ static int take_slot(cuda_be *b, int s) {
     return -1;
 }
 
-/* Far positions [from, to) of (slot, layer) up from the far tier: fp16 rows
- * straight from its page-locked memory, 8-bit ones made fp16 on the way
- * (cb_upload_far, as a prompt's streamed keys go). */
-static int upload_rows(cuda_be *b, int slot, int layer, const hkv_far_view *fv, int64_t lo,
-                       int64_t from, int64_t to, hkv_err *err) {
+/* The prefix slot holding prefix `id`, a free one taken, or one no held
+ * slot reads given up and taken; -1 when every one is read. */
+static int take_prefix(cuda_be *b, uint64_t id) {
     cb_resident *r = &b->rs;
+    for (int i = 0; i < r->n_pre; i++)
+        if (r->pre_id[i] == id) return i;
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass) {
+            release_stale(b);
+            for (int i = 0; i < r->n_pre; i++) {
+                int read = 0;
+                for (int s = 0; s < r->n_slots && !read; s++)
+                    for (int l = 0; l < b->NL && r->slot_seq[s] >= 0 && !read; l++)
+                        read = r->pslot[(size_t)s * b->NL + l] == i;
+                if (!read) r->pre_id[i] = 0;
+            }
+        }
+        for (int i = 0; i < r->n_pre; i++) {
+            if (r->pre_id[i]) continue;
+            r->pre_id[i] = id;
+            for (int l = 0; l < b->NL; l++) r->pre_hi[(size_t)i * b->NL + l] = 0;
+            return i;
+        }
+    }
+    return -1;
+}
+
+/* Far positions [from, to) of a slot's layer up from the far tier, row
+ * `from - lo` on: fp16 rows straight from its page-locked memory, 8-bit
+ * ones made fp16 on the way (cb_upload_far, as a prompt's streamed keys
+ * go). The slot's K/V at k_s, v_s: [KH][cap][d]. */
+static int upload_rows(cuda_be *b, uint16_t *k_s, uint16_t *v_s, int64_t cap, const hkv_far_view *fv,
+                       int64_t lo, int64_t from, int64_t to, hkv_err *err) {
     const size_t KH = (size_t)b->KH, d = (size_t)b->d;
-    uint16_t *k_l = r->k + (size_t)layer * r->n_slots * KH * r->cap * d,
-             *v_l = r->v + (size_t)layer * r->n_slots * KH * r->cap * d;
     int rc;
     for (size_t h = 0; h < KH; h++) {
-        const size_t at = (((size_t)slot * KH + h) * r->cap + (size_t)(from - lo)) * d;
-        if ((rc = cb_upload_far(b, k_l + at, v_l + at, fv, (int)h, from, to - from, b->st, err)))
+        const size_t at = (h * (size_t)cap + (size_t)(from - lo)) * d;
+        if ((rc = cb_upload_far(b, k_s + at, v_s + at, fv, (int)h, from, to - from, b->st, err)))
             return rc;
     }
     b->stats.bytes_h2d += 2 * KH * (uint64_t)(to - from) * d * 2;
-    b->stats.resident_rows_up += to - from;
+    return HKV_OK;
+}
+
+/* Slot `slot`'s (or prefix slot's) K and V of `layer`. */
+static uint16_t *slot_rows(const cuda_be *b, uint16_t *arena, int n, int64_t cap, int layer, int slot) {
+    return arena + (((size_t)layer * n + (size_t)slot) * b->KH) * (size_t)cap * b->d;
+}
+
+/* Row j's prefix part: positions [view lo, min(shared_hi, hi)) from prefix
+ * slot ps, uploaded first where they are not yet. */
+static int prefix_part(cuda_be *b, int ps, int layer, const hkv_far_view *fv, int32_t *pn,
+                       int32_t *pi, hkv_err *err) {
+    cb_resident *r = &b->rs;
+    const size_t pm = (size_t)ps * b->NL + layer;
+    const int64_t end = fv->shared_hi < fv->hi ? fv->shared_hi : fv->hi;
+    if (r->pre_hi[pm] < fv->lo) r->pre_hi[pm] = fv->lo;
+    if (end > r->pre_hi[pm]) {
+        int rc = upload_rows(b, slot_rows(b, r->pk, r->n_pre, r->pcap, layer, ps),
+                             slot_rows(b, r->pv, r->n_pre, r->pcap, layer, ps), r->pcap, fv, fv->lo,
+                             r->pre_hi[pm], end, err);
+        if (rc) return rc;
+        b->stats.resident_prefix_up += end - r->pre_hi[pm];
+        r->pre_hi[pm] = end;
+    }
+    for (int h = 0; h < b->KH; h++) {
+        pn[h] = (int32_t)(end - fv->lo);
+        pi[h] = (int32_t)((int64_t)ps * b->KH * r->pcap);
+    }
     return HKV_OK;
 }
 
 int cb_resident_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, hkv_err *err) {
     cb_resident *r = &b->rs;
-    r->n_dec = 0;
+    r->n_dec = r->n_pdec = 0;
     if (!r->n_slots) return HKV_OK;
     hkv_kv *kv = &b->e->kv;
     const int KH = b->KH, NL = b->NL;
-    int rc, j = 0, any = 0;
+    int rc, j = 0, any = 0, anyp = 0;
     /* Decode rows in the order cuda_attention.c compacts them. */
     for (int i = 0; i < n_segs; i++) {
         const hkv_seg *sg = &segs[i];
         if ((sg->flags & (HKV_SEG_PROMPT | HKV_SEG_PROMPT_END)) || sg->n > 1) continue;
-        int32_t *nr = r->h_nrows + (size_t)j * KH, *ix = r->h_idx + (size_t)j * KH;
-        for (int h = 0; h < KH; h++) nr[h] = 0, ix[h] = 0;
+        int32_t *nr = r->h_nrows + (size_t)j * KH, *ix = r->h_idx + (size_t)j * KH,
+                *pn = r->h_pnrows + (size_t)j * KH, *pi = r->h_pidx + (size_t)j * KH;
+        for (int h = 0; h < KH; h++) nr[h] = ix[h] = pn[h] = pi[h] = 0;
         j++;
         if (!cb_far_tokens(b, sg) || hkv_kv_seq_policy(kv, sg->seq, NULL) != &hkv_policy_full ||
             b->kp.h_from[sg->row * KH] >= 0)   /* (a kept set's: not full's) */
             continue;
         hkv_far_view fv;
         if ((rc = hkv_kv_far_view(kv, sg->seq, layer, &fv, err))) return rc;
-        /* every slot held, or past what one holds (not within -c): the host attends it */
-        const int slot = fv.hi - fv.lo <= r->cap ? take_slot(b, sg->seq) : -1;
+        /* a shared prefix from its prefix slot where one is free; own rows
+         * from base on */
+        const int ps = r->n_pre && fv.shared_id && fv.shared_hi > fv.lo ? take_prefix(b, fv.shared_id) : -1;
+        const int64_t base = ps >= 0 ? fv.shared_hi : fv.lo, top = fv.hi > base ? fv.hi : base;
+        /* every slot held, or past what one holds: the host attends it */
+        const int slot = top - base <= r->cap ? take_slot(b, sg->seq) : -1;
         if (slot < 0) {
             cb_fallback(b, HKV_FALLBACK_NO_ROOM);
             continue;
         }
         const size_t m = (size_t)slot * NL + layer;
         const uint64_t ep = hkv_kv_seq_epoch(kv, sg->seq);
-        if (r->epoch[m] != ep || r->lo[m] != fv.lo || r->hi[m] > fv.hi) {
-            r->epoch[m] = ep, r->lo[m] = r->hi[m] = fv.lo;   /* another sequence's, or rewound */
+        if (r->epoch[m] != ep || r->lo[m] != base || r->pslot[m] != ps || r->hi[m] > top) {
+            /* another sequence's, rewound, or its prefix now read elsewhere */
+            r->epoch[m] = ep, r->lo[m] = r->hi[m] = base, r->pslot[m] = ps;
             b->stats.resident_resyncs++;
         }
+        if (ps >= 0) {
+            if ((rc = prefix_part(b, ps, layer, &fv, pn, pi, err)))
+                return hkv_err_prefix(err, "sequence %d, layer %d: its shared prefix to the device",
+                                      sg->seq, layer);
+            anyp++;
+        }
         /* all at once when nothing is up yet, then each time a chunk has gathered */
-        if (fv.hi - r->hi[m] >= r->chunk || (r->hi[m] == r->lo[m] && fv.hi > fv.lo)) {
-            if ((rc = upload_rows(b, slot, layer, &fv, r->lo[m], r->hi[m], fv.hi, err)))
+        if (top - r->hi[m] >= r->chunk || (r->hi[m] == r->lo[m] && top > base)) {
+            if ((rc = upload_rows(b, slot_rows(b, r->k, r->n_slots, r->cap, layer, slot),
+                                  slot_rows(b, r->v, r->n_slots, r->cap, layer, slot), r->cap, &fv,
+                                  r->lo[m], r->hi[m], top, err)))
                 return hkv_err_prefix(err, "sequence %d, layer %d: far rows to the device",
                                       sg->seq, layer);
-            r->hi[m] = fv.hi;
+            b->stats.resident_rows_up += top - r->hi[m];
+            r->hi[m] = top;
         }
+        /* the host attends past both copies: [hi, view hi), empty when the
+         * prefix reaches past the view */
+        const int64_t from = r->hi[m] < fv.hi ? r->hi[m] : fv.hi;
         for (int h = 0; h < KH; h++) {
             nr[h] = (int32_t)(r->hi[m] - r->lo[m]);
             ix[h] = (int32_t)((int64_t)slot * KH * r->cap);   /* row 0 of (slot, KV head 0) */
-            b->kp.h_from[sg->row * KH + h] = r->hi[m];
+            b->kp.h_from[sg->row * KH + h] = from;
         }
         any++;
     }
     if (!any) return HKV_OK;
     r->n_dec = j;
+    r->n_pdec = anyp;
     b->stats.resident_rows += any;
+    b->stats.resident_prefix_rows += anyp;
     if ((rc = cb_stage(b, UP_RNROWS, r->d_nrows, r->h_nrows, (size_t)j * KH * 4, err)) ||
-        (rc = cb_stage(b, UP_RIDX, r->d_idx, r->h_idx, (size_t)j * KH * 4, err)))
+        (rc = cb_stage(b, UP_RIDX, r->d_idx, r->h_idx, (size_t)j * KH * 4, err)) ||
+        (anyp && (rc = cb_stage(b, UP_PNROWS, r->d_pnrows, r->h_pnrows, (size_t)j * KH * 4, err))) ||
+        (anyp && (rc = cb_stage(b, UP_PIDX, r->d_pidx, r->h_pidx, (size_t)j * KH * 4, err))))
+        return rc;
+    return HKV_OK;
+}
+
+/* One partial over the arena's runs (nrows, idx), merged into (no, nl). */
+static int attend_runs(cuda_be *b, const uint16_t *k, const uint16_t *v, int64_t cap,
+                       const int32_t *nrows, const int32_t *idx, int n_dec, float *no, float *nl,
+                       hkv_err *err) {
+    cb_resident *r = &b->rs;
+    int split = hkv_gpu_attn_decode_splits(hkv_gpu_ctx_sm_count(b->ctx), n_dec, b->H, b->KH, cap);
+    if (split > r->split) split = r->split;
+    int rc;
+    if ((rc = hkv_gpu_attn_decode_split(b->d_q, n_dec, b->H, b->KH, b->d, k, v, b->d, cap * b->d, 0,
+                                        nrows, idx, 0, 1.0f / sqrtf((float)b->d), r->d_o, r->d_l,
+                                        split, r->split_ws, r->split_ws_bytes, b->st, err)) ||
+        (rc = hkv_gpu_attn_merge(no, nl, r->d_o, r->d_l, (int64_t)n_dec * b->H, b->d, b->st, err)))
         return rc;
     return HKV_OK;
 }
@@ -192,15 +315,12 @@ int cb_resident_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, hkv
 int cb_resident_attend(cuda_be *b, int layer, int n_dec, float *no, float *nl, hkv_err *err) {
     cb_resident *r = &b->rs;
     if (!r->n_dec) return HKV_OK;
-    const size_t lofs = (size_t)layer * r->n_slots * b->KH * r->cap * b->d;
-    int split = hkv_gpu_attn_decode_splits(hkv_gpu_ctx_sm_count(b->ctx), n_dec, b->H, b->KH, r->cap);
-    if (split > r->split) split = r->split;
-    int rc;
-    if ((rc = hkv_gpu_attn_decode_split(b->d_q, n_dec, b->H, b->KH, b->d, r->k + lofs, r->v + lofs,
-                                        b->d, r->cap * b->d, 0, r->d_nrows, r->d_idx, 0,
-                                        1.0f / sqrtf((float)b->d), r->d_o, r->d_l, split,
-                                        r->split_ws, r->split_ws_bytes, b->st, err)) ||
-        (rc = hkv_gpu_attn_merge(no, nl, r->d_o, r->d_l, (int64_t)n_dec * b->H, b->d, b->st, err)))
-        return rc;
-    return HKV_OK;
+    int rc = attend_runs(b, slot_rows(b, r->k, r->n_slots, r->cap, layer, 0),
+                         slot_rows(b, r->v, r->n_slots, r->cap, layer, 0), r->cap, r->d_nrows,
+                         r->d_idx, n_dec, no, nl, err);
+    if (!rc && r->n_pdec)
+        rc = attend_runs(b, slot_rows(b, r->pk, r->n_pre, r->pcap, layer, 0),
+                         slot_rows(b, r->pv, r->n_pre, r->pcap, layer, 0), r->pcap, r->d_pnrows,
+                         r->d_pidx, n_dec, no, nl, err);
+    return rc;
 }

@@ -346,9 +346,15 @@ int hkv_plan_compute(const hkv_plan_params *p, hkv_plan *o, hkv_err *err) {
                    (uint64_t)dc->vocab * 4;
     }
     if (p->resident > 0 && !o->kv_on_gpu) {
+        /* (the pipeline's slots take n_ctx less the near ring; the sinks' rows as well) */
         const int64_t far = p->n_ctx - (int64_t)p->L_init - p->L_local;
-        o->resident = (uint64_t)p->resident * (far > 0 ? (uint64_t)far : 0) * o->kv_per_token +
-                      B * (H * (hd + 1) * 4 + KH * 8);
+        const uint64_t fr = far > 0 ? (uint64_t)far : 0,
+                       own = p->resident_rows > 0 && (uint64_t)p->resident_rows < fr
+                                 ? (uint64_t)p->resident_rows : fr;
+        o->resident = ((uint64_t)p->resident * own +
+                       (uint64_t)(p->resident_prefixes > 0 ? p->resident_prefixes : 0) * fr) *
+                          o->kv_per_token +
+                      B * (H * (hd + 1) * 4 + KH * 16);
     }
     o->gpu_total = o->weights + o->near + o->index + o->workspace + o->draft + o->resident;
     return HKV_OK;

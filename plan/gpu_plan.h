@@ -50,6 +50,9 @@ typedef struct hkv_plan_params {
     int resident;                   /* of the batch, sequences whose whole far tier the device
                                        keeps too (pipeline/cuda_resident.c: `full` sequences
                                        placed whole under --policy auto, --gpu-resident) */
+    int64_t resident_rows;          /* far rows each of them keeps (0: the whole far context) */
+    int resident_prefixes;          /* shared prefixes kept once for them, a whole far
+                                       context each */
 } hkv_plan_params;
 
 /* Bytes per tier. GPU tiers are totals for the whole batch; per_seq_* are

@@ -137,7 +137,7 @@ with tempfile.TemporaryDirectory() as tmp:
                    ref.get(i, {}).get("tokens") != lines[i]["tokens"]})
     p = subprocess.run([hetkv, "run", "-m", model, "-p", "x", "--gpu-resident", "2"],
                        capture_output=True, text=True, timeout=60)
-    check(p.returncode == 1 and "--gpu-resident and --gpu-resident-chunk keep sequences on the GPU"
+    check(p.returncode == 1 and "--gpu-resident and its -chunk, -rows and -prefixes keep sequences on the GPU"
           in p.stderr, "--gpu-resident without --device cuda refused", p.stderr.strip())
 print(f"test_placement: {passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

@@ -317,10 +317,9 @@ int hkv_cmd_bench(int argc, char **argv) {
         hkv_err_report(&err, stderr);
         return 2;
     }
-    if (o.shared_prefix && (dc.cuda || ep.kv_plain)) {
+    if (o.shared_prefix && ep.kv_plain) {
         hkv_seterr(&err, HKV_E_UNSUPPORTED, "bench: --shared-prefix shares the prompt in the "
-                   "host's tiered cache; %s", dc.cuda ? "with --device cuda its far tier is "
-                   "page-locked memory that the device reads" : "--kv plain copies it");
+                   "tiered cache; --kv plain copies it");
         hkv_err_report(&err, stderr);
         return 2;
     }

@@ -109,6 +109,8 @@ typedef struct hkv_device_cli {
                                  keeps too; -1: not given (hkv_device_cli_check_near picks it
                                  under --policy auto, else 0) */
     int resident_chunk;       /* --gpu-resident-chunk N; 0: not given */
+    long long resident_rows;  /* --gpu-resident-rows N: far rows a resident slot holds; 0: all */
+    int resident_prefixes;    /* --gpu-resident-prefixes N: shared prefixes kept once; 0: none */
 } hkv_device_cli;
 void hkv_device_cli_init(hkv_device_cli *d);
 /* The group's table (base: hkv_device_cli). */

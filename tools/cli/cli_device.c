@@ -88,6 +88,20 @@ static int parse_resident_chunk(void *base, const char *opt, const char *v, hkv_
     return rc;
 }
 
+static int parse_resident_rows(void *base, const char *opt, const char *v, hkv_err *err) {
+    long long x;
+    int rc = hkv_arg_int(opt, v, 1, (long long)1 << 31, &x, err);
+    if (!rc) ((hkv_device_cli *)base)->resident_rows = x;
+    return rc;
+}
+
+static int parse_resident_prefixes(void *base, const char *opt, const char *v, hkv_err *err) {
+    long long x;
+    int rc = hkv_arg_int(opt, v, 0, 1 << 16, &x, err);
+    if (!rc) ((hkv_device_cli *)base)->resident_prefixes = (int)x;
+    return rc;
+}
+
 static int parse_synthetic(void *base, const char *opt, const char *v, hkv_err *err) {
     (void)opt;
     hkv_model_config c;
@@ -156,6 +170,15 @@ const hkv_opt hkv_device_opts[] = {
     {.name = "--gpu-resident-chunk", .arg = "N", .kind = HKV_OPT_FN, .fn = parse_resident_chunk,
      .help = "far rows a resident sequence's device copy lags by at most,\n"
              "copied up together; the host attends the tail (default 256)"},
+    {.name = "--gpu-resident-rows", .arg = "N", .kind = HKV_OPT_FN, .fn = parse_resident_rows,
+     .help = "far rows each resident sequence keeps on the device: its rows\n"
+             "past a prefix kept by --gpu-resident-prefixes, else its whole\n"
+             "far tier; one that outgrows them runs on the host (default:\n"
+             "a whole context, -c less the near tier)"},
+    {.name = "--gpu-resident-prefixes", .arg = "N", .kind = HKV_OPT_FN, .fn = parse_resident_prefixes,
+     .help = "keep up to N prompt prefixes that resident sequences share (the\n"
+             "prefix cache of batch and serve, bench --shared-prefix) once on\n"
+             "the device for all of them, a whole context each (default 0)"},
     {.name = "--synthetic", .arg = "NAME", .kind = HKV_OPT_FN, .fn = parse_synthetic,
      .help = "random weights of a real shape instead of -m: llama3-8b,\n"
              "llama3.1-8b, yi-9b, qwen2.5-7b, smollm2-135m (no tokenizer);\n"
@@ -219,9 +242,9 @@ int hkv_device_cli_cap(const hkv_device_cli *d, uint64_t *cap, char *desc, size_
         if (d->offload_mem)
             return hkv_seterr(err, HKV_E_INVAL, "--gpu-offload-mem caps the GPU's prompt-end work: it "
                               "needs --device cuda");
-        if (d->resident > 0 || d->resident_chunk)
-            return hkv_seterr(err, HKV_E_INVAL, "--gpu-resident and --gpu-resident-chunk keep "
-                              "sequences on the GPU: they need --device cuda");
+        if (d->resident > 0 || d->resident_chunk || d->resident_rows || d->resident_prefixes)
+            return hkv_seterr(err, HKV_E_INVAL, "--gpu-resident and its -chunk, -rows and "
+                              "-prefixes keep sequences on the GPU: they need --device cuda");
         return HKV_OK;
     }
     hkv_gpu_device dev[1];
@@ -265,7 +288,9 @@ int hkv_device_cli_check(const hkv_device_cli *d, const char *model_path, const 
                            * its IVF lists where the host reranks (pipeline/cuda_recall.c) */
                           .index_on_host = ep->tiered.policy == &hkv_policy_ctkvr,
                           .far_q8 = ep->tiered.far_q8,
-                          .resident = d->resident > 0 ? d->resident : 0};
+                          .resident = d->resident > 0 ? d->resident : 0,
+                          .resident_rows = d->resident_rows,
+                          .resident_prefixes = d->resident > 0 ? d->resident_prefixes : 0};
     hkv_plan plan;
     if ((rc = hkv_plan_compute(&pp, &plan, err))) return hkv_err_prefix(err, "--device cuda (%s)", desc);
     /* The device holds the weights in their repacked formats (pipeline/), not
@@ -369,7 +394,9 @@ int hkv_device_cli_attach(const hkv_device_cli *d, hkv_engine *e, hkv_err *err) 
                           .prompt_block = d->prompt_block,
                           .offload_mem = (size_t)d->offload_mem,
                           .resident_seqs = d->resident > 0 ? d->resident : 0,
-                          .resident_chunk = d->resident_chunk};
+                          .resident_chunk = d->resident_chunk,
+                          .resident_rows = d->resident_rows,
+                          .resident_prefixes = d->resident_prefixes};
     hkv_backend be;
     if ((rc = hkv_cuda_backend_create(&be, e, &cp, err)))
         return hkv_err_prefix(err, "--device cuda (%s)", desc);
@@ -422,6 +449,8 @@ void hkv_device_cli_timeline(json_t *t, const hkv_pipeline_stats *ps, int prompt
     hkv_jset(t, "device_resident_rows", json_integer(ps->resident_rows), bad);
     hkv_jset(t, "resident_rows_up", json_integer(ps->resident_rows_up), bad);
     hkv_jset(t, "resident_resyncs", json_integer(ps->resident_resyncs), bad);
+    hkv_jset(t, "device_resident_prefix_rows", json_integer(ps->resident_prefix_rows), bad);
+    hkv_jset(t, "resident_prefix_rows_up", json_integer(ps->resident_prefix_up), bad);
     hkv_jset(t, "device_selects", json_integer(ps->device_selects), bad);
     hkv_jset(t, "page_resyncs", json_integer(ps->page_resyncs), bad);
     hkv_device_cli_fallbacks(t, ps, bad);
