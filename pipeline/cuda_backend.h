@@ -140,6 +140,8 @@ typedef struct hkv_pipeline_stats {
                                    sequence in the slot, a rewind) */
     int64_t resident_prefix_rows;  /* of resident_rows, those that read a prefix slot */
     int64_t resident_prefix_up;    /* (KV head-wide) far rows copied to prefix slots */
+    int64_t resident_prefix_groups;   /* (group, layer) cascades over a prefix slot: each read
+                                         it once for all of its group's rows */
     int64_t device_selects;     /* (decode row, layer) far selections made on the device (quest's
                                    pages, rocketkv's stage 2) */
     int64_t page_resyncs;       /* (sequence, layer) page bounds (quest) or candidate lists

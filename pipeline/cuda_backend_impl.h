@@ -22,7 +22,7 @@ typedef struct dlayer {
 /* Device arrays refreshed from host per call: the last content uploaded is
  * kept so that layers of one call do not upload it again. */
 enum { UP_TOK, UP_POS, UP_LROWS, UP_DST, UP_ROWS, UP_NROWS, UP_IDX, UP_KNROWS, UP_KIDX, UP_RNROWS,
-       UP_RIDX, UP_PNROWS, UP_PIDX, UP_COUNT };
+       UP_RIDX, UP_CROWS, UP_COUNT };
 
 /* The device's mirror of the policies' recall tables (cuda_recall.c). */
 typedef struct cb_recall {
@@ -95,8 +95,14 @@ typedef struct cb_resident {
     int64_t *pre_hi;              /* [n_pre][NL]: its positions [view lo, pre_hi) on the device */
     int32_t *h_nrows, *h_idx;     /* the step's compact decode rows [max_seqs][KH]: rows, start */
     int32_t *d_nrows, *d_idx;
-    int32_t *h_pnrows, *h_pidx;   /* the same for their prefix parts (0 rows: none) */
-    int32_t *d_pnrows, *d_pidx;
+    /* The step's prefix parts as a cascade: the rows reading one prefix
+     * slot's first nk rows, a group, attend them in one pass. */
+    int *row_ps;                  /* [max_seqs] per compact decode row: its prefix slot, -1 */
+    int64_t *row_nk;              /* [max_seqs]: its prefix rows */
+    int32_t *h_grow, *d_grow;     /* [max_seqs]: the rows of each group, group after group */
+    struct cb_cascade_group { int ps, start, n; int64_t nk; } *grp;   /* [max_seqs] */
+    int n_grp;
+    float *d_cq, *d_co, *d_cl;    /* the groups' queries and partials, [max_seqs][H][d], [.][H] */
     float *d_o, *d_l;             /* their partials [max_seqs][H][d], [max_seqs][H] */
     int split;
     void *split_ws;

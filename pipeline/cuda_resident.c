@@ -14,7 +14,11 @@
  * keep only their own rows past it in their slot: 64 questions over one
  * document hold the document once and 64 answers' rows, so slots can be
  * sized for the answers (resident_rows). A prefix slot is taken by the
- * first sequence on it and given up when no slot's sequence reads it.
+ * first sequence on it and given up when no slot's sequence reads it. The
+ * step's rows on one prefix attend it as a cascade (FlashInfer's name): one
+ * call of the prompt attention's kernel (attn_prefill_keys, tensor cores)
+ * with those rows as its queries and the prefix's rows as every query's
+ * keys, so each K/V tile is read once for the whole group, not once a row.
  *
  * Per layer, before the host step:
  *   host  : each decode row of a `full` sequence with far tokens takes its
@@ -23,9 +27,10 @@
  *           step after a prompt end), go up from the page-locked far tier
  *           (cb_upload_far: 8-bit rows made fp16 on the way); the row's host
  *           range starts past the copy (kp.h_from);
- *   device: the row's prefix partial and its own (flash-decoding over a run
- *           of rows, gpu_kernels.h's idx_ld = 0 form: one start per KV
- *           head), merged exactly into the near partial (cuda_attention.c).
+ *   device: the row's own partial (flash-decoding over a run of rows,
+ *           gpu_kernels.h's idx_ld = 0 form: one start per KV head) and its
+ *           group's cascade partial, merged exactly into the near partial
+ *           (cuda_attention.c).
  * A slot is freed when its sequence closes or runs another policy; a `full`
  * sequence that finds none free, or whose rows outgrow one, runs on the
  * host (fallbacks no_room). */
@@ -47,6 +52,10 @@ int cb_resident_create(cuda_be *b, const hkv_cuda_params *p, int64_t rows, hkv_e
     r->pcap = rows - b->NR > 0 ? rows - b->NR : 0;
     r->cap = p->resident_rows > 0 && p->resident_rows < r->pcap ? p->resident_rows : r->pcap;
     if (!r->cap) return HKV_OK;   /* every row is near: nothing far to keep */
+    if (pre && (b->d % 32 || b->d > 256))   /* (b->pp_ok is set later) */
+        return hkv_seterr(err, HKV_E_UNSUPPORTED, "--gpu-resident-prefixes: a prefix's cascade runs "
+                          "on the device's prompt attention, which takes head sizes that are "
+                          "multiples of 32 up to 256, not %d", b->d);
     if ((int64_t)slots * KH * r->cap >= ((int64_t)1 << 31) ||
         (int64_t)pre * KH * r->pcap >= ((int64_t)1 << 31))
         return hkv_seterr(err, HKV_E_RANGE, "%d resident sequences (%lld far rows) and %d prefixes "
@@ -54,8 +63,7 @@ int cb_resident_create(cuda_be *b, const hkv_cuda_params *p, int64_t rows, hkv_e
                           n_slots, (long long)r->cap, (int)pre, (long long)r->pcap, b->KH);
     const size_t bytes = NL * slots * KH * (size_t)r->cap * d * 2,
                  pbytes = NL * pre * KH * (size_t)r->pcap * d * 2;
-    r->split = hkv_gpu_attn_decode_splits(hkv_gpu_ctx_sm_count(b->ctx), 1, b->H, b->KH,
-                                          pre ? r->pcap : r->cap);
+    r->split = hkv_gpu_attn_decode_splits(hkv_gpu_ctx_sm_count(b->ctx), 1, b->H, b->KH, r->cap);
     r->split_ws_bytes = hkv_gpu_attn_decode_ws_bytes(b->max_seqs, b->H, b->d, r->split);
     int rc = HKV_OK;
     if (!(r->slot_seq = malloc(slots * sizeof *r->slot_seq)) ||
@@ -67,8 +75,9 @@ int cb_resident_create(cuda_be *b, const hkv_cuda_params *p, int64_t rows, hkv_e
         (pre && !(r->pre_hi = calloc(pre * NL, sizeof *r->pre_hi))) ||
         !(r->h_nrows = malloc(S * KH * sizeof *r->h_nrows)) ||
         !(r->h_idx = malloc(S * KH * sizeof *r->h_idx)) ||
-        !(r->h_pnrows = malloc(S * KH * sizeof *r->h_pnrows)) ||
-        !(r->h_pidx = malloc(S * KH * sizeof *r->h_pidx)))
+        !(r->row_ps = malloc(S * sizeof *r->row_ps)) ||
+        !(r->row_nk = malloc(S * sizeof *r->row_nk)) ||
+        !(r->h_grow = malloc(S * sizeof *r->h_grow)) || !(r->grp = malloc(S * sizeof *r->grp)))
         return hkv_seterr(err, HKV_E_NOMEM, "no host memory for the resident sequences' tables");
     for (size_t i = 0; i < slots; i++) r->slot_seq[i] = -1;
     for (size_t i = 0; i < S; i++) r->seq_slot[i] = -1;
@@ -80,8 +89,10 @@ int cb_resident_create(cuda_be *b, const hkv_cuda_params *p, int64_t rows, hkv_e
         (pre && !(r->pv = cb_alloc(b, HKV_TIER_NEAR, pbytes, err))) ||
         !(r->d_nrows = cb_alloc(b, HKV_TIER_WORKSPACE, S * KH * 4, err)) ||
         !(r->d_idx = cb_alloc(b, HKV_TIER_WORKSPACE, S * KH * 4, err)) ||
-        (pre && !(r->d_pnrows = cb_alloc(b, HKV_TIER_WORKSPACE, S * KH * 4, err))) ||
-        (pre && !(r->d_pidx = cb_alloc(b, HKV_TIER_WORKSPACE, S * KH * 4, err))) ||
+        (pre && !(r->d_grow = cb_alloc(b, HKV_TIER_WORKSPACE, S * 4, err))) ||
+        (pre && !(r->d_cq = cb_alloc(b, HKV_TIER_WORKSPACE, S * (size_t)b->qd * 4, err))) ||
+        (pre && !(r->d_co = cb_alloc(b, HKV_TIER_WORKSPACE, S * (size_t)b->qd * 4, err))) ||
+        (pre && !(r->d_cl = cb_alloc(b, HKV_TIER_WORKSPACE, S * b->H * 4, err))) ||
         !(r->d_o = cb_alloc(b, HKV_TIER_WORKSPACE, S * (size_t)b->qd * 4, err)) ||
         !(r->d_l = cb_alloc(b, HKV_TIER_WORKSPACE, S * b->H * 4, err)) ||
         (r->split_ws_bytes &&
@@ -112,8 +123,10 @@ void cb_resident_destroy(cuda_be *b) {
     free(r->pre_hi);
     free(r->h_nrows);
     free(r->h_idx);
-    free(r->h_pnrows);
-    free(r->h_pidx);
+    free(r->row_ps);
+    free(r->row_nk);
+    free(r->h_grow);
+    free(r->grp);
     memset(r, 0, sizeof *r);
 }
 
@@ -197,10 +210,10 @@ static uint16_t *slot_rows(const cuda_be *b, uint16_t *arena, int n, int64_t cap
     return arena + (((size_t)layer * n + (size_t)slot) * b->KH) * (size_t)cap * b->d;
 }
 
-/* Row j's prefix part: positions [view lo, min(shared_hi, hi)) from prefix
- * slot ps, uploaded first where they are not yet. */
-static int prefix_part(cuda_be *b, int ps, int layer, const hkv_far_view *fv, int32_t *pn,
-                       int32_t *pi, hkv_err *err) {
+/* A row's prefix part: positions [view lo, min(shared_hi, hi)) in prefix
+ * slot ps, uploaded first where they are not yet; its row count. */
+static int prefix_part(cuda_be *b, int ps, int layer, const hkv_far_view *fv, int64_t *nk,
+                       hkv_err *err) {
     cb_resident *r = &b->rs;
     const size_t pm = (size_t)ps * b->NL + layer;
     const int64_t end = fv->shared_hi < fv->hi ? fv->shared_hi : fv->hi;
@@ -213,16 +226,33 @@ static int prefix_part(cuda_be *b, int ps, int layer, const hkv_far_view *fv, in
         b->stats.resident_prefix_up += end - r->pre_hi[pm];
         r->pre_hi[pm] = end;
     }
-    for (int h = 0; h < b->KH; h++) {
-        pn[h] = (int32_t)(end - fv->lo);
-        pi[h] = (int32_t)((int64_t)ps * b->KH * r->pcap);
-    }
+    *nk = end - fv->lo;
     return HKV_OK;
+}
+
+/* The step's rows with a prefix part in groups of one (prefix slot, rows),
+ * each group's rows listed together in h_grow. */
+static void cascade_groups(cb_resident *r, int n_rows) {
+    r->n_grp = 0;
+    for (int j = 0; j < n_rows; j++) {
+        if (r->row_ps[j] < 0) continue;
+        int g = 0;
+        while (g < r->n_grp && (r->grp[g].ps != r->row_ps[j] || r->grp[g].nk != r->row_nk[j])) g++;
+        if (g == r->n_grp) r->grp[r->n_grp++] = (struct cb_cascade_group){r->row_ps[j], 0, 0, r->row_nk[j]};
+        r->grp[g].n++;
+    }
+    for (int g = 0, at = 0; g < r->n_grp; at += r->grp[g++].n) r->grp[g].start = at, r->grp[g].n = 0;
+    for (int j = 0; j < n_rows; j++) {
+        if (r->row_ps[j] < 0) continue;
+        int g = 0;
+        while (r->grp[g].ps != r->row_ps[j] || r->grp[g].nk != r->row_nk[j]) g++;
+        r->h_grow[r->grp[g].start + r->grp[g].n++] = j;
+    }
 }
 
 int cb_resident_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, hkv_err *err) {
     cb_resident *r = &b->rs;
-    r->n_dec = r->n_pdec = 0;
+    r->n_dec = r->n_pdec = r->n_grp = 0;
     if (!r->n_slots) return HKV_OK;
     hkv_kv *kv = &b->e->kv;
     const int KH = b->KH, NL = b->NL;
@@ -231,10 +261,10 @@ int cb_resident_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, hkv
     for (int i = 0; i < n_segs; i++) {
         const hkv_seg *sg = &segs[i];
         if ((sg->flags & (HKV_SEG_PROMPT | HKV_SEG_PROMPT_END)) || sg->n > 1) continue;
-        int32_t *nr = r->h_nrows + (size_t)j * KH, *ix = r->h_idx + (size_t)j * KH,
-                *pn = r->h_pnrows + (size_t)j * KH, *pi = r->h_pidx + (size_t)j * KH;
-        for (int h = 0; h < KH; h++) nr[h] = ix[h] = pn[h] = pi[h] = 0;
-        j++;
+        int32_t *nr = r->h_nrows + (size_t)j * KH, *ix = r->h_idx + (size_t)j * KH;
+        for (int h = 0; h < KH; h++) nr[h] = ix[h] = 0;
+        r->row_ps[j] = -1;
+        const int jr = j++;
         if (!cb_far_tokens(b, sg) || hkv_kv_seq_policy(kv, sg->seq, NULL) != &hkv_policy_full ||
             b->kp.h_from[sg->row * KH] >= 0)   /* (a kept set's: not full's) */
             continue;
@@ -258,10 +288,11 @@ int cb_resident_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, hkv
             b->stats.resident_resyncs++;
         }
         if (ps >= 0) {
-            if ((rc = prefix_part(b, ps, layer, &fv, pn, pi, err)))
+            if ((rc = prefix_part(b, ps, layer, &fv, &r->row_nk[jr], err)))
                 return hkv_err_prefix(err, "sequence %d, layer %d: its shared prefix to the device",
                                       sg->seq, layer);
-            anyp++;
+            r->row_ps[jr] = r->row_nk[jr] > 0 ? ps : -1;
+            anyp += r->row_nk[jr] > 0;
         }
         /* all at once when nothing is up yet, then each time a chunk has gathered */
         if (top - r->hi[m] >= r->chunk || (r->hi[m] == r->lo[m] && top > base)) {
@@ -288,25 +319,39 @@ int cb_resident_step(cuda_be *b, int layer, const hkv_seg *segs, int n_segs, hkv
     r->n_pdec = anyp;
     b->stats.resident_rows += any;
     b->stats.resident_prefix_rows += anyp;
+    if (anyp) cascade_groups(r, j);
+    b->stats.resident_prefix_groups += r->n_grp;
     if ((rc = cb_stage(b, UP_RNROWS, r->d_nrows, r->h_nrows, (size_t)j * KH * 4, err)) ||
         (rc = cb_stage(b, UP_RIDX, r->d_idx, r->h_idx, (size_t)j * KH * 4, err)) ||
-        (anyp && (rc = cb_stage(b, UP_PNROWS, r->d_pnrows, r->h_pnrows, (size_t)j * KH * 4, err))) ||
-        (anyp && (rc = cb_stage(b, UP_PIDX, r->d_pidx, r->h_pidx, (size_t)j * KH * 4, err))))
+        (anyp && (rc = cb_stage(b, UP_CROWS, r->d_grow, r->h_grow, (size_t)anyp * 4, err))))
         return rc;
     return HKV_OK;
 }
 
-/* One partial over the arena's runs (nrows, idx), merged into (no, nl). */
-static int attend_runs(cuda_be *b, const uint16_t *k, const uint16_t *v, int64_t cap,
-                       const int32_t *nrows, const int32_t *idx, int n_dec, float *no, float *nl,
-                       hkv_err *err) {
+/* The step's cascades: each group's queries gathered, its prefix attended
+ * by every one of them in one pass (p0 = nk: no causal bound), the group's
+ * partials scattered to their rows, the others left empty, and all merged. */
+static int attend_prefixes(cuda_be *b, int layer, int n_dec, float *no, float *nl, hkv_err *err) {
     cb_resident *r = &b->rs;
-    int split = hkv_gpu_attn_decode_splits(hkv_gpu_ctx_sm_count(b->ctx), n_dec, b->H, b->KH, cap);
-    if (split > r->split) split = r->split;
+    const int64_t qd = b->qd;
+    const uint16_t *pk = slot_rows(b, r->pk, r->n_pre, r->pcap, layer, 0),
+                   *pv = slot_rows(b, r->pv, r->n_pre, r->pcap, layer, 0);
     int rc;
-    if ((rc = hkv_gpu_attn_decode_split(b->d_q, n_dec, b->H, b->KH, b->d, k, v, b->d, cap * b->d, 0,
-                                        nrows, idx, 0, 1.0f / sqrtf((float)b->d), r->d_o, r->d_l,
-                                        split, r->split_ws, r->split_ws_bytes, b->st, err)) ||
+    if ((rc = hkv_gpu_copy_rows(r->d_cq, qd, NULL, b->d_q, qd, r->d_grow, r->n_pdec, qd, b->st, err)))
+        return rc;
+    for (int g = 0; g < r->n_grp; g++) {
+        const struct cb_cascade_group *gr = &r->grp[g];
+        const size_t at = (size_t)gr->ps * b->KH * r->pcap * b->d;
+        if ((rc = hkv_gpu_attn_prefill_keys(r->d_cq + gr->start * qd, qd, gr->n, b->H, b->KH, b->d,
+                                            gr->nk, gr->nk, pk + at, pv + at, b->d, r->pcap * b->d,
+                                            1.0f / sqrtf((float)b->d), r->d_co + gr->start * qd, qd,
+                                            r->d_cl + (size_t)gr->start * b->H, b->st, err)))
+            return rc;
+    }
+    if ((rc = hkv_gpu_partial_clear(r->d_o, qd, r->d_l, n_dec, b->H, b->d, b->st, err)) ||
+        (rc = hkv_gpu_copy_rows(r->d_o, qd, r->d_grow, r->d_co, qd, NULL, r->n_pdec, qd, b->st, err)) ||
+        (rc = hkv_gpu_copy_rows(r->d_l, b->H, r->d_grow, r->d_cl, b->H, NULL, r->n_pdec, b->H, b->st,
+                                err)) ||
         (rc = hkv_gpu_attn_merge(no, nl, r->d_o, r->d_l, (int64_t)n_dec * b->H, b->d, b->st, err)))
         return rc;
     return HKV_OK;
@@ -315,12 +360,15 @@ static int attend_runs(cuda_be *b, const uint16_t *k, const uint16_t *v, int64_t
 int cb_resident_attend(cuda_be *b, int layer, int n_dec, float *no, float *nl, hkv_err *err) {
     cb_resident *r = &b->rs;
     if (!r->n_dec) return HKV_OK;
-    int rc = attend_runs(b, slot_rows(b, r->k, r->n_slots, r->cap, layer, 0),
-                         slot_rows(b, r->v, r->n_slots, r->cap, layer, 0), r->cap, r->d_nrows,
-                         r->d_idx, n_dec, no, nl, err);
-    if (!rc && r->n_pdec)
-        rc = attend_runs(b, slot_rows(b, r->pk, r->n_pre, r->pcap, layer, 0),
-                         slot_rows(b, r->pv, r->n_pre, r->pcap, layer, 0), r->pcap, r->d_pnrows,
-                         r->d_pidx, n_dec, no, nl, err);
-    return rc;
+    const int64_t lofs = (int64_t)layer * r->n_slots * b->KH * r->cap * b->d;
+    int split = hkv_gpu_attn_decode_splits(hkv_gpu_ctx_sm_count(b->ctx), n_dec, b->H, b->KH, r->cap);
+    if (split > r->split) split = r->split;
+    int rc;
+    if ((rc = hkv_gpu_attn_decode_split(b->d_q, n_dec, b->H, b->KH, b->d, r->k + lofs, r->v + lofs,
+                                        b->d, r->cap * b->d, 0, r->d_nrows, r->d_idx, 0,
+                                        1.0f / sqrtf((float)b->d), r->d_o, r->d_l, split,
+                                        r->split_ws, r->split_ws_bytes, b->st, err)) ||
+        (rc = hkv_gpu_attn_merge(no, nl, r->d_o, r->d_l, (int64_t)n_dec * b->H, b->d, b->st, err)))
+        return rc;
+    return r->n_pdec ? attend_prefixes(b, layer, n_dec, no, nl, err) : HKV_OK;
 }

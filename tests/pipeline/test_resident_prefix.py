@@ -10,7 +10,9 @@ document, --prefix-cache 2, --policy full, context 512, --local 8:
   prefix    --gpu-resident 4 --gpu-resident-prefixes 1 --gpu-resident-rows 64:
             every decode row attended its far tier on the device, all of them
             reading the prefix slot, no fallbacks, the prefix's rows copied up
-            once per layer (not once per request), tokens the host path's;
+            once per layer (not once per request) and attended as cascades
+            (one pass a layer for the rows decoding together: fewer cascades
+            than half the rows), tokens the host path's;
   small     the same slots without a prefix slot: 64 rows hold no request's
             far tier, so every row runs on the host (fallbacks no_room), tokens
             the host path's;
@@ -18,8 +20,8 @@ document, --prefix-cache 2, --policy full, context 512, --local 8:
             document again, more rows up than prefix + own rows above;
   refused   --gpu-resident-prefixes without --device cuda.
 
-The tokens were checked to catch a prefix partial left out: with it skipped
-the device's tokens differ from the second token on.
+The tokens were checked to catch a prefix partial left out: with the cascades
+skipped the device's tokens differ from the second token on.
 
     python3 tests/pipeline/test_resident_prefix.py --bin-dir build-emu/tools
 Exit 77 without a CUDA device (a GPU or the emulator)."""
@@ -54,7 +56,7 @@ def check(ok, what, detail=""):
 
 
 TL = ["device_resident_rows", "resident_rows_up", "device_resident_prefix_rows",
-      "resident_prefix_rows_up", "fallbacks_total"]
+      "resident_prefix_rows_up", "resident_prefix_cascades", "fallbacks_total"]
 with tempfile.TemporaryDirectory() as tmp:
     preset = gen.PRESETS["llama_gqa4_hd128_f16"]
     model = os.path.join(tmp, "tiny.gguf")
@@ -104,6 +106,9 @@ with tempfile.TemporaryDirectory() as tmp:
           pre["device_resident_prefix_rows"] == pre["device_resident_rows"] and
           pre["fallbacks_total"] == 0,
           "prefix: every decode row on the device read the prefix slot, no fallbacks", pre)
+    # the rows decoding together on the prefix attend it in one cascade a layer
+    check(0 < (pre["resident_prefix_cascades"] or 0) < pre["device_resident_prefix_rows"] / 2,
+          "prefix: a cascade a layer reads the prefix for several rows at once", pre)
     doc_rows = (pre["resident_prefix_rows_up"] or 0) / preset.layers
     check(200 <= doc_rows <= 512 and (pre["resident_rows_up"] or 0) < doc_rows,
           "prefix: the document copied up once a layer, own rows fewer", pre)

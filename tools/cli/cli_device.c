@@ -451,6 +451,7 @@ void hkv_device_cli_timeline(json_t *t, const hkv_pipeline_stats *ps, int prompt
     hkv_jset(t, "resident_resyncs", json_integer(ps->resident_resyncs), bad);
     hkv_jset(t, "device_resident_prefix_rows", json_integer(ps->resident_prefix_rows), bad);
     hkv_jset(t, "resident_prefix_rows_up", json_integer(ps->resident_prefix_up), bad);
+    hkv_jset(t, "resident_prefix_cascades", json_integer(ps->resident_prefix_groups), bad);
     hkv_jset(t, "device_selects", json_integer(ps->device_selects), bad);
     hkv_jset(t, "page_resyncs", json_integer(ps->page_resyncs), bad);
     hkv_device_cli_fallbacks(t, ps, bad);
