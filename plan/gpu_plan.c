@@ -287,8 +287,10 @@ int hkv_plan_compute(const hkv_plan_params *p, hkv_plan *o, hkv_err *err) {
     uint64_t ig = 0, ih = 0;
     if ((rc = hkv_plan_index_bytes(p, &ig, &ih, err))) return rc;
     const int64_t prompt = p->n_ctx - p->n_gen;
-    o->kv_on_gpu = d == &hkv_policy_full || d == &hkv_policy_specpc;
-    if (d == &hkv_policy_full) {
+    const int full_split = d == &hkv_policy_full && p->full_split &&
+                           (int64_t)p->L_init + p->L_local < p->n_ctx;
+    o->kv_on_gpu = (d == &hkv_policy_full && !full_split) || d == &hkv_policy_specpc;
+    if (d == &hkv_policy_full && !full_split) {
         o->per_seq_near = ctx * o->kv_per_token;   /* dense decode reads it all every step */
         o->per_seq_pinned = 0;
     } else if (d == &hkv_policy_specpc) {
@@ -311,6 +313,12 @@ int hkv_plan_compute(const hkv_plan_params *p, hkv_plan *o, hkv_err *err) {
     o->near = B * o->per_seq_near;
     o->index = B * ig;
     o->pinned = B * o->per_seq_pinned;
+    if (p->shared_rows > 0 && o->per_seq_pinned && B > 1) {
+        /* (the shared rows are whole pages of every run: never more than the context's) */
+        const uint64_t sh = (uint64_t)min64(p->shared_rows, p->n_ctx) * o->far_per_token;
+        o->shared_pinned = sh < o->per_seq_pinned ? sh : o->per_seq_pinned;
+        o->pinned -= (B - 1) * o->shared_pinned;
+    }
 
     /* Workspace: the device's fp32 activations for R rows (pipeline/
      * cuda_backend.c: X, XN, QKV, ATT, GU, G, and TMP, which holds R rows of
@@ -401,13 +409,20 @@ int hkv_plan_admit_host(const hkv_plan_params *p, const hkv_plan *o, uint64_t av
     hkv_fmt_bytes((double)ih_all, ix, sizeof ix);
     hkv_fmt_bytes((double)o->per_seq_pinned, per, sizeof per);
     hkv_fmt_bytes((double)avail, av, sizeof av);
+    /* with a shared prefix: the prefix once, each sequence its own rest */
+    const uint64_t sh = o->shared_pinned, own = o->per_seq_pinned - sh;
+    const long long fit = !o->per_seq_pinned ? 0
+                          : !sh             ? (long long)(avail / o->per_seq_pinned)
+                          : avail < sh      ? 0
+                          : own             ? (long long)((avail - sh) / own)
+                                            : p->batch;
     return hkv_seterr(err, HKV_E_CAPACITY,
                       "batch %d x context %lld with policy %s needs %s of page-locked host memory "
-                      "(far tier K and V %s, index lists %s; %s a sequence) but %s %s%s: at most "
+                      "(far tier K and V %s, index lists %s; %s a sequence%s) but %s %s%s: at most "
                       "%lld such sequences fit", p->batch, (long long)p->n_ctx,
                       p->policy ? p->policy->name : "full", t, kv, ix, per,
-                      capped ? "the cap is" : "the host has", av, capped ? "" : " available",
-                      (long long)(o->per_seq_pinned ? avail / o->per_seq_pinned : 0));
+                      sh ? ", its shared prompt held once" : "",
+                      capped ? "the cap is" : "the host has", av, capped ? "" : " available", fit);
 }
 
 int hkv_plan_max_batch(const hkv_plan_params *p, uint64_t cap, int max_batch, int *out,

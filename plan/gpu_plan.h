@@ -53,6 +53,12 @@ typedef struct hkv_plan_params {
     int64_t resident_rows;          /* far rows each of them keeps (0: the whole far context) */
     int resident_prefixes;          /* shared prefixes kept once for them, a whole far
                                        context each */
+    int64_t shared_rows;            /* first rows of the context every sequence of the batch
+                                       shares by reference (kv/kv_prefix.h: bench
+                                       --shared-prefix): their far tier held once */
+    int full_split;                 /* 1: `full` with a near tier shorter than the context runs
+                                       in the split, as the pipeline does (its far tier on the
+                                       host, the host attending it); 0: full is dense */
 } hkv_plan_params;
 
 /* Bytes per tier. GPU tiers are totals for the whole batch; per_seq_* are
@@ -67,6 +73,7 @@ typedef struct hkv_plan {
     uint64_t draft;       /* GPU, once per batch: speckv/specpc's draft weights (fp16; none
                              when the target is its own draft), one sequence's draft KV
                              over the prompt, its activations */
+    uint64_t shared_pinned;   /* of pinned, the shared rows' far tier (held once) */
     uint64_t resident;    /* GPU: the resident sequences' far rows (fp16 K and V for the
                              context past the near tier) and their attention partials */
     uint64_t gpu_total;

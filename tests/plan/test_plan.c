@@ -233,8 +233,46 @@ static void sizes(void) {
     }
 }
 
+/* full in the split (a near tier shorter than the context: its far tier on
+ * the host), resident slots sized by resident_rows beside one prefix slot,
+ * and a prompt every sequence shares held once in the page-locked far tier. */
+static void shared_and_resident(void) {
+    hkv_model_config c;
+    hkv_err err;
+    CHECK(hkv_synthetic_config("llama3-8b", &c, &err) == HKV_OK, "config");
+    hkv_plan o, d;
+    hkv_plan_params p = base(&c, &hkv_policy_full, 64, 32768);
+    p.full_split = 1;
+    CHECK(hkv_plan_compute(&p, &o, &err) == HKV_OK, "%s", err.msg);
+    EQ(o.kv_on_gpu, 0);
+    EQ(o.near, 64ULL * 260 * 131072);
+    EQ(o.pinned, 64ULL * 32768 * 131072);
+    hkv_plan_params q = p;
+    q.full_split = 0;   /* dense: the whole KV on the device */
+    CHECK(hkv_plan_compute(&q, &d, &err) == HKV_OK && d.kv_on_gpu && d.near == 64ULL * 32768 * 131072 &&
+              d.pinned == 0,
+          "full without full_split is dense");
+    q = p;
+    q.L_local = 32768;   /* the near tier holds the context: dense whatever full_split says */
+    CHECK(hkv_plan_compute(&q, &d, &err) == HKV_OK && d.kv_on_gpu, "full_split with no far tier");
+    /* 64 resident slots of 512 rows and one prefix slot of the whole far context */
+    p.resident = 64, p.resident_rows = 512, p.resident_prefixes = 1;
+    p.shared_rows = 32768 - 64;
+    CHECK(hkv_plan_compute(&p, &o, &err) == HKV_OK, "%s", err.msg);
+    const unsigned long long far = 32768 - 260;
+    EQ(o.resident, (64ULL * 512 + far) * 131072 + 64ULL * (32 * 129 * 4 + 8 * 16));
+    EQ(o.shared_pinned, (32768ULL - 64) * 131072);
+    EQ(o.pinned, 64ULL * 32768 * 131072 - 63ULL * (32768 - 64) * 131072);
+    /* the host's refusal counts the prompt once: 64 tails of 64 rows fit 2 GiB beside it */
+    EQ(hkv_plan_admit_host(&p, &o, o.pinned, 0, &err), HKV_OK);
+    CHECK(hkv_plan_admit_host(&p, &o, o.pinned - 1, 0, &err) == HKV_E_CAPACITY &&
+              strstr(err.msg, "shared prompt held once") && strstr(err.msg, "at most 63 such"),
+          "%s", err.msg);
+}
+
 int main(void) {
     llama3_8b();
+    shared_and_resident();
     index_vs_policies();
     bad_params();
     sizes();

@@ -111,6 +111,8 @@ typedef struct hkv_device_cli {
     int resident_chunk;       /* --gpu-resident-chunk N; 0: not given */
     long long resident_rows;  /* --gpu-resident-rows N: far rows a resident slot holds; 0: all */
     int resident_prefixes;    /* --gpu-resident-prefixes N: shared prefixes kept once; 0: none */
+    long long shared_rows;    /* first rows every sequence shares by reference (bench
+                                 --shared-prefix): the plan holds their far tier once */
 } hkv_device_cli;
 void hkv_device_cli_init(hkv_device_cli *d);
 /* The group's table (base: hkv_device_cli). */

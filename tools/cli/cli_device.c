@@ -290,6 +290,8 @@ int hkv_device_cli_check(const hkv_device_cli *d, const char *model_path, const 
                           .far_q8 = ep->tiered.far_q8,
                           .resident = d->resident > 0 ? d->resident : 0,
                           .resident_rows = d->resident_rows,
+                          /* full with --local N keeps the split (check_near) */
+                          .full_split = 1, .shared_rows = d->shared_rows,
                           .resident_prefixes = d->resident > 0 ? d->resident_prefixes : 0};
     hkv_plan plan;
     if ((rc = hkv_plan_compute(&pp, &plan, err))) return hkv_err_prefix(err, "--device cuda (%s)", desc);
