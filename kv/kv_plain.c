@@ -1,17 +1,24 @@
 /* The plain KV cache: contiguous fp16 rows per (sequence, layer, KV head),
  * dense causal attention through the host kernels. The baseline every other
- * backend is checked against. */
+ * backend is checked against. A prompt prefix may be shared by reference
+ * between sequences (seq_share: kv_prefix.h maps its pages over each
+ * sequence's first rows), so the prefix cache of batch and serve holds a
+ * document once here as in the tiered cache. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kv.h"
+#include "kv_prefix.h"
+#include "pinned.h"
 
 typedef struct kv_seq {
-    uint16_t *k, *v;      /* [n_layer][n_head_kv][cap][d] each */
-    int64_t cap, len;
-    size_t bytes;         /* of k and of v together */
+    uint16_t *k, *v;      /* [n_layer][n_head_kv][stride][d] each */
+    hkv_pinned kb, vb;    /* their allocations: whole pages of their own mappings */
+    int64_t cap, stride, len;
+    hkv_kv_prefix *pre;   /* rows [0, pre_rows) of every run mapped from it, or NULL */
+    int64_t pre_rows;
 } kv_seq;
 
 typedef struct kv_plain {
@@ -20,6 +27,7 @@ typedef struct kv_plain {
     const hkv_cpu_kernels *kern;
     hkv_mem_account *mem;
     kv_seq *seqs;
+    uint64_t prefix_ids;  /* the last shared prefix's id */
 } kv_plain;
 
 /* Work item of the attention loop: one KV head of one segment, a tile of
@@ -28,7 +36,7 @@ typedef struct item { int seg, kvh, q0, nq; } item;
 #define QTILE 32
 
 static uint16_t *rows_of(const kv_plain *p, const kv_seq *sq, const uint16_t *base, int layer, int kvh) {
-    return (uint16_t *)base + (((size_t)layer * p->s.n_head_kv + kvh) * sq->cap) * p->s.head_dim;
+    return (uint16_t *)base + (((size_t)layer * p->s.n_head_kv + kvh) * sq->stride) * p->s.head_dim;
 }
 
 static int plain_seq_open(void *self, int seq, int64_t n_ctx, hkv_err *err) {
@@ -40,18 +48,33 @@ static int plain_seq_open(void *self, int seq, int64_t n_ctx, hkv_err *err) {
                           (long long)n_ctx);
     kv_seq *sq = &p->seqs[seq];
     if (sq->k) return hkv_seterr(err, HKV_E_INVAL, "sequence %d is already open", seq);
-    size_t half = (size_t)p->s.n_layer * p->s.n_head_kv * (size_t)n_ctx * p->s.head_dim * 2;
-    sq->k = hkv_host_alloc(p->mem, HKV_TIER_FAR, half, err);
-    if (!sq->k) return HKV_E_NOMEM;
-    sq->v = hkv_host_alloc(p->mem, HKV_TIER_FAR, half, err);
-    if (!sq->v) {
-        hkv_host_free(p->mem, HKV_TIER_FAR, sq->k, half);
-        sq->k = NULL;
-        return HKV_E_NOMEM;
+    /* runs on page boundaries, so a shared prefix can be mapped over their first rows */
+    const int64_t stride = hkv_kv_prefix_stride(n_ctx, (size_t)p->s.head_dim * 2);
+    size_t half = (size_t)p->s.n_layer * p->s.n_head_kv * (size_t)stride * p->s.head_dim * 2;
+    int rc = hkv_pinned_alloc(&sq->kb, p->mem, NULL, HKV_TIER_FAR, half, -1, HKV_PIN_MAPPED, err);
+    if (rc) return rc;
+    if ((rc = hkv_pinned_alloc(&sq->vb, p->mem, NULL, HKV_TIER_FAR, half, -1, HKV_PIN_MAPPED, err))) {
+        hkv_pinned_free(&sq->kb, p->mem, NULL);
+        return rc;
     }
+    sq->k = sq->kb.p;
+    sq->v = sq->vb.p;
     sq->cap = n_ctx;
+    sq->stride = stride;
     sq->len = 0;
-    sq->bytes = half;
+    return HKV_OK;
+}
+
+/* Give back a mapped prefix: with keep, the rows stay as the sequence's own
+ * (before a write below them). */
+static int prefix_unmap(kv_plain *p, kv_seq *sq, int keep, hkv_err *err) {
+    if (!sq->pre) return HKV_OK;
+    void *bufs[2] = {sq->k, sq->v};
+    int rc = hkv_kv_prefix_unmap(sq->pre, bufs, sq->stride, sq->pre_rows, keep, err);
+    if (rc) return rc;
+    sq->pre = NULL;
+    sq->pre_rows = 0;
+    (void)p;
     return HKV_OK;
 }
 
@@ -59,9 +82,23 @@ static void plain_seq_close(void *self, int seq) {
     kv_plain *p = self;
     if (seq < 0 || seq >= p->max_seqs) return;
     kv_seq *sq = &p->seqs[seq];
-    hkv_host_free(p->mem, HKV_TIER_FAR, sq->k, sq->bytes);
-    hkv_host_free(p->mem, HKV_TIER_FAR, sq->v, sq->bytes);
+    prefix_unmap(p, sq, 0, NULL);   /* (without keep it cannot fail) */
+    hkv_pinned_free(&sq->kb, p->mem, NULL);
+    hkv_pinned_free(&sq->vb, p->mem, NULL);
     memset(sq, 0, sizeof *sq);
+}
+
+/* Rows [from, to) of every run of s into d. */
+static void copy_rows(const kv_plain *p, kv_seq *d, const kv_seq *s, int64_t from, int64_t to) {
+    const size_t row = (size_t)p->s.head_dim * 2;
+    if (to <= from) return;
+    for (int l = 0; l < p->s.n_layer; l++)
+        for (int h = 0; h < p->s.n_head_kv; h++) {
+            memcpy(rows_of(p, d, d->k, l, h) + from * p->s.head_dim,
+                   rows_of(p, s, s->k, l, h) + from * p->s.head_dim, (size_t)(to - from) * row);
+            memcpy(rows_of(p, d, d->v, l, h) + from * p->s.head_dim,
+                   rows_of(p, s, s->v, l, h) + from * p->s.head_dim, (size_t)(to - from) * row);
+        }
 }
 
 static int plain_seq_copy(void *self, int dst, int src, hkv_err *err) {
@@ -75,13 +112,55 @@ static int plain_seq_copy(void *self, int dst, int src, hkv_err *err) {
         return hkv_seterr(err, HKV_E_CAPACITY, "sequence %d holds %lld tokens, more than the "
                           "%lld that sequence %d has room for", src, (long long)s->len,
                           (long long)d->cap, dst);
-    const size_t row = (size_t)p->s.head_dim * 2, n = (size_t)s->len * row;
-    for (int l = 0; l < p->s.n_layer; l++)
-        for (int h = 0; h < p->s.n_head_kv; h++) {
-            memcpy(rows_of(p, d, d->k, l, h), rows_of(p, s, s->k, l, h), n);
-            memcpy(rows_of(p, d, d->v, l, h), rows_of(p, s, s->v, l, h), n);
-        }
+    int rc = prefix_unmap(p, d, 1, err);   /* its rows are rewritten */
+    if (rc) return rc;
+    copy_rows(p, d, s, 0, s->len);
     d->len = s->len;
+    return HKV_OK;
+}
+
+/* As a copy then a rewind to n, src's rows below the last whole page of its
+ * length shared by reference (kv_prefix.h): made a shared prefix the first
+ * time src is shared, mapped into src itself and then into dst (as far as n
+ * reaches); the rows past it copied. There is no index here (flags). */
+static int plain_seq_share(void *self, int dst, int src, int64_t n, unsigned flags, hkv_err *err) {
+    kv_plain *p = self;
+    (void)flags;
+    if (dst < 0 || dst >= p->max_seqs || src < 0 || src >= p->max_seqs || dst == src ||
+        !p->seqs[dst].k || !p->seqs[src].k)
+        return hkv_seterr(err, HKV_E_INVAL, "cannot share sequence %d to %d", src, dst);
+    kv_seq *d = &p->seqs[dst], *s = &p->seqs[src];
+    if (n < 0 || n > s->len || n > d->cap)
+        return hkv_seterr(err, HKV_E_RANGE, "sharing %lld tokens of sequence %d (holding %lld) "
+                          "with sequence %d (room for %lld)", (long long)n, src, (long long)s->len,
+                          dst, (long long)d->cap);
+    const int64_t pr = hkv_kv_prefix_page_rows((size_t)p->s.head_dim * 2);
+    const int runs = p->s.n_layer * p->s.n_head_kv;
+    int rc;
+    if (!s->pre && s->len >= pr) {
+        void *bufs[2] = {s->k, s->v};
+        const int64_t rows = s->len / pr * pr;
+        hkv_kv_prefix *pre;
+        if ((rc = hkv_kv_prefix_create(&pre, bufs, 2, runs, s->stride, rows,
+                                       (size_t)p->s.head_dim * 2, ++p->prefix_ids, p->mem, err)))
+            return rc;
+        if ((rc = hkv_kv_prefix_map(pre, bufs, s->stride, rows, err))) {
+            hkv_kv_prefix_drop(pre);
+            return rc;
+        }
+        s->pre = pre;
+        s->pre_rows = rows;
+    }
+    if ((rc = prefix_unmap(p, d, 1, err))) return rc;
+    const int64_t rows = s->pre_rows < n / pr * pr ? s->pre_rows : n / pr * pr;
+    if (s->pre && rows > 0) {
+        void *bufs[2] = {d->k, d->v};
+        if ((rc = hkv_kv_prefix_map(s->pre, bufs, d->stride, rows, err))) return rc;
+        d->pre = s->pre;
+        d->pre_rows = rows;
+    }
+    copy_rows(p, d, s, d->pre_rows, n);
+    d->len = n;
     return HKV_OK;
 }
 
@@ -116,6 +195,13 @@ static int plain_layer_step(void *self, int layer, const hkv_seg *segs, int n_se
                               "%lld stored tokens", sg->seq, (long long)sg->pos,
                               (long long)sq->len);
         n_items += KH * ((sg->n + QTILE - 1) / QTILE);
+    }
+    /* A segment that rewrites rows of a shared prefix (after a rewind below
+     * it) gives its sequence private pages first: the prefix's are read-only. */
+    for (int i = 0; i < n_segs; i++) {
+        kv_seq *sq = &p->seqs[segs[i].seq];
+        int rc;
+        if (segs[i].pos < sq->pre_rows && (rc = prefix_unmap(p, sq, 1, err))) return rc;
     }
     item *items = malloc((size_t)n_items * sizeof *items);
     if (!items) return hkv_seterr(err, HKV_E_NOMEM, "no memory for %d attention items", n_items);
@@ -210,6 +296,7 @@ static const hkv_kv_ops plain_ops = {
     .seq_open = plain_seq_open,
     .seq_close = plain_seq_close,
     .seq_copy = plain_seq_copy,
+    .seq_share = plain_seq_share,
     .seq_len = plain_seq_len,
     .seq_rewind = plain_seq_rewind,
     .layer_step = plain_layer_step,

@@ -16,7 +16,9 @@
  *     to quest after its prompt, it decodes as one that was quest all along;
  *   - a fork of a fork (ctkvr, after a second turn) decodes as its source;
  *   - kept queries shared copy-on-write (kv_cow.h): one memfd read by two
- *     buffers, each write its own, counted once. */
+ *     buffers, each write its own, counted once;
+ *   - the plain cache's seq_share: the same outputs as copies, the prompt
+ *     held once, a rewind below it and a new continuation as with copies. */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -230,6 +232,67 @@ static void cow_buffers(void) {
     hkv_pinned_free(&b, NULL, NULL);
 }
 
+/* The plain cache shares by reference too (kv_plain.c): 3 forks of a prompt
+ * decode bit for bit as 3 copies, the far tier holds the shared rows once, a
+ * fork rewound below them and fed a different continuation (a write into
+ * rows that were the prefix's) matches the copy doing the same, and every
+ * byte goes back at close. */
+static void plain_cache(const hkv_cpu_kernels *kern) {
+    enum { NF = 3 };
+    hkv_kv_shape sh = {L, H, KH, D};
+    float *qkv = malloc((size_t)CHUNK * LD * sizeof(float)), *out = malloc((size_t)CHUNK * H * D * 4);
+    float *got[2];
+    size_t n_got = 0, far[2];
+    hkv_mem_account mem[2];
+    memset(mem, 0, sizeof mem);
+    for (int share = 0; share < 2; share++) {
+        hkv_kv kv;
+        hkv_err err;
+        CHECK(hkv_kv_plain_create(&kv, &sh, NF + 1, kern, &mem[share], &err) == HKV_OK, "plain: %s",
+              err.msg);
+        const hkv_kv_ops *ops = kv.ops;
+        for (int s = 0; s <= NF; s++)
+            CHECK(ops->seq_open(kv.self, s, CTX, &err) == HKV_OK, "plain open %d: %s", s, err.msg);
+        feed_prompt(&kv, 0, N_PROMPT, CHUNK, L, LD, H * D, 0, qkv, out);
+        for (int s = 1; s <= NF; s++)
+            CHECK((share ? ops->seq_share(kv.self, s, 0, N_PROMPT, 0, &err)
+                         : ops->seq_copy(kv.self, s, 0, &err)) == HKV_OK, "plain fork %d: %s", s,
+                  err.msg);
+        far[share] = mem[share].bytes[HKV_TIER_FAR];
+        got[share] = malloc((size_t)16 * (NF + 1) * L * H * D * sizeof(float));
+        n_got = 0;
+        hkv_seg segs[NF + 1];
+        for (int t = 0; t < 12; t++) {
+            const int rewound = t >= 6;   /* fork 2 from position 300 on, other tokens */
+            if (t == 6)
+                CHECK(ops->seq_rewind(kv.self, 2, 300, &err) == HKV_OK, "plain rewind: %s", err.msg);
+            for (int i = 0; i <= NF; i++)
+                segs[i] = (hkv_seg){.seq = i, .n = 1, .pos = N_PROMPT + t, .row = i};
+            if (rewound) segs[2].pos = 300 + t - 6;
+            for (int l = 0; l < L; l++) {
+                fill(qkv, (int64_t)(NF + 1) * LD, (uint64_t)t * 31 + (uint64_t)l + 7);
+                CHECK(ops->layer_step(kv.self, l, segs, NF + 1, qkv, LD, out, H * D, &err) == HKV_OK,
+                      "plain step: %s", err.msg);
+                memcpy(got[share] + n_got, out, (size_t)(NF + 1) * H * D * sizeof(float));
+                n_got += (size_t)(NF + 1) * H * D;
+            }
+        }
+        for (int s = 0; s <= NF; s++) ops->seq_close(kv.self, s);
+        CHECK(mem[share].bytes[HKV_TIER_FAR] == 0, "plain: far bytes left after close: %zu",
+              mem[share].bytes[HKV_TIER_FAR]);
+        ops->destroy(kv.self);
+    }
+    CHECK(!memcmp(got[0], got[1], n_got * sizeof(float)),
+          "plain: shared forks decode unlike copies");
+    const size_t shared = (size_t)L * KH * 1088 * D * 2 * 2;
+    CHECK(far[0] - far[1] == (size_t)NF * shared, "plain: far tier %zu copied, %zu shared (%zu less "
+          "expected)", far[0], far[1], (size_t)NF * shared);
+    free(got[0]);
+    free(got[1]);
+    free(qkv);
+    free(out);
+}
+
 int main(void) {
     hkv_cpu_kernels kern;
     hkv_isa_info info;
@@ -302,6 +365,7 @@ int main(void) {
     switch_policy(&kern);
     fork_of_fork(&kern);
     cow_buffers();
+    plain_cache(&kern);
     /* the page arithmetic */
     CHECK(hkv_kv_prefix_page_rows(128) == 32 && hkv_kv_prefix_page_rows(160) == 128,
           "page rows %lld %lld", (long long)hkv_kv_prefix_page_rows(128),

@@ -319,12 +319,6 @@ int hkv_cmd_bench(int argc, char **argv) {
         hkv_err_report(&err, stderr);
         return 2;
     }
-    if (o.shared_prefix && ep.kv_plain) {
-        hkv_seterr(&err, HKV_E_UNSUPPORTED, "bench: --shared-prefix shares the prompt in the "
-                   "tiered cache; --kv plain copies it");
-        hkv_err_report(&err, stderr);
-        return 2;
-    }
     /* One configuration at one batch size: the prompt's own sequence is the
      * batch's first, so the device holds B sequences, not B + 1 (a dense
      * baseline whose whole context fits the cap once, not twice). */
