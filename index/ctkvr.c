@@ -630,16 +630,50 @@ static int64_t ctkvr_select_recalled(void *self, int layer, int kvh, const float
     return r ? select_impl(self, layer, kvh, q, far, r, out, ws) : HKV_E_INVAL;
 }
 
-/* The device reads the layer's whole table: not while its store is shared
- * or the instance has own rows (a sequence on a shared prefix, which the
- * device path does not make: kv.h, seq_share). */
+/* The device reads the layer's whole table: the store's rows, or, where
+ * the store is shared or the instance has own rows (a sequence on a shared
+ * prefix), the mirror that recall_table keeps of what this instance reads. */
 static int ctkvr_device_takes(void *self, int layer)
 {
-    const ctkvr *s = self;
-    if (hkv_ctkvr_shared(s)) return HKV_FALLBACK_SHARED_INDEX;
-    for (int h = 0; layer >= 0 && layer < s->L && h < s->KH; h++)
-        if (hkv_ctkvr_own(s, layer, h)->map) return HKV_FALLBACK_SHARED_INDEX;
+    (void)self, (void)layer;
     return HKV_FALLBACK_NONE;
+}
+
+/* KV head kvh's part of slot sl of the layer's mirror, as the instance reads it. */
+static void mirror_slot(ctkvr *s, int layer, int kvh, int64_t sl)
+{
+    const size_t gd = (size_t)s->g * s->d;
+    memcpy(s->lay[layer].mirror + ((size_t)sl * s->H + (size_t)kvh * s->g) * s->d,
+           hkv_ctkvr_cent(s, layer, kvh, sl), gd * 2);
+}
+
+/* The table a device mirrors: the store's rows where the instance reads
+ * them alone; else its mirror, made whole when the version moved (or at
+ * first) and otherwise brought up to date at the slots reported dirty. */
+static const uint16_t *device_rows(ctkvr *s, int layer, const int32_t *dirty)
+{
+    ct_layer *ly = &s->lay[layer];
+    int own = hkv_ctkvr_shared(s);
+    for (int h = 0; h < s->KH && !own; h++) own = hkv_ctkvr_own(s, layer, h)->map != NULL;
+    if (!own && !ly->mirror) return ly->cent;
+    const size_t bytes = (size_t)s->c.C * s->H * s->d * 2;
+    if (!ly->mirror) {
+        if (!(ly->mirror = hkv_host_alloc(s->mem, HKV_TIER_INDEX, bytes, NULL))) return NULL;
+        ly->mirror_ver = ly->version - 1;
+    }
+    if (ly->mirror_ver != ly->version) {
+        memcpy(ly->mirror, ly->cent, bytes);
+        for (int h = 0; h < s->KH; h++) {
+            const ct_own *o = hkv_ctkvr_own(s, layer, h);
+            for (int64_t sl = 0; o->map && sl < s->c.C; sl++)
+                if (o->map[sl] >= 0) mirror_slot(s, layer, h, sl);
+        }
+        ly->mirror_ver = ly->version;
+    } else {
+        for (int h = 0; h < s->KH; h++)
+            if (dirty[h] >= 0) mirror_slot(s, layer, h, dirty[h]);
+    }
+    return ly->mirror;
 }
 
 /* The device part: the centroids, recalled on the device (pipeline/). */
@@ -647,19 +681,19 @@ static int ctkvr_recall_table(void *self, int layer, hkv_recall_table *t, int32_
                               int32_t *dirty)
 {
     ctkvr *s = self;
-    if (layer < 0 || layer >= s->L || !t || !fifo || !dirty ||
-        ctkvr_device_takes(s, layer) != HKV_FALLBACK_NONE)
-        return HKV_E_INVAL;
+    if (layer < 0 || layer >= s->L || !t || !fifo || !dirty) return HKV_E_INVAL;
     ct_layer *ly = &s->lay[layer];
     for (int h = 0; h < s->KH; h++)
         if (ly->kv[h].dirty == -2) ly->version++;
-    *t = (hkv_recall_table){.rows = ly->cent, .C = s->c.C, .k = s->c.Cp, .version = ly->version};
     for (int h = 0; h < s->KH; h++) {
         ct_head *hd = &ly->kv[h];
         fifo[2 * h] = hd->head, fifo[2 * h + 1] = hd->count;
         dirty[h] = hd->dirty < 0 ? -1 : hd->dirty;
         hd->dirty = -1;
     }
+    const uint16_t *rows = device_rows(s, layer, dirty);
+    if (!rows) return HKV_E_NOMEM;
+    *t = (hkv_recall_table){.rows = rows, .C = s->c.C, .k = s->c.Cp, .version = ly->version};
     return HKV_OK;
 }
 
@@ -707,6 +741,9 @@ static void ctkvr_destroy(void *self)
     ctkvr *s = self;
     if (!s) return;
     store_unref(s->st);
+    for (int l = 0; s->lay && l < s->L; l++)
+        hkv_host_free(s->mem, HKV_TIER_INDEX, s->lay[l].mirror,
+                      (size_t)s->c.C * s->H * s->d * 2);
     for (int64_t i = 0; s->own && i < (int64_t)s->L * s->KH; i++) own_free(s, &s->own[i]);
     hkv_host_free(s->mem, HKV_TIER_INDEX, s->own, s->own_b);
     hkv_host_free(s->mem, HKV_TIER_INDEX, s->skc, s->skc_b);

@@ -63,6 +63,12 @@ typedef struct ct_layer {
     int64_t q_end;          /* position after the last prompt query seen */
     uint64_t version;       /* moves when cent changes other than by a dirty slot */
     int built;
+    /* The layer's table as this instance reads it, for a device's mirror
+     * (recall_table) when the store is shared or it has own rows: the
+     * store's rows with its own rows over them, [C][n_head][d] fp16. Made
+     * at the first such call, kept current from then on. */
+    uint16_t *mirror;
+    uint64_t mirror_ver;    /* the version it was last made whole at */
 } ct_layer;
 
 typedef struct ctkvr {

@@ -79,9 +79,9 @@ int tiered_policy_make(tiered *t, tseq *q, const tseq *src, hkv_err *err) {
         return hkv_err_prefix(err, "policy '%s'", q->def->name);
     }
     if (!q->prompt_done) return HKV_OK;
-    /* not on the device path: its recall reads a layer's whole table, which
-     * a shared index is not (ctkvr's device_takes) */
-    if (src && src->prompt_done && q->pol.ops->fork && !t->p.pin_far && src->def == q->def &&
+    /* (on the device path too: ctkvr keeps the table a shared index reads
+     * for the device's mirror, index/ctkvr.c's device_rows) */
+    if (src && src->prompt_done && q->pol.ops->fork && src->def == q->def &&
         !memcmp(&src->args, &q->args, sizeof q->args)) {
         hkv_err why;
         hkv_err_clear(&why);

@@ -15,6 +15,9 @@
  *   - a sequence under full on the host path keeps no near tier; switched
  *     to quest after its prompt, it decodes as one that was quest all along;
  *   - a fork of a fork (ctkvr, after a second turn) decodes as its source;
+ *   - a ctkvr fork's device table (recall_table, what the pipeline mirrors)
+ *     is slot for slot the centroids its select reads, through its DCU
+ *     rewrites, asked after every step (dirty slots) and at a version move;
  *   - kept queries shared copy-on-write (kv_cow.h): one memfd read by two
  *     buffers, each write its own, counted once;
  *   - the plain cache's seq_share: the same outputs as copies, the prompt
@@ -25,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctkvr_impl.h"
 #include "kernels.h"
 #include "kv_cow.h"
 #include "kv_far.h"
@@ -63,6 +67,30 @@ static void step(run *r, const hkv_seg *segs, int n, uint64_t seed) {
 
 /* Prompt into sequence 0 (and a different one into B + 1), B sequences from
  * it by share or copy, decode batches; returns the FAR bytes with all open. */
+/* ctkvr: seq's recall_table for every layer equals, slot by slot and KV
+ * head by KV head, the centroids select reads (hkv_ctkvr_cent). */
+static void check_device_table(run *r, int seq) {
+    const hkv_policy_def *def;
+    hkv_policy pol;
+    hkv_err err;
+    if (hkv_kv_seq_instance(&r->kv, seq, &def, &pol, &err) || def != &hkv_policy_ctkvr) return;
+    ctkvr *s = pol.self;
+    for (int l = 0; l < L; l++) {
+        hkv_recall_table t;
+        int32_t fifo[2 * KH], dirty[KH];
+        CHECK(pol.ops->device_takes(pol.self, l) == HKV_FALLBACK_NONE &&
+                  pol.ops->recall_table(pol.self, l, &t, fifo, dirty) == HKV_OK,
+              "ctkvr: sequence %d's recall table, layer %d", seq, l);
+        long bad = 0;
+        for (int h = 0; h < KH; h++)
+            for (int64_t sl = 0; sl < t.C; sl++)
+                bad += memcmp(t.rows + ((size_t)sl * H + (size_t)h * s->g) * D,
+                              hkv_ctkvr_cent(s, l, h, sl), (size_t)s->g * D * 2) != 0;
+        CHECK(bad == 0, "ctkvr: sequence %d, layer %d: %ld device table slots unlike select's", seq,
+              l, bad);
+    }
+}
+
 static size_t drive(run *r, const hkv_policy_def *pol, int share, const hkv_cpu_kernels *kern) {
     hkv_tiered_params p;
     test_params(&p, pol, "budget=128");
@@ -89,10 +117,12 @@ static size_t drive(run *r, const hkv_policy_def *pol, int share, const hkv_cpu_
     const uint64_t b0 = hkv_kv_tiered_bytes_read(&r->kv);
     /* B forks and the unshared sequence side by side, 24 steps */
     hkv_seg segs[B + 2];
+    check_device_table(r, 1);   /* (its mirror made here, brought up to date below) */
     for (int t = 0; t < 24; t++) {
         for (int i = 0; i < B + 1; i++)
             segs[i] = (hkv_seg){.seq = i + 1, .n = 1, .pos = N_PROMPT + t, .row = i};
         step(r, segs, B + 1, (uint64_t)t + 1);
+        if (t % 3 == 0) check_device_table(r, 1);   /* dirty slots, or the version moved */
     }
     r->bytes = hkv_kv_tiered_bytes_read(&r->kv) - b0;
     /* one fork alone (the split step), then a rewind below the shared rows

@@ -1,5 +1,9 @@
 #!/usr/bin/env python3
-"""A shared prefix kept once on the device (pipeline/cuda_resident.c, issue 39):
+"""Shared prefixes on the device path (issue 39). First, ctkvr: requests that find
+the prefix cache's entry take its index by reference (index/ctkvr.c keeps the
+table the device mirrors: the store's rows with a fork's own rows over them),
+recall on the device with no shared_index fallback, and give the host path's
+tokens. Then a shared prefix kept once on the device (pipeline/cuda_resident.c):
 resident `full` sequences that map one prompt prefix by reference (the prefix
 cache of `hetkv batch`) read it from one prefix slot, uploaded once, and keep
 only their own rows in slots sized for them (--gpu-resident-rows). On a tiny
@@ -19,11 +23,13 @@ document, --prefix-cache 2, --policy full, context 512, --local 8:
   whole     --gpu-resident 4 with whole-context slots: each request copies the
             document again, more rows up than prefix + own rows above;
   refused   --gpu-resident-prefixes without --device cuda.
+  ctkvr     --policy ctkvr on both paths: 3 hits, 3 index hits (by reference),
+            recalls on the device, no fallbacks, the host path's tokens.
 
 The tokens were checked to catch a prefix partial left out: with the cascades
 skipped the device's tokens differ from the second token on.
 
-    python3 tests/pipeline/test_resident_prefix.py --bin-dir build-emu/tools
+    python3 tests/pipeline/test_prefix_device.py --bin-dir build-emu/tools
 Exit 77 without a CUDA device (a GPU or the emulator)."""
 import argparse
 import json
@@ -71,12 +77,12 @@ with tempfile.TemporaryDirectory() as tmp:
                                 "body": {"prompt": doc + "\n\nQuestion: " + q, "max_tokens": 8,
                                          "temperature": 0}}) + "\n")
 
-    def batch(name, *extra):
+    def batch(name, *extra, policy="full"):
         out = os.path.join(tmp, f"{name}.jsonl")
         p = subprocess.run([hetkv, "batch", "-m", model, "-i", inp, "-o", out, "-c", "512",
                             "--max-batch", "4", "-t", "2", "-q", "--json", "--no-mpi", "--sink", "2",
                             "--local", "8", "--chunk", "64", "--prefix-cache", "2", "--policy",
-                            "full", *extra], capture_output=True, text=True, timeout=600)
+                            policy, *extra], capture_output=True, text=True, timeout=600)
         toks = {}
         if p.returncode == 0:
             for l in open(out):
@@ -84,9 +90,19 @@ with tempfile.TemporaryDirectory() as tmp:
                 toks[o["custom_id"]] = o["hetkv"].get("tokens")
         summ = json.loads(p.stdout) if p.returncode == 0 and p.stdout.strip() else {}
         tl = summ.get("device", {}).get("timeline", {})
-        got = {k: tl.get(k) for k in TL}
+        got = {k: tl.get(k) for k in TL + ["device_recalls"]}
+        got["index_hits"] = summ.get("prefix_cache", {}).get("index_hits")
         ok = p.returncode == 0 and summ.get("prefix_cache", {}).get("hits") == len(qs) - 1
         return ok, toks, got, p.stderr.strip()[-300:]
+
+    ok, ref, _, err = batch("ccpu", "--device", "cpu", policy="ctkvr")
+    check(ok and len(ref) == len(qs) and all(ref.values()), "ctkvr: the host path", err)
+    ok, toks, tl, err = batch("cdev", "--device", "cuda", policy="ctkvr")
+    check(ok and toks == ref, "ctkvr: the host path's tokens on the device",
+          {k: (toks.get(k), ref.get(k)) for k in ref if toks.get(k) != ref.get(k)} or err)
+    check(tl["index_hits"] == len(qs) - 1 and (tl["device_recalls"] or 0) > 0 and
+          tl["fallbacks_total"] == 0,
+          "ctkvr: the kept index taken by reference, recalled on the device", tl)
 
     ok, ref, _, err = batch("cpu", "--device", "cpu")
     check(ok and len(ref) == len(qs) and all(ref.values()), "the host path with the prefix cache",
@@ -123,5 +139,5 @@ with tempfile.TemporaryDirectory() as tmp:
                        capture_output=True, text=True, timeout=60)
     check(p.returncode == 1 and "need --device cuda" in p.stderr,
           "--gpu-resident-prefixes without --device cuda refused", p.stderr.strip())
-print(f"test_resident_prefix: {passed} passed, {failed} failed")
+print(f"test_prefix_device: {passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
