@@ -23,23 +23,16 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from device_checks import Checks, need_device  # noqa: E402
+
 build, model = sys.argv[1], sys.argv[2]
 hetkv = os.path.join(build, "tools", "hetkv")
 if not os.path.exists(model):
     print(f"skip: {model} is missing (tools/scripts/get_model.sh fetches it)")
     sys.exit(77)
-info = subprocess.run([hetkv, "info", "--json"], capture_output=True, text=True, timeout=60)
-if not json.loads(info.stdout).get("cuda", {}).get("devices"):
-    print("skip: no CUDA device (a GPU, or a -Dgpu_emu=true build)")
-    sys.exit(77)
-failed = passed = 0
-
-
-def check(ok, what, detail=""):
-    global failed, passed
-    passed += bool(ok)
-    failed += not ok
-    print(f"{'ok  ' if ok else 'FAIL'} {what}{': ' + str(detail) if detail else ''}")
+need_device(hetkv)
+check = Checks()
 
 
 def run(*extra, ctx="4096", batch="2"):
@@ -96,5 +89,4 @@ p = subprocess.run([hetkv, "run", "-m", model, "-p", "x", "--policy", "auto", "-
                    capture_output=True, text=True, timeout=60)
 check(p.returncode != 0 and "--policy auto picks full or ctkvr itself" in p.stderr, "auto with --policy-arg refused",
       p.stderr.strip())
-print(f"test_auto: {passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+check.done("test_auto")

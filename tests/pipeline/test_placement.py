@@ -29,23 +29,14 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "tools", "scripts"))
 import gen_tiny_gguf as gen  # noqa: E402
+from device_checks import Checks, need_device  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--bin-dir", required=True)
 a = ap.parse_args()
 hetkv = os.path.join(a.bin_dir, "hetkv")
-info = subprocess.run([hetkv, "info", "--json"], capture_output=True, text=True, timeout=60)
-if not json.loads(info.stdout).get("cuda", {}).get("devices"):
-    print("skip: no CUDA device (a GPU, or a -Dgpu_emu=true build)")
-    sys.exit(77)
-failed = passed = 0
-
-
-def check(ok, what, detail=""):
-    global failed, passed
-    passed += bool(ok)
-    failed += not ok
-    print(f"{'ok  ' if ok else 'FAIL'} {what}{': ' + str(detail) if detail else ''}", flush=True)
+need_device(hetkv)
+check = Checks()
 
 
 CTX, NEAR = 512, ["--sink", "2", "--local", "8"]
@@ -139,5 +130,4 @@ with tempfile.TemporaryDirectory() as tmp:
                        capture_output=True, text=True, timeout=60)
     check(p.returncode == 1 and "--gpu-resident and its -chunk, -rows and -prefixes keep sequences on the GPU"
           in p.stderr, "--gpu-resident without --device cuda refused", p.stderr.strip())
-print(f"test_placement: {passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+check.done("test_placement")

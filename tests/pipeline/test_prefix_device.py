@@ -42,24 +42,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tools", "scripts"))
 import gen_tiny_gguf as gen  # noqa: E402
+from device_checks import Checks, need_device  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--bin-dir", required=True)
 a = ap.parse_args()
 hetkv = os.path.join(a.bin_dir, "hetkv")
-info = subprocess.run([hetkv, "info", "--json"], capture_output=True, text=True, timeout=60)
-if not json.loads(info.stdout).get("cuda", {}).get("devices"):
-    print("skip: no CUDA device (a GPU, or a -Dgpu_emu=true build)")
-    sys.exit(77)
-failed = passed = 0
-
-
-def check(ok, what, detail=""):
-    global failed, passed
-    passed += bool(ok)
-    failed += not ok
-    print(f"{'ok  ' if ok else 'FAIL'} {what}{': ' + str(detail) if detail else ''}", flush=True)
-
+need_device(hetkv)
+check = Checks()
 
 TL = ["device_resident_rows", "resident_rows_up", "device_resident_prefix_rows",
       "resident_prefix_rows_up", "resident_prefix_cascades", "fallbacks_total"]
@@ -139,5 +129,4 @@ with tempfile.TemporaryDirectory() as tmp:
                        capture_output=True, text=True, timeout=60)
     check(p.returncode == 1 and "need --device cuda" in p.stderr,
           "--gpu-resident-prefixes without --device cuda refused", p.stderr.strip())
-print(f"test_prefix_device: {passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+check.done("test_prefix_device")
