@@ -286,8 +286,10 @@ int hkv_cmd_bench(int argc, char **argv) {
     long long max_ctx = 0, max_batch = 0;
     for (int i = 0; i < n_ctx; i++) max_ctx = ctxs[i] > max_ctx ? ctxs[i] : max_ctx;
     for (int i = 0; i < n_batch; i++) max_batch = batches[i] > max_batch ? batches[i] : max_batch;
-    /* --shared-prefix: the batch's far tiers hold the prompt once (kv_prefix.h) */
+    /* --shared-prefix: the batch's far tiers hold the prompt once (kv_prefix.h);
+     * --local N: a full configuration keeps a far tier on the host */
     dc.shared_rows = o.shared_prefix ? max_ctx : 0;
+    dc.full_split = kc.local >= 0;
 
     hkv_engine_params ep;
     hkv_engine_params_default(&ep);

@@ -113,6 +113,8 @@ typedef struct hkv_device_cli {
     int resident_prefixes;    /* --gpu-resident-prefixes N: shared prefixes kept once; 0: none */
     long long shared_rows;    /* first rows every sequence shares by reference (bench
                                  --shared-prefix): the plan holds their far tier once */
+    int full_split;           /* --local N given: `full` keeps a far tier on the host, planned in
+                                 the split; without it full is dense or refused */
 } hkv_device_cli;
 void hkv_device_cli_init(hkv_device_cli *d);
 /* The group's table (base: hkv_device_cli). */

@@ -291,7 +291,7 @@ int hkv_device_cli_check(const hkv_device_cli *d, const char *model_path, const 
                           .resident = d->resident > 0 ? d->resident : 0,
                           .resident_rows = d->resident_rows,
                           /* full with --local N keeps the split (check_near) */
-                          .full_split = 1, .shared_rows = d->shared_rows,
+                          .full_split = d->full_split, .shared_rows = d->shared_rows,
                           .resident_prefixes = d->resident > 0 ? d->resident_prefixes : 0};
     hkv_plan plan;
     if ((rc = hkv_plan_compute(&pp, &plan, err))) return hkv_err_prefix(err, "--device cuda (%s)", desc);
@@ -343,6 +343,7 @@ int hkv_device_cli_check_near(hkv_device_cli *d, const char *model_path,
                               hkv_engine_params *ep, int local_given, int auto_policy, int batch,
                               int64_t n_ctx, hkv_err *err) {
     const int full = ep->tiered.policy && !strcmp(ep->tiered.policy->name, "full");
+    d->full_split = local_given;   /* a named full with --local N runs with a far tier */
     if (d->cuda && !ep->kv_plain && full) {
         hkv_model_config cfg;
         int rc = hkv_cli_model_config(model_path, d->synthetic, &cfg, err);
