@@ -3,7 +3,9 @@
 the prefix cache's entry take its index by reference (index/ctkvr.c keeps the
 table the device mirrors: the store's rows with a fork's own rows over them),
 recall on the device with no shared_index fallback, and give the host path's
-tokens. Then a shared prefix kept once on the device (pipeline/cuda_resident.c):
+tokens, and the page-locked far tier holds the prefix once (the far-tier bytes the
+cache saved are the host path's). Then a shared prefix kept once on the device
+(pipeline/cuda_resident.c):
 resident `full` sequences that map one prompt prefix by reference (the prefix
 cache of `hetkv batch`) read it from one prefix slot, uploaded once, and keep
 only their own rows in slots sized for them (--gpu-resident-rows). On a tiny
@@ -82,12 +84,17 @@ with tempfile.TemporaryDirectory() as tmp:
         tl = summ.get("device", {}).get("timeline", {})
         got = {k: tl.get(k) for k in TL + ["device_recalls"]}
         got["index_hits"] = summ.get("prefix_cache", {}).get("index_hits")
+        got["saved_bytes"] = summ.get("prefix_cache", {}).get("saved_bytes")
         ok = p.returncode == 0 and summ.get("prefix_cache", {}).get("hits") == len(qs) - 1
         return ok, toks, got, p.stderr.strip()[-300:]
 
-    ok, ref, _, err = batch("ccpu", "--device", "cpu", policy="ctkvr")
+    ok, ref, host, err = batch("ccpu", "--device", "cpu", policy="ctkvr")
     check(ok and len(ref) == len(qs) and all(ref.values()), "ctkvr: the host path", err)
     ok, toks, tl, err = batch("cdev", "--device", "cuda", policy="ctkvr")
+    # the page-locked far tier maps the prefix as the host path's does (transfer/pinned.h)
+    check((tl["saved_bytes"] or 0) > 0 and tl["saved_bytes"] == host["saved_bytes"],
+          "ctkvr: the far tier holds the prefix once on the device path too",
+          f"saved {tl['saved_bytes']} on the device, {host['saved_bytes']} on the host")
     check(ok and toks == ref, "ctkvr: the host path's tokens on the device",
           {k: (toks.get(k), ref.get(k)) for k in ref if toks.get(k) != ref.get(k)} or err)
     check(tl["index_hits"] == len(qs) - 1 and (tl["device_recalls"] or 0) > 0 and
