@@ -67,14 +67,13 @@ static int plain_seq_open(void *self, int seq, int64_t n_ctx, hkv_err *err) {
 
 /* Give back a mapped prefix: with keep, the rows stay as the sequence's own
  * (before a write below them). */
-static int prefix_unmap(kv_plain *p, kv_seq *sq, int keep, hkv_err *err) {
+static int prefix_unmap(kv_seq *sq, int keep, hkv_err *err) {
     if (!sq->pre) return HKV_OK;
     void *bufs[2] = {sq->k, sq->v};
     int rc = hkv_kv_prefix_unmap(sq->pre, bufs, sq->stride, sq->pre_rows, keep, err);
     if (rc) return rc;
     sq->pre = NULL;
     sq->pre_rows = 0;
-    (void)p;
     return HKV_OK;
 }
 
@@ -82,7 +81,7 @@ static void plain_seq_close(void *self, int seq) {
     kv_plain *p = self;
     if (seq < 0 || seq >= p->max_seqs) return;
     kv_seq *sq = &p->seqs[seq];
-    prefix_unmap(p, sq, 0, NULL);   /* (without keep it cannot fail) */
+    prefix_unmap(sq, 0, NULL);   /* (without keep it cannot fail) */
     hkv_pinned_free(&sq->kb, p->mem, NULL);
     hkv_pinned_free(&sq->vb, p->mem, NULL);
     memset(sq, 0, sizeof *sq);
@@ -112,7 +111,7 @@ static int plain_seq_copy(void *self, int dst, int src, hkv_err *err) {
         return hkv_seterr(err, HKV_E_CAPACITY, "sequence %d holds %lld tokens, more than the "
                           "%lld that sequence %d has room for", src, (long long)s->len,
                           (long long)d->cap, dst);
-    int rc = prefix_unmap(p, d, 1, err);   /* its rows are rewritten */
+    int rc = prefix_unmap(d, 1, err);   /* its rows are rewritten */
     if (rc) return rc;
     copy_rows(p, d, s, 0, s->len);
     d->len = s->len;
@@ -151,7 +150,7 @@ static int plain_seq_share(void *self, int dst, int src, int64_t n, unsigned fla
         s->pre = pre;
         s->pre_rows = rows;
     }
-    if ((rc = prefix_unmap(p, d, 1, err))) return rc;
+    if ((rc = prefix_unmap(d, 1, err))) return rc;
     const int64_t rows = s->pre_rows < n / pr * pr ? s->pre_rows : n / pr * pr;
     if (s->pre && rows > 0) {
         void *bufs[2] = {d->k, d->v};
@@ -201,7 +200,7 @@ static int plain_layer_step(void *self, int layer, const hkv_seg *segs, int n_se
     for (int i = 0; i < n_segs; i++) {
         kv_seq *sq = &p->seqs[segs[i].seq];
         int rc;
-        if (segs[i].pos < sq->pre_rows && (rc = prefix_unmap(p, sq, 1, err))) return rc;
+        if (segs[i].pos < sq->pre_rows && (rc = prefix_unmap(sq, 1, err))) return rc;
     }
     item *items = malloc((size_t)n_items * sizeof *items);
     if (!items) return hkv_seterr(err, HKV_E_NOMEM, "no memory for %d attention items", n_items);

@@ -51,38 +51,34 @@ static int share_queries(tiered *t, tseq *d, tseq *s, int64_t from, hkv_err *err
     return HKV_OK;
 }
 
-/* Pages mapped over q's far buffers: page-locked buffers (the device path)
- * are unregistered around the remap and registered again over what is
- * mapped then (pinned.h); remap is the mapping itself. */
-typedef int (*far_remap_fn)(tiered *t, tseq *q, void *ctx, hkv_err *err);
-static int far_remap(tiered *t, tseq *q, far_remap_fn remap, void *ctx, hkv_err *err) {
+/* Pages are mapped over q's far buffers between far_unlock and far_relock:
+ * page-locked buffers (the device path) are unregistered first and
+ * registered again over what is mapped then (pinned.h). far_relock returns
+ * rc, the remap's result, unless that is OK and the register failed. */
+static int far_unlock(tiered *t, tseq *q, hkv_err *err) {
     int rc = hkv_pinned_unlock(&q->far_kb, err);
     if (!rc && (rc = hkv_pinned_unlock(&q->far_vb, err))) {
         hkv_err ignore;
         hkv_pinned_relock(&q->far_kb, &t->pin, &ignore);
     }
-    if (rc) return rc;
-    const int rm = remap(t, q, ctx, err);
-    hkv_err why, ignore;
-    hkv_err_clear(&why);
-    int rl = hkv_pinned_relock(&q->far_kb, &t->pin, &why);
-    const int rv = hkv_pinned_relock(&q->far_vb, &t->pin, rl ? &ignore : &why);
-    if (!rl) rl = rv;
-    if (rm) return rm;
-    if (rl && err) *err = why;
-    return rl;
+    return rc;
 }
 
-static int remap_unmap(tiered *t, tseq *q, void *keep, hkv_err *err) {
-    (void)t;
-    void *bufs[2] = {q->far_k, q->far_v};
-    return hkv_kv_prefix_unmap(q->pre, bufs, q->stride, q->pre_rows, *(int *)keep, err);
+static int far_relock(tiered *t, tseq *q, int rc, hkv_err *err) {
+    hkv_err ignore;
+    int rl = hkv_pinned_relock(&q->far_kb, &t->pin, rc ? &ignore : err);
+    const int rv = hkv_pinned_relock(&q->far_vb, &t->pin, rc || rl ? &ignore : err);
+    return rc ? rc : rl ? rl : rv;
 }
 
 int tiered_prefix_unmap(tiered *t, tseq *q, int keep, hkv_err *err) {
     if (!q->pre) return HKV_OK;
-    /* without keep (a close) the buffer is freed next: nothing is remapped */
-    int rc = keep ? far_remap(t, q, remap_unmap, &keep, err) : remap_unmap(t, q, &keep, err);
+    void *bufs[2] = {q->far_k, q->far_v};
+    int rc;
+    if (!keep)   /* a close: the buffer is freed next, nothing is remapped */
+        rc = hkv_kv_prefix_unmap(q->pre, bufs, q->stride, q->pre_rows, 0, err);
+    else if (!(rc = far_unlock(t, q, err)))
+        rc = far_relock(t, q, hkv_kv_prefix_unmap(q->pre, bufs, q->stride, q->pre_rows, 1, err), err);
     if (rc) return rc;
     q->pre = NULL;
     q->pre_rows = 0;
@@ -90,16 +86,17 @@ int tiered_prefix_unmap(tiered *t, tseq *q, int keep, hkv_err *err) {
     return HKV_OK;
 }
 
-struct map_args {
-    hkv_kv_prefix *p;
-    int64_t rows;
-};
-
-static int remap_map(tiered *t, tseq *q, void *ctx, hkv_err *err) {
-    (void)t;
-    const struct map_args *a = ctx;
+/* Map rows [0, rows) of prefix p into q (pinned.h's unlock around it); q
+ * holds p whenever the map took, even if the buffers could not be locked
+ * again (then an error). */
+static int far_map(tiered *t, tseq *q, hkv_kv_prefix *p, int64_t rows, hkv_err *err) {
     void *bufs[2] = {q->far_k, q->far_v};
-    return hkv_kv_prefix_map(a->p, bufs, q->stride, a->rows, err);
+    const int refs = hkv_kv_prefix_refs(p);
+    int rc = far_unlock(t, q, err);
+    if (rc) return rc;
+    rc = far_relock(t, q, hkv_kv_prefix_map(p, bufs, q->stride, rows, err), err);
+    if (hkv_kv_prefix_refs(p) > refs) q->pre = p, q->pre_rows = rows;
+    return rc;
 }
 
 static int check_pair(const tiered *t, int dst, int src, const char *what, hkv_err *err) {
@@ -214,32 +211,18 @@ int tiered_seq_share(void *self, int dst, int src, int64_t n, unsigned flags, hk
     const int by_copy = s->q8 || d->q8 || (t->p.pin_far && !hkv_pinned_remap_supported());
     if (!by_copy && !s->pre && s->len >= pr) {
         void *bufs[2] = {s->far_k, s->far_v};
-        struct map_args a = {.rows = s->len / pr * pr};
-        if ((rc = hkv_kv_prefix_create(&a.p, bufs, 2, t->s.n_layer * t->s.n_head_kv, s->stride,
-                                       a.rows, (size_t)t->s.head_dim * 2, ++t->epoch, t->mem,
-                                       err)))
+        const int64_t rows = s->len / pr * pr;
+        hkv_kv_prefix *p;
+        if ((rc = hkv_kv_prefix_create(&p, bufs, 2, t->s.n_layer * t->s.n_head_kv, s->stride, rows,
+                                       (size_t)t->s.head_dim * 2, ++t->epoch, t->mem, err)))
             return rc;
-        hkv_kv_prefix *mapped = a.p;
-        if ((rc = far_remap(t, s, remap_map, &a, err)) && hkv_kv_prefix_refs(a.p) == 0) {
-            hkv_kv_prefix_drop(a.p);
-            return rc;
-        }
-        s->pre = mapped;   /* (mapped even when it could not be locked again) */
-        s->pre_rows = a.rows;
+        rc = far_map(t, s, p, rows, err);
+        if (!s->pre) hkv_kv_prefix_drop(p);   /* never mapped */
         if (rc) return rc;
     }
     if ((rc = tiered_prefix_unmap(t, d, 1, err))) return rc;
     const int64_t rows = by_copy ? 0 : s->pre_rows < n / pr * pr ? s->pre_rows : n / pr * pr;
-    if (s->pre && rows > 0) {
-        struct map_args a = {.p = s->pre, .rows = rows};
-        const int refs = hkv_kv_prefix_refs(s->pre);
-        rc = far_remap(t, d, remap_map, &a, err);
-        if (hkv_kv_prefix_refs(s->pre) > refs) {
-            d->pre = s->pre;
-            d->pre_rows = rows;
-        }
-        if (rc) return rc;
-    }
+    if (s->pre && rows > 0 && (rc = far_map(t, d, s->pre, rows, err))) return rc;
     const int index = (flags & HKV_SHARE_INDEX) && n == s->len && s->prompt_done;
     if ((rc = copy_state(t, d, s, d->pre_rows, n, index, 1, err))) return rc;
     return n < d->len ? tiered_seq_rewind(t, dst, n, err) : HKV_OK;
