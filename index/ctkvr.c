@@ -630,15 +630,6 @@ static int64_t ctkvr_select_recalled(void *self, int layer, int kvh, const float
     return r ? select_impl(self, layer, kvh, q, far, r, out, ws) : HKV_E_INVAL;
 }
 
-/* The device reads the layer's whole table: the store's rows, or, where
- * the store is shared or the instance has own rows (a sequence on a shared
- * prefix), the mirror that recall_table keeps of what this instance reads. */
-static int ctkvr_device_takes(void *self, int layer)
-{
-    (void)self, (void)layer;
-    return HKV_FALLBACK_NONE;
-}
-
 /* KV head kvh's part of slot sl of the layer's mirror, as the instance reads it. */
 static void mirror_slot(ctkvr *s, int layer, int kvh, int64_t sl)
 {
@@ -676,7 +667,9 @@ static const uint16_t *device_rows(ctkvr *s, int layer, const int32_t *dirty)
     return ly->mirror;
 }
 
-/* The device part: the centroids, recalled on the device (pipeline/). */
+/* The device part: the centroids, recalled on the device (pipeline/). The
+ * device can always read them (no device_takes): a fork on a shared store
+ * hands it the mirror device_rows keeps of the table it reads. */
 static int ctkvr_recall_table(void *self, int layer, hkv_recall_table *t, int32_t *fifo,
                               int32_t *dirty)
 {
@@ -822,7 +815,6 @@ static const hkv_policy_ops ctkvr_ops = {
     .max_select = ctkvr_max_select,
     .scratch_need = ctkvr_scratch_need,
     .fork = ctkvr_fork,
-    .device_takes = ctkvr_device_takes,
     .recall_table = ctkvr_recall_table,
     .select_recalled = ctkvr_select_recalled,
     .describe = ctkvr_describe,

@@ -78,7 +78,7 @@ static void check_device_table(run *r, int seq) {
     for (int l = 0; l < L; l++) {
         hkv_recall_table t;
         int32_t fifo[2 * KH], dirty[KH];
-        CHECK(pol.ops->device_takes(pol.self, l) == HKV_FALLBACK_NONE &&
+        CHECK((!pol.ops->device_takes || pol.ops->device_takes(pol.self, l) == HKV_FALLBACK_NONE) &&
                   pol.ops->recall_table(pol.self, l, &t, fifo, dirty) == HKV_OK,
               "ctkvr: sequence %d's recall table, layer %d", seq, l);
         long bad = 0;
