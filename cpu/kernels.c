@@ -19,15 +19,17 @@
         (t)->exp = hkv_exp_##sfx;                \
     } while (0)
 
-/* The 256-bit FAST products: AVX-VNNI where the CPU has it and the caller
+/* The 256-bit FAST products and prompt attention: AVX-VNNI where the CPU has it and the caller
  * did not opt out (HKV_ISA_NO_AVXVNNI), else vpmaddubsw; the same bits. */
 static void fast_avx2(hkv_cpu_kernels *t, const hkv_isa_info *info, int no_vnni)
 {
     t->quant_act = hkv_quant_act_avx2;
     t->qgemm = hkv_qgemm_avx2;
+    t->attn_causal_fast = hkv_attn_causal_i16_avx2;
 #if defined(HKV_HAVE_AVXVNNI)
     if (info->avx_vnni && !no_vnni) {
         t->qgemm = hkv_qgemm_avxvnni;
+        t->attn_causal_fast = hkv_attn_causal_i16_avxvnni;
         t->avxvnni = 1;
     }
 #else
@@ -59,6 +61,7 @@ int hkv_cpu_kernels_init(hkv_cpu_kernels *t, int isa)
             t->quant_act = hkv_quant_act_avx2;   /* AVX2 is enough, and one quantiser means one rounding */
             t->qgemm = hkv_qgemm_avx512vnni;
             hkv_cpu_kernels_set_amx(t, 1);   /* AMX tiles where granted: the same bits */
+            t->attn_causal_fast = hkv_attn_causal_i16_avx512vnni;
 #if defined(HKV_HAVE_AMX_BF16)
             if (info.amx_bf16 && info.avx512_bf16 && hkv_amx_request(&info))
                 t->attn_causal_fast = hkv_attn_causal_amxbf16;

@@ -146,10 +146,12 @@ typedef struct hkv_cpu_kernels {
                         const uint16_t *k, const uint16_t *v, int64_t ld, float scale,
                         float *out, int64_t ldo, float *lse);
 
-    /* attn_causal on AMX-BF16 tiles (attn_causal_amx.c): Q, K, V and the
-     * probabilities in bf16, sums in fp32; used at precision FAST
-     * (hkv_attn_causal_for). NULL where the CPU lacks AMX-BF16 or the OS
-     * did not grant the tiles. */
+    /* attn_causal in fewer bits, used at precision FAST
+     * (hkv_attn_causal_for): on AMX-BF16 tiles where the CPU has them and
+     * the OS granted them (attn_causal_amx.c: Q, K, V and the probabilities
+     * in bf16, sums in fp32), else in 16-bit fixed point with exact int32
+     * sums (attn_causal_i16.inc: AVX2, AVX-VNNI, AVX512-VNNI). NULL on
+     * the scalar table and on AVX-512 without VNNI. */
     void (*attn_causal_fast)(const float *q, int64_t ldq, int nq, int g, int d, int64_t p0,
                              const uint16_t *k, const uint16_t *v, int64_t ld, float scale,
                              float *out, int64_t ldo, float *lse);

@@ -29,6 +29,8 @@ HKV_VINLINE vf vf_sub(vf a, vf b) { return _mm256_sub_ps(a, b); }
 HKV_VINLINE vf vf_mul(vf a, vf b) { return _mm256_mul_ps(a, b); }
 HKV_VINLINE vf vf_fma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
 HKV_VINLINE vf vf_max(vf a, vf b) { return _mm256_max_ps(a, b); }
+HKV_VINLINE vf vf_div(vf a, vf b) { return _mm256_div_ps(a, b); }
+HKV_VINLINE vf vf_abs(vf a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a); }
 HKV_VINLINE float vf_hsum(vf a)
 {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));

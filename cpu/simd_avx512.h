@@ -25,6 +25,8 @@ HKV_VINLINE vf vf_sub(vf a, vf b) { return _mm512_sub_ps(a, b); }
 HKV_VINLINE vf vf_mul(vf a, vf b) { return _mm512_mul_ps(a, b); }
 HKV_VINLINE vf vf_fma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
 HKV_VINLINE vf vf_max(vf a, vf b) { return _mm512_max_ps(a, b); }
+HKV_VINLINE vf vf_div(vf a, vf b) { return _mm512_div_ps(a, b); }
+HKV_VINLINE vf vf_abs(vf a) { return _mm512_abs_ps(a); }
 HKV_VINLINE float vf_hsum(vf a) { return _mm512_reduce_add_ps(a); }
 HKV_VINLINE float vf_hmax(vf a) { return _mm512_reduce_max_ps(a); }
 /* (a > b) ? x : y per lane */

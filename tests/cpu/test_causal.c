@@ -6,12 +6,17 @@
  * must stay untouched. Per (token, head): max|out - ref| <= 1e-4 * max|ref|,
  * |lse - ref| <= 1e-4 * max(1, |ref|).
  *
- * attn_causal_fast (AMX-BF16, where this machine has it): the same cases
- * within bf16's bounds, max|out - ref| <= 2e-2 * max|ref| and |lse - ref| <=
- * 2e-2 * max(1, |ref|) (Q, K, V and P rounded to 8 bits of mantissa; measured
- * up to 8e-3), and every token's result bit-identical
- * whether its call starts at token 0 or mid-way (the rows sharing a tile
- * must not change a row's arithmetic). */
+ * attn_causal_fast, every build this machine runs (precision FAST's prompt
+ * attention): the same cases within the build's bound, and every token's
+ * result bit-identical whether its call starts at token 0 or mid-way (the
+ * rows sharing a tile must not change a row's arithmetic).
+ *   - 16-bit fixed point (attn_causal_i16.inc; AVX2's vpmaddwd, AVX-VNNI's
+ *     and AVX512-VNNI's vpdpwssd): 2e-3 (Q and K in 12-bit codes, V in 13,
+ *     P in 14; measured up to 6e-4), and the same bits from every build;
+ *   - AMX-BF16 (attn_causal_amx.c): 2e-2 (Q, K, V and P rounded to 8 bits
+ *     of mantissa; measured up to 8e-3).
+ * Each table's attn_causal_fast must be the build its CPU calls for. */
+#include "kernels_impl.h"
 #include "ref.h"
 #include "util.h"
 
@@ -101,15 +106,52 @@ static void check_split_invariant(causal_fn fn, const char *name, int nq, int cu
     free(k); free(v); free(q); free(o1); free(o2); free(l1); free(l2);
 }
 
+/* The same calls through two builds: the same bits. */
+static void check_same_bits(causal_fn a, const char *na, causal_fn b, const char *nb, int nq,
+                            int64_t p0, int g, int d, test_rng *rng)
+{
+    int64_t ld = d, ldq = (int64_t)g * d, nk = p0 + nq;
+    uint16_t *k, *v;
+    float *q;
+    random_kvq(nk, ld, nq, ldq, rng, &k, &v, &q);
+    float *o1 = calloc(nq * ldq, sizeof *o1), *o2 = calloc(nq * ldq, sizeof *o2);
+    float *l1 = calloc((size_t)nq * g, sizeof *l1), *l2 = calloc((size_t)nq * g, sizeof *l2);
+    const float scale = 1.0f / sqrtf((float)d);
+    a(q, ldq, nq, g, d, p0, k, v, ld, scale, o1, ldq, l1);
+    b(q, ldq, nq, g, d, p0, k, v, ld, scale, o2, ldq, l2);
+    CHECK(memcmp(o1, o2, nq * ldq * sizeof *o1) == 0 && memcmp(l1, l2, (size_t)nq * g * sizeof *l1) == 0,
+          "causal nq=%d p0=%lld g=%d d=%d: %s and %s differ", nq, (long long)p0, g, d, na, nb);
+    free(k); free(v); free(q); free(o1); free(o2); free(l1); free(l2);
+}
+
+typedef struct {
+    causal_fn fn;
+    const char *name;
+    double tol;
+} fast_build;
+
+static const struct { int nq; int64_t p0; int g, d; } cases[] = {
+    {1, 0, 1, 64},  {1, 40, 4, 128}, {5, 3, 3, 64},    {7, 0, 8, 128},  {70, 0, 4, 128},
+    {129, 100, 1, 64}, {40, 37, 8, 128}, {33, 0, 3, 128}, {100, 0, 1, 128}, {3, 5, 70, 64},
+    {21, 300, 3, 64}, {64, 31, 2, 64}, {9, 2, 5, 48},  {17, 1, 4, 80},
+};
+
+static void check_fast_build(const fast_build *b, test_rng *rng)
+{
+    for (unsigned i = 0; i < sizeof cases / sizeof *cases; i++)
+        check_causal_fn(b->fn, b->tol, b->name, cases[i].nq, cases[i].p0, cases[i].g, cases[i].d, rng);
+    check_causal_fn(b->fn, b->tol, b->name, 600, 0, 3, 64, rng);
+    check_causal_fn(b->fn, b->tol, b->name, 300, 500, 4, 128, rng);
+    check_causal_fn(b->fn, b->tol, b->name, 40, 20, 2, 256, rng);
+    check_split_invariant(b->fn, b->name, 200, 77, 3, 64, rng);
+    check_split_invariant(b->fn, b->name, 150, 33, 4, 128, rng);
+    check_split_invariant(b->fn, b->name, 90, 41, 70, 64, rng);
+}
+
 int main(void)
 {
     hkv_cpu_kernels t;
     test_rng rng = {3};
-    const struct { int nq; int64_t p0; int g, d; } cases[] = {
-        {1, 0, 1, 64},  {1, 40, 4, 128}, {5, 3, 3, 64},    {7, 0, 8, 128},  {70, 0, 4, 128},
-        {129, 100, 1, 64}, {40, 37, 8, 128}, {33, 0, 3, 128}, {100, 0, 1, 128}, {3, 5, 70, 64},
-        {21, 300, 3, 64}, {64, 31, 2, 64}, {9, 2, 5, 48},  {17, 1, 4, 80},
-    };
     FOR_EACH_ISA(t, isa) {
         for (unsigned i = 0; i < sizeof cases / sizeof *cases; i++)
             check_causal(&t, cases[i].nq, cases[i].p0, cases[i].g, cases[i].d, &rng);
@@ -118,17 +160,54 @@ int main(void)
         check_split_invariant(t.attn_causal, hkv_isa_name(t.isa), 200, 77, 3, 64, &rng);
         check_split_invariant(t.attn_causal, hkv_isa_name(t.isa), 150, 33, 5, 128, &rng);
         check_split_invariant(t.attn_causal, hkv_isa_name(t.isa), 90, 41, 70, 64, &rng);
-        if (isa == isa_best && t.attn_causal_fast) {
-            for (unsigned i = 0; i < sizeof cases / sizeof *cases; i++)
-                check_causal_fn(t.attn_causal_fast, 2e-2, "amx-bf16", cases[i].nq, cases[i].p0,
-                                cases[i].g, cases[i].d, &rng);
-            check_causal_fn(t.attn_causal_fast, 2e-2, "amx-bf16", 600, 0, 3, 64, &rng);
-            check_causal_fn(t.attn_causal_fast, 2e-2, "amx-bf16", 300, 500, 4, 128, &rng);
-            check_split_invariant(t.attn_causal_fast, "amx-bf16", 200, 77, 3, 64, &rng);
-            check_split_invariant(t.attn_causal_fast, "amx-bf16", 150, 33, 4, 128, &rng);
-        }
     }
-    if (!t.attn_causal_fast)   /* t: the best level's table, the last the loop set */
-        printf("untested ISA: amx_bf16: attn_causal_fast (cpu/attn_causal_amx.c)\n");
+
+    /* FAST: every build this CPU runs, and which one each table holds */
+    fast_build fb[4];
+    int nfb = 0, n16 = 0, amx = 0;
+    hkv_isa_info info;
+    hkv_isa_detect(&info);
+    CHECK(hkv_cpu_kernels_init(&t, HKV_ISA_SCALAR) == HKV_ISA_SCALAR && !t.attn_causal_fast,
+          "the scalar table has a FAST prompt attention");
+#if defined(__x86_64__)
+    if (info.best >= HKV_ISA_AVX2) {
+        fb[nfb++] = (fast_build){hkv_attn_causal_i16_avx2, "avx2-i16", 2e-3};
+        hkv_cpu_kernels_init(&t, HKV_ISA_AVX2 | HKV_ISA_NO_AVXVNNI);
+        CHECK(t.attn_causal_fast == hkv_attn_causal_i16_avx2, "avx2-novnni: not the vpmaddwd build");
+        hkv_cpu_kernels_init(&t, HKV_ISA_AVX2);
+        CHECK(t.attn_causal_fast == (t.avxvnni ? hkv_attn_causal_i16_avxvnni : hkv_attn_causal_i16_avx2),
+              "avx2: the prompt attention's build is not the products'");
+#if defined(HKV_HAVE_AVXVNNI)
+        if (t.avxvnni) fb[nfb++] = (fast_build){hkv_attn_causal_i16_avxvnni, "avx-vnni-i16", 2e-3};
+#endif
+    }
+    n16 = nfb;
+    if (info.best >= HKV_ISA_AVX512 && info.avx512_vnni) {
+        fb[nfb++] = (fast_build){hkv_attn_causal_i16_avx512vnni, "avx512-vnni-i16", 2e-3};
+        n16 = nfb;
+        hkv_cpu_kernels_init(&t, HKV_ISA_AVX512);
+#if defined(HKV_HAVE_AMX_BF16)
+        if (t.attn_causal_fast == hkv_attn_causal_amxbf16) {
+            fb[nfb++] = (fast_build){hkv_attn_causal_amxbf16, "amx-bf16", 2e-2};
+            amx = 1;
+        } else
+#endif
+            CHECK(t.attn_causal_fast == hkv_attn_causal_i16_avx512vnni,
+                  "avx512: neither AMX-BF16 nor the AVX512-VNNI build");
+    }
+#endif
+    for (int i = 0; i < nfb; i++) check_fast_build(&fb[i], &rng);
+    for (int i = 1; i < n16; i++) {
+        check_same_bits(fb[0].fn, fb[0].name, fb[i].fn, fb[i].name, 150, 37, 3, 64, &rng);
+        check_same_bits(fb[0].fn, fb[0].name, fb[i].fn, fb[i].name, 90, 300, 4, 128, &rng);
+        check_same_bits(fb[0].fn, fb[0].name, fb[i].fn, fb[i].name, 20, 5, 70, 64, &rng);
+    }
+    printf("FAST prompt attention builds checked: %d, compared bit for bit: %d\n", nfb, n16);
+    /* collected by tools/scripts/test_summary.py */
+    if (!amx) printf("untested ISA: amx_bf16: attn_causal_fast (cpu/attn_causal_amx.c)\n");
+    if (nfb == 0 || !info.avx512_vnni)
+        printf("untested ISA: avx512_vnni: attn_causal_fast (cpu/attn_causal_i16_avx512.c)\n");
+    if (!info.avx_vnni)
+        printf("untested ISA: avx_vnni: attn_causal_fast (cpu/attn_causal_i16_avxvnni.c)\n");
     return test_report("test_causal");
 }
