@@ -474,9 +474,12 @@ static void bench_causal(const bk *b, const hkv_cpu_kernels *t, const hkv_peak *
 {
     const int nq = 2048;
     const int nthreads = omp_get_max_threads();
+    /* the fast path's build: AMX-BF16 tiles or 16-bit fixed point (kernels.h) */
+    const int amx = t->amx && pk->amx_bf16_flops > 0;   /* AMX granted, and it has BF16 */
+    const char *fast_name = amx ? "amx-bf16" : "i16";
     printf("\nattn_causal, %d tokens from position 0 (GFLOP/s; 4*g*d per query-key pair);\n"
-           "fp32: the exact path's kernel, amx-bf16: the fast path's (where this CPU has it);\n"
-           "peak%%: N threads against the family's peak (fp32 FMA or AMX bf16)\n", nq);
+           "fp32: the exact path's kernel; amx-bf16 or i16 (16-bit fixed point): the fast path's;\n"
+           "peak%%: N threads against the family's peak (fp32 FMA, AMX bf16; none probed for i16)\n", nq);
     printf("%-9s %3s %2s %10s %10s %10s %6s\n", "kernel", "d", "g", "ms/head", "1 thread", "N threads", "peak%");
     const int cfg[][2] = {{128, 4}, {128, 8}, {64, 4}, {64, 3}};
     for (int i = 0; i < 8; i++) {
@@ -500,9 +503,10 @@ static void bench_causal(const bk *b, const hkv_cpu_kernels *t, const hkv_peak *
             res[par] = flops * calls / 1e9;
             if (!par) ms = dt * 1e3;
         }
-        const double peak = fast ? pk->amx_bf16_flops : pk->fp32_flops;
-        printf("%-9s %3d %2d %10.1f %10.1f %10.1f %5.0f%%\n", fast ? "amx-bf16" : "fp32", d, g, ms, res[0],
-               res[1], peak > 0 ? 100 * res[1] * 1e9 / peak : 0);
+        const double peak = fast ? (amx ? pk->amx_bf16_flops : 0) : pk->fp32_flops;
+        printf("%-9s %3d %2d %10.1f %10.1f %10.1f", fast ? fast_name : "fp32", d, g, ms, res[0], res[1]);
+        if (peak > 0) printf(" %5.0f%%\n", 100 * res[1] * 1e9 / peak);
+        else printf("      -\n");
         free(kv);
         free(q);
         free(out);
