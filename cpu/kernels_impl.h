@@ -70,27 +70,22 @@ void hkv_qgemm_avxvnni(const hkv_wmat *w, const hkv_qact *a, int n, float *y, in
 void hkv_qgemm_avx512amx(const hkv_wmat *w, const hkv_qact *a, int n, float *y, int64_t ldy,
                          int64_t r0, int64_t r1);
 
+/* attn_causal's signature, for the FAST builds below. */
+typedef void hkv_attn_causal_fn(const float *q, int64_t ldq, int nq, int g, int d, int64_t p0,
+                                const uint16_t *k, const uint16_t *v, int64_t ld, float scale,
+                                float *out, int64_t ldo, float *lse);
+
 /* attn_causal in 16-bit fixed point (attn_causal_i16.inc), precision
  * FAST's prompt attention without AMX-BF16: vpmaddwd at 256 bits (AVX2),
  * vpdpwssd at 256 (AVX-VNNI, HKV_HAVE_AVXVNNI) and 512 (AVX512-VNNI); the
  * same bits from all three. Heads of d % (2 x the lane count) != 0 or over
  * 256 and calls of fewer rows than a vector go to the fp32 kernel. */
-void hkv_attn_causal_i16_avx2(const float *q, int64_t ldq, int nq, int g, int d, int64_t p0,
-                              const uint16_t *k, const uint16_t *v, int64_t ld, float scale,
-                              float *out, int64_t ldo, float *lse);
-void hkv_attn_causal_i16_avxvnni(const float *q, int64_t ldq, int nq, int g, int d, int64_t p0,
-                                 const uint16_t *k, const uint16_t *v, int64_t ld, float scale,
-                                 float *out, int64_t ldo, float *lse);
-void hkv_attn_causal_i16_avx512vnni(const float *q, int64_t ldq, int nq, int g, int d, int64_t p0,
-                                    const uint16_t *k, const uint16_t *v, int64_t ld, float scale,
-                                    float *out, int64_t ldo, float *lse);
+hkv_attn_causal_fn hkv_attn_causal_i16_avx2, hkv_attn_causal_i16_avxvnni, hkv_attn_causal_i16_avx512vnni;
 
 /* attn_causal on AMX-BF16 tiles (attn_causal_amx.c, built where the compiler
  * has AMX-BF16: HKV_HAVE_AMX_BF16); heads larger than 128 and calls of
  * fewer than 16 query rows go to the AVX-512 fp32 kernel. */
-void hkv_attn_causal_amxbf16(const float *q, int64_t ldq, int nq, int g, int d, int64_t p0,
-                             const uint16_t *k, const uint16_t *v, int64_t ld, float scale,
-                             float *out, int64_t ldo, float *lse);
+hkv_attn_causal_fn hkv_attn_causal_amxbf16;
 
 /* Peak loops for the compute probe (peak.c): `iters` rounds of 16
  * independent instructions each; return a sum that keeps the work alive.

@@ -84,44 +84,67 @@ static void check_causal(const hkv_cpu_kernels *t, int nq, int64_t p0, int g, in
     check_causal_fn(t->attn_causal, 1e-4, hkv_isa_name(t->isa), nq, p0, g, d, rng);
 }
 
+/* Random K, V (d wide, packed) and queries for nq tokens at p0, and two
+ * sets of outputs to be compared bit for bit. */
+typedef struct {
+    int64_t ldq;
+    int nq, g, d;
+    uint16_t *k, *v;
+    float *q, *o[2], *l[2];
+} out_pair;
+
+static void pair_make(out_pair *p, int nq, int64_t p0, int g, int d, test_rng *rng)
+{
+    p->ldq = (int64_t)g * d, p->nq = nq, p->g = g, p->d = d;
+    random_kvq(p0 + nq, d, nq, p->ldq, rng, &p->k, &p->v, &p->q);
+    for (int i = 0; i < 2; i++) {
+        p->o[i] = calloc(nq * p->ldq, sizeof *p->o[i]);
+        p->l[i] = calloc((size_t)nq * g, sizeof *p->l[i]);
+    }
+}
+
+static int pair_same(const out_pair *p)
+{
+    return memcmp(p->o[0], p->o[1], p->nq * p->ldq * sizeof(float)) == 0 &&
+           memcmp(p->l[0], p->l[1], (size_t)p->nq * p->g * sizeof(float)) == 0;
+}
+
+static void pair_free(out_pair *p)
+{
+    free(p->k), free(p->v), free(p->q);
+    for (int i = 0; i < 2; i++) free(p->o[i]), free(p->l[i]);
+}
+
 /* Tokens [0, nq) in one call, then as calls of [0, cut) and [cut, nq): the
  * same bits for every token (both calls large enough for the tile path;
  * below a quarter tile of rows the fp32 kernel takes the decode kernel). */
 static void check_split_invariant(causal_fn fn, const char *name, int nq, int cut, int g, int d,
                                   test_rng *rng)
 {
-    int64_t ld = d, ldq = (int64_t)g * d;
-    uint16_t *k, *v;
-    float *q;
-    random_kvq(nq, ld, nq, ldq, rng, &k, &v, &q);
-    float *o1 = calloc(nq * ldq, sizeof *o1), *o2 = calloc(nq * ldq, sizeof *o2);
-    float *l1 = calloc((size_t)nq * g, sizeof *l1), *l2 = calloc((size_t)nq * g, sizeof *l2);
+    out_pair p;
+    pair_make(&p, nq, 0, g, d, rng);
+    const int64_t ldq = p.ldq;
     const float scale = 1.0f / sqrtf((float)d);
-    fn(q, ldq, nq, g, d, 0, k, v, ld, scale, o1, ldq, l1);
-    fn(q, ldq, cut, g, d, 0, k, v, ld, scale, o2, ldq, l2);
-    fn(q + cut * ldq, ldq, nq - cut, g, d, cut, k, v, ld, scale, o2 + cut * ldq, ldq, l2 + (size_t)cut * g);
-    CHECK(memcmp(o1, o2, nq * ldq * sizeof *o1) == 0 && memcmp(l1, l2, (size_t)nq * g * sizeof *l1) == 0,
-          "%s causal nq=%d cut=%d g=%d d=%d: a token's result depends on where its call starts",
+    fn(p.q, ldq, nq, g, d, 0, p.k, p.v, d, scale, p.o[0], ldq, p.l[0]);
+    fn(p.q, ldq, cut, g, d, 0, p.k, p.v, d, scale, p.o[1], ldq, p.l[1]);
+    fn(p.q + cut * ldq, ldq, nq - cut, g, d, cut, p.k, p.v, d, scale, p.o[1] + cut * ldq, ldq,
+       p.l[1] + (size_t)cut * g);
+    CHECK(pair_same(&p), "%s causal nq=%d cut=%d g=%d d=%d: a token's result depends on where its call starts",
           name, nq, cut, g, d);
-    free(k); free(v); free(q); free(o1); free(o2); free(l1); free(l2);
+    pair_free(&p);
 }
 
 /* The same calls through two builds: the same bits. */
 static void check_same_bits(causal_fn a, const char *na, causal_fn b, const char *nb, int nq,
                             int64_t p0, int g, int d, test_rng *rng)
 {
-    int64_t ld = d, ldq = (int64_t)g * d, nk = p0 + nq;
-    uint16_t *k, *v;
-    float *q;
-    random_kvq(nk, ld, nq, ldq, rng, &k, &v, &q);
-    float *o1 = calloc(nq * ldq, sizeof *o1), *o2 = calloc(nq * ldq, sizeof *o2);
-    float *l1 = calloc((size_t)nq * g, sizeof *l1), *l2 = calloc((size_t)nq * g, sizeof *l2);
+    out_pair p;
+    pair_make(&p, nq, p0, g, d, rng);
     const float scale = 1.0f / sqrtf((float)d);
-    a(q, ldq, nq, g, d, p0, k, v, ld, scale, o1, ldq, l1);
-    b(q, ldq, nq, g, d, p0, k, v, ld, scale, o2, ldq, l2);
-    CHECK(memcmp(o1, o2, nq * ldq * sizeof *o1) == 0 && memcmp(l1, l2, (size_t)nq * g * sizeof *l1) == 0,
-          "causal nq=%d p0=%lld g=%d d=%d: %s and %s differ", nq, (long long)p0, g, d, na, nb);
-    free(k); free(v); free(q); free(o1); free(o2); free(l1); free(l2);
+    a(p.q, p.ldq, nq, g, d, p0, p.k, p.v, d, scale, p.o[0], p.ldq, p.l[0]);
+    b(p.q, p.ldq, nq, g, d, p0, p.k, p.v, d, scale, p.o[1], p.ldq, p.l[1]);
+    CHECK(pair_same(&p), "causal nq=%d p0=%lld g=%d d=%d: %s and %s differ", nq, (long long)p0, g, d, na, nb);
+    pair_free(&p);
 }
 
 typedef struct {
