@@ -32,6 +32,10 @@ _Static_assert(QG_DIRECT >= 0 && QG_DIRECT <= 8, "QDIRECT covers T = 1..8");
 #ifndef QG_PREFETCH
 #define QG_PREFETCH 1
 #endif
+/* Into L2, not L1: more lines in flight per core, and a group ahead of
+ * 4096-column rows is more than L1 holds. Llama-3-8B's shape (4 layers, batch
+ * 1, 2 threads, AVX-512): 21.8 -> 35.0 tok/s; SmolLM2 127 -> 166. */
+#define QG_PF_HINT _MM_HINT_T1
 #ifndef QG_PF_GROUPS
 #define QG_PF_GROUPS 1   /* how many groups ahead */
 #endif
@@ -91,7 +95,7 @@ HKV_VINLINE void scales16(const uint16_t *p, int64_t ld, int64_t b, int nr, int 
     const char *pf = (const char *)(p + 16 * QG_PF_GROUPS * ld - b) + b * 32;
 #pragma GCC unroll 16
     for (int l = 0; l < 16; l++) {
-        if (QG_PREFETCH && l < 8) _mm_prefetch(pf + 64 * l, _MM_HINT_T0);
+        if (QG_PREFETCH && l < 8) _mm_prefetch(pf + 64 * l, QG_PF_HINT);
         r[l] = l < nr ? _mm512_castps_si512(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, p + l * ld)))
                       : _mm512_setzero_si512();
     }
@@ -116,7 +120,7 @@ HKV_VINLINE void load_rows(const hkv_wmat *m, const int q4, int64_t r, int nr, i
     const char *pf = (const char *)m->q + (r + 16 * QG_PF_GROUPS) * rs + b * (q4 ? 16 : 32) * 16;
 #pragma GCC unroll 16
     for (int l = 0; l < 16; l++) {
-        if (QG_PREFETCH) _mm_prefetch(pf + 64 * l, _MM_HINT_T0);
+        if (QG_PREFETCH) _mm_prefetch(pf + 64 * l, QG_PF_HINT);
         R[l] = l < nr ? _mm512_maskz_loadu_epi32(mk, q + l * rs) : _mm512_setzero_si512();
         if (!q4) R[l] = _mm512_xor_si512(R[l], flip);
     }
