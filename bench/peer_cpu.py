@@ -6,8 +6,10 @@
 
 DIR holds llama-bench and llama-batched-bench (tools/scripts/llama_cpp_peer.sh builds
 them and prints DIR). For each repetition, in turn: hetkv bench (exact and
-fast precision) at ctx 1024 for batches 1, 4, 16, 64 and at ctx 8192 for
-batch 1; llama-batched-bench at the same prompt length, generated tokens and
+fast precision) at ctx 1024 for batches 1, 4, 16, 64, at ctx 8192 for
+batch 1, and batch 1 at short context (a 16-token prompt, 128 tokens
+decoded, beside llama-bench's tg128: 128 from an empty context);
+llama-batched-bench at the same prompt length, generated tokens and
 batches (each sequence its own prompt, as hetkv's, and with -pps, the prompt
 shared, as the issue measured); llama-bench prefill at 1024 and 8192. The
 best of the repetitions is reported (the machines are shared: the best is the
@@ -26,6 +28,7 @@ import sys
 
 BATCHES = [1, 4, 16, 64]
 NGEN = 16
+SHORT_CTX, SHORT_GEN = 16, 128   # decode at short context: llama-bench's tg128
 
 
 def run(cmd, log, env=None):
@@ -46,9 +49,9 @@ def hetkv_env(a):
     return dict(os.environ, ONEDNN_MAX_CPU_ISA="AVX2")
 
 
-def hetkv_rows(a, precision, ctx, batches, log):
+def hetkv_rows(a, precision, ctx, batches, log, steps=NGEN):
     out, _ = run([a.hetkv, "bench", "-m", a.model, "--ctx", str(ctx), "--batch",
-                  ",".join(map(str, batches)), "--steps", str(NGEN), "-t", str(a.threads),
+                  ",".join(map(str, batches)), "--steps", str(steps), "-t", str(a.threads),
                   "--precision", precision, "-o", "jsonl"] + (["--isa", a.isa] if a.isa else []), log,
                  hetkv_env(a))
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
@@ -71,9 +74,9 @@ def batched_bench(a, pps, log):
     return res
 
 
-def llama_bench_pp(a, n, log):
-    out, _ = run([os.path.join(a.peer, "llama-bench"), "-m", a.model, "-t", str(a.threads), "-p", str(n),
-                  "-n", "0", "-r", "2", "-o", "json"], log)
+def llama_bench(a, n_prompt, n_gen, log):
+    out, _ = run([os.path.join(a.peer, "llama-bench"), "-m", a.model, "-t", str(a.threads), "-p", str(n_prompt),
+                  "-n", str(n_gen), "-r", "2", "-o", "json"], log)
     rows = json.loads(out)
     return rows[0]["avg_ts"]
 
@@ -96,23 +99,29 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     log = os.path.join(a.out, "raw.txt")
     open(log, "w").close()
-    h = {}       # (precision, ctx, batch) -> [(decode, prefill)]
+    h = {}       # (precision, ctx, batch) -> [(decode, prefill, decode's share of the probe)]
     probe = []
-    p_sep, p_pps, pp = {}, {}, {1024: [], 8192: []}
+    p_sep, p_pps, pp, tg = {}, {}, {1024: [], 8192: []}, []
     for _ in range(a.reps):
         for prec in ("exact", "fast"):
-            for ctx, batches in ((1024, BATCHES), (8192, [1])):
-                for r in hetkv_rows(a, prec, ctx, batches, log):
-                    h.setdefault((prec, ctx, r["batch"]), []).append((r["decode_tok_s"], r["prefill_tok_s"]))
+            for ctx, batches, steps in ((SHORT_CTX, [1], SHORT_GEN), (1024, BATCHES, NGEN), (8192, [1], NGEN)):
+                for r in hetkv_rows(a, prec, ctx, batches, log, steps):
+                    h.setdefault((prec, ctx, r["batch"]), []).append(
+                        (r["decode_tok_s"], r["prefill_tok_s"], r.get("frac_of_probe")))
                     probe.append(r["probe_gbs"])
         for pps, dst in ((False, p_sep), (True, p_pps)):
             for b, v in batched_bench(a, pps, log).items():
                 dst.setdefault(b, []).append(v)
         for n in pp:
-            pp[n].append(llama_bench_pp(a, n, log))
+            pp[n].append(llama_bench(a, n, 0, log))
+        tg.append(llama_bench(a, 0, SHORT_GEN, log))
 
     def hd(prec, ctx, b):
         return best([x[0] for x in h.get((prec, ctx, b), [])])
+
+    def hf(prec, ctx, b):   # the best decode row's share of its run's probe
+        rows = [x for x in h.get((prec, ctx, b), []) if x[0] is not None]
+        return max(rows)[2] if rows else None
 
     def hp(prec, ctx):
         return best([x[1] for x in h.get((prec, ctx, 1), [])])
@@ -125,19 +134,25 @@ def main():
 
     lines = [f"Threads {a.threads}, model {os.path.basename(a.model)}, hetkv --isa {a.isa or 'best'}, best of {a.reps} "
              f"repetitions; bandwidth probe {min(probe):.1f}-{max(probe):.1f} GB/s over the run.", "",
-             "| tok/s | " + " | ".join(f"decode b{b}" for b in BATCHES) + " | prefill 1K | prefill 8K |",
-             "|---|" + "---|" * (len(BATCHES) + 2)]
-    rows = [("hetkv exact", [hd("exact", 1024, b) for b in BATCHES], hp("exact", 1024), hp("exact", 8192)),
-            ("hetkv fast", [hd("fast", 1024, b) for b in BATCHES], hp("fast", 1024), hp("fast", 8192)),
-            ("llama.cpp, own prompts", [best([v["tg"] for v in p_sep.get(b, [])]) for b in BATCHES],
+             "| tok/s | decode b1 short | " + " | ".join(f"decode b{b}" for b in BATCHES) +
+             " | prefill 1K | prefill 8K |",
+             "|---|" + "---|" * (len(BATCHES) + 3)]
+    rows = [("hetkv exact", [hd("exact", SHORT_CTX, 1)] + [hd("exact", 1024, b) for b in BATCHES],
+             hp("exact", 1024), hp("exact", 8192)),
+            ("hetkv fast", [hd("fast", SHORT_CTX, 1)] + [hd("fast", 1024, b) for b in BATCHES],
+             hp("fast", 1024), hp("fast", 8192)),
+            ("llama.cpp, own prompts", [best(tg)] + [best([v["tg"] for v in p_sep.get(b, [])]) for b in BATCHES],
              best(pp[1024]), best(pp[8192])),
-            ("llama.cpp -pps (shared prompt)", [best([v["tg"] for v in p_pps.get(b, [])]) for b in BATCHES],
+            ("llama.cpp -pps (shared prompt)", [None] + [best([v["tg"] for v in p_pps.get(b, [])]) for b in BATCHES],
              None, None)]
     for name, dec, p1, p8 in rows:
         lines.append(f"| {name} | " + " | ".join(f(x) for x in dec) + f" | {f(p1)} | {f(p8)} |")
     fast, peer = rows[1], rows[2]
     lines.append("| hetkv fast / llama.cpp | " + " | ".join(ratio(x, y) for x, y in zip(fast[1], peer[1]))
                  + f" | {ratio(fast[2], peer[2])} | {ratio(fast[3], peer[3])} |")
+    shares = [hf("fast", SHORT_CTX, 1)] + [hf("fast", 1024, b) for b in BATCHES]
+    lines.append("| hetkv fast, bytes read / probe | " +
+                 " | ".join("–" if x is None else f"{100 * x:.0f}%" for x in shares) + " | | |")
     table = "\n".join(lines) + "\n"
     with open(os.path.join(a.out, "table.md"), "w") as fo:
         fo.write(table)
