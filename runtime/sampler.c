@@ -48,12 +48,50 @@ static float rand01(uint64_t *st) {
     return (float)(x >> 40) / (float)(1ULL << 24);
 }
 
-static int by_prob_desc(const void *a, const void *b, void *prob) {
-    const float *pr = prob;
-    float x = pr[*(const int32_t *)a], y = pr[*(const int32_t *)b];
-    if (x != y) return x < y ? 1 : -1;
-    return *(const int32_t *)a - *(const int32_t *)b;
+/* a before b among the candidates: probability descending, then index
+ * ascending (a strict total order, so the ranking is unique). */
+static inline int ahead(const float *pr, int32_t a, int32_t b) {
+    return pr[a] > pr[b] || (pr[a] == pr[b] && a < b);
 }
+
+/* Restore the heap below slot i: every slot behind its children (the root
+ * the last of the kept candidates). */
+static void sift_down(const float *pr, int32_t *h, int k, int i) {
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, last = i;
+        if (l < k && ahead(pr, h[last], h[l])) last = l;
+        if (r < k && ahead(pr, h[last], h[r])) last = r;
+        if (last == i) return;
+        int32_t t = h[i];
+        h[i] = h[last];
+        h[last] = t;
+        i = last;
+    }
+}
+
+/* The first k of the n tokens in that order into idx[0..k), first to last:
+ * a heap of the k best seen, each other token one comparison with the last
+ * of them, then heapsort. The whole vocabulary sorted for each token (49152
+ * for SmolLM2) took longer than the model's decode step. */
+static void rank_candidates(const float *pr, int n, int k, int32_t *idx) {
+    for (int i = 0; i < k; i++) idx[i] = i;
+    for (int i = k / 2 - 1; i >= 0; i--) sift_down(pr, idx, k, i);
+    for (int i = k; i < n; i++)
+        if (ahead(pr, i, idx[0])) {
+            idx[0] = i;
+            sift_down(pr, idx, k, 0);
+        }
+    for (int end = k - 1; end > 0; end--) {   /* the last kept goes to the end */
+        int32_t t = idx[0];
+        idx[0] = idx[end];
+        idx[end] = t;
+        sift_down(pr, idx, end, 0);
+    }
+}
+
+/* The nucleus rarely holds more than a few dozen tokens: rank 64 first and
+ * four times as many while their mass falls short of top_p. */
+#define NUCLEUS_FIRST 64
 
 int32_t hkv_sample(hkv_sampler *s, const float *logits) {
     const int n = s->n_vocab;
@@ -66,22 +104,31 @@ int32_t hkv_sample(hkv_sampler *s, const float *logits) {
     }
     for (int i = 0; i < n; i++) s->prob[i] = (float)(s->prob[i] / sum);
     int m = n;
-    for (int i = 0; i < n; i++) s->idx[i] = i;
     if (s->p.top_k > 0 || s->p.top_p < 1) {
-        /* Candidates in descending probability; the sort is only paid for
-         * when a truncation is asked for. */
-        qsort_r(s->idx, (size_t)n, sizeof *s->idx, by_prob_desc, s->prob);
-        if (s->p.top_k > 0 && s->p.top_k < m) m = s->p.top_k;
-        if (s->p.top_p < 1) {
+        /* Candidates in descending probability, as many as the truncation
+         * can keep: top-k's k, and for top-p the shortest prefix whose mass
+         * reaches it (the same prefix a full sort would give). */
+        const int k = s->p.top_k > 0 && s->p.top_k < n ? s->p.top_k : n;
+        m = k;
+        int ranked = s->p.top_p < 1 && k > NUCLEUS_FIRST ? NUCLEUS_FIRST : k;
+        for (;;) {
+            rank_candidates(s->prob, n, ranked, s->idx);
+            if (s->p.top_p >= 1) break;
             double acc = 0;
-            for (int i = 0; i < m; i++) {
+            int cut = 0;
+            for (int i = 0; i < ranked && !cut; i++) {
                 acc += s->prob[s->idx[i]];
-                if (acc >= s->p.top_p) {
-                    m = i + 1;
-                    break;
-                }
+                if (acc >= s->p.top_p) cut = i + 1;
             }
+            if (cut) {
+                m = cut;
+                break;
+            }
+            if (ranked == k) break;
+            ranked = ranked <= k / 4 ? 4 * ranked : k;
         }
+    } else {
+        for (int i = 0; i < n; i++) s->idx[i] = i;
     }
     double tot = 0;
     for (int i = 0; i < m; i++) tot += s->prob[s->idx[i]];
