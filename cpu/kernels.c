@@ -25,6 +25,7 @@ static void fast_avx2(hkv_cpu_kernels *t, const hkv_isa_info *info, int no_vnni)
 {
     t->quant_act = hkv_quant_act_avx2;
     t->qgemm = hkv_qgemm_avx2;
+    t->qgemm_pack = 8;   /* both builds read qgemm_avx2.inc's layout */
     t->attn_causal_fast = hkv_attn_causal_i16_avx2;
 #if defined(HKV_HAVE_AVXVNNI)
     if (info->avx_vnni && !no_vnni) {
@@ -50,6 +51,7 @@ int hkv_cpu_kernels_init(hkv_cpu_kernels *t, int isa)
     t->precision = HKV_PREC_EXACT;
     t->quant_act = NULL;
     t->qgemm = NULL;
+    t->qgemm_pack = 0;
     t->amx = 0;
     t->avxvnni = 0;
     t->attn_causal_fast = NULL;
@@ -80,6 +82,7 @@ int hkv_cpu_kernels_init(hkv_cpu_kernels *t, int isa)
 
 size_t hkv_wmat_bytes(const hkv_wmat *w)
 {
+    if (w->pack) return hkv_wmat_pack_bytes(&(hkv_wmat){.type = w->type, .rows = w->rows, .cols = w->cols}, w->pack);
     size_t n = (size_t)w->rows * (size_t)w->cols;
     size_t blocks = n / HKV_WBLOCK;
     switch (w->type) {

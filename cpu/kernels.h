@@ -41,10 +41,33 @@ typedef struct hkv_wmat {
     void *q;             /* see enum hkv_wtype; 64-byte aligned */
     uint16_t *scale;     /* Q8/Q4 */
     uint16_t *min;       /* Q4 */
+    int pack;            /* 0: the rows above; else Q4/Q8 interleaved for the FAST
+                          * products, groups of `pack` rows (hkv_wmat_pack): q holds
+                          * codes, scales and mins, scale and min are NULL */
 } hkv_wmat;
 
 /* Bytes one full pass over the matrix reads. */
 size_t hkv_wmat_bytes(const hkv_wmat *w);
+
+/* The FAST products' interleaved layout (cpu/wpack.c). Rows in groups of g
+ * (the lanes of the kernel's vectors: 8 at 256 bits); a group is one
+ * stretch of records, each record two blocks (2i, 2i + 1; an odd last
+ * block leaves half of one unused):
+ *   codes   per block, Q4: 4, Q8: 8 pieces of g x 4 bytes; piece j, lane
+ *           l = bytes 4j..4j+3 of row G*g+l's block (its 16 Q4 or 32 Q8 bytes)
+ *   scales  per block, g fp16 (lane l's)
+ *   mins    Q4: per block, g fp16
+ * Rows past `rows` in the last group are zeros. What a row-layout kernel
+ * transposes per 8 rows and block is laid out once at load, and the
+ * hardware prefetcher follows one stream instead of 8-16 rows x 2-3 arrays;
+ * records (320 or 544 bytes at g = 8) keep every 32-byte load of codes
+ * inside a line. Only qgemm reads it, and only the table whose qgemm_pack
+ * is g (hkv_matmul refuses the rest). */
+size_t hkv_wmat_pack_bytes(const hkv_wmat *w, int g);   /* 0: not packable */
+/* Interleave src (Q4/Q8, rows layout) into dst (hkv_wmat_pack_bytes, 64-byte
+ * aligned) and describe it in out (q = dst). HKV_E_INVAL if src cannot be
+ * packed in groups of g (8 or 16). */
+int hkv_wmat_pack(const hkv_wmat *src, int g, void *dst, hkv_wmat *out);
 
 /* ---- int8 activations (precision "fast") ------------------------------- */
 
@@ -117,6 +140,11 @@ typedef struct hkv_cpu_kernels {
     void (*qgemm)(const hkv_wmat *w, const hkv_qact *a, int n, float *y, int64_t ldy,
                   int64_t r0, int64_t r1);
     int amx;
+    /* Rows per group of the interleaved layout (hkv_wmat_pack) this qgemm
+     * reads without transposing: 8 on the AVX2 table, 0 where it reads rows
+     * only. qgemm takes either layout; with a packed matrix r0 is a multiple
+     * of it. */
+    int qgemm_pack;
     /* 1 where qgemm is the AVX2 table's AVX-VNNI build (vpdpbusd at 256
      * bits), 0 for vpmaddubsw or the AVX-512 kernels: the same bits. */
     int avxvnni;

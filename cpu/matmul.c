@@ -136,6 +136,14 @@ static int matmul_thread(const hkv_cpu_kernels *t, const hkv_wmat *w, const floa
 
 size_t hkv_matmul_mode_ws_floats(const hkv_wmat *w, int mode) { return ws_floats_for(w, mode); }
 
+/* A packed matrix (hkv_wmat_pack) runs only where this table's FAST
+ * products read its layout. */
+static int packed_fast(const hkv_cpu_kernels *t, const hkv_wmat *w)
+{
+    return t->precision == HKV_PREC_FAST && t->qgemm && t->qgemm_pack == w->pack &&
+           (w->type == HKV_W_Q4 || w->type == HKV_W_Q8);
+}
+
 int hkv_matmul_mode(const hkv_cpu_kernels *t, const hkv_wmat *w, const float *x, int64_t n,
                     float *y, float *ws, int mode)
 {
@@ -144,6 +152,7 @@ int hkv_matmul_mode(const hkv_cpu_kernels *t, const hkv_wmat *w, const float *x,
         return HKV_E_INVAL;
     if ((w->type == HKV_W_Q8 || w->type == HKV_W_Q4) && w->cols % HKV_WBLOCK != 0)
         return HKV_E_INVAL;
+    if (w->pack && !packed_fast(t, w)) return HKV_E_INVAL;   /* only qgemm reads the interleaved layout */
     if (n == 0 || w->rows == 0) return HKV_OK;
     if (t->precision == HKV_PREC_FAST && t->qgemm && (w->type == HKV_W_Q4 || w->type == HKV_W_Q8)) {
         /* any n, batch-invariant or not: qgemm's rows never depend on n */
@@ -244,6 +253,7 @@ int hkv_matmul_parts(const hkv_cpu_kernels *t, const hkv_wmat *parts, int np, co
     int64_t sum = 0;
     int fast = t->precision == HKV_PREC_FAST && t->qgemm && ws;
     for (int p = 0; p < np; p++) {
+        if (parts[p].pack && !packed_fast(t, &parts[p])) return HKV_E_INVAL;
         sum += parts[p].rows;
         fast = fast && (parts[p].type == HKV_W_Q4 || parts[p].type == HKV_W_Q8) &&
                parts[p].cols == parts[0].cols && parts[p].cols % HKV_WBLOCK == 0 && parts[p].rows >= 0;

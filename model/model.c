@@ -180,7 +180,7 @@ void hkv_model_free(hkv_model *m) {
         }
         free(m->layers);
     }
-    if (!m->cfg.tied_output) hkv_wmat_free(&m->output);
+    if (m->output.q != m->tok_embd.q) hkv_wmat_free(&m->output);   /* tied: its own only once packed */
     hkv_wmat_free(&m->tok_embd);
     free(m->out_norm);
     free(m->rope_inv_freq);

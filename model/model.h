@@ -76,6 +76,13 @@ typedef struct hkv_model {
 /* Read the config from GGUF metadata; errors name the missing or bad key. */
 int hkv_model_config_read(const hkv_gguf *g, hkv_model_config *cfg, hkv_err *err);
 
+/* The layer matrices and the head into the FAST products' interleaved
+ * layout in groups of g (hkv_wmat_pack; the table's qgemm_pack), the
+ * embeddings left in rows for the lookup (a tied head gets its own packed
+ * copy). After it only FAST products read the matrices: hkv_matmul refuses
+ * them otherwise, and a device upload would read the wrong layout. */
+int hkv_model_pack(hkv_model *m, int g, hkv_err *err);
+
 /* Load and repack all weights. The gguf handle may be closed afterwards. */
 int hkv_model_load(hkv_model *m, const hkv_gguf *g, hkv_err *err);
 void hkv_model_free(hkv_model *m);

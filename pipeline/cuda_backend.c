@@ -77,6 +77,10 @@ int cb_stage(cuda_be *b, int id, void *dev, const void *src, size_t bytes, hkv_e
 /* ---- weights ------------------------------------------------------------------ */
 
 static int up_mat(cuda_be *b, const hkv_wmat *w, hkv_gpu_qmat *d, hkv_err *err) {
+    if (w->pack)   /* hkv_engine_open packs only without device_cuda */
+        return hkv_seterr(err, HKV_E_INVAL, "%lld x %lld weights are interleaved for the host's fast "
+                          "products, not in the rows the device reads: open the engine for the device",
+                          (long long)w->rows, (long long)w->cols);
     int rc = hkv_gpu_qmat_upload(b->ctx, w, d, b->st, err);
     if (rc)
         return hkv_err_prefix(err, "%lld x %lld weights on the device", (long long)w->rows,

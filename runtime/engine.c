@@ -105,6 +105,11 @@ int hkv_engine_open(hkv_engine **out, const hkv_engine_params *p, hkv_err *err) 
                (rc = hkv_model_load(&e->model, g, err))) {
         goto fail;
     }
+    /* FAST products on the host read the weights interleaved (no transposes
+     * per block, one stream per group); a device backend uploads rows. */
+    if (!p->device_cuda && e->kern.precision == HKV_PREC_FAST && e->kern.qgemm_pack &&
+        (rc = hkv_model_pack(&e->model, e->kern.qgemm_pack, err)))
+        goto fail;
     e->mem.bytes[HKV_TIER_WEIGHTS] = e->mem.peak[HKV_TIER_WEIGHTS] = e->model.weight_bytes;
     if (g && (rc = hkv_tokenizer_load(&e->tok, g, err))) {
         hkv_err_prefix(err, "loading tokenizer");

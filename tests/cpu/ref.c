@@ -115,7 +115,7 @@ void ref_make_wmat(ref_wmat *m, int type, int64_t rows, int64_t cols, test_rng *
         m->min = malloc(nb * 2 + 2);
         for (int64_t b = 0; b < nb; b++) m->min[b] = rng_half(rng, -0.16f, -0.01f);
     }
-    m->w = (hkv_wmat){type, rows, cols, m->q, m->scale, m->min};
+    m->w = (hkv_wmat){type, rows, cols, m->q, m->scale, m->min, 0};
 }
 
 void ref_free_wmat(ref_wmat *m) { free(m->q); free(m->scale); free(m->min); }

@@ -44,6 +44,53 @@ static void fill_x(float *x, int64_t n, int64_t cols, test_rng *rng)
     }
 }
 
+/* w in the interleaved layout of t's qgemm (hkv_wmat_pack) into *pk; the
+ * buffer to free, NULL where the table reads rows only. */
+static void *pack_for(const hkv_cpu_kernels *t, const hkv_wmat *w, hkv_wmat *pk)
+{
+    if (!t->qgemm_pack) return NULL;
+    const size_t pb = hkv_wmat_pack_bytes(w, t->qgemm_pack);
+    void *buf = aligned_alloc(64, (pb + 63) & ~(size_t)63);
+    int rc = hkv_wmat_pack(w, t->qgemm_pack, buf, pk);
+    CHECK(pb > 0 && rc == HKV_OK && pk->pack == t->qgemm_pack && hkv_wmat_bytes(pk) == pb && !pk->scale,
+          "pack %s %lldx%lld in groups of %d: rc %d, %zu bytes", tname(w->type), (long long)w->rows,
+          (long long)w->cols, t->qgemm_pack, rc, pb);
+    return buf;
+}
+
+/* qgemm over the interleaved layout: the rows layout's bits (yall, all
+ * nmax tokens) at n = 1, 2, 3 and nmax, and over rows from the second
+ * group on; outputs beyond stay untouched. */
+static int packed_diff(const hkv_cpu_kernels *t, const hkv_wmat *w, const hkv_qact *a, int nmax,
+                       const float *yall, float *y)
+{
+    hkv_wmat pk;
+    void *buf = pack_for(t, w, &pk);
+    if (!buf) return 0;
+    const int64_t rows = w->rows, cnt = (int64_t)nmax * rows;
+    const int ns[4] = {1, 2, 3, nmax};
+    int diff = 0;
+    for (int k = 0; k < 4; k++) {
+        const int n = ns[k] < nmax ? ns[k] : nmax;
+        poison(y, cnt);
+        t->qgemm(&pk, a, n, y, rows, 0, rows);
+        for (int64_t j = 0; j < (int64_t)n * rows; j++) diff += memcmp(&y[j], &yall[j], sizeof(float)) != 0;
+        for (int64_t j = (int64_t)n * rows; j < cnt; j++) diff += !isnan(y[j]);
+    }
+    const int64_t r0 = t->qgemm_pack;
+    if (rows > r0 + 1) {
+        poison(y, cnt);
+        t->qgemm(&pk, a, nmax, y, rows, r0, rows - 1);
+        for (int i = 0; i < nmax; i++)
+            for (int64_t r = 0; r < rows; r++) {
+                const int64_t j = (int64_t)i * rows + r;
+                diff += r < r0 || r == rows - 1 ? !isnan(y[j]) : memcmp(&y[j], &yall[j], sizeof(float)) != 0;
+            }
+    }
+    free(buf);
+    return diff;
+}
+
 static void test_quant(const hkv_cpu_kernels *t, int64_t cols, int64_t n, test_rng *rng)
 {
     float *x = malloc(sizeof(float) * n * cols);
@@ -156,6 +203,9 @@ static void test_qgemm_shape(const hkv_cpu_kernels *t, int type, int64_t rows, i
     }
     CHECK(diff == 0, "%s qgemm %s %lldx%lld: %d outputs depend on n, the token's place or the row range",
           hkv_isa_name(t->isa), tname(type), (long long)rows, (long long)cols, diff);
+    diff = packed_diff(t, &m.w, &a, nmax, yall, y);
+    CHECK(diff == 0, "%s qgemm %s %lldx%lld packed in groups of %d: %d outputs differ from the rows layout's",
+          hkv_isa_name(t->isa), tname(type), (long long)rows, (long long)cols, t->qgemm_pack, diff);
     free(y); free(yall); free(ref); free(mag); free(qerr); free(eref); free(emag); free(buf); free(x);
     ref_free_wmat(&m);
 }
@@ -198,6 +248,25 @@ static void test_matmul_fast(const hkv_cpu_kernels *t0, int type, int64_t rows, 
     for (int64_t k = 0; k < (int64_t)n * rows; k++) diff += memcmp(&yq[k], &y[k], sizeof(float)) != 0;
     CHECK(diff == 0, "%s FAST matmul %s n=%d: %d outputs differ from one qgemm call", hkv_isa_name(t.isa),
           tname(type), n, diff);
+    /* packed: the same bits through hkv_matmul; refused where qgemm does not run */
+    hkv_wmat pk;
+    void *pbuf = pack_for(&t, &m.w, &pk);
+    if (pbuf) {
+        poison(yq, (int64_t)n * rows);
+        rc = hkv_matmul(&t, &pk, x, n, yq, ws);
+        diff = 0;
+        for (int64_t k = 0; k < (int64_t)n * rows; k++) diff += memcmp(&yq[k], &y[k], sizeof(float)) != 0;
+        CHECK(rc == HKV_OK && diff == 0, "%s FAST matmul %s n=%d packed: rc %d, %d outputs differ", hkv_isa_name(t.isa),
+              tname(type), n, rc, diff);
+        hkv_cpu_kernels te = t;
+        hkv_cpu_kernels_set_precision(&te, HKV_PREC_EXACT);
+        hkv_wmat other = pk;
+        other.pack = 16;
+        CHECK(hkv_matmul(&te, &pk, x, n, yq, ws) == HKV_E_INVAL && hkv_matmul(&t, &other, x, n, yq, ws) == HKV_E_INVAL &&
+              hkv_matmul_parts(&te, &pk, 1, x, n, yq, rows, ws, yb) == HKV_E_INVAL,
+              "a packed matrix accepted by EXACT or by another group size");
+        free(pbuf);
+    }
     free(buf); free(yq); free(yb); free(y); free(y1); free(ws); free(x);
     ref_free_wmat(&m);
 }
@@ -245,6 +314,20 @@ static void test_matmul_parts(const hkv_cpu_kernels *t0, int type, int64_t cols,
               tname(type), n, rc, diff, spare);
     }
     CHECK(hkv_matmul_parts(t0, parts, 3, x, n, y, sum - 1, ws, stage) == HKV_E_INVAL, "ldy below the parts' rows accepted");
+    if (t0->qgemm_pack) {   /* y holds FAST's: the packed parts give its bits, the middle one left in rows */
+        hkv_cpu_kernels t = *t0;
+        hkv_cpu_kernels_set_precision(&t, HKV_PREC_FAST);
+        hkv_wmat pk[3];
+        void *bufs[3] = {pack_for(&t, &parts[0], &pk[0]), NULL, pack_for(&t, &parts[2], &pk[2])};
+        pk[1] = parts[1];
+        float *y2 = alloc_poisoned((int64_t)n * ldy);
+        int rc = hkv_matmul_parts(&t, pk, 3, x, n, y2, ldy, ws, stage), diff = 0;
+        for (int64_t k = 0; k < (int64_t)n * ldy; k++)
+            diff += isnan(y[k]) ? !isnan(y2[k]) : memcmp(&y[k], &y2[k], sizeof(float)) != 0;
+        CHECK(rc == HKV_OK && diff == 0, "%s matmul_parts %s n=%d packed: rc %d, %d outputs differ", hkv_isa_name(t.isa),
+              tname(type), n, rc, diff);
+        free(y2); free(bufs[0]); free(bufs[2]);
+    }
     free(yp); free(y); free(stage); free(ws); free(x);
     for (int p = 0; p < 3; p++) ref_free_wmat(&m[p]);
 }
@@ -273,6 +356,18 @@ static void test_fallback(const hkv_cpu_kernels *t0, test_rng *rng)
 /* One table's FAST kernels through every check above. */
 static void test_fast_table(const hkv_cpu_kernels *t, test_rng *rng)
 {
+    if (t->qgemm_pack) {   /* what cannot be packed is refused */
+        ref_wmat m;
+        ref_make_wmat(&m, HKV_W_Q4, 9, 64, rng);
+        hkv_wmat f16 = m.w, out;
+        f16.type = HKV_W_F16;
+        char buf[1024] __attribute__((aligned(64)));
+        CHECK(hkv_wmat_pack_bytes(&m.w, 5) == 0 && hkv_wmat_pack(&m.w, 5, buf, &out) == HKV_E_INVAL &&
+              hkv_wmat_pack(&f16, 8, buf, &out) == HKV_E_INVAL && hkv_wmat_pack_bytes(&m.w, 8) == 2 * 2 * 160 &&
+              hkv_wmat_pack(&m.w, 8, buf, &out) == HKV_OK && hkv_wmat_pack(&out, 8, buf + 640, &out) == HKV_E_INVAL,
+              "hkv_wmat_pack: a bad group size, an F16 matrix or a packed one accepted");
+        ref_free_wmat(&m);
+    }
     for (int64_t cols = 32; cols <= 1536; cols = cols * 3 + 32) test_quant(t, cols, 5, rng);
     test_quant(t, 544, 3, rng);
     double worst = 0;

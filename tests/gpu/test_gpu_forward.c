@@ -102,7 +102,7 @@ static void make_wmat(test_wmat *m, int type, int64_t rows, int64_t cols, test_r
         mn = malloc(nb * 2 + 2);
         for (int64_t b = 0; b < nb; b++) mn[b] = rng_half(rng, -0.16f, 0.05f);
     }
-    m->w = (hkv_wmat){type, rows, cols, q, scale, mn};
+    m->w = (hkv_wmat){type, rows, cols, q, scale, mn, 0};
 }
 
 static void free_wmat(test_wmat *m) { free(m->w.q), free(m->w.scale), free(m->w.min); }

@@ -90,7 +90,7 @@ static int one_matrix(bg *b, int type, const pr_shape *s, const pr_host *h, cons
                       const int64_t *gemv_n, int n_gemv, const int64_t *gemm_n, int n_gemm,
                       hkv_err *err)
 {
-    const hkv_wmat hw = {type, s->rows, s->cols, h->q, h->scale, h->min};
+    const hkv_wmat hw = {type, s->rows, s->cols, h->q, h->scale, h->min, 0};
     hkv_gpu_qmat *w = NULL;
     int copies = 0, rc;
     void *ws = NULL;

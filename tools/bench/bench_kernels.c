@@ -124,7 +124,7 @@ typedef struct {
 
 static void wset_make(size_t cold_bytes, wset *s, int type, int64_t rows, int64_t cols)
 {
-    hkv_wmat one = {type, rows, cols, NULL, NULL, NULL};
+    hkv_wmat one = {type, rows, cols, NULL, NULL, NULL, 0};
     size_t bytes = hkv_wmat_bytes(&one);
     s->copies = (int)((cold_bytes + bytes - 1) / bytes);
     size_t n = (size_t)rows * cols, nb = n / HKV_WBLOCK;
@@ -139,7 +139,7 @@ static void wset_make(size_t cold_bytes, wset *s, int type, int64_t rows, int64_
     s->m = malloc(s->copies * sizeof *s->m);
     for (int c = 0; c < s->copies; c++)
         s->m[c] = (hkv_wmat){type, rows, cols, (char *)s->q + qb * c,
-                             s->scale ? s->scale + nb * c : NULL, s->min ? s->min + nb * c : NULL};
+                             s->scale ? s->scale + nb * c : NULL, s->min ? s->min + nb * c : NULL, 0};
 }
 
 static void wset_free(wset *s)
