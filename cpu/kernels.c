@@ -62,6 +62,7 @@ int hkv_cpu_kernels_init(hkv_cpu_kernels *t, int isa)
         if (info.avx512_vnni) {   /* the int8 products exist only with VNNI */
             t->quant_act = hkv_quant_act_avx2;   /* AVX2 is enough, and one quantiser means one rounding */
             t->qgemm = hkv_qgemm_avx512vnni;
+            t->qgemm_pack = 16;   /* the VNNI and AMX kernels' layout (qgemm_vnni.h) */
             hkv_cpu_kernels_set_amx(t, 1);   /* AMX tiles where granted: the same bits */
             t->attn_causal_fast = hkv_attn_causal_i16_avx512vnni;
 #if defined(HKV_HAVE_AMX_BF16)

@@ -50,7 +50,7 @@ typedef struct hkv_wmat {
 size_t hkv_wmat_bytes(const hkv_wmat *w);
 
 /* The FAST products' interleaved layout (cpu/wpack.c). Rows in groups of g
- * (the lanes of the kernel's vectors: 8 at 256 bits); a group is one
+ * (the lanes of the kernel's vectors: 8 at 256 bits, 16 at 512); a group is one
  * stretch of records, each record two blocks (2i, 2i + 1; an odd last
  * block leaves half of one unused):
  *   codes   per block, Q4: 4, Q8: 8 pieces of g x 4 bytes; piece j, lane
@@ -60,8 +60,8 @@ size_t hkv_wmat_bytes(const hkv_wmat *w);
  * Rows past `rows` in the last group are zeros. What a row-layout kernel
  * transposes per 8 rows and block is laid out once at load, and the
  * hardware prefetcher follows one stream instead of 8-16 rows x 2-3 arrays;
- * records (320 or 544 bytes at g = 8) keep every 32-byte load of codes
- * inside a line. Only qgemm reads it, and only the table whose qgemm_pack
+ * records (Q4 / Q8: 320 / 544 bytes at g = 8, 640 / 1088 at 16) keep
+ * every vector load of codes inside a line. Only qgemm reads it, and only the table whose qgemm_pack
  * is g (hkv_matmul refuses the rest). */
 size_t hkv_wmat_pack_bytes(const hkv_wmat *w, int g);   /* 0: not packable */
 /* Interleave src (Q4/Q8, rows layout) into dst (hkv_wmat_pack_bytes, 64-byte
@@ -141,8 +141,8 @@ typedef struct hkv_cpu_kernels {
                   int64_t r0, int64_t r1);
     int amx;
     /* Rows per group of the interleaved layout (hkv_wmat_pack) this qgemm
-     * reads without transposing: 8 on the AVX2 table, 0 where it reads rows
-     * only. qgemm takes either layout; with a packed matrix r0 is a multiple
+     * reads without transposing: 8 on the AVX2 table, 16 on AVX-512 (VNNI
+     * and AMX), 0 where it reads rows only. qgemm takes either layout; with a packed matrix r0 is a multiple
      * of it. */
     int qgemm_pack;
     /* 1 where qgemm is the AVX2 table's AVX-VNNI build (vpdpbusd at 256

@@ -78,6 +78,7 @@ void hkv_qgemm_avx512amx(const hkv_wmat *m, const hkv_qact *a, int n, float *y, 
                          int64_t r0, int64_t r1)
 {
     if (m->type != HKV_W_Q4 && m->type != HKV_W_Q8) return;
+    if (m->pack && (m->pack != RG || r0 % RG)) return;   /* hkv_matmul refuses these */
     if (n < TOK) {
         hkv_qgemm_avx512vnni(m, a, n, y, ldy, r0, r1);
         return;

@@ -69,8 +69,32 @@ HKV_VINLINE void qdirect(const hkv_wmat *m, const int q4, const hkv_qact *a, con
     for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + t * ldy + r, rmask, acc[t]);
 }
 
-#define QDIRECT_T(q4, T) \
-    case T: if (T <= QG_DIRECT) qdirect(m, q4, a, T, r, nr, rmask, y, ldy); break;
+/* qdirect over the interleaved layout (hkv_wmat_pack). */
+HKV_VINLINE void qdirect_packed(const hkv_wmat *m, const int q4, const hkv_qact *a, const int T, int64_t r,
+                                __mmask16 rmask, float *y, int64_t ldy)
+{
+    const int64_t nb = m->cols / HKV_WBLOCK;
+    const char *g0 = packed_group(m, q4, r);
+    __m512 acc[QG_TMAX];
+#pragma GCC unroll 16
+    for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m512i W[8];
+        __m512 sw, mw;
+        packed_prefetch(g0, q4, b);
+        packed_block(g0, q4, b, W, &sw, &mw);
+        block_mac(W, sw, mw, q4, a, 0, T, b, acc);
+    }
+#pragma GCC unroll 16
+    for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + t * ldy + r, rmask, acc[t]);
+}
+
+#define QDIRECT_T(q4, T)                                                \
+    case T:                                                             \
+        if (T > QG_DIRECT) break;                                       \
+        if (m->pack) qdirect_packed(m, q4, a, T, r, rmask, y, ldy);     \
+        else qdirect(m, q4, a, T, r, nr, rmask, y, ldy);                \
+        break;
 #define QDIRECT_FN(name, q4)                                                                      \
     static void name(const hkv_wmat *m, const hkv_qact *a, int n, int64_t r, int nr, __mmask16 rmask, \
                      float *y, int64_t ldy)                                                       \
@@ -88,6 +112,7 @@ void hkv_qgemm_avx512vnni(const hkv_wmat *m, const hkv_qact *a, int n, float *y,
                           int64_t r0, int64_t r1)
 {
     if (m->type != HKV_W_Q4 && m->type != HKV_W_Q8) return;
+    if (m->pack && (m->pack != RG || r0 % RG)) return;   /* hkv_matmul refuses these */
     const int q4 = m->type == HKV_W_Q4;
     const int64_t nb = m->cols / HKV_WBLOCK;
     qgroup g __attribute__((aligned(64)));

@@ -145,11 +145,63 @@ HKV_VINLINE void block_vectors(const __m512i O[16], const int q4, int L, __m512i
     }
 }
 
+/* ---- the interleaved layout (hkv_wmat_pack, groups of 16) ----------------
+ * Records of two blocks: their codes as block_vectors makes them (Q4: 4
+ * vectors a block, Q8: 8, signed), then their 16 scales and 16 mins a
+ * block; 640 (Q4) or 1088 (Q8) bytes, so every load is 64-byte aligned. */
+#define QG_REC2(q4) (2 * RG * ((q4) ? 20 : 34))
+HKV_VINLINE const char *packed_group(const hkv_wmat *m, const int q4, int64_t r)
+{
+    return (const char *)m->q + (r / RG) * ((m->cols / HKV_WBLOCK + 1) / 2) * QG_REC2(q4);
+}
+
+/* Software prefetch of the packed stream, QG_PPF bytes past block b's half
+ * record, into L2 (as qgemm_avx2.inc's). */
+#ifndef QG_PPF
+#define QG_PPF 8192
+#endif
+HKV_VINLINE void packed_prefetch(const char *g0, const int q4, int64_t b)
+{
+    if (QG_PPF <= 0) return;
+    const char *p = g0 + b * (QG_REC2(q4) / 2) + QG_PPF;
+    for (int o = 0; o < QG_REC2(q4) / 2; o += 64) _mm_prefetch(p + o, QG_PF_HINT);
+}
+
+/* Block b of the group at g0: its 8 vectors (lane l = elements 4k..4k+3
+ * of row l, unsigned), scale and min. */
+HKV_VINLINE void packed_block(const char *g0, const int q4, int64_t b, __m512i W[8], __m512 *sw, __m512 *mw)
+{
+    const int nv = q4 ? 4 : 8, odd = (int)(b & 1);
+    const char *p = g0 + (b >> 1) * QG_REC2(q4), *c = p + odd * 64 * nv, *sc = p + 128 * nv + 32 * odd;
+    const __m512i m4 = _mm512_set1_epi8(0x0f), flip = _mm512_set1_epi8((char)0x80);
+    if (q4) {
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            const __m512i o = _mm512_load_si512((const void *)(c + 64 * j));
+            W[j] = _mm512_and_si512(o, m4);
+            W[4 + j] = _mm512_and_si512(_mm512_srli_epi32(o, 4), m4);
+        }
+    } else {
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) W[j] = _mm512_xor_si512(_mm512_load_si512((const void *)(c + 64 * j)), flip);
+    }
+    *sw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)sc));
+    *mw = q4 ? _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(sc + 64))) : _mm512_setzero_ps();
+}
+
 static inline void decode_group(const hkv_wmat *m, int64_t r, int nr, int64_t b0, int nbc, qgroup *g)
 {
     const int64_t nb = m->cols / HKV_WBLOCK;
     const int q4 = m->type == HKV_W_Q4, step = q4 ? 4 : 2;
     __m512i O[16];
+    if (m->pack) {
+        const char *g0 = packed_group(m, q4, r);
+        for (int bb = 0; bb < nbc; bb++) {
+            packed_prefetch(g0, q4, b0 + bb);
+            packed_block(g0, q4, b0 + bb, g->w[bb], &g->sw[bb], &g->mw[bb]);
+        }
+        return;
+    }
     for (int bb = 0; bb < nbc; bb += step) {
         const int nbl = nbc - bb < step ? nbc - bb : step;
         load_rows(m, q4, r, nr, b0 + bb, nbl, O);

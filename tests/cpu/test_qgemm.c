@@ -261,7 +261,7 @@ static void test_matmul_fast(const hkv_cpu_kernels *t0, int type, int64_t rows, 
         hkv_cpu_kernels te = t;
         hkv_cpu_kernels_set_precision(&te, HKV_PREC_EXACT);
         hkv_wmat other = pk;
-        other.pack = 16;
+        other.pack = t.qgemm_pack == 8 ? 16 : 8;
         CHECK(hkv_matmul(&te, &pk, x, n, yq, ws) == HKV_E_INVAL && hkv_matmul(&t, &other, x, n, yq, ws) == HKV_E_INVAL &&
               hkv_matmul_parts(&te, &pk, 1, x, n, yq, rows, ws, yb) == HKV_E_INVAL,
               "a packed matrix accepted by EXACT or by another group size");
