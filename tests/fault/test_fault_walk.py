@@ -13,7 +13,7 @@ one fails in turn. Every run must end in one of:
 and never a crash, a sanitizer report (ASan, UBSan, LeakSanitizer: build
 with -Db_sanitize=address,undefined) or a hang.
 
-    python3 tests/fault/test_fault_walk.py --bin-dir build-asan/tools [--jobs run,quest,fastkv,laq,batch,prefix,prefix_ctkvr,q8]
+    python3 tests/fault/test_fault_walk.py --bin-dir build-asan/tools [--jobs run,quest,fastkv,laq,batch,prefix,prefix_ctkvr,q8,fast]
 
 Jobs: run (ctkvr), quest, fastkv, laq (hetkv run on a tiny generated model,
 each policy's own allocations), batch (two requests under snapkv through
@@ -42,7 +42,7 @@ SAN = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:", "Seg
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin-dir", required=True)
-    ap.add_argument("--jobs", default="run,quest,fastkv,laq,batch,prefix,prefix_ctkvr,q8,device")
+    ap.add_argument("--jobs", default="run,quest,fastkv,laq,batch,prefix,prefix_ctkvr,q8,fast,device")
     ap.add_argument("--timeout", type=float, default=120)
     a = ap.parse_args()
     hetkv = os.path.join(a.bin_dir, "hetkv")
@@ -80,6 +80,11 @@ def main():
             "q8": [hetkv, "run", "-m", model, "-p", "Hello world, this is a test.", "-n", "6", "-c", "128",
                    "--sink", "2", "--local", "8", "--policy", "ctkvr", "--far-kv", "q8", "-t", "2",
                    "--temp", "0"],
+            # precision fast: the weights interleaved at load (model/weights_pack.c), each
+            # matrix's new buffer failing in turn with some packed and some not
+            "fast": [hetkv, "run", "-m", model, "-p", "Hello world, this is a test.", "-n", "6", "-c",
+                     "128", "--sink", "2", "--local", "8", "--policy", "ctkvr", "--precision", "fast",
+                     "-t", "2", "--temp", "0"],
             "device": [hetkv, "run", "-m", model, "-p", "Hello world, this is a test.", "-n", "6", "-c",
                        "128", "--sink", "2", "--local", "8", "--policy", "ctkvr", "-t", "2", "--temp", "0",
                        "--device", "cuda"],
