@@ -97,6 +97,14 @@ static int resident_running(const hkv_sched *s, int i) {
     return n;
 }
 
+/* Whether request r's far rows under full (its prompt and answer past the
+ * near tier) fit one resident slot. */
+static int fits_resident(const hkv_sched *s, const hkv_sched_req *r) {
+    if (s->p.resident_rows <= 0) return 1;
+    const hkv_near_window w = hkv_kv_near_window(&s->e->kv);
+    return r->n_prompt + r->n_predict + 1 - (w.L_init + w.L_local) <= s->p.resident_rows;
+}
+
 static int64_t req_capacity(const hkv_sched *s, const hkv_sched_req *r) {
     hkv_policy_args a;
     const hkv_policy_def *def = req_policy(s, r, &a);
@@ -545,7 +553,8 @@ static void admit(hkv_sched *s) {
         sl->cap = req_capacity(s, r);
         sl->def = req_policy(s, r, &sl->args);
         /* placement: whole on the device while it has room for another */
-        r->resident = !r->policy && sl->def && s->p.resident > resident_running(s, i);
+        r->resident = !r->policy && sl->def && s->p.resident > resident_running(s, i) &&
+                      fits_resident(s, r);
         if (r->resident) {
             sl->def = &hkv_policy_full;
             hkv_policy_args_init(sl->def, &sl->args);

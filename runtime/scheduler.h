@@ -65,6 +65,11 @@ typedef struct hkv_sched_params {
                                their whole KV kept on the device (the backend's resident
                                slots, hkv_cuda_params.resident_seqs); the rest the engine's
                                policy. 0: every request its own or the engine's policy */
+    int64_t resident_rows;  /* far rows one resident slot holds (--gpu-resident-rows, or sized
+                               from a batch job's requests): a request whose prompt and answer
+                               reach past them runs the engine's policy instead of outgrowing
+                               its slot (the backend would run it on the host). 0: a whole
+                               context, every request fits */
     hkv_sched_done_cb on_done;
     hkv_sched_done_cb on_drop;   /* may be NULL: called by hkv_sched_free for each request
                                     still queued or running, unfinished (no on_done), so the

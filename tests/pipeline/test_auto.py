@@ -8,7 +8,8 @@ under the cap, else ctkvr in the split. On SmolLM2, 2 sequences at 4K:
   split     --gpu-mem 300M (weights and the split fit, the whole KV not): ctkvr
             with the default near tier, the CPU path's tokens under ctkvr;
   named     --policy full there is refused by the plan, naming the bytes;
-  batch     hetkv batch with no --policy names the picked policy per line;
+  batch     hetkv batch with no --policy: ctkvr picked for the job, its two short
+            requests placed on the device in slots sized from the job (full);
   refused   --policy auto with --policy-arg is refused by name;
   chunk     run's prompt chunk: 256 at 4K; at 16K with --device cuda 2048 where
             the device has room (--gpu-mem 500M: ctkvr, the CPU path's tokens
@@ -83,8 +84,14 @@ with tempfile.TemporaryDirectory() as tmp:
                         "--max-batch", "2", "-t", "2", "-q", "--device", "cuda", "--gpu-mem", "300M"],
                        capture_output=True, text=True, timeout=600)
     lines = [json.loads(l) for l in open(out)] if os.path.exists(out) else []
-    check(p.returncode == 0 and len(lines) == 2 and all(o["hetkv"]["policy"] == "ctkvr" for o in lines),
-          "batch: the picked policy on every line", p.stderr[-200:] or [o["hetkv"]["policy"] for o in lines])
+    # auto picks ctkvr for the job (4096 x 2 does not fit 300M); both requests
+    # fit the near tier, so slots sized from the job (1 far row) hold both:
+    # they run full, placed on the device, and their lines say so
+    check(p.returncode == 0 and len(lines) == 2 and "policy auto -> ctkvr" in p.stderr and
+          "every request of the job fits the near tier" in p.stderr and
+          all(o["hetkv"]["policy"] == "full" and o["hetkv"].get("placement") == "device" for o in lines),
+          "batch: the picked policy, the job's slots, the placement on every line",
+          p.stderr[-300:] or [(o["hetkv"]["policy"], o["hetkv"].get("placement")) for o in lines])
 p = subprocess.run([hetkv, "run", "-m", model, "-p", "x", "--policy", "auto", "--policy-arg", "rho_p=64"],
                    capture_output=True, text=True, timeout=60)
 check(p.returncode != 0 and "--policy auto picks full or ctkvr itself" in p.stderr, "auto with --policy-arg refused",

@@ -12,6 +12,13 @@ requests arrive as earlier ones finish), context 512, --local 8:
             line ran full and every "split" line ctkvr, at least 2 on the device;
   all       room for 4: every request on the device;
   given     --gpu-resident 1 under auto: one at a time;
+            (these four with --gpu-resident-rows at a whole context, 502 far rows)
+  sized     no --gpu-resident-rows, a cap for the split and 4 slots of what the
+            job's longest request needs: the slots are sized from the job's
+            requests (stderr names the size), 4 at a time, all 6 on the device
+            (whole-context slots admit 1 at that cap);
+  rows100   --gpu-resident-rows 100: the two requests that need more than 100
+            far rows run ctkvr, never a slot they would outgrow, no fallbacks;
   tokens    each request's greedy tokens are the CPU path's under the policy its
             line names (batch invariance: the CPU runs each group alone);
   refused   --gpu-resident without --device cuda is refused by name.
@@ -70,7 +77,8 @@ with tempfile.TemporaryDirectory() as tmp:
         if os.path.exists(out):
             for l in open(out):
                 o = json.loads(l)
-                lines[o["custom_id"]] = o["hetkv"]
+                usage = ((o.get("response") or {}).get("body") or {}).get("usage", {})
+                lines[o["custom_id"]] = dict(o["hetkv"], prompt_tokens=usage.get("prompt_tokens"))
         summ = json.loads(p.stdout) if p.returncode == 0 and p.stdout.strip() else {}
         return p, lines, summ
 
@@ -82,15 +90,27 @@ with tempfile.TemporaryDirectory() as tmp:
         sys.exit(1)
     base = float(m.group(1)) * 2**20
     # one whole sequence: K and V of the far rows, every layer and KV head, fp16
-    seq = (CTX - 10) * preset.layers * preset.kv_heads * preset.head_dim * 4
+    row = preset.layers * preset.kv_heads * preset.head_dim * 4
+    seq = (CTX - 10) * row
+    whole = ["--gpu-resident-rows", str(CTX - 10)]
 
-    def cap(n):
-        return f"{int((base + n * seq + seq // 2) / 1024)}K"
+    def cap(n, per=seq):
+        return f"{int((base + n * per + per // 2) / 1024)}K"
+
+    # what the job's requests need (prompt + answer + 1, less the 10 near rows),
+    # from the tokens a CPU run reports
+    _, cpu, _ = batch(None, "--policy", "full")
+    need = {i: h["prompt_tokens"] + reqs[i]["body"]["max_tokens"] + 1 - 10 for i, h in cpu.items()}
+    longest = max(need.values()) if need else 0
+    check(len(need) == 6 and longest < (CTX - 10) // 2, "the job's far rows", need)
 
     runs = {}
-    for name, extra in (("split", ["--gpu-mem", cap(0)]), ("some", ["--gpu-mem", cap(2)]),
-                        ("all", ["--gpu-mem", cap(4)]),
-                        ("given", ["--gpu-mem", cap(4), "--gpu-resident", "1"])):
+    for name, extra in (("split", ["--gpu-mem", cap(0)] + whole),
+                        ("some", ["--gpu-mem", cap(2)] + whole),
+                        ("all", ["--gpu-mem", cap(4)] + whole),
+                        ("given", ["--gpu-mem", cap(4), "--gpu-resident", "1"] + whole),
+                        ("sized", ["--gpu-mem", cap(4, longest * row)]),
+                        ("rows100", ["--gpu-mem", cap(4), "--gpu-resident-rows", "100"])):
         p, lines, summ = batch(None, "--device", "cuda", *extra)
         runs[name] = (lines, summ)
         pl = summ.get("placement", {})
@@ -101,11 +121,16 @@ with tempfile.TemporaryDirectory() as tmp:
         if name == "split":
             ok = ok and not dev and "placement" not in summ and "keep their whole KV" not in p.stderr
         else:
-            want = {"some": 2, "all": 4, "given": 1}[name]
+            want = {"some": 2, "all": 4, "given": 1, "sized": 4, "rows100": 4}[name]
             ok = ok and pl.get("resident_max") == want and pl.get("device") == len(dev)
-            ok = ok and (len(dev) == 6 if name == "all" else want <= len(dev) < 6)
+            if name == "rows100":   # exactly the requests that fit 100 far rows
+                ok = ok and dev == sorted(i for i in need if need[i] <= 100) and len(dev) < 6
+            else:
+                ok = ok and (len(dev) == 6 if name in ("all", "sized") else want <= len(dev) < 6)
             if name != "given":
                 ok = ok and f"up to {want} of the 4 sequences" in p.stderr
+            if name == "sized":
+                ok = ok and f"in slots of {longest} far rows, what the job's longest" in p.stderr
             # the placed requests attended their far tiers on the device, none fell back
             tl = summ.get("device", {}).get("timeline", {})
             ok = ok and tl.get("device_resident_rows", 0) > 0 and tl.get("fallbacks_total") == 0
@@ -115,7 +140,11 @@ with tempfile.TemporaryDirectory() as tmp:
               f"{p.stderr.strip()[-300:] if p.returncode else ''}")
 
     # the CPU path's tokens, each group under the policy its lines name
-    for name in ("some", "given"):
+    # whole-context slots at the sized run's cap: one at a time
+    p, _, summ = batch(None, "--device", "cuda", "--gpu-mem", cap(4, longest * row), *whole)
+    check(p.returncode == 0 and summ.get("placement", {}).get("resident_max") == 1,
+          "whole-context slots at the sized run's cap: 1 at a time", summ.get("placement"))
+    for name in ("some", "given", "rows100"):
         lines = runs[name][0]
         for pol in ("full", "ctkvr"):
             ids = sorted(i for i, h in lines.items() if h["policy"] == pol)

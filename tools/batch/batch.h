@@ -71,6 +71,24 @@ json_t *hkv_json_utf8(const char *s, size_t n);
 char *hkv_batch_error_line(int64_t line, const char *custom_id, int status, const char *msg,
                            const hkv_batch_meta *m);
 
+/* The requests of a job's input still to answer: lines 1..n_lines of in,
+ * n_req of them requests, those with (line - 1) % shard_n == shard_i in
+ * this shard, done[line] set for the lines answered already (may be NULL). */
+typedef struct hkv_batch_scan {
+    const char *in, *model;
+    int64_t n_lines, n_req;
+    const char *done;
+    long long shard_i, shard_n;
+} hkv_batch_scan;
+
+/* The rows (prompt + answer + 1) each of those requests needs under the
+ * defaults d, ascending (*rows malloc'd, *n_rows of them): the model's
+ * tokenizer alone is loaded, every request tokenised as the job will (chat
+ * through the template); lines that do not parse are left out (their error
+ * line comes at their turn). batch_rows.c */
+int hkv_batch_job_rows(const hkv_batch_scan *sc, const hkv_batch_defaults *d, int64_t **rows,
+                       int64_t *n_rows, hkv_err *err);
+
 /* Results already in out_path from an earlier run of the job: a torn last
  * line is cut off (the file truncated to its last newline); done[line] = 1
  * for every input line answered (done has n_lines + 1 entries) and the

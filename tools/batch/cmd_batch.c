@@ -285,6 +285,34 @@ static int blank(const char *s, ssize_t n) {
     return 1;
 }
 
+/* Rank 0, --policy auto on a device: the rows the job's requests need, so
+ * that the resident slots are sized for them (o->dev.job_rows). Under MPI
+ * the other ranks do not read the input, so every rank keeps its slots as
+ * given (a whole context by default) and the size the job needs is said. */
+static int size_from_job(batch_opts *o, const hkv_mpi *mpi, int64_t n_lines, int64_t n_req,
+                         const char *done, int64_t **rows, int64_t *n_rows, hkv_err *err) {
+    hkv_model_config cfg;
+    int rc = hkv_cli_model_config(o->model, NULL, &cfg, err);
+    if (rc) return rc;
+    const int64_t n_ctx = o->sc.ctx > 0 ? o->sc.ctx : cfg.ctx_train;   /* as hkv_engine_open */
+    const hkv_batch_defaults d = {(int)o->max_tokens, n_ctx, !o->ignore_eos, 0};
+    const hkv_batch_scan sc = {o->in, o->model, n_lines, n_req, done, o->shard_i, o->shard_n};
+    if ((rc = hkv_batch_job_rows(&sc, &d, rows, n_rows, err)) || !*n_rows) return rc;
+    if (!mpi->active) {
+        o->dev.job_rows = *rows, o->dev.n_job_rows = *n_rows;
+    } else if (!o->quiet) {
+        hkv_engine_params ep;   /* the near tier's rows */
+        hkv_engine_params_default(&ep);
+        if ((rc = hkv_kv_cli_apply(&o->kv, &ep, err))) return rc;
+        const int64_t far = (*rows)[*n_rows - 1] - ep.tiered.L_init - ep.tiered.L_local;
+        fprintf(stderr, "hetkv batch: under MPI the resident slots keep a whole context each (the "
+                "other ranks do not read the input); this job's longest request has %lld far "
+                "rows: --gpu-resident-rows %lld sizes the slots for it\n",
+                (long long)(far > 1 ? far : 1), (long long)(far > 1 ? far : 1));
+    }
+    return HKV_OK;
+}
+
 /* Read input lines into the scheduler until it holds enough work for the
  * next steps (the whole file is never in memory). */
 /* Rank 0: the worker that asked for the most requests, -1 when none waits. */
@@ -582,7 +610,7 @@ int hkv_cmd_batch(int argc, char **argv) {
     FILE *in = NULL;
     char *done = NULL, **ids = NULL;
     idset seen = {0};
-    int64_t n_lines = 0, n_req = 0, lineno = 0;
+    int64_t n_lines = 0, n_req = 0, lineno = 0, *job_rows = NULL, n_job_rows = 0;
     int interrupted = 0, stop_sig = 0;
     sigset_t stop_set;   /* blocked from here on, in this thread and every one it starts */
     hkv_cli_block_stop_signals(&stop_set);
@@ -613,6 +641,10 @@ int hkv_cmd_batch(int argc, char **argv) {
         rc = hkv_seterr(&err, HKV_E_IO, "%s: %s", o.out, strerror(errno));
         goto out;
     }
+    if (o.dev.cuda && hkv_kv_cli_auto(&o.kv) && o.dev.resident < 0 && !o.dev.resident_rows &&
+        !o.dev.resident_prefixes && (rc = size_from_job(&o, &mpi, n_lines, n_req, done, &job_rows,
+                                                        &n_job_rows, &err)))
+        goto out;
 
 engine:;
     hkv_engine_params ep;
@@ -643,6 +675,7 @@ engine:;
     sp.prefix_slots = (int)o.sc.prefix_cache;
     sp.chunk = o.sc.chunk;
     sp.resident = placed ? o.dev.resident : 0;   /* per-sequence placement (auto) */
+    sp.resident_rows = placed ? hkv_device_cli_slot_rows(&o.dev) : 0;
     sp.batch_invariant = !o.no_invariant;
     if (o.sc.mem) {
         sp.mem_budget = o.sc.mem;
@@ -704,6 +737,7 @@ out:
     idset_free(&seen, n_lines);
     free(ids);
     free(done);
+    free(job_rows);
     free(j.demand);
     free(j.by_rank);
     hkv_engine_close(j.e);

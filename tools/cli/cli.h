@@ -115,6 +115,11 @@ typedef struct hkv_device_cli {
                                  --shared-prefix): the plan holds their far tier once */
     int full_split;           /* --local N given: `full` keeps a far tier on the host, planned in
                                  the split; without it full is dense or refused */
+    const int64_t *job_rows;  /* rows (prompt + answer + 1) each request of a batch job needs,
+                                 ascending, when known before the engine starts (hetkv batch);
+                                 NULL: unknown. Placement under auto sizes the resident slots
+                                 from them when --gpu-resident-rows is not given */
+    int64_t n_job_rows;
 } hkv_device_cli;
 void hkv_device_cli_init(hkv_device_cli *d);
 /* The group's table (base: hkv_device_cli). */
@@ -148,10 +153,21 @@ int hkv_device_cli_check(const hkv_device_cli *d, const char *model_path,
  * was picked. Then, without --gpu-resident, d->resident becomes the most
  * sequences of the batch whose whole KV fits beside the split's plan: the
  * scheduler runs that many of them as `full` on the device (per-sequence
- * placement, hkv_sched_params.resident), the rest under ctkvr. */
+ * placement, hkv_sched_params.resident), the rest under ctkvr. With the
+ * job's rows known (d->job_rows) and no --gpu-resident-rows, the slots hold
+ * what the job's requests need rather than a whole context: of the slot
+ * sizes that cover all, 99, 95, 90, 75 or 50% of the requests, the one that
+ * places the most of the job on the device at a time (the share it covers x
+ * the share of the batch it admits) becomes d->resident_rows; a request
+ * longer than that runs ctkvr (hkv_sched_params.resident_rows). */
 int hkv_device_cli_check_near(hkv_device_cli *d, const char *model_path,
                               hkv_engine_params *ep, int local_given, int auto_policy, int batch,
                               int64_t n_ctx, hkv_err *err);
+/* The far rows one resident slot holds for a sequence of its own (slots
+ * behind a kept prefix hold only the rows past it): what the scheduler
+ * checks a placed request against (hkv_sched_params.resident_rows); 0 for
+ * a whole context. */
+int64_t hkv_device_cli_slot_rows(const hkv_device_cli *d);
 /* After hkv_engine_open: with --device cuda, the CUDA backend (weights to
  * the device under the cap) becomes the engine's. */
 int hkv_device_cli_attach(const hkv_device_cli *d, hkv_engine *e, hkv_err *err);

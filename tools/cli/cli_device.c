@@ -173,8 +173,10 @@ const hkv_opt hkv_device_opts[] = {
     {.name = "--gpu-resident-rows", .arg = "N", .kind = HKV_OPT_FN, .fn = parse_resident_rows,
      .help = "far rows each resident sequence keeps on the device: its rows\n"
              "past a prefix kept by --gpu-resident-prefixes, else its whole\n"
-             "far tier; one that outgrows them runs on the host (default:\n"
-             "a whole context, -c less the near tier)"},
+             "far tier; batch and serve place a request whose prompt and\n"
+             "max_tokens need more in the split (default: a whole context, -c\n"
+             "less the near tier; batch under --policy auto: sized from the\n"
+             "job's requests)"},
     {.name = "--gpu-resident-prefixes", .arg = "N", .kind = HKV_OPT_FN, .fn = parse_resident_prefixes,
      .help = "keep up to N prompt prefixes that resident sequences share (the\n"
              "prefix cache of batch and serve, bench --shared-prefix) once on\n"
@@ -319,11 +321,11 @@ int hkv_device_cli_check(const hkv_device_cli *d, const char *model_path, const 
     return HKV_OK;
 }
 
-/* Per-sequence placement under auto: the most sequences of the batch that
- * can keep their whole KV on the device beside the split's plan. */
-static int place_resident(hkv_device_cli *d, const char *model_path, hkv_engine_params *ep,
-                          int batch, int64_t ctx, hkv_err *err) {
-    int lo = 0, hi = batch;   /* lo fits (0 is the split alone, checked last) */
+/* The most sequences of the batch that can keep their whole KV on the
+ * device beside the split's plan, in slots of d->resident_rows far rows. */
+static int most_resident(hkv_device_cli *d, const char *model_path, hkv_engine_params *ep,
+                         int batch, int64_t ctx) {
+    int lo = 0, hi = batch;   /* lo fits (0 is the split alone) */
     while (lo < hi) {
         d->resident = (lo + hi + 1) / 2;
         hkv_err tried;
@@ -331,11 +333,65 @@ static int place_resident(hkv_device_cli *d, const char *model_path, hkv_engine_
         if (hkv_device_cli_check(d, model_path, ep, batch, ctx, &tried)) hi = d->resident - 1;
         else lo = d->resident;
     }
+    return lo;
+}
+
+/* Slots sized from a batch job's requests (d->job_rows): a slot of S far
+ * rows takes the requests that need at most S, and the cap admits N(S) of
+ * them at a time, so the candidate that maximises covered share x
+ * min(N, batch) / batch wins (the larger S on a tie: fewer requests in the
+ * split). The candidates are the far rows at a few quantiles of the job. */
+static void size_slots(hkv_device_cli *d, const char *model_path, hkv_engine_params *ep, int batch,
+                       int64_t ctx, int64_t *covered) {
+    static const double quantiles[] = {1.0, 0.99, 0.95, 0.90, 0.75, 0.50};
+    const int64_t n = d->n_job_rows, near = ep->tiered.L_init + ep->tiered.L_local;
+    double best = -1;
+    int64_t best_rows = 0, prev = -1;
+    *covered = n;
+    for (size_t q = 0; q < sizeof quantiles / sizeof *quantiles; q++) {
+        int64_t k = (int64_t)(quantiles[q] * (double)n + 0.999999);   /* requests covered */
+        if (k < 1) k = 1;
+        if (k > n) k = n;
+        int64_t rows = d->job_rows[k - 1] - near;
+        if (rows < 1) rows = 1;   /* every request within the near tier: a token slot */
+        if (rows >= ctx - near) rows = 0;   /* a whole context */
+        if (rows == prev) continue;
+        prev = rows;
+        while (k < n && (!rows || d->job_rows[k] - near <= rows)) k++;   /* ties are covered too */
+        d->resident_rows = rows;
+        const int fit = most_resident(d, model_path, ep, batch, ctx);
+        const double score = (double)k / (double)n * (double)fit / (double)batch;
+        if (score > best) best = score, best_rows = rows, *covered = k;
+    }
+    d->resident_rows = best_rows;   /* 0: a whole context */
+}
+
+/* Per-sequence placement under auto: the most sequences of the batch that
+ * can keep their whole KV on the device beside the split's plan. */
+static int place_resident(hkv_device_cli *d, const char *model_path, hkv_engine_params *ep,
+                          int batch, int64_t ctx, hkv_err *err) {
+    int64_t covered = d->n_job_rows;
+    if (d->job_rows && d->n_job_rows > 0 && !d->resident_rows && !d->resident_prefixes)
+        size_slots(d, model_path, ep, batch, ctx, &covered);
+    const int lo = most_resident(d, model_path, ep, batch, ctx);
     d->resident = lo;
+    char sized[160] = "";
+    const int64_t near = ep->tiered.L_init + ep->tiered.L_local;
+    if (lo && d->job_rows && d->resident_rows && d->job_rows[d->n_job_rows - 1] <= near)
+        snprintf(sized, sizeof sized, " in slots of 1 far row: every request of the job fits the "
+                 "near tier (%lld rows)", (long long)near);
+    else if (lo && d->job_rows && d->resident_rows && covered == d->n_job_rows)
+        snprintf(sized, sizeof sized, " in slots of %lld far rows, what the job's longest request "
+                 "needs", (long long)d->resident_rows);
+    else if (lo && d->job_rows && d->resident_rows)
+        snprintf(sized, sizeof sized, " in slots of %lld far rows (%lld of the job's %lld requests "
+                 "need more and run ctkvr)", (long long)d->resident_rows,
+                 (long long)(d->n_job_rows - covered), (long long)d->n_job_rows);
     if (lo)
         fprintf(stderr, "hetkv: --device cuda, policy auto: up to %d of the %d sequences at a time "
-                "keep their whole KV on the device (full, as they arrive)%s (--gpu-resident N sets "
-                "it)\n", lo, batch, lo < batch ? ", the others run ctkvr in the split" : "");
+                "keep their whole KV on the device (full, as they arrive)%s%s (--gpu-resident N "
+                "and --gpu-resident-rows N set it)\n", lo, batch, sized,
+                lo < batch ? ", the others run ctkvr in the split" : "");
     return hkv_device_cli_check(d, model_path, ep, batch, ctx, err);
 }
 
@@ -382,6 +438,10 @@ int hkv_device_cli_check_near(hkv_device_cli *d, const char *model_path,
     }
     if (d->resident < 0) d->resident = 0;
     return hkv_device_cli_check(d, model_path, ep, batch, n_ctx, err);
+}
+
+int64_t hkv_device_cli_slot_rows(const hkv_device_cli *d) {
+    return d->resident_prefixes ? 0 : d->resident_rows;
 }
 
 int hkv_device_cli_attach(const hkv_device_cli *d, hkv_engine *e, hkv_err *err) {

@@ -363,6 +363,7 @@ int hkv_cmd_serve(int argc, char **argv) {
     sp.prefix_slots = (int)o.sc.prefix_cache;
     sp.chunk = o.sc.chunk;
     sp.resident = placed ? o.dev.resident : 0;   /* per-sequence placement (auto) */
+    sp.resident_rows = placed ? hkv_device_cli_slot_rows(&o.dev) : 0;
     if (o.sc.mem) {
         sp.mem_budget = o.sc.mem;
     } else {
