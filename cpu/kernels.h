@@ -64,6 +64,13 @@ size_t hkv_wmat_bytes(const hkv_wmat *w);
  * every vector load of codes inside a line. Only qgemm reads it, and only the table whose qgemm_pack
  * is g (hkv_matmul refuses the rest). */
 size_t hkv_wmat_pack_bytes(const hkv_wmat *w, int g);   /* 0: not packable */
+/* One record's bytes (two blocks of g rows: codes, scales, mins), and where
+ * row r's group starts in a matrix interleaved in groups of g. */
+static inline size_t hkv_wpack_record_bytes(int q4, int g) { return 2 * (size_t)g * (q4 ? 20 : 34); }
+static inline const char *hkv_wpack_group(const hkv_wmat *m, int q4, int g, int64_t r) {
+    return (const char *)m->q +
+           (size_t)(r / g) * (size_t)((m->cols / HKV_WBLOCK + 1) / 2) * hkv_wpack_record_bytes(q4, g);
+}
 /* Interleave src (Q4/Q8, rows layout) into dst (hkv_wmat_pack_bytes, 64-byte
  * aligned) and describe it in out (q = dst). HKV_E_INVAL if src cannot be
  * packed in groups of g (8 or 16). */

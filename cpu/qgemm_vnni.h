@@ -149,10 +149,10 @@ HKV_VINLINE void block_vectors(const __m512i O[16], const int q4, int L, __m512i
  * Records of two blocks: their codes as block_vectors makes them (Q4: 4
  * vectors a block, Q8: 8, signed), then their 16 scales and 16 mins a
  * block; 640 (Q4) or 1088 (Q8) bytes, so every load is 64-byte aligned. */
-#define QG_REC2(q4) (2 * RG * ((q4) ? 20 : 34))
+#define QG_REC2(q4) ((int)hkv_wpack_record_bytes(q4, RG))
 HKV_VINLINE const char *packed_group(const hkv_wmat *m, const int q4, int64_t r)
 {
-    return (const char *)m->q + (r / RG) * ((m->cols / HKV_WBLOCK + 1) / 2) * QG_REC2(q4);
+    return hkv_wpack_group(m, q4, RG, r);
 }
 
 /* Software prefetch of the packed stream, QG_PPF bytes past block b's half

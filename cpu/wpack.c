@@ -9,8 +9,7 @@
  * their scales, their mins (Q4); 320 (Q4) or 544 (Q8) bytes at g = 8, so
  * records and groups stay 32-byte aligned and no 32-byte load of codes
  * straddles two lines, in one stream. An odd last block leaves half a
- * record unused. */
-static size_t record_bytes(int type, int g) { return 2 * (size_t)g * (type == HKV_W_Q4 ? 20 : 34); }
+ * record unused (kernels.h: hkv_wpack_record_bytes). */
 
 size_t hkv_wmat_pack_bytes(const hkv_wmat *w, int g)
 {
@@ -18,7 +17,7 @@ size_t hkv_wmat_pack_bytes(const hkv_wmat *w, int g)
         w->rows <= 0 || w->cols <= 0 || w->cols % HKV_WBLOCK)
         return 0;
     const size_t groups = (size_t)((w->rows + g - 1) / g), records = (size_t)(w->cols / HKV_WBLOCK + 1) / 2;
-    return groups * records * record_bytes(w->type, g);
+    return groups * records * hkv_wpack_record_bytes(w->type == HKV_W_Q4, g);
 }
 
 int hkv_wmat_pack(const hkv_wmat *src, int g, void *dst, hkv_wmat *out)
@@ -30,7 +29,7 @@ int hkv_wmat_pack(const hkv_wmat *src, int g, void *dst, hkv_wmat *out)
     const int64_t nb = src->cols / HKV_WBLOCK, groups = (src->rows + g - 1) / g;
     const int64_t row_bytes = q4 ? src->cols / 2 : src->cols, blk_bytes = q4 ? 16 : 32;
     const int pieces = (int)(blk_bytes / 4);
-    const size_t rec = record_bytes(src->type, g), group = (size_t)(nb + 1) / 2 * rec;
+    const size_t rec = hkv_wpack_record_bytes(q4, g), group = (size_t)(nb + 1) / 2 * rec;
     memset(dst, 0, hkv_wmat_pack_bytes(src, g));   /* rows past the last, an odd block's half */
     for (int64_t G = 0; G < groups; G++)
         for (int l = 0; l < g && G * g + l < src->rows; l++) {
