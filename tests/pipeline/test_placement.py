@@ -21,7 +21,12 @@ requests arrive as earlier ones finish), context 512, --local 8:
             far rows run ctkvr, never a slot they would outgrow, no fallbacks;
   tokens    each request's greedy tokens are the CPU path's under the policy its
             line names (batch invariance: the CPU runs each group alone);
-  refused   --gpu-resident without --device cuda is refused by name.
+  refused   --gpu-resident without --device cuda is refused by name;
+  bench     hetkv bench --policy auto places its batch as batch does: under a
+            cap for the split and 2 whole sequences, 2 of the 4 forks run full
+            on the device (rows: config auto, resident_seqs 2; the timeline's
+            device_resident_rows counts 2 a layer and step), the rest ctkvr;
+            with room for everything and no --local, full dense.
 
     python3 tests/pipeline/test_placement.py --bin-dir build-emu/tools
 Exit 77 without a CUDA device (a GPU or the emulator)."""
@@ -155,6 +160,36 @@ with tempfile.TemporaryDirectory() as tmp:
             check(same, f"{name}: {pol} requests give the CPU path's tokens",
                   {i: (lines[i]["tokens"], ref.get(i, {}).get("tokens")) for i in ids if
                    ref.get(i, {}).get("tokens") != lines[i]["tokens"]})
+    # bench --policy auto: the split's plan at batch 4, then 2 whole sequences beside it
+    def bench(*extra):
+        return subprocess.run([hetkv, "bench", "-m", model, "--device", "cuda", "--policy", "auto",
+                               "--ctx", str(CTX - 12), "--batch", "4", "--steps", "2", "--probe-mib",
+                               "16", "-t", "2", *extra], capture_output=True, text=True, timeout=900)
+    p = bench("--gpu-mem", "1M", *NEAR)
+    m = re.search(r"with policy ctkvr needs ([0-9.]+) MiB", p.stderr)
+    check(p.returncode == 1 and m, "bench: the split's plan named in a refusal", p.stderr.strip()[-300:])
+    if m:
+        bbase = float(m.group(1)) * 2**20
+        p = bench("--gpu-mem", f"{int((bbase + 2 * seq + seq // 2) / 1024)}K", *NEAR, "--json")
+        res = json.loads(p.stdout)["results"] if p.returncode == 0 and p.stdout.strip() else []
+        tl = res[0].get("timeline", {}) if res else {}
+        ok = (len(res) == 1 and res[0]["config"] == "auto" and
+              "up to 2 of the 4 sequences" in p.stderr and
+              tl.get("device_resident_rows") == 2 * 2 * preset.layers and tl.get("fallbacks_total") == 0)
+        check(ok, "bench --policy auto: 2 of 4 whole on the device, 2 under ctkvr",
+              f"exit {p.returncode} {res and res[0].get('config')} {tl.get('device_resident_rows')} "
+              f"{p.stderr.strip()[-300:]}")
+        p = bench("--gpu-mem", f"{int((bbase + 2 * seq + seq // 2) / 1024)}K", *NEAR, "-o", "jsonl")
+        rows = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
+        check(p.returncode == 0 and len(rows) == 1 and rows[0]["resident_seqs"] == 2 and
+              rows[0]["policy"] == "ctkvr" and rows[0]["config"] == "auto",
+              "bench --policy auto rows: resident_seqs 2, the split's policy",
+              rows and {k: rows[0][k] for k in ("config", "policy", "resident_seqs")})
+    p = bench("--gpu-mem", "2G", "-o", "jsonl")
+    rows = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
+    check(p.returncode == 0 and len(rows) == 1 and rows[0]["policy"] == "full" and
+          rows[0]["resident_seqs"] == 0 and "near tier holds the whole context" in p.stderr,
+          "bench --policy auto with room: full, dense", rows and rows[0].get("policy"))
     p = subprocess.run([hetkv, "run", "-m", model, "-p", "x", "--gpu-resident", "2"],
                        capture_output=True, text=True, timeout=60)
     check(p.returncode == 1 and "--gpu-resident and its -chunk, -rows and -prefixes keep sequences on the GPU"

@@ -126,6 +126,8 @@ typedef struct point {
     double fork_s;         /* the batch's first sequence: copy of the prompt and policy build */
     double kv_held;        /* host bytes of the near and far tiers with the batch open */
     int shared_prefix;     /* the batch shared the prompt by reference (--shared-prefix) */
+    int resident;          /* --policy auto: sequences of the batch placed whole on the device
+                              (full in resident slots), the rest the split's ctkvr */
     int far_q8;            /* the batch's far tier was 8-bit (--far-kv q8, a config's far=q8) */
     int has_pl;            /* --device cuda: the pipeline's timeline over the decode steps */
     hkv_pipeline_stats pl;
@@ -211,6 +213,7 @@ static json_t *point_row(const point *q, const row_ctx *x) {
     json_object_set_new(r, "fork_s", json_real(q->fork_s));
     json_object_set_new(r, "kv_host_bytes", json_real(q->kv_held));
     json_object_set_new(r, "shared_prefix", json_boolean(q->shared_prefix));
+    json_object_set_new(r, "resident_seqs", json_integer(q->resident));
     json_object_set_new(r, "far_kv", json_string(q->far_q8 ? "q8" : "f16"));
     json_object_set_new(r, "chunk", json_integer(x->chunk));
     json_object_set_new(r, "gpu_mem", x->gpu_mem > 0 ? json_integer((json_int_t)x->gpu_mem) : json_null());
@@ -336,6 +339,11 @@ int hkv_cmd_bench(int argc, char **argv) {
     int all_full = !ep.kv_plain && !strcmp(ep.tiered.policy->name, "full");
     for (int i = 0; configs && i < n_cfg; i++) all_full &= !strcmp(cfg[i].def->name, "full");
     const int local0 = ep.tiered.L_local;
+    /* --policy auto on a device: placed as run and batch place (dense when the
+     * batch x context fits, else ctkvr in the split and as many sequences at a
+     * time as fit whole on the device: the batch's first ones, full) */
+    const int placing = !configs && dc.cuda && kc.policy && !strcmp(kc.policy, "auto");
+    const int resident_given = dc.resident >= 0;
     /* the largest batch each configuration's plan admits (a config's far=q8
      * holds 0.56x the far tier, so it may run batches the others cannot) */
     long long cfg_max[HKV_MAX_CONFIGS];
@@ -343,8 +351,13 @@ int hkv_cmd_bench(int argc, char **argv) {
     for (int i = 0; i < n_chk; i++) cfg_max[i] = max_batch;
     for (;;) {
         ep.tiered.L_local = local0;
+        if (placing) {   /* each admission from auto's start */
+            ep.tiered.policy = &hkv_policy_full;
+            hkv_policy_args_init(ep.tiered.policy, &ep.tiered.args);
+            if (!resident_given) dc.resident = -1;
+        }
         if (all_full)
-            rc = hkv_device_cli_check_near(&dc, model, &ep, kc.local >= 0, 0, (int)max_batch,
+            rc = hkv_device_cli_check_near(&dc, model, &ep, kc.local >= 0, placing, (int)max_batch,
                                            max_ctx + steps + 1, &err);
         int n_ok = 0;
         hkv_err first;   /* a refusal's reason, for when every configuration is refused */
@@ -388,6 +401,11 @@ int hkv_cmd_bench(int argc, char **argv) {
         hkv_err_report(&err, stderr);
         return 1;
     }
+    /* auto's split: how many of a batch run whole on the device */
+    const int n_resident = placing && ep.tiered.policy != &hkv_policy_full && dc.resident > 0
+                               ? dc.resident : 0;
+    hkv_policy_args full_args, split_args = ep.tiered.args;
+    hkv_policy_args_init(&hkv_policy_full, &full_args);
     if (admit_only) {
         printf("admitted: context %lld, batch %lld, %s%s\n", max_ctx, max_batch,
                dc.cuda ? "--device cuda" : "--device cpu (nothing to plan)",
@@ -465,7 +483,8 @@ int hkv_cmd_bench(int argc, char **argv) {
                                               sizeof label, &err)))
                     goto out;
             } else {
-                snprintf(label, sizeof label, "%s", ep.kv_plain ? "plain" : ep.tiered.policy->name);
+                snprintf(label, sizeof label, "%s",
+                         placing ? "auto" : ep.kv_plain ? "plain" : ep.tiered.policy->name);
             }
             for (int bi = 0; bi < n_batch; bi++) {
                 long long B = batches[bi];
@@ -473,6 +492,10 @@ int hkv_cmd_bench(int argc, char **argv) {
                 double t_prep = 0;   /* the first fork's prep (lookahead, draft compression) */
                 double t_fork = 0;   /* the first sequence's copy and policy build (its index) */
                 const int s0 = in_place ? 0 : 1;   /* the batch is sequences s0 .. s0 + B - 1 */
+                const int n_res = n_resident < B ? n_resident : (int)B;
+                if (in_place && n_res &&
+                    (rc = hkv_kv_set_policy(&e->kv, 0, &hkv_policy_full, &full_args, &err)))
+                    goto out;
                 if (in_place && configs) {
                     double a = hkv_now();
                     if ((rc = hkv_kv_set_policy(&e->kv, 0, cfg[ci2].def, &cargs, &err))) goto out;
@@ -481,6 +504,10 @@ int hkv_cmd_bench(int argc, char **argv) {
                 for (int s = 1; s < s0 + B; s++) {
                     const double f0 = hkv_now();
                     if (configs && (rc = hkv_kv_set_policy(&e->kv, s, cfg[ci2].def, &cargs, &err)))
+                        goto out;
+                    if (n_resident && (rc = s - s0 < n_res
+                                                ? hkv_kv_set_policy(&e->kv, s, &hkv_policy_full, &full_args, &err)
+                                                : hkv_kv_set_policy(&e->kv, s, ep.tiered.policy, &split_args, &err)))
                         goto out;
                     /* a config's far= format: its forks' rows converted from the prompt's */
                     if (configs && hkv_kv_has_far(&e->kv) &&
@@ -551,13 +578,15 @@ int hkv_cmd_bench(int argc, char **argv) {
                 np++;
                 p->kv_held = (double)e->mem.bytes[HKV_TIER_FAR] + (double)e->mem.bytes[HKV_TIER_NEAR];
                 p->shared_prefix = o.shared_prefix;
+                p->resident = n_res;
                 p->far_q8 = hkv_kv_seq_far_q8(&e->kv, s0);
                 for (int s = 1; s < s0 + B; s++) ops->seq_close(e->kv.self, s);
                 p->ctx = L;
                 p->fork_s = t_fork;
                 p->batch = B;
                 snprintf(p->config, sizeof p->config, "%s", label);
-                p->policy = ep.kv_plain ? "plain" : configs ? cfg[ci2].def->name : ep.tiered.policy->name;
+                p->policy = ep.kv_plain ? "plain" : configs ? cfg[ci2].def->name
+                          : n_res == B ? "full" : ep.tiered.policy->name;   /* auto: all placed */
                 p->budget = configs ? budget : 0;
                 p->spec = configs ? cfg[ci2].spec : p->policy;
                 p->prefill_tok_s = L / t_own;
@@ -598,11 +627,18 @@ int hkv_cmd_bench(int argc, char **argv) {
                                  rd[0] ? ", " : "", p->vs_full);
                     char held[32];
                     hkv_fmt_bytes(p->kv_held, held, sizeof held);
+                    char placed[64] = "";
+                    if (placing && ep.tiered.policy == &hkv_policy_full)
+                        snprintf(placed, sizeof placed, " (full: dense, the whole KV on the device)");
+                    else if (placing)
+                        snprintf(placed, sizeof placed, " (%s; %d of %lld whole on the device)",
+                                 p->policy, n_res, B);
                     fprintf(stderr, "%-22s ctx %6lld batch %3lld: prefill %7.1f tok/s | decode %7.1f tok/s, "
-                            "step %7.2f ms, %s; matmul %2.0f%%, attention %2.0f%%; KV held %s%s\n",
-                            label, L, B, p->prefill_tok_s, p->decode_tok_s, p->step_s * 1e3, rd,
+                            "step %7.2f ms%s%s; matmul %2.0f%%, attention %2.0f%%; KV held %s%s%s\n",
+                            label, L, B, p->prefill_tok_s, p->decode_tok_s, p->step_s * 1e3,
+                            rd[0] ? ", " : "", rd,
                             100 * p->matmul_frac, 100 * p->attn_frac, held,
-                            o.shared_prefix ? " (prompt shared)" : "");
+                            o.shared_prefix ? " (prompt shared)" : "", placed);
                     if (configs && ttft >= 0) {
                         double ref_ttft = -1;
                         for (int j = 0; j < np - 1; j++)
