@@ -22,6 +22,11 @@ requests arrive as earlier ones finish), context 512, --local 8:
   tokens    each request's greedy tokens are the CPU path's under the policy its
             line names (batch invariance: the CPU runs each group alone);
   refused   --gpu-resident without --device cuda is refused by name;
+  run       hetkv run without -c plans the context the run needs (prompt + -n),
+            not the model's trained one: at the split's cap (split case) 4
+            completions of a short prompt run dense (every row near), the CPU
+            path's tokens; -c 512 at that cap is refused, as the run without
+            -c was when it was planned at the model's 512 rows;
   bench     hetkv bench --policy auto places its batch as batch does: under a
             cap for the split and 2 whole sequences, 2 of the 4 forks run full
             on the device (rows: config auto, resident_seqs 2; the timeline's
@@ -160,6 +165,24 @@ with tempfile.TemporaryDirectory() as tmp:
             check(same, f"{name}: {pol} requests give the CPU path's tokens",
                   {i: (lines[i]["tokens"], ref.get(i, {}).get("tokens")) for i in ids if
                    ref.get(i, {}).get("tokens") != lines[i]["tokens"]})
+    # run without -c: the plan at what the run needs
+    def run(*extra):
+        p = subprocess.run([hetkv, "run", "-m", model, "-p", "Once upon a time", "-n", "6", "-b", "4",
+                            "--temp", "0", "-t", "2", "--json", *extra], capture_output=True, text=True,
+                           timeout=600)
+        return p, (json.loads(p.stdout) if p.returncode == 0 and p.stdout.strip() else {})
+    p, dev = run("--device", "cuda", "--gpu-mem", cap(0))
+    _, cpu = run("--policy", "full")
+    check(dev.get("policy") == "full" and "auto -> ctkvr" not in p.stderr and
+          dev.get("near_rows", 0) >= len(dev.get("prompt_tokens", [])) + 7 and
+          dev.get("tokens") and dev.get("tokens") == cpu.get("tokens"),
+          "run without -c: planned at its own rows, dense, the CPU path's tokens",
+          f"exit {p.returncode} {dev.get('policy')} {dev.get('tokens')} {cpu.get('tokens')} "
+          f"{p.stderr.strip()[-200:]}")
+    p, _ = run("--device", "cuda", "--gpu-mem", cap(0), "-c", str(CTX))
+    check(p.returncode == 1 and "auto -> ctkvr" in p.stderr, "run -c 512 at that cap: the split's plan",
+          p.stderr.strip()[-200:])
+
     # bench --policy auto: the split's plan at batch 4, then 2 whole sequences beside it
     def bench(*extra):
         return subprocess.run([hetkv, "bench", "-m", model, "--device", "cuda", "--policy", "auto",

@@ -8,6 +8,7 @@
 
 #include "cli.h"
 #include "generate.h"
+#include "gguf.h"
 #include "kv_tiered.h"
 
 static const char run_usage[] =
@@ -74,19 +75,63 @@ static int long_prompt_chunk(const run_opts *o, hkv_engine_params *ep, hkv_err *
     hkv_model_config cfg;
     int rc = hkv_cli_model_config(o->model, o->dev.synthetic, &cfg, err);
     if (rc) return rc;
-    const int64_t ctx = o->ctx ? o->ctx : cfg.ctx_train;
+    const int64_t ctx = ep->n_ctx ? ep->n_ctx : cfg.ctx_train;
     if (ctx < RUN_LONG_CTX) return HKV_OK;
     const int was = ep->max_rows;
     ep->max_rows = RUN_LONG_CHUNK;
     hkv_err tried;
     hkv_err_clear(&tried);
-    if (hkv_device_cli_check(&o->dev, o->model, ep, (int)o->batch, o->ctx, &tried)) {
+    if (hkv_device_cli_check(&o->dev, o->model, ep, (int)o->batch, ep->n_ctx, &tried)) {
         ep->max_rows = was;   /* no room: the default chunk, already admitted */
         return HKV_OK;
     }
     fprintf(stderr, "hetkv: --device cuda, context %lld: the prompt goes in chunks of %d rows "
             "(--chunk N sets it)\n", (long long)ctx, RUN_LONG_CHUNK);
     return HKV_OK;
+}
+
+/* The prompt's tokens (chat: through the model's template) into *prompt
+ * (malloc'd), *n_prompt of them; *chat_text keeps the templated text. */
+static int tokenize_prompt(const run_opts *o, const hkv_tokenizer *tok, const char *file_text,
+                           size_t file_len, int32_t **prompt, int64_t *n_prompt, char **chat_text,
+                           hkv_err *err) {
+    const char *text = o->prompt ? o->prompt : file_text;
+    size_t text_len = o->prompt ? strlen(o->prompt) : file_len;
+    int rc;
+    if (o->chat) {
+        hkv_chat_msg msgs[2];
+        int nm = 0;
+        if (o->system) msgs[nm++] = (hkv_chat_msg){"system", o->system};
+        msgs[nm++] = (hkv_chat_msg){"user", text};
+        if ((rc = hkv_chat_apply(tok, msgs, nm, 1, chat_text, err))) return rc;
+        text = *chat_text;
+        text_len = strlen(*chat_text);
+    }
+    const int64_t cap = (int64_t)text_len + 16;
+    if (!(*prompt = malloc((size_t)cap * sizeof **prompt)))
+        return hkv_seterr(err, HKV_E_NOMEM, "no memory for the prompt");
+    if ((rc = hkv_tokenize(tok, text, text_len, hkv_tokenizer_add_bos(tok), o->chat || !o->no_special,
+                           *prompt, cap, n_prompt, err)))
+        return rc;
+    if (*n_prompt == 0) return hkv_seterr(err, HKV_E_INVAL, "the prompt is empty after tokenisation");
+    return HKV_OK;
+}
+
+/* Without -c the context is what the run needs (prompt + -n + 1): with
+ * --device cuda the plan must know it before anything is loaded, or it
+ * would plan the model's whole trained context (128K for Llama-3.1) and
+ * place the batch for that. So the prompt is tokenised first, by the
+ * model's tokenizer alone. */
+static int tokenize_early(const run_opts *o, const char *file_text, size_t file_len, int32_t **prompt,
+                          int64_t *n_prompt, char **chat_text, hkv_err *err) {
+    hkv_gguf *g = NULL;
+    hkv_tokenizer *tok = NULL;
+    int rc = hkv_gguf_open(&g, o->model, err);
+    if (!rc) rc = hkv_tokenizer_load(&tok, g, err);
+    hkv_gguf_close(g);
+    if (!rc) rc = tokenize_prompt(o, tok, file_text, file_len, prompt, n_prompt, chat_text, err);
+    hkv_tokenizer_free(tok);
+    return rc;
 }
 
 /* The tables run takes, in the order they are tried and shown. */
@@ -308,10 +353,18 @@ int hkv_cmd_run(int argc, char **argv) {
     ep.max_seqs = (int)o.batch;
     ep.device_cuda = o.dev.cuda;
     if ((rc = hkv_kv_cli_apply(&o.kv, &ep, &err))) goto out;
-    /* --device cuda: device and admission (context: -c, else the model's) before loading. */
+    /* --device cuda: device and admission (context: -c, else what the run
+     * needs) before loading. */
     if (o.chunk) ep.max_rows = (int)o.chunk;
+    int64_t n_prompt = 0;
+    ep.n_ctx = o.ctx;
+    if (o.dev.cuda && !o.ctx) {
+        if ((rc = tokenize_early(&o, file_text, file_len, &prompt, &n_prompt, &chat_text, &err)))
+            goto out;
+        ep.n_ctx = n_prompt + o.n_predict + 1;
+    }
     if ((rc = hkv_device_cli_check_near(&o.dev, o.model, &ep, o.kv.local >= 0,
-                                        hkv_kv_cli_auto(&o.kv), (int)o.batch, o.ctx, &err)))
+                                        hkv_kv_cli_auto(&o.kv), (int)o.batch, ep.n_ctx, &err)))
         goto out;
     if ((rc = long_prompt_chunk(&o, &ep, &err))) goto out;
     double t0 = hkv_now();
@@ -329,31 +382,9 @@ int hkv_cmd_run(int argc, char **argv) {
     e->prefill_progress = on_prefill;
     e->prefill_progress_ud = &sc;
 
-    const char *text = o.prompt ? o.prompt : file_text;
-    size_t text_len = o.prompt ? strlen(o.prompt) : file_len;
-    if (o.chat) {
-        hkv_chat_msg msgs[2];
-        int nm = 0;
-        if (o.system) msgs[nm++] = (hkv_chat_msg){"system", o.system};
-        msgs[nm++] = (hkv_chat_msg){"user", text};
-        if ((rc = hkv_chat_apply(e->tok, msgs, nm, 1, &chat_text, &err))) goto out;
-        text = chat_text;
-        text_len = strlen(chat_text);
-    }
-    int64_t n_prompt = 0, cap = (int64_t)text_len + 16;
-    prompt = malloc((size_t)cap * sizeof *prompt);
-    if (!prompt) {
-        rc = hkv_seterr(&err, HKV_E_NOMEM, "no memory for the prompt");
+    if (!prompt &&
+        (rc = tokenize_prompt(&o, e->tok, file_text, file_len, &prompt, &n_prompt, &chat_text, &err)))
         goto out;
-    }
-    if ((rc = hkv_tokenize(e->tok, text, text_len, hkv_tokenizer_add_bos(e->tok),
-                           o.chat || !o.no_special, prompt,
-                           cap, &n_prompt, &err)))
-        goto out;
-    if (n_prompt == 0) {
-        rc = hkv_seterr(&err, HKV_E_INVAL, "the prompt is empty after tokenisation");
-        goto out;
-    }
     int64_t need = n_prompt + o.n_predict + 1;
     e->p.n_ctx = o.ctx ? o.ctx : need;
     if (o.ctx) hkv_engine_ctx_warn(e);
@@ -382,6 +413,8 @@ int hkv_cmd_run(int argc, char **argv) {
             goto out;
         }
     }
+    const char *text = o.prompt ? o.prompt : file_text;   /* a completion echoes its prompt */
+    const size_t text_len = o.prompt ? strlen(o.prompt) : file_len;
     if (!o.json && !o.chat && (fwrite(text, 1, text_len, stdout) != text_len || fflush(stdout) != 0))
         sc.out_closed = 1;
     hkv_gen_stats st = {0};
