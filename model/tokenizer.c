@@ -320,6 +320,14 @@ static int get_vocab_arr(const hkv_gguf *g, const char *key, int type, int64_t n
     return HKV_OK;
 }
 
+int hkv_tokenizer_load_file(hkv_tokenizer **out, const char *path, hkv_err *err) {
+    hkv_gguf *g = NULL;
+    int rc = hkv_gguf_open(&g, path, err);
+    if (!rc) rc = hkv_tokenizer_load(out, g, err);
+    hkv_gguf_close(g);   /* the tokenizer keeps its own copy */
+    return rc;
+}
+
 int hkv_tokenizer_load(hkv_tokenizer **out, const hkv_gguf *g, hkv_err *err) {
     if (!out || !g) return hkv_seterr(err, HKV_E_INVAL, "hkv_tokenizer_load: NULL argument");
     *out = NULL;

@@ -19,6 +19,9 @@ typedef struct hkv_tokenizer hkv_tokenizer;
  * tokenizer.ggml.model, is HKV_E_UNSUPPORTED. The tokenizer is read-only
  * once built: one may serve many threads. */
 int hkv_tokenizer_load(hkv_tokenizer **out, const hkv_gguf *g, hkv_err *err);
+/* The same from a GGUF file, without its weights: what a command reads
+ * before the engine loads (to plan for the prompts it will run). */
+int hkv_tokenizer_load_file(hkv_tokenizer **out, const char *path, hkv_err *err);
 void hkv_tokenizer_free(hkv_tokenizer *t);
 
 int32_t hkv_tokenizer_n_vocab(const hkv_tokenizer *t);

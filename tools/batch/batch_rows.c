@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "batch.h"
-#include "gguf.h"
 
 static int cmp_i64(const void *a, const void *b) {
     const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
@@ -18,11 +17,8 @@ int hkv_batch_job_rows(const hkv_batch_scan *sc, const hkv_batch_defaults *d, in
                        int64_t *n_rows, hkv_err *err) {
     *rows = NULL;
     *n_rows = 0;
-    hkv_gguf *g = NULL;
     hkv_tokenizer *tok = NULL;
-    int rc = hkv_gguf_open(&g, sc->model, err);
-    if (!rc) rc = hkv_tokenizer_load(&tok, g, err);
-    hkv_gguf_close(g);   /* the tokenizer keeps its own copy */
+    int rc = hkv_tokenizer_load_file(&tok, sc->model, err);
     if (rc) return hkv_err_prefix(err, "sizing the job's resident slots");
     FILE *f = fopen(sc->in, "rb");
     int64_t *out = malloc((size_t)(sc->n_req > 0 ? sc->n_req : 1) * sizeof *out);

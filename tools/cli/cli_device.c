@@ -340,13 +340,15 @@ static int most_resident(hkv_device_cli *d, const char *model_path, hkv_engine_p
  * rows takes the requests that need at most S, and the cap admits N(S) of
  * them at a time, so the candidate that maximises covered share x
  * min(N, batch) / batch wins (the larger S on a tie: fewer requests in the
- * split). The candidates are the far rows at a few quantiles of the job. */
-static void size_slots(hkv_device_cli *d, const char *model_path, hkv_engine_params *ep, int batch,
-                       int64_t ctx, int64_t *covered) {
+ * split). The candidates are the far rows at a few quantiles of the job.
+ * Returns N at the chosen size. */
+static int size_slots(hkv_device_cli *d, const char *model_path, hkv_engine_params *ep, int batch,
+                      int64_t ctx, int64_t *covered) {
     static const double quantiles[] = {1.0, 0.99, 0.95, 0.90, 0.75, 0.50};
     const int64_t n = d->n_job_rows, near = ep->tiered.L_init + ep->tiered.L_local;
     double best = -1;
     int64_t best_rows = 0, prev = -1;
+    int best_fit = 0;
     *covered = n;
     for (size_t q = 0; q < sizeof quantiles / sizeof *quantiles; q++) {
         int64_t k = (int64_t)(quantiles[q] * (double)n + 0.999999);   /* requests covered */
@@ -361,9 +363,10 @@ static void size_slots(hkv_device_cli *d, const char *model_path, hkv_engine_par
         d->resident_rows = rows;
         const int fit = most_resident(d, model_path, ep, batch, ctx);
         const double score = (double)k / (double)n * (double)fit / (double)batch;
-        if (score > best) best = score, best_rows = rows, *covered = k;
+        if (score > best) best = score, best_rows = rows, best_fit = fit, *covered = k;
     }
     d->resident_rows = best_rows;   /* 0: a whole context */
+    return best_fit;
 }
 
 /* Per-sequence placement under auto: the most sequences of the batch that
@@ -371,9 +374,9 @@ static void size_slots(hkv_device_cli *d, const char *model_path, hkv_engine_par
 static int place_resident(hkv_device_cli *d, const char *model_path, hkv_engine_params *ep,
                           int batch, int64_t ctx, hkv_err *err) {
     int64_t covered = d->n_job_rows;
-    if (d->job_rows && d->n_job_rows > 0 && !d->resident_rows && !d->resident_prefixes)
-        size_slots(d, model_path, ep, batch, ctx, &covered);
-    const int lo = most_resident(d, model_path, ep, batch, ctx);
+    const int lo = d->job_rows && d->n_job_rows > 0 && !d->resident_rows && !d->resident_prefixes
+                       ? size_slots(d, model_path, ep, batch, ctx, &covered)
+                       : most_resident(d, model_path, ep, batch, ctx);
     d->resident = lo;
     char sized[160] = "";
     const int64_t near = ep->tiered.L_init + ep->tiered.L_local;

@@ -8,7 +8,6 @@
 
 #include "cli.h"
 #include "generate.h"
-#include "gguf.h"
 #include "kv_tiered.h"
 
 static const char run_usage[] =
@@ -124,11 +123,8 @@ static int tokenize_prompt(const run_opts *o, const hkv_tokenizer *tok, const ch
  * model's tokenizer alone. */
 static int tokenize_early(const run_opts *o, const char *file_text, size_t file_len, int32_t **prompt,
                           int64_t *n_prompt, char **chat_text, hkv_err *err) {
-    hkv_gguf *g = NULL;
     hkv_tokenizer *tok = NULL;
-    int rc = hkv_gguf_open(&g, o->model, err);
-    if (!rc) rc = hkv_tokenizer_load(&tok, g, err);
-    hkv_gguf_close(g);
+    int rc = hkv_tokenizer_load_file(&tok, o->model, err);
     if (!rc) rc = tokenize_prompt(o, tok, file_text, file_len, prompt, n_prompt, chat_text, err);
     hkv_tokenizer_free(tok);
     return rc;
