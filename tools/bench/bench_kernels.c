@@ -127,6 +127,7 @@ typedef struct {
 static void wset_make(size_t cold_bytes, wset *s, int type, int64_t rows, int64_t cols)
 {
     hkv_wmat one = {type, rows, cols, NULL, NULL, NULL, 0};
+    *s = (wset){0};   /* wset_free frees the packed twins only wset_pack makes */
     size_t bytes = hkv_wmat_bytes(&one);
     s->copies = (int)((cold_bytes + bytes - 1) / bytes);
     size_t n = (size_t)rows * cols, nb = n / HKV_WBLOCK;
