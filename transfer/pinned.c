@@ -98,6 +98,25 @@ static void *map_on_node(size_t bytes, int node, size_t *mapped, int tier, hkv_e
     return p;
 }
 
+/* Page-locked pages cannot be reclaimed: locking what the host has left gets
+ * the process killed by the kernel later, on some unrelated allocation (the
+ * H200 run of 2026-11-30 lost a bench that way at 96K). So a lock that would
+ * leave the host less than a reserve (1/32 of its memory, at least 1 GiB: the
+ * pageable memory beside the far tier, the index lists, the driver's own) is
+ * refused here, naming the bytes. MemAvailable unknown: no check. */
+static int check_lockable(int tier, size_t bytes, hkv_err *err) {
+    const size_t avail = hkv_host_mem_free(), total = hkv_host_mem_total();
+    if (!avail) return HKV_OK;
+    size_t reserve = total / 32;
+    if (reserve < ((size_t)1 << 30)) reserve = (size_t)1 << 30;
+    if (bytes + reserve <= avail) return HKV_OK;
+    char why[160], r[32];
+    hkv_fmt_bytes((double)reserve, r, sizeof r);
+    snprintf(why, sizeof why, "locking it would leave the host less than its reserve of %s for "
+             "pageable memory", r);
+    return fail(err, HKV_E_NOMEM, "page-locked memory", tier, bytes, why);
+}
+
 /* 1 when a CUDA device is usable; why says otherwise. */
 static int cuda_usable(char *why, size_t cap) {
 #ifdef HKV_HAVE_CUDA
@@ -132,6 +151,7 @@ int hkv_pinned_alloc(hkv_pinned *out, hkv_mem_account *acc, hkv_pinned_account *
         if (flags & HKV_PIN_NO_CUDA) snprintf(why, sizeof why, "CUDA was excluded by the caller");
         return fail(err, HKV_E_DEVICE, "page-locked memory", tier, bytes, why);
     }
+    if (use_cuda && (rc = check_lockable(tier, bytes, err))) return rc;
     if (use_cuda) {
 #ifdef HKV_HAVE_CUDA
         cudaError_t e;

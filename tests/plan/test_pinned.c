@@ -127,6 +127,14 @@ int main(void) {
     CHECK(hkv_pinned_alloc(&b, &acc, &pin, HKV_TIER_FAR, absurd, 0, 0, &err) == HKV_E_NOMEM &&
               strstr(err.msg, "1048576.00 TiB") && strstr(err.msg, "available") && !b.p,
           "absurd size on a node: %s", err.msg);
+    if (n_gpu && hkv_host_mem_free()) {
+        /* what the host has, all of it: locking it would get the process killed
+         * later (the emulator's cudaHostAlloc is lazy and would have said yes) */
+        hkv_err_clear(&err);
+        CHECK(hkv_pinned_alloc(&b, &acc, &pin, HKV_TIER_FAR, hkv_host_mem_free(), -1, 0, &err) ==
+                      HKV_E_NOMEM && strstr(err.msg, "reserve") && strstr(err.msg, "page-locked") && !b.p,
+              "all the host's memory: %s", err.msg);
+    }
     CHECK(acc.bytes[HKV_TIER_FAR] == 0 && acc.n_allocs[HKV_TIER_FAR] == 0, "failures not accounted");
     hkv_err_clear(&err);
     CHECK(hkv_pinned_alloc(&b, &acc, &pin, HKV_TIER_FAR, 0, -1, 0, &err) == HKV_E_INVAL &&

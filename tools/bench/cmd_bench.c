@@ -167,14 +167,21 @@ typedef struct row_ctx {
 /* One measured point as a flat, self-describing row (docs/BENCH_ROWS.md). */
 /* The device's and the host's admission of one configuration (NULL: the
  * run's own policy) at a batch: its policy, and its far= format. */
+/* The plan's admission of a batch of configuration c. aside: the prompt's
+ * sequence is held beside the batch (its forks' source), so the host and the
+ * device hold batch + 1 sequences; counted as one more of the batch's. */
 static int bench_admit(const hkv_device_cli *dc, const char *model, const hkv_engine_params *ep,
-                       const hkv_config *c, long long batch, int64_t n_ctx, hkv_err *err) {
+                       const hkv_config *c, long long batch, int aside, int64_t n_ctx, hkv_err *err) {
     hkv_engine_params cp = *ep;
     if (c) {
         cp.tiered.policy = c->def, cp.tiered.args = c->args;
         if (c->far_set) cp.tiered.far_q8 = c->far_q8;   /* its forks' format */
     }
-    return hkv_device_cli_check(dc, model, &cp, (int)batch, n_ctx, err);
+    int rc = hkv_device_cli_check(dc, model, &cp, (int)(batch + aside), n_ctx, err);
+    if (rc && aside)
+        hkv_err_prefix(err, "the prompt's sequence is held beside the batch's %lld fork%s", batch,
+                       batch == 1 ? "" : "s");
+    return rc;
 }
 
 static json_t *point_row(const point *q, const row_ctx *x) {
@@ -363,7 +370,7 @@ int hkv_cmd_bench(int argc, char **argv) {
         hkv_err first;   /* a refusal's reason, for when every configuration is refused */
         hkv_err_clear(&first);
         for (int i = 0; !rc && i < n_chk; i++) {
-            int ri = bench_admit(&dc, model, &ep, configs ? &cfg[i] : NULL, max_batch,
+            int ri = bench_admit(&dc, model, &ep, configs ? &cfg[i] : NULL, max_batch, !in_place,
                                  max_ctx + steps + 1, &err);
             if (ri == HKV_OK) n_ok++;
             else if (ri != HKV_E_CAPACITY) rc = ri;
@@ -374,7 +381,7 @@ int hkv_cmd_bench(int argc, char **argv) {
         if (!rc && !n_ok) rc = HKV_E_CAPACITY, err = first;   /* refused for all: as before */
         for (int i = 0; !rc && n_ok < n_chk && i < n_chk; i++)
             /* refused for some: each of those down to the largest batch it holds */
-            while (cfg_max[i] > 0 && bench_admit(&dc, model, &ep, &cfg[i], cfg_max[i],
+            while (cfg_max[i] > 0 && bench_admit(&dc, model, &ep, &cfg[i], cfg_max[i], !in_place,
                                                  max_ctx + steps + 1, &err) == HKV_E_CAPACITY) {
                 fprintf(stderr, "hetkv bench: batch %lld refused for '%s': %s\n", cfg_max[i],
                         cfg[i].spec, err.msg);
