@@ -540,6 +540,13 @@ static void admit(hkv_sched *s) {
         while (s->p.mem_budget && s->reserved + r->kv_bytes > s->p.mem_budget &&
                prefix_evict_lru(s)) {}
         if (s->p.mem_budget && s->reserved + r->kv_bytes > s->p.mem_budget) break;   /* waits */
+        /* waits for a resident slot rather than run in the split (queue order kept) */
+        if (s->p.resident_wait && s->p.resident && !r->policy && fits_resident(s, r) &&
+            resident_running(s, i) >= s->p.resident) {
+            s->st.resident_waits += !r->waited_;   /* once a request */
+            r->waited_ = 1;
+            break;
+        }
         s->head = r->next_;
         if (!s->head) s->tail = NULL;
         r->next_ = NULL;

@@ -70,6 +70,11 @@ typedef struct hkv_sched_params {
                                reach past them runs the engine's policy instead of outgrowing
                                its slot (the backend would run it on the host). 0: a whole
                                context, every request fits */
+    int resident_wait;      /* with resident: a request that fits a slot waits in the queue
+                               while every slot is busy, rather than run the engine's policy
+                               (the split) at once: a split sequence decodes far slower than
+                               a resident one and, in the same step, holds them to its pace.
+                               Requests no slot can hold still run the engine's policy */
     hkv_sched_done_cb on_done;
     hkv_sched_done_cb on_drop;   /* may be NULL: called by hkv_sched_free for each request
                                     still queued or running, unfinished (no on_done), so the
@@ -114,6 +119,7 @@ struct hkv_sched_req {
                                                (hkv_sched_params.resident) */
     /* the scheduler's own */
     hkv_sched_req *next_;
+    int waited_;                            /* it waited for a resident slot */
 };
 
 typedef struct hkv_sched_stats {
@@ -133,6 +139,8 @@ typedef struct hkv_sched_stats {
                                                policy that shares its index: ctkvr) */
     int64_t prefix_index_hits;              /* hits that took the kept prefix's index by
                                                reference instead of building one */
+    int64_t resident_waits;                 /* requests that waited in the queue for a resident
+                                               slot (resident_wait) */
 } hkv_sched_stats;
 
 typedef struct hkv_sched hkv_sched;

@@ -134,14 +134,19 @@ if have_dev:
     cases.append(("host memory does not fit", host + ["--batch", "2"], 1,
                   "needs 566.38 MiB of page-locked host memory (far tier K and V 256.26 MiB, index lists "
                   "310.12 MiB; 283.19 MiB a sequence) but the cap is 300.00 MiB: at most 1 such sequences fit"))
-    cases.append(("host memory: largest batch refused", host + ["--batch", "1,2,4"], 0,
-                  "batch 2 refused: --device cuda, --host-mem: batch 2 x context 32801"))
+    # a list of batches forks each from the prompt's own sequence, held beside
+    # them: batch B holds B + 1 sequences (1 fits 600M, 2 does not)
+    wider = [a if a != "300M" else "600M" for a in host]
+    cases.append(("host memory: largest batch refused", wider + ["--batch", "1,2,4"], 0,
+                  "batch 2 refused: the prompt's sequence is held beside the batch's 2 forks: "
+                  "--device cuda, --host-mem: batch 3 x context 32801"))
     # a configuration over the 8-bit far tier holds 0.56x the far rows: batch 2
     # is refused for the fp16 one only, and admitted for the run
     mixed = [a if a != "ctkvr" else "ctkvr;ctkvr:far=q8" for a in host]
-    mixed[mixed.index("300M")] = "500M"
+    mixed[mixed.index("300M")] = "700M"
     cases.append(("host memory: refused for one configuration", mixed + ["--batch", "1,2"], 0,
-                  "batch 2 refused for 'ctkvr': --device cuda, --host-mem: batch 2 x context 32801"))
+                  "batch 2 refused for 'ctkvr': the prompt's sequence is held beside the batch's 2 "
+                  "forks: --device cuda, --host-mem: batch 3 x context 32801"))
     cases.append(("host memory: the 8-bit one admitted", mixed + ["--batch", "1,2"], 0,
                   "admitted: context 32768, batch 2"))
 if have_dev:   # a head size the device's attention kernels do not take: refused at creation

@@ -7,18 +7,23 @@ generated model, 6 requests through `hetkv batch --max-batch 4` (so that later
 requests arrive as earlier ones finish), context 512, --local 8:
 
   split     a cap for the split alone: every line "split", ctkvr;
-  some      a cap for the split and 2 whole sequences: stderr says "up to 2 of
-            the 4", the job's placement says how many ran where, every "device"
-            line ran full and every "split" line ctkvr, at least 2 on the device;
+  some      a cap for the split and 2 whole sequences, --split-overflow: stderr
+            says "up to 2 of the 4", the job's placement says how many ran
+            where, every "device" line ran full and every "split" line ctkvr, at
+            least 2 on the device;
+  waits     the same cap without --split-overflow (the default): a request
+            that fits a slot waits for one, so all 6 run on the device, 2 at a
+            time, none in the split, and the job counts the ones that waited;
   all       room for 4: every request on the device;
-  given     --gpu-resident 1 under auto: one at a time;
-            (these four with --gpu-resident-rows at a whole context, 502 far rows)
+  given     --gpu-resident 1 under auto, --split-overflow: one at a time;
+            (these five with --gpu-resident-rows at a whole context, 502 far rows)
   sized     no --gpu-resident-rows, a cap for the split and 4 slots of what the
             job's longest request needs: the slots are sized from the job's
             requests (stderr names the size), 4 at a time, all 6 on the device
             (whole-context slots admit 1 at that cap);
   rows100   --gpu-resident-rows 100: the two requests that need more than 100
-            far rows run ctkvr, never a slot they would outgrow, no fallbacks;
+            far rows run ctkvr, never a slot they would outgrow, no fallbacks
+            (the others wait for a slot);
   tokens    each request's greedy tokens are the CPU path's under the policy its
             line names (batch invariance: the CPU runs each group alone);
   refused   --gpu-resident without --device cuda is refused by name;
@@ -116,9 +121,10 @@ with tempfile.TemporaryDirectory() as tmp:
 
     runs = {}
     for name, extra in (("split", ["--gpu-mem", cap(0)] + whole),
-                        ("some", ["--gpu-mem", cap(2)] + whole),
+                        ("some", ["--gpu-mem", cap(2), "--split-overflow"] + whole),
+                        ("waits", ["--gpu-mem", cap(2)] + whole),
                         ("all", ["--gpu-mem", cap(4)] + whole),
-                        ("given", ["--gpu-mem", cap(4), "--gpu-resident", "1"] + whole),
+                        ("given", ["--gpu-mem", cap(4), "--gpu-resident", "1", "--split-overflow"] + whole),
                         ("sized", ["--gpu-mem", cap(4, longest * row)]),
                         ("rows100", ["--gpu-mem", cap(4), "--gpu-resident-rows", "100"])):
         p, lines, summ = batch(None, "--device", "cuda", *extra)
@@ -131,12 +137,16 @@ with tempfile.TemporaryDirectory() as tmp:
         if name == "split":
             ok = ok and not dev and "placement" not in summ and "keep their whole KV" not in p.stderr
         else:
-            want = {"some": 2, "all": 4, "given": 1, "sized": 4, "rows100": 4}[name]
+            want = {"some": 2, "waits": 2, "all": 4, "given": 1, "sized": 4, "rows100": 4}[name]
             ok = ok and pl.get("resident_max") == want and pl.get("device") == len(dev)
             if name == "rows100":   # exactly the requests that fit 100 far rows
                 ok = ok and dev == sorted(i for i in need if need[i] <= 100) and len(dev) < 6
             else:
-                ok = ok and (len(dev) == 6 if name in ("all", "sized") else want <= len(dev) < 6)
+                ok = ok and (len(dev) == 6 if name in ("all", "sized", "waits") else want <= len(dev) < 6)
+            if name == "waits":   # 4 admitted at a time, 2 slots: the rest waited
+                ok = ok and pl.get("split") == 0 and pl.get("waited", 0) >= 2 and "wait for a slot" in p.stderr
+            if name in ("some", "given"):
+                ok = ok and pl.get("waited") == 0
             if name != "given":
                 ok = ok and f"up to {want} of the 4 sequences" in p.stderr
             if name == "sized":
@@ -154,7 +164,7 @@ with tempfile.TemporaryDirectory() as tmp:
     p, _, summ = batch(None, "--device", "cuda", "--gpu-mem", cap(4, longest * row), *whole)
     check(p.returncode == 0 and summ.get("placement", {}).get("resident_max") == 1,
           "whole-context slots at the sized run's cap: 1 at a time", summ.get("placement"))
-    for name in ("some", "given", "rows100"):
+    for name in ("some", "waits", "given", "rows100"):
         lines = runs[name][0]
         for pol in ("full", "ctkvr"):
             ids = sorted(i for i, h in lines.items() if h["policy"] == pol)

@@ -553,9 +553,10 @@ static void summary(job *j, hkv_sched *s, const char *how) {
         }
         if (o && j->meta.placed)   /* per-sequence placement (auto on a device) */
             json_object_set_new(o, "placement",
-                                json_pack("{s:i, s:I, s:I}", "resident_max", j->o->dev.resident,
+                                json_pack("{s:i, s:I, s:I, s:I}", "resident_max", j->o->dev.resident,
                                           "device", (json_int_t)j->on_device, "split",
-                                          (json_int_t)(j->done - j->on_device)));
+                                          (json_int_t)(j->done - j->on_device), "waited",
+                                          (json_int_t)st.resident_waits));
         if (o && j->o->sc.prefix_cache)
             json_object_set_new(o, "prefix_cache",
                                 json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:I, s:I}", "hits",
@@ -657,6 +658,7 @@ engine:;
     ep.max_rows = (int)o.sc.chunk;
     ep.device_cuda = o.dev.cuda;
     if ((rc = hkv_kv_cli_apply(&o.kv, &ep, &err))) goto out;
+    o.dev.queued = 1;   /* placement may make a request wait for a resident slot */
     if ((rc = hkv_device_cli_check_near(&o.dev, o.model, &ep, o.kv.local >= 0,
                                         hkv_kv_cli_auto(&o.kv), (int)o.sc.max_batch, o.sc.ctx,
                                         &err)))
@@ -676,6 +678,7 @@ engine:;
     sp.chunk = o.sc.chunk;
     sp.resident = placed ? o.dev.resident : 0;   /* per-sequence placement (auto) */
     sp.resident_rows = placed ? hkv_device_cli_slot_rows(&o.dev) : 0;
+    sp.resident_wait = placed && !o.dev.split_overflow;
     sp.batch_invariant = !o.no_invariant;
     if (o.sc.mem) {
         sp.mem_budget = o.sc.mem;

@@ -111,6 +111,11 @@ typedef struct hkv_device_cli {
     int resident_chunk;       /* --gpu-resident-chunk N; 0: not given */
     long long resident_rows;  /* --gpu-resident-rows N: far rows a resident slot holds; 0: all */
     int resident_prefixes;    /* --gpu-resident-prefixes N: shared prefixes kept once; 0: none */
+    int split_overflow;       /* --split-overflow: under auto, a request that fits a resident
+                                 slot runs ctkvr in the split while every slot is busy (batch,
+                                 serve); 0: it waits for a slot */
+    int queued;               /* set by batch and serve: requests arrive through the scheduler's
+                                 queue, so placement can make them wait for a resident slot */
     long long shared_rows;    /* first rows every sequence shares by reference (bench
                                  --shared-prefix): the plan holds their far tier once */
     int full_split;           /* --local N given: `full` keeps a far tier on the host, planned in

@@ -167,6 +167,13 @@ const hkv_opt hkv_device_opts[] = {
              "the device too, so their decode attention runs there (the rest:\n"
              "the far tier on the host). Default: with --policy auto, as many\n"
              "as fit beside the split, the others running ctkvr; else 0"},
+    {.name = "--split-overflow", .kind = HKV_OPT_FLAG, .off = offsetof(hkv_device_cli, split_overflow),
+     .help = "batch and serve under --policy auto: a request that fits a resident\n"
+             "slot runs ctkvr in the split while every slot is busy, instead of\n"
+             "waiting for one (the default: on an H200 a split sequence decoded\n"
+             "at a tenth of a device one's rate and held the device's sequences\n"
+             "to its step; docs/GPU_MEASURED.md). A request no slot can hold\n"
+             "runs in the split either way"},
     {.name = "--gpu-resident-chunk", .arg = "N", .kind = HKV_OPT_FN, .fn = parse_resident_chunk,
      .help = "far rows a resident sequence's device copy lags by at most,\n"
              "copied up together; the host attends the tail (default 256)"},
@@ -394,7 +401,11 @@ static int place_resident(hkv_device_cli *d, const char *model_path, hkv_engine_
         fprintf(stderr, "hetkv: --device cuda, policy auto: up to %d of the %d sequences at a time "
                 "keep their whole KV on the device (full, as they arrive)%s%s (--gpu-resident N "
                 "and --gpu-resident-rows N set it)\n", lo, batch, sized,
-                lo < batch ? ", the others run ctkvr in the split" : "");
+                lo >= batch ? ""
+                : d->queued && !d->split_overflow
+                    ? "; the others wait for a slot, and a request no slot holds runs ctkvr in "
+                      "the split (--split-overflow: ctkvr at once rather than wait)"
+                    : ", the others run ctkvr in the split");
     return hkv_device_cli_check(d, model_path, ep, batch, ctx, err);
 }
 

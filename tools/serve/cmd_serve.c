@@ -345,6 +345,7 @@ int hkv_cmd_serve(int argc, char **argv) {
     ep.max_rows = (int)o.sc.chunk;
     ep.device_cuda = o.dev.cuda;
     if ((rc = hkv_kv_cli_apply(&o.kv, &ep, &err))) goto out;
+    o.dev.queued = 1;   /* placement may make a request wait for a resident slot */
     if ((rc = hkv_device_cli_check_near(&o.dev, o.model, &ep, o.kv.local >= 0,
                                         hkv_kv_cli_auto(&o.kv), (int)o.sc.max_batch, o.sc.ctx,
                                         &err)))
@@ -364,6 +365,7 @@ int hkv_cmd_serve(int argc, char **argv) {
     sp.chunk = o.sc.chunk;
     sp.resident = placed ? o.dev.resident : 0;   /* per-sequence placement (auto) */
     sp.resident_rows = placed ? hkv_device_cli_slot_rows(&o.dev) : 0;
+    sp.resident_wait = placed && !o.dev.split_overflow;
     if (o.sc.mem) {
         sp.mem_budget = o.sc.mem;
     } else {
