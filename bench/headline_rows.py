@@ -24,7 +24,7 @@ import sys
 # for every configuration or (a config's far=q8 holding less) for one
 REFUSED = re.compile(r"^hetkv bench: batch (\d+) refused(?: for '([^']*)')?: (.*)$")
 
-KEEP = ["config", "policy", "budget", "ctx", "batch", "gpu_mem", "decode_tok_s", "step_ms",
+KEEP = ["config", "spec", "policy", "budget", "ctx", "batch", "gpu_mem", "decode_tok_s", "step_ms",
         "ttft_s", "prefill_tok_s", "fork_s", "chunk", "dev_cpu_busy_ms", "dev_cpu_wait_ms",
         "dev_wait_cpu_ms", "dev_near_ms", "dev_products_ms", "dev_total_ms", "dev_h2d_mb",
         "dev_d2h_mb", "host_bytes_per_token", "host_roofline_tok_s", "probe_gbs", "far_kv",
@@ -79,11 +79,15 @@ def main() -> int:
     if os.path.exists(ppath):
         for p in read_jsonl(ppath):
             if p.get("fits") and p.get("built_tok_s") is not None:
-                pred[(p["policy"], p["ctx"], p["batch"])] = p["built_tok_s"]
+                # the plan names a policy with its budgets ("ctkvr C=2048 rho=2480
+                # rho'=992"): its defaults, which the rows with no arguments ran
+                pred[(p["policy"].split()[0], p["ctx"], p["batch"])] = p["built_tok_s"]
     for row in rows:
         # full is predicted with the whole KV on the device: the dense rows only
         key = (row["policy"], row["ctx"], row["batch"])
         if row["policy"] == "full" and row["kind"] != "dense":
+            key = None
+        if row.get("spec") not in (None, row["policy"]):   # arguments of its own: not the plan's
             key = None
         row["predicted_tok_s"] = pred.get(key) if key else None
     ratios = []

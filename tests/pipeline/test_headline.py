@@ -69,6 +69,11 @@ def main() -> int:
               f"ratios {q}")
         pred = os.path.join(out, "plan_predict.jsonl")
         check(os.path.exists(pred) and os.path.getsize(pred) > 0, "plan --predict rows")
+        # the plan names ctkvr with its budgets: its row at batch 1 (the plan's
+        # batches are 1, 4, 8) gets the prediction beside it
+        c1 = [x for x in split if x["policy"] == "ctkvr" and x["batch"] == 1]
+        check(len(c1) == 1 and c1[0]["predicted_tok_s"],
+              f"a prediction beside ctkvr {[(x['policy'], x['batch'], x['predicted_tok_s']) for x in c1]}")
         rows = [ln for ln in open(os.path.join(out, "split_512.jsonl")) if ln.startswith("{")]
         check(len(rows) == 4, f"split_512.jsonl: one line a row ({len(rows)})")
     print(f"test_headline: {'FAILED' if fails else 'passed'}")
