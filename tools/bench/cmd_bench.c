@@ -166,10 +166,9 @@ typedef struct row_ctx {
 
 /* One measured point as a flat, self-describing row (docs/BENCH_ROWS.md). */
 /* The device's and the host's admission of one configuration (NULL: the
- * run's own policy) at a batch: its policy, and its far= format. */
-/* The plan's admission of a batch of configuration c. aside: the prompt's
- * sequence is held beside the batch (its forks' source), so the host and the
- * device hold batch + 1 sequences; counted as one more of the batch's. */
+ * run's own policy) at a batch: its policy, and its far= format. aside: the
+ * prompt's sequence is held beside the batch (its forks' source), so the
+ * host and the device hold batch + 1 sequences, counted as one more fork. */
 static int bench_admit(const hkv_device_cli *dc, const char *model, const hkv_engine_params *ep,
                        const hkv_config *c, long long batch, int aside, int64_t n_ctx, hkv_err *err) {
     hkv_engine_params cp = *ep;
