@@ -123,6 +123,8 @@ cases = [
     ("policies argument", [hetkv, "policies", "foo"], 2, "policies: unknown argument 'foo'"),
     ("bench far no --isa", [hetkv, "bench", "far", "--isa", "avx2"], 2, "bench far: unknown option '--isa'"),
     ("bench kernels bad isa", [hetkv, "bench", "kernels", "--isa", "x"], 2, "unknown ISA 'x'"),
+    ("split-overflow in run", [hetkv, "run", *M, "-p", "hi", "--split-overflow"], 1,
+     "--split-overflow is for batch and serve"),
 ]
 # the far tier is page-locked: a batch x context past the host's memory (or
 # --host-mem) is refused at admission, naming what a sequence needs; bench

@@ -413,6 +413,9 @@ int hkv_device_cli_check_near(hkv_device_cli *d, const char *model_path,
                               hkv_engine_params *ep, int local_given, int auto_policy, int batch,
                               int64_t n_ctx, hkv_err *err) {
     const int full = ep->tiered.policy && !strcmp(ep->tiered.policy->name, "full");
+    if (d->split_overflow && !d->queued)
+        return hkv_seterr(err, HKV_E_INVAL, "--split-overflow is for batch and serve, whose requests "
+                          "wait in a queue; run and bench decode their batch together");
     d->full_split = local_given;   /* a named full with --local N runs with a far tier */
     if (d->cuda && !ep->kv_plain && full) {
         hkv_model_config cfg;
