@@ -12,16 +12,11 @@ import re
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pipeline"))
+from device_checks import Checks  # noqa: E402
+
 hetkv = os.path.join(sys.argv[1], "tools", "hetkv")
-passed = failed = 0
-
-
-def check(ok, what, detail=""):
-    global passed, failed
-    passed += bool(ok)
-    failed += not ok
-    print(f"{'ok  ' if ok else 'FAIL'} {what}{': ' + str(detail) if detail else ''}")
-
+check = Checks()
 
 p = subprocess.run([hetkv, "bench", "kernels", "--quick"], capture_output=True, text=True, timeout=900)
 check(p.returncode == 0, "bench kernels --quick exits 0", f"rc {p.returncode} {p.stderr.strip()[-300:]}")
@@ -31,5 +26,4 @@ for head in ("GEMV through hkv_matmul", "bandwidth probe again at the end"):
 gemv = re.findall(r"^(q4|q8|f16)\s+(\d+)x(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s", out, re.M)
 check(len(gemv) == 18, "a GEMV row for each of 3 shapes x 3 types x n 1, 8", len(gemv))
 check(all(float(g[5]) > 0 for g in gemv), "each GEMV row reads at a positive rate")
-print(f"test_bench_kernels: {passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+check.done("test_bench_kernels")
