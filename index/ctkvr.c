@@ -81,12 +81,7 @@ static int resolve(const hkv_policy_args *a, int64_t n_ctx, ct_conf *c, hkv_err 
     c->C = isnan(v) ? hkv_min64(2048, n_ctx / 16) : (int64_t)v;
     c->C = hkv_max64(1, hkv_min64(c->C, n_ctx));   /* never more centroids than tokens */
     v = arg_of(a, P_RHOP);
-    if (isnan(v)) {   /* about 3% of the context, as the paper's 4% dynamic budget */
-        int64_t r = (int64_t)llround(0.03 * (double)n_ctx / 32.0) * 32;
-        c->rho_p = hkv_max64(32, hkv_min64(1024, r));
-    } else {
-        c->rho_p = (int64_t)v;
-    }
+    c->rho_p = isnan(v) ? hkv_policy_default_budget(n_ctx) : (int64_t)v;
     v = arg_of(a, P_RHO);
     c->rho = isnan(v) ? (int64_t)llround(2.5 * (double)c->rho_p) : (int64_t)v;
     c->rho = hkv_max64(1, hkv_min64(c->rho, n_ctx));   /* a list never holds more than the context */

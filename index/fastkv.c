@@ -355,7 +355,7 @@ static int fastkv_create(hkv_policy *out, const hkv_policy_args *a, const hkv_po
     f->L = sh->n_layer, f->KH = sh->n_head_kv, f->H = sh->n_head, f->d = sh->head_dim;
     f->L_init = env->L_init, f->L_local = env->L_local;
     double b = arg_of(a, P_BUDGET);
-    f->budget = isnan(b) ? hkv_ws_default_budget(env->n_ctx) : (int64_t)b;
+    f->budget = isnan(b) ? hkv_policy_default_budget(env->n_ctx) : (int64_t)b;
     if (env->n_ctx > 0 && f->budget > env->n_ctx) f->budget = env->n_ctx;
     f->window = window;
     f->kernel = (int)arg_of(a, P_KERNEL);

@@ -174,7 +174,7 @@ static int laq_create(hkv_policy *out, const hkv_policy_args *a, const hkv_polic
     laq *s = hkv_host_calloc(env->mem, HKV_TIER_INDEX, sizeof *s, err);
     if (!s) return hkv_err_prefix(err, "laq");
     double b = arg_of(a, P_BUDGET);
-    int rc = hkv_keepset_init(&s->ks, env, isnan(b) ? hkv_ws_default_budget(env->n_ctx) : (int64_t)b,
+    int rc = hkv_keepset_init(&s->ks, env, isnan(b) ? hkv_policy_default_budget(env->n_ctx) : (int64_t)b,
                               "laq", err);
     if (rc) {
         hkv_host_free(env->mem, HKV_TIER_INDEX, s, sizeof *s);

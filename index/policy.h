@@ -402,6 +402,11 @@ int hkv_policy_arg_set(const hkv_policy_def *d, hkv_policy_args *a, const char *
 int hkv_policy_args_check(const hkv_policy_def *d, const hkv_policy_args *a, hkv_err *err);
 /* Value of parameter `key`: the one set, else the default (NAN if derived). */
 double hkv_policy_arg(const hkv_policy_def *d, const hkv_policy_args *a, const char *key);
+/* Every selection policy's far-token budget when none is given (ctkvr's
+ * rho', quest's, snapkv's, rocketkv's, ...): about 3% of the context,
+ * rounded to a multiple of 32, clamped to [32, 1024] (CTKVR's ~4% dynamic
+ * budget and its 512/1024; the RocketKV and SnapKV papers sweep 256..4096). */
+int64_t hkv_policy_default_budget(int64_t n_ctx);
 
 /* Policies (index/): */
 extern const hkv_policy_def hkv_policy_full;

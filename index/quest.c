@@ -250,7 +250,7 @@ static int quest_create(hkv_policy *out, const hkv_policy_args *a, const hkv_pol
     s->L = sh->n_layer, s->KH = sh->n_head_kv, s->d = sh->head_dim, s->g = sh->n_head / sh->n_head_kv;
     s->P = (int64_t)arg_of(a, P_PAGE);
     double b = arg_of(a, P_BUDGET);
-    int64_t budget = isnan(b) ? hkv_ws_default_budget(env->n_ctx) : (int64_t)b;
+    int64_t budget = isnan(b) ? hkv_policy_default_budget(env->n_ctx) : (int64_t)b;
     s->K = budget / s->P > 0 ? budget / s->P : 1;
     s->np_cap = env->n_ctx / s->P + 1;
     s->bounds_b = (size_t)s->L * s->KH * (size_t)s->np_cap * 2 * s->d * 2;

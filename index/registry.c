@@ -86,6 +86,11 @@ double hkv_policy_arg(const hkv_policy_def *d, const hkv_policy_args *a, const c
     return isnan(a->v[i]) ? d->params[i].dflt : a->v[i];
 }
 
+int64_t hkv_policy_default_budget(int64_t n_ctx) {
+    int64_t r = (int64_t)llround(0.03 * (double)(n_ctx > 0 ? n_ctx : 0) / 32.0) * 32;
+    return r < 32 ? 32 : r > 1024 ? 1024 : r;
+}
+
 const char *hkv_fallback_name(int reason) {
     static const char *const names[HKV_FALLBACK_COUNT] = {
         [HKV_FALLBACK_SHAPE] = "shape",

@@ -476,7 +476,7 @@ static int rocketkv_create(hkv_policy *out, const hkv_policy_args *a, const hkv_
     s->L = sh->n_layer, s->KH = sh->n_head_kv, s->H = sh->n_head, s->d = sh->head_dim;
     s->g = s->H / s->KH;
     double b = arg_of(a, P_BUDGET);
-    s->budget = isnan(b) ? hkv_ws_default_budget(env->n_ctx) : (int64_t)b;
+    s->budget = isnan(b) ? hkv_policy_default_budget(env->n_ctx) : (int64_t)b;
     s->window = window_of(a);
     s->kernel = (int)arg_of(a, P_KERNEL);
     s->mt = (int)arg_of(a, P_MT);

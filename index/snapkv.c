@@ -261,7 +261,7 @@ static int snapkv_create(hkv_policy *out, const hkv_policy_args *a, const hkv_po
     s->kern = env->kern, s->mem = env->mem, s->n_threads = env->n_threads;
     s->L = sh->n_layer, s->KH = sh->n_head_kv, s->H = sh->n_head, s->d = sh->head_dim;
     double b = arg_of(a, P_BUDGET);
-    s->budget = isnan(b) ? hkv_ws_default_budget(env->n_ctx) : (int64_t)b;
+    s->budget = isnan(b) ? hkv_policy_default_budget(env->n_ctx) : (int64_t)b;
     if (env->n_ctx > 0 && s->budget > env->n_ctx) s->budget = env->n_ctx;   /* never more than the context */
     s->window = (int64_t)arg_of(a, P_WINDOW);
     s->kernel = (int)arg_of(a, P_KERNEL);

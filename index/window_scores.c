@@ -23,12 +23,6 @@
 #define WS_KEYS 256     /* keys per GEMM chunk: the [w*g][256] score tile stays in L2 */
 #define WS_BLOCK 4096   /* keys per task: enough tasks to spread a few KV heads over cores */
 
-int64_t hkv_ws_default_budget(int64_t n_ctx)
-{
-    int64_t r = (int64_t)llround(0.03 * (double)(n_ctx > 0 ? n_ctx : 0) / 32.0) * 32;
-    return r < 32 ? 32 : r > 1024 ? 1024 : r;
-}
-
 /* ---- window scores ------------------------------------------------------------ */
 
 typedef struct ws_task { int h; int64_t x0, nx; } ws_task;

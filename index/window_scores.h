@@ -14,12 +14,6 @@
 
 #include "policy.h"
 
-/* The default far-token budget of quest, snapkv and rocketkv when none is
- * given: about 3% of the context, rounded to a multiple of 32, clamped to
- * [32, 1024]; the rule ctkvr uses for rho' (CTKVR's ~4% dynamic budget; the
- * RocketKV and SnapKV papers sweep 256..4096 tokens). */
-int64_t hkv_ws_default_budget(int64_t n_ctx);
-
 /* One window-score computation over the far tier of one layer.
  * For KV head h and each scored far position x = rows[h][i] (or lo + i):
  *   out[h*ld_out + i] = sum over window rows r < qv->n and heads j of h's

@@ -10,7 +10,7 @@
 
 #include "host_mem.h"
 #include "qmat_panel.h"
-#include "window_scores.h"
+#include "window_scores.h"   /* hkv_rocketkv_split */
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
@@ -51,7 +51,7 @@ static void ctkvr_conf(const hkv_policy_args *a, int64_t n_ctx, int64_t *C, int6
     *C = isnan(v) ? min64(2048, n_ctx / 16) : (int64_t)v;
     *C = max64(1, min64(*C, n_ctx));
     v = hkv_policy_arg(d, a, "rho_p");
-    *rho_p = isnan(v) ? hkv_ws_default_budget(n_ctx) : (int64_t)v;
+    *rho_p = isnan(v) ? hkv_policy_default_budget(n_ctx) : (int64_t)v;
     v = hkv_policy_arg(d, a, "rho");
     *rho = isnan(v) ? (int64_t)llround(2.5 * (double)*rho_p) : (int64_t)v;
     *rho = max64(1, min64(*rho, n_ctx));
@@ -62,7 +62,7 @@ static void ctkvr_conf(const hkv_policy_args *a, int64_t n_ctx, int64_t *C, int6
  * fastkv.c clamp; rocketkv's k is the budget as given). */
 static int64_t budget_of(const hkv_policy_def *d, const hkv_policy_args *a, int64_t n_ctx) {
     double v = hkv_policy_arg(d, a, "budget");
-    int64_t b = isnan(v) ? hkv_ws_default_budget(n_ctx) : (int64_t)v;
+    int64_t b = isnan(v) ? hkv_policy_default_budget(n_ctx) : (int64_t)v;
     if (d != &hkv_policy_rocketkv) b = min64(b, n_ctx);
     return max64(b, 1);
 }

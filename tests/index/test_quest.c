@@ -16,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "window_scores.h"
 
 #include "policy_world.h"
 
@@ -275,8 +274,8 @@ static void test_edges(void)
     hkv_policy_args_init(def, &a);
     CHECK(def && hkv_policy_arg_set(def, &a, "page=0", &err) == HKV_E_RANGE, "page=0 accepted");
     CHECK(hkv_policy_arg_set(def, &a, "budget=1.5", &err) == HKV_E_INVAL, "budget=1.5 accepted");
-    CHECK(hkv_ws_default_budget(8192) == 256 && hkv_ws_default_budget(100) == 32 &&
-          hkv_ws_default_budget(1 << 20) == 1024, "default budget rule");
+    CHECK(hkv_policy_default_budget(8192) == 256 && hkv_policy_default_budget(100) == 32 &&
+          hkv_policy_default_budget(1 << 20) == 1024, "default budget rule");
     world_free(&W);
 }
 

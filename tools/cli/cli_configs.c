@@ -136,8 +136,6 @@ int hkv_configs_parse(const char *spec, hkv_config *out, int *n, int cap, hkv_er
                     return hkv_seterr(err, HKV_E_INVAL, "--configs: '%s' ends with ','", c->spec);
             }
         }
-        /* No budget given: 3% of the context, the middle of the default sweep. */
-        if (c->budget_key && !c->budget_frac && !c->budget_abs) c->budget_frac = 0.03;
         (*n)++;
     }
     if (!*n) return hkv_seterr(err, HKV_E_INVAL, "--configs: no configuration in '%s'", spec);
@@ -157,8 +155,13 @@ int hkv_config_resolve(const hkv_config *c, int64_t ctx, int64_t far_tokens,
             if (b < 1) b = 1;
             snprintf(bpart, sizeof bpart, " %s=%lld (%g%%)", c->budget_key, (long long)b,
                      c->budget_frac * 100);
-        } else {
+        } else if (b > 0) {
             snprintf(bpart, sizeof bpart, " %s=%lld", c->budget_key, (long long)b);
+        } else {   /* none given: the policy's own default, what `run --policy` attends */
+            const double dflt = hkv_policy_arg(c->def, &c->args, c->budget_key);
+            b = isnan(dflt) ? hkv_policy_default_budget(ctx) : (int64_t)dflt;
+            if (b > far_tokens) b = far_tokens > 1 ? far_tokens : 1;
+            snprintf(bpart, sizeof bpart, " %s=%lld (default)", c->budget_key, (long long)b);
         }
         if (b > far_tokens)
             return hkv_seterr(err, HKV_E_RANGE, "config '%s': budget %s=%lld is larger than the far "

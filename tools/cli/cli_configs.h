@@ -1,8 +1,9 @@
 /* Policy configurations as the sweeping commands take them (bench --configs,
  * eval --configs, plan --configs): "full;oracle:k=64;ctkvr:rho_p=3%,dcu=0",
  * each a policy and its arguments, the budget (far tokens attended per step
- * and KV head: oracle's k, ctkvr's rho_p) fixed or a share of the context
- * ("3%") resolved per context length. */
+ * and KV head: oracle's k, ctkvr's rho_p) fixed, a share of the context
+ * ("3%") resolved per context length, or, not given, the policy's own
+ * default (hkv_policy_default_budget: 3% clamped to [32, 1024]). */
 #ifndef HKV_CLI_CONFIGS_H
 #define HKV_CLI_CONFIGS_H
 

@@ -801,13 +801,7 @@ int hkv_cmd_plan(int argc, char **argv) {
                     int64_t far = ctxs[xi] - sink - local;
                     row *r = &rows[nr];
                     memset(r, 0, sizeof *r);
-                    /* A budget written in the spec is resolved as hetkv eval does; without
-                     * one the policy's own derived defaults apply (not eval's 3%). */
-                    char key[40] = "";
-                    if (cfg[pi].budget_key) snprintf(key, sizeof key, "%s=", cfg[pi].budget_key);
-                    args = cfg[pi].args;
-                    if (key[0] && strstr(cfg[pi].spec, key) &&
-                        (rc = hkv_config_resolve(&cfg[pi], ctxs[xi], far > 0 ? far : 0, &args,
+                    if ((rc = hkv_config_resolve(&cfg[pi], ctxs[xi], far > 0 ? far : 0, &args,
                                                   &budget, NULL, 0, &err)))
                         goto out;
                     far_describe(cfg[pi].def, &args, ctxs[xi], o.far_q8 || cfg[pi].far_q8,
