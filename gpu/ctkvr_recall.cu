@@ -1,8 +1,10 @@
 /* CTKVR decode on the device (index/ctkvr.c's select up to the rerank, and
- * its dcu=1 update). One block per (sequence, KV head):
+ * its dcu=1 update). First k_ctkvr_scores over (sequence x KV head,
+ * centroid chunk) blocks:
  *   1. unit query heads (sum of squares in float64, as the host does),
  *   2. cosine with each valid centroid in FIFO order (oldest first), max
- *      over the group, one warp per centroid,
+ *      over the group, one warp per centroid;
+ * then one block per (sequence, KV head):
  *   3. top C' by repeated block arg-max (C' is small; ties to the older
  *      centroid, hkv_topk's rule), chosen scores are marked NaN,
  *   4. the chosen IVF lists and the tail set bits of a bitmap over the far
@@ -41,14 +43,30 @@ static __device__ int64_t rc_block_scan(int64_t v, int64_t *total)
 }
 
 static __global__ void __launch_bounds__(RC_THREADS)
-k_ctkvr_recall(const uint16_t *cent, const int32_t *ivf, const int32_t *len, const int32_t *fifo,
-               int H, int KH, int d, int64_t C, int64_t rho, const float *q, int64_t Cp,
-               const int64_t *far, int64_t W, float *score_ws, uint32_t *bm_ws, int32_t *cand,
-               int64_t cand_cap, int32_t *n_cand)
+k_ctkvr_scores(const uint16_t *cent, const int32_t *fifo, int H, int KH, int d, int64_t C,
+               const float *q, float *score_ws)
 {
     HKV_DYN_SHARED(float, qn);            /* [g][d] unit query heads */
-    const int64_t u = blockIdx.x, s = u / KH;
+    const int64_t u = blockIdx.x, s = u / KH, i0 = (int64_t)blockIdx.y * RC_SCORE_SLOTS;
     const int h = (int)(u % KH), g = H / KH;
+    const int64_t head = fifo[2 * u];
+    int64_t count = fifo[2 * u + 1];
+    count = count < 0 ? 0 : count > C ? C : count;
+    if (i0 >= count) return;   /* block-uniform */
+    rc_unit_heads(q + (s * H + (int64_t)h * g) * d, g, d, qn);
+    __syncthreads();
+    for (int64_t c0 = i0; c0 < count; c0 += (int64_t)gridDim.y * RC_SCORE_SLOTS)
+        rc_score_slots(qn, g, d, cent + (s * C * H + (int64_t)h * g) * d, (int64_t)H * d, head,
+                       count, C, score_ws + u * C, c0, c0 + RC_SCORE_SLOTS);
+}
+
+static __global__ void __launch_bounds__(RC_THREADS)
+k_ctkvr_recall(const int32_t *ivf, const int32_t *len, const int32_t *fifo, int KH, int64_t C,
+               int64_t rho, int64_t Cp, const int64_t *far, int64_t W, float *score_ws,
+               uint32_t *bm_ws, int32_t *cand, int64_t cand_cap, int32_t *n_cand)
+{
+    const int64_t u = blockIdx.x, s = u / KH;
+    const int h = (int)(u % KH);
     const int64_t lo = far[3 * s], hi = far[3 * s + 1];
     const int64_t nfar = hi - lo, nw = (nfar + 31) / 32;
     if (nfar <= 0 || nw > W) {   /* empty far tier, or longer than the workspace was sized for */
@@ -58,16 +76,10 @@ k_ctkvr_recall(const uint16_t *cent, const int32_t *ivf, const int32_t *len, con
     int64_t t0 = far[3 * s + 2];
     t0 = t0 < lo ? lo : t0 > hi ? hi : t0;
 
-    rc_unit_heads(q + (s * H + (int64_t)h * g) * d, g, d, qn);
-    __syncthreads();
-
     const int64_t head = fifo[2 * u];
     int64_t count = fifo[2 * u + 1];
     count = count < 0 ? 0 : count > C ? C : count;
-    float *sc = score_ws + u * C;
-    rc_fifo_scores(qn, g, d, cent + (s * C * H + (int64_t)h * g) * d, (int64_t)H * d, head, count,
-                   C, sc);
-    __syncthreads();   /* also orders the block's global writes to sc before the reads below */
+    float *sc = score_ws + u * C;   /* k_ctkvr_scores', ordered by the stream */
 
     uint32_t *bm = bm_ws + u * W;
     for (int64_t w = threadIdx.x; w < nw; w += blockDim.x) bm[w] = 0;
@@ -148,9 +160,13 @@ extern "C" int hkv_gpu_ctkvr_recall(const hkv_gpu_ctkvr *ix, const float *q, int
     const size_t pairs = (size_t)ix->n_seq * ix->n_head_kv;
     float *score_ws = (float *)ws;
     uint32_t *bm_ws = (uint32_t *)(score_ws + pairs * (size_t)ix->C);
-    HKV_LAUNCH(k_ctkvr_recall, (unsigned)pairs, RC_THREADS, smem, hkv_stream(stream))(
-        ix->cent, ix->ivf, ix->len, ix->fifo, ix->n_head, ix->n_head_kv, ix->d, ix->C, ix->rho, q,
-        Cp, far, (int64_t)rc_words(max_far), score_ws, bm_ws, cand, cand_cap, n_cand);
+    const dim3 grid((unsigned)pairs, rc_score_chunks(ix->C));
+    HKV_LAUNCH(k_ctkvr_scores, grid, RC_THREADS, smem, hkv_stream(stream))(
+        ix->cent, ix->fifo, ix->n_head, ix->n_head_kv, ix->d, ix->C, q, score_ws);
+    HKV_LAUNCH_CHECK(err);
+    HKV_LAUNCH(k_ctkvr_recall, (unsigned)pairs, RC_THREADS, 0, hkv_stream(stream))(
+        ix->ivf, ix->len, ix->fifo, ix->n_head_kv, ix->C, ix->rho, Cp, far,
+        (int64_t)rc_words(max_far), score_ws, bm_ws, cand, cand_cap, n_cand);
     HKV_LAUNCH_CHECK(err);
     return HKV_OK;
 }

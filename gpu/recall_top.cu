@@ -2,7 +2,8 @@
  * pipeline (pipeline/cuda_recall.c): the device scores every valid row of a
  * (sequence, layer)'s table against the step's query heads and hands the
  * best k row slots, with their scores, to the host, which does the rest of
- * the selection. One block per (query row, KV head); each query row names
+ * the selection. Scores over (query row x KV head, slot chunk) blocks, then
+ * one block per (query row, KV head) for the top k; each query row names
  * its own table (sequences may have tables of different sizes). */
 #include <math.h>
 
@@ -12,25 +13,47 @@ extern "C" {
 #include "gpu_forward.h"
 }
 
+/* Row i's table of KV head h: its clamped size, FIFO head and count. */
+static __device__ void rt_table(const hkv_gpu_recall_row *R, int h, int64_t C_max, int64_t *C,
+                                int64_t *head, int64_t *count)
+{
+    const int64_t c = R->C < 0 ? 0 : R->C > C_max ? C_max : R->C;
+    int64_t hd = c ? R->fifo[2 * h] % c : 0, n = c ? R->fifo[2 * h + 1] : 0;
+    n = n < 0 ? 0 : n > c ? c : n;
+    if (hd < 0) hd += c;
+    *C = c, *head = hd, *count = n;
+}
+
+/* Scores of (row, KV head) blockIdx.x, slots blockIdx.y * RC_SCORE_SLOTS on. */
 static __global__ void __launch_bounds__(RC_THREADS)
-k_recall_top(const hkv_gpu_recall_row *rows, const float *q, int64_t ld_q, int H, int KH, int d,
-             int64_t k_cap, int64_t C_max, float *score_ws, int32_t *slot, float *score,
-             int32_t *n_top)
+k_recall_scores(const hkv_gpu_recall_row *rows, const float *q, int64_t ld_q, int H, int KH, int d,
+                int64_t C_max, float *score_ws)
 {
     HKV_DYN_SHARED(float, qn);   /* [g][d] unit query heads */
-    const int64_t u = blockIdx.x, i = u / KH;
+    const int64_t u = blockIdx.x, i = u / KH, i0 = (int64_t)blockIdx.y * RC_SCORE_SLOTS;
     const int h = (int)(u % KH), g = H / KH;
     const hkv_gpu_recall_row R = rows[i];
-    const int64_t at = R.row * KH + h;   /* outputs are indexed by the batch row */
-    int64_t C = R.C < 0 ? 0 : R.C > C_max ? C_max : R.C;
-    int64_t head = C ? R.fifo[2 * h] % C : 0, count = C ? R.fifo[2 * h + 1] : 0;
-    count = count < 0 ? 0 : count > C ? C : count;
-    if (head < 0) head += C;
+    int64_t C, head, count;
+    rt_table(&R, h, C_max, &C, &head, &count);
+    if (i0 >= count) return;   /* block-uniform */
     rc_unit_heads(q + R.row * ld_q + (int64_t)h * g * d, g, d, qn);
     __syncthreads();
-    float *sc = score_ws + u * C_max;
-    rc_fifo_scores(qn, g, d, R.tab + (int64_t)h * g * d, (int64_t)H * d, head, count, C, sc);
-    __syncthreads();   /* orders the block's writes to sc before rc_pick reads them */
+    for (int64_t c0 = i0; c0 < count; c0 += (int64_t)gridDim.y * RC_SCORE_SLOTS)
+        rc_score_slots(qn, g, d, R.tab + (int64_t)h * g * d, (int64_t)H * d, head, count, C,
+                       score_ws + u * C_max, c0, c0 + RC_SCORE_SLOTS);
+}
+
+static __global__ void __launch_bounds__(RC_THREADS)
+k_recall_top(const hkv_gpu_recall_row *rows, int KH, int64_t k_cap, int64_t C_max,
+             float *score_ws, int32_t *slot, float *score, int32_t *n_top)
+{
+    const int64_t u = blockIdx.x, i = u / KH;
+    const int h = (int)(u % KH);
+    const hkv_gpu_recall_row R = rows[i];
+    const int64_t at = R.row * KH + h;   /* outputs are indexed by the batch row */
+    int64_t C, head, count;
+    rt_table(&R, h, C_max, &C, &head, &count);
+    float *sc = score_ws + u * C_max;   /* k_recall_scores', ordered by the stream */
     const int64_t k = R.k < count ? (R.k < k_cap ? R.k : k_cap) : count;
     int64_t n = 0;
     for (; n < k; n++) {
@@ -75,9 +98,12 @@ extern "C" int hkv_gpu_recall_top(const hkv_gpu_recall_row *rows, int64_t n_rows
     if (smem > 48 * 1024)
         return hkv_seterr(err, HKV_E_UNSUPPORTED, "gpu recall: a group of %d heads of %d needs "
                           "%zu bytes of shared memory (48 KB max)", g, d, smem);
-    HKV_LAUNCH(k_recall_top, (unsigned)(n_rows * n_head_kv), RC_THREADS, smem,
-               hkv_stream(stream))(rows, q, ld_q, n_head, n_head_kv, d, k_cap, C_max,
-                                   (float *)ws, slot, score, n_top);
+    const dim3 grid((unsigned)(n_rows * n_head_kv), rc_score_chunks(C_max));
+    HKV_LAUNCH(k_recall_scores, grid, RC_THREADS, smem, hkv_stream(stream))(
+        rows, q, ld_q, n_head, n_head_kv, d, C_max, (float *)ws);
+    HKV_LAUNCH_CHECK(err);
+    HKV_LAUNCH(k_recall_top, (unsigned)(n_rows * n_head_kv), RC_THREADS, 0, hkv_stream(stream))(
+        rows, n_head_kv, k_cap, C_max, (float *)ws, slot, score, n_top);
     HKV_LAUNCH_CHECK(err);
     return HKV_OK;
 }

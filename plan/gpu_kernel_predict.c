@@ -378,18 +378,19 @@ static void c_small(const hkv_kshape *s, hkv_kcost *c) {
     if (c->blocks < 1) c->blocks = 1;
 }
 
-/* Centroid recall: a block per (row, KV head) scores the C fp16 unit
- * centroids of its group (g d FMAs each, max over the group) into a score
- * workspace (C x 4 B, re-read C' times by the arg-max passes: L2), then
- * either writes the top C' slots and cosines (k_recall_top, built) or ORs
- * the C' lists (rho ids each) and the tail into a bitmap over the far tier
- * and compacts it into candidate ids (k_ctkvr_recall, the target). */
+/* Centroid recall, two launches: blocks of 32 centroids per (row, KV head)
+ * score the C fp16 unit centroids of its group (g d FMAs each, max over the
+ * group) into a score workspace (C x 4 B, re-read C' times by the arg-max
+ * passes: L2); then a block per (row, KV head) either writes the top C'
+ * slots and cosines (k_recall_top, built) or ORs the C' lists (rho ids
+ * each) and the tail into a bitmap over the far tier and compacts it into
+ * candidate ids (k_ctkvr_recall, the target). The grid is the scoring's. */
 static void c_recall(const hkv_kshape *s, hkv_kcost *c) {
     const double items = (double)s->n * s->KH, g = (double)s->H / s->KH;
     const double cent = (double)s->C * g * s->d * 2, q = g * s->d * 4, sc = (double)s->C * 4;
     c->unit = HKV_KU_FP32;
-    c->launches = 1;
-    c->blocks = (int64_t)items;
+    c->launches = 2;
+    c->blocks = (int64_t)items * cdiv(s->C > 0 ? s->C : 1, 32);
     c->flops[HKV_KU_FP32] = items * ((double)s->C * g * s->d * 2 + g * s->d * 2 + (double)s->Cp * s->C);
     c->flops[HKV_KU_SFU] = items * g;
     if (s->kind == HKV_KN_RECALL_TOP) {

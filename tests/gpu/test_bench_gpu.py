@@ -9,7 +9,7 @@ device-to-device probe and pinned copies both ways; Q4, Q8 and F16 products
 through the GEMV and through each GEMM mode, split, fp16 and fp32; decode
 attention with rows in order and through an index list; prefill attention at
 two positions; rocketkv's stage 2, its two kernels alone, the push and the
-token keep), each with a time, bytes and GB/s, and the probe's share where
+token keep; ctkvr's centroid recall for 1 and 8 rows), each with a time, bytes and GB/s, and the probe's share where
 its bytes are DRAM's. On a GPU: every shape and width of the full set. Under
 the emulator: the subset, every row "emulated": true, no data sheet, and
 every row printed (on stderr, with --json) labelled "emulated: not a speed".
@@ -67,7 +67,7 @@ def main(argv=None) -> int:
               "the emulator has no data sheet")
         printed = [ln for ln in p.stderr.splitlines()
                    if ln.split()[:1] and ln.split()[0] in ("copy", "product", "attn_decode",
-                                                          "attn_prefill", "policy")]
+                                                          "attn_prefill", "policy", "recall")]
         check(len(printed) == len(rows) and all("emulated: not a speed" in ln for ln in printed),
               f"{len(printed)} rows printed on stderr, each labelled 'emulated: not a speed'")
 
@@ -106,6 +106,11 @@ def main(argv=None) -> int:
           and all(r["n_head_kv"] == 8 and r["g"] == 4 and r["d"] == 128 and r["n"] == 5261
                   and r["page"] == 2 and r["dims"] == 100 and r["k"] == 1024 for r in pol),
           f"rocketkv stage 2: {sorted((r['kernel'], r['seqs']) for r in pol)}")
+    rec = [r for r in rows if r["group"] == "recall"]
+    check(sorted(r["rows"] for r in rec) == ([1] if emu else [1, 8])
+          and all(r["kernel"] == "ctkvr recall" and r["C"] == 2048 and r["Cp"] == 4
+                  and r["n_head_kv"] == 8 and r["g"] == 4 and r["d"] == 128 for r in rec),
+          f"ctkvr recall: {[(r['kernel'], r.get('rows')) for r in rec]}")
     bad = [r["kernel"] + " " + r["shape"] for r in rows
            if not (r["us"] > 0 and r["bytes"] > 0 and r["gbs"] > 0 and r["reps"] >= 1
                    and (r["link"] == "pcie" or r["probe_frac"] is not None)

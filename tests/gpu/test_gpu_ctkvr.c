@@ -39,9 +39,9 @@ static void gauss_half_rows(test_rng *r, uint16_t *dst, int64_t n, float amp)
     }
 }
 
-static void world_init(world *W, int64_t nfar, test_rng *r)
+static void world_init(world *W, int64_t nfar, int g, int d, test_rng *r)
 {
-    W->KH = 3, W->g = 3, W->H = 9, W->d = 64;
+    W->KH = 3, W->g = g, W->H = 3 * g, W->d = d;
     W->lo = 4, W->hi = 4 + nfar, W->cap = W->hi + 64;
     W->C = 48, W->Cp = 4, W->rho = 100, W->tail = 40;
     hkv_cpu_kernels_init(&W->kern, test_best_isa());
@@ -408,11 +408,12 @@ static void test_dcu(hkv_gpu_ctx *ctx, gix *G, world *W, hkv_policy *p, test_rng
     free(q), free(sel), free(nsel), free(cent), free(ivf), free(len);
 }
 
-static void run_world(hkv_gpu_ctx *ctx, int64_t nfar, uint64_t seed)
+static void run_world(hkv_gpu_ctx *ctx, int64_t nfar, int g, int d, uint64_t seed)
 {
     test_rng r = {seed};
     world W;
-    world_init(&W, nfar, &r);
+    world_init(&W, nfar, g, d, &r);
+    printf("world: n_far %lld, g %d, d %d\n", (long long)nfar, g, d);
     hkv_mem_account mem = {0};
     hkv_policy pol;
     open_policy(&pol, &W, &mem);
@@ -431,9 +432,13 @@ static void run_world(hkv_gpu_ctx *ctx, int64_t nfar, uint64_t seed)
 int main(void)
 {
     hkv_gpu_ctx *ctx = gpu_test_open("gpu_ctkvr");
-    run_world(ctx, 3000, 5);    /* thresholds from -inf */
-    run_world(ctx, 9000, 6);    /* the host's sampled thresholds */
-    run_world(ctx, 80, 7);      /* n_far <= rho: every position in every list */
+    /* (recall_common.cuh scores g 3 x d 64 and g 4 x d 128 in 16-byte loads,
+     * d 40 one half a lane) */
+    run_world(ctx, 3000, 3, 64, 5);    /* thresholds from -inf */
+    run_world(ctx, 9000, 3, 64, 6);    /* the host's sampled thresholds */
+    run_world(ctx, 80, 3, 64, 7);      /* n_far <= rho: every position in every list */
+    run_world(ctx, 3000, 4, 128, 8);   /* Llama-3's group: two 16-byte loads a lane */
+    run_world(ctx, 3000, 3, 40, 9);    /* 5 lanes a head: the scalar path */
     hkv_gpu_ctx_destroy(ctx);
     return test_report("gpu_ctkvr");
 }

@@ -245,7 +245,8 @@ static const char usage[] =
     "F16 at Llama-3-8B's shapes; n = 1..8 GEMV, 64 and 512 in each --gpu-gemm mode), the\n"
     "near-tier decode attention, the prefill attention, and rocketkv's stage 2 (its two\n"
     "kernels together and alone, the list push, the token keep; Llama-3-8B 8K, budget 1024;\n"
-    "1 and 4 sequences). Per row: us per call, the bytes a call must move once and GB/s,\n"
+    "1 and 4 sequences), and ctkvr's centroid recall (C 2048, C' 4; 1 and 8 rows; with\n"
+    "policy). Per row: us per call, the bytes a call must move once and GB/s,\n"
     "TFLOP/s, shares of the probe (probe%), of the card's data sheet (sheet%, '-' for a\n"
     "card not in the table) and of its peak for the unit (flop%), and the host's enqueue\n"
     "time per call. Under the CUDA emulator: a small subset, every row labelled 'emulated:\n"
@@ -367,7 +368,8 @@ int hkv_bench_gpu_main(int argc, char **argv)
                "us/call", "MB", "GB/s", "TFLOP/s", "probe%", "sheet%", "flop%", "enq us");
     }
     if ((rc = bg_run_copies(&b, &err)) || (rc = bg_run_products(&b, &err)) ||
-        (rc = bg_run_attention(&b, &err)) || (rc = bg_run_policy(&b, &err)))
+        (rc = bg_run_attention(&b, &err)) || (rc = bg_run_policy(&b, &err)) ||
+        (rc = bg_run_recall(&b, &err)))
         goto out;
     if (b.json) rc = print_json(&b, &dev[0], &err);
 out:
