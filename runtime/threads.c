@@ -62,6 +62,14 @@ int hkv_topo_query(hkv_topo_info *info, hkv_err *err) {
     snprintf(info->cpu_model, sizeof info->cpu_model, "%s", model ? model : "unknown");
     hwloc_obj_t root = hwloc_get_root_obj(topo);
     info->mem_total = root ? (unsigned long long)root->total_memory : 0;
+    static const hwloc_obj_type_t levels[] = {HWLOC_OBJ_L3CACHE, HWLOC_OBJ_L2CACHE};
+    for (int lv = 0; lv < 2 && !info->llc_bytes; lv++) {
+        const int n = hwloc_get_nbobjs_by_type(topo, levels[lv]);
+        for (int i = 0; i < n; i++) {
+            hwloc_obj_t c = hwloc_get_obj_by_type(topo, levels[lv], (unsigned)i);
+            if (c && c->attr) info->llc_bytes += (unsigned long long)c->attr->cache.size;
+        }
+    }
     hwloc_topology_destroy(topo);
     return HKV_OK;
 }

@@ -15,6 +15,7 @@ typedef struct hkv_topo_info {
     int n_packages;
     char cpu_model[128];
     unsigned long long mem_total;   /* bytes, from hwloc */
+    unsigned long long llc_bytes;   /* the last-level caches together (L3, else L2); 0: unknown */
 } hkv_topo_info;
 
 /* Load the topology, set the OpenMP thread count (0: one per core) and bind

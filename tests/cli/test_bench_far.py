@@ -6,7 +6,8 @@ Checks: the stream and gather probes in the header; a row per
 (configuration, context, batch, scoring mode) with both probes' shares; bytes per
 step > 0 that grow with the batch; the same bytes with the selections'
 scoring shared by the threads and alone (the same selections: the shared
-scores are the kernel's, bit for bit); a bad --scoring refused.
+scores are the kernel's, bit for bit); the caches swept before each step
+unless --warm, which reads the same bytes; a bad --scoring refused.
 
     python3 tests/cli/test_bench_far.py BUILD_DIR
 Last line: 'test_bench_far: N passed, N failed'."""
@@ -49,6 +50,16 @@ for cfg in ("ctkvr:rho_p=256", "quest:budget=1024"):
     one, three = rows.get((cfg, False, 8192, 1)), rows.get((cfg, False, 8192, 3))
     check(one and three and 2.5 * one < three < 3.5 * one, f"{cfg}: three sequences read ~3x one",
           f"{one} -> {three}")
+check("caches swept before each step" in p.stdout and re.search(r"sweep: \d+ MiB", p.stdout),
+      "the caches are swept before each step by default", p.stdout.splitlines()[:2])
+w = subprocess.run(cmd + ["--warm"], capture_output=True, text=True, timeout=600)
+wrows = {}
+for line in w.stdout.splitlines():
+    m = row.match(line)
+    if m:
+        wrows[(m.group(1), bool(m.group(2)), int(m.group(3)), int(m.group(4)))] = float(m.group(6))
+check(w.returncode == 0 and "caches warm" in w.stdout and "sweep:" not in w.stdout and wrows == rows,
+      "--warm: no sweep, the same bytes a step", f"{w.stderr.strip()[-200:]} {wrows} {rows}")
 p = subprocess.run([hetkv, "bench", "far", "--scoring", "both"], capture_output=True, text=True, timeout=60)
 check(p.returncode == 2 and "--scoring 'both'" in p.stderr, "a bad --scoring refused", p.stderr.strip())
 print(f"test_bench_far: {passed} passed, {failed} failed")

@@ -23,6 +23,12 @@
  * prefetched: the pattern of the rerank's reads, whose ceiling the stream
  * probe overstates), and what 32 such layers allow in tokens/s. No model
  * weights.
+ * Before each step the threads sweep a buffer of twice the last-level
+ * caches (untimed), so that the step starts as a layer does in the
+ * pipeline, where the 31 other layers' rows passed through the caches
+ * since; one layer's far tier at 32K (134 MB) fits the 300 MiB L3 of the
+ * H200 run's host, where a warm bench far read 2x the pipeline's rate.
+ * --warm skips the sweep.
  * --scoring shared,alone: each row also with every selection scoring its
  * rows on its own thread, side by side. */
 #include <math.h>
@@ -38,6 +44,7 @@
 #include "kernels.h"
 #include "kv_tiered.h"
 #include "policy.h"
+#include "threads.h"
 
 #define FAR_MAXL 8
 #define FAR_CLUSTERS 256
@@ -110,11 +117,24 @@ static void decode_row(const float *dir, int KH, int g, int d, uint64_t *rng, fl
     }
 }
 
+/* Read every cache line of the sweep buffer, all threads: what was cached
+ * before is evicted. */
+static uint64_t sweep_caches(const uint64_t *buf, size_t bytes, int threads)
+{
+    const int64_t n = (int64_t)(bytes / 8);
+    uint64_t x = 0;
+#pragma omp parallel for schedule(static) num_threads(threads) reduction(^ : x)
+    for (int64_t i = 0; i < n; i += 8) x ^= buf[i];
+    return x;
+}
+
 /* One row of the table: a cache of one layer, the prompt stored and its
- * index built, B copies decoding `steps` timed steps (and one warm-up). */
+ * index built, B copies decoding `steps` timed steps (and one warm-up),
+ * each after a sweep of the caches unless sweep is NULL. */
 static int far_row(const hkv_cpu_kernels *kn, const float *dir, int KH, int g, int d, int64_t n,
                    int B, long long steps, const hkv_policy_def *def, const hkv_policy_args *args,
-                   int far_q8, int shared, int threads, double *sec, uint64_t *bytes, hkv_err *err)
+                   int far_q8, int shared, int threads, const uint64_t *sweep, size_t sweep_bytes,
+                   double *sec, uint64_t *bytes, uint64_t *sink, hkv_err *err)
 {
     const int H = KH * g;
     const int64_t ld = (int64_t)(H + 2 * KH) * d, chunk = 4096;
@@ -158,6 +178,7 @@ static int far_row(const hkv_cpu_kernels *kn, const float *dir, int KH, int g, i
             decode_row(dir, KH, g, d, &qrng, qstate + (size_t)(b + 1) * H * d, qkv + b * ld);
             segs[b] = (hkv_seg){.seq = b + 1, .pos = n + step, .row = b, .n = 1};
         }
+        if (sweep) *sink ^= sweep_caches(sweep, sweep_bytes, threads);
         const uint64_t r0 = hkv_kv_tiered_bytes_read(&kv);
         const double t0 = omp_get_wtime();
         rc = kv.ops->layer_step_far(kv.self, 0, segs, B, qkv, ld, out, (int64_t)H * d, lse, NULL, err);
@@ -173,13 +194,15 @@ static const char far_usage[] =
     "usage: hetkv bench far [options]\n\n"
     "The host's far step of one layer (select + sparse attention for every\n"
     "sequence and KV head) on synthetic clustered keys, against a bandwidth probe\n"
-    "of the same run (default: Llama-3-8B's 8 KV heads, g 4, d 128).\n\n";
+    "of the same run (default: Llama-3-8B's 8 KV heads, g 4, d 128), each step\n"
+    "after a sweep of the last-level caches as the pipeline's other layers make.\n\n";
 
 typedef struct far_opts {
     long long ctxs[FAR_MAXL], batches[FAR_MAXL];
     int n_ctx, n_batch;
     long long steps, KH, g, d;
     const char *configs, *scoring;
+    int warm;
     hkv_exec_cli x;
 } far_opts;
 
@@ -205,6 +228,9 @@ static const hkv_opt far_opts_table[] = {
      .help = "shared (default: a selection's scoring spread over the threads\n"
              "without one of their own, as the tiered cache runs it), alone\n"
              "(each on its own thread), or shared,alone: both, side by side"},
+    {.name = "--warm", .kind = HKV_OPT_FLAG, .off = offsetof(far_opts, warm),
+     .help = "no sweep of the caches before each step: one layer's rows stay\n"
+             "cached between steps (in the pipeline 31 other layers evict them)"},
     {0},
 };
 
@@ -257,9 +283,27 @@ int hkv_bench_far_main(int argc, char **argv)
 
     const double probe = hkv_bandwidth_probe((size_t)1 << 30, 5);
     const double gather = hkv_gather_probe((size_t)1 << 30, (int)(2 * d), 5);
+    /* twice the last-level caches, at least 64 MiB (512 MiB when hwloc does not say) */
+    hkv_topo_info topo;
+    size_t sweep_bytes = 0;
+    uint64_t *sweep = NULL, sink = 0;
+    if (!o.warm) {
+        const unsigned long long llc = hkv_topo_query(&topo, NULL) == HKV_OK ? topo.llc_bytes : 0;
+        sweep_bytes = llc ? 2 * (size_t)llc : (size_t)512 << 20;
+        if (sweep_bytes < ((size_t)64 << 20)) sweep_bytes = (size_t)64 << 20;
+        if (!(sweep = malloc(sweep_bytes))) {
+            fprintf(stderr, "hetkv: error: bench far: no memory for a %.0f MiB cache sweep "
+                    "(--warm runs without one)\n", sweep_bytes / 1048576.0);
+            return 1;
+        }
+        const int64_t nw = (int64_t)(sweep_bytes / 8);
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < nw; i++) sweep[i] = (uint64_t)i;   /* paged in, by every thread */
+    }
     printf("bench far: %lld KV heads, g %lld, d %lld; %d threads, %s kernels; probe %.1f GB/s, "
-           "gather probe %.1f GB/s (%lld-byte rows)\n", KH, g, d, T, hkv_isa_name(kn.isa), probe / 1e9,
-           gather / 1e9, 2 * d);
+           "gather probe %.1f GB/s (%lld-byte rows); %s\n", KH, g, d, T, hkv_isa_name(kn.isa),
+           probe / 1e9, gather / 1e9, 2 * d, sweep ? "caches swept before each step" : "caches warm");
+    if (sweep) printf("(sweep: %.0f MiB, twice the last-level caches)\n", sweep_bytes / 1048576.0);
     printf("%-34s %7s %5s | %9s %9s %8s %6s %6s | %12s\n", "config", "ctx", "batch", "step ms",
            "MB/step", "GB/s", "probe", "gather", "tok/s (x32)");
     float *dir = malloc((size_t)KH * FAR_CLUSTERS * d * 4);
@@ -309,7 +353,8 @@ int hkv_bench_far_main(int argc, char **argv)
                 double t = 0;
                 uint64_t bytes = 0;
                 rc = far_row(&kn, dir, (int)KH, (int)g, (int)d, ctxs[ci], (int)batches[bi], steps,
-                             def, &args, far_q8, shared, T, &t, &bytes, &err);
+                             def, &args, far_q8, shared, T, sweep, sweep_bytes, &t, &bytes, &sink,
+                             &err);
                 if (!rc) {
                     const double st_s = t / (double)steps, mb = (double)bytes / (double)steps;
                     char label[96];
@@ -323,6 +368,8 @@ int hkv_bench_far_main(int argc, char **argv)
             }
     }
     free(dir);
+    free(sweep);
+    if (sink == 1) fprintf(stderr, "\n");   /* (keeps the sweeps' reads) */
     if (rc) {
         hkv_err_report(&err, stderr);
         return 1;
