@@ -168,15 +168,23 @@ typedef struct row_ctx {
 /* The device's and the host's admission of one configuration (NULL: the
  * run's own policy) at a batch: its policy, and its far= format. aside: the
  * prompt's sequence is held beside the batch (its forks' source), so the
- * host and the device hold batch + 1 sequences, counted as one more fork. */
+ * host and the device hold batch + 1 sequences, counted as one more fork.
+ * The configuration's budget is resolved at n_ctx, as its rows run it: ctkvr's
+ * IVF lists grow with it (at rho_p 3% of 96K, 15.5 GB a sequence where the
+ * default's are 5.4), and the admission before this counted the default's. */
 static int bench_admit(const hkv_device_cli *dc, const char *model, const hkv_engine_params *ep,
                        const hkv_config *c, long long batch, int aside, int64_t n_ctx, hkv_err *err) {
     hkv_engine_params cp = *ep;
+    int rc;
     if (c) {
-        cp.tiered.policy = c->def, cp.tiered.args = c->args;
+        int64_t budget, far = n_ctx - ep->tiered.L_init - ep->tiered.L_local;
+        if ((rc = hkv_config_resolve(c, n_ctx, far > 0 ? far : 0, &cp.tiered.args, &budget, NULL, 0,
+                                     err)))
+            return rc;
+        cp.tiered.policy = c->def;
         if (c->far_set) cp.tiered.far_q8 = c->far_q8;   /* its forks' format */
     }
-    int rc = hkv_device_cli_check(dc, model, &cp, (int)(batch + aside), n_ctx, err);
+    rc = hkv_device_cli_check(dc, model, &cp, (int)(batch + aside), n_ctx, err);
     if (rc && aside)
         hkv_err_prefix(err, "the prompt's sequence is held beside the batch's %lld fork%s", batch,
                        batch == 1 ? "" : "s");
