@@ -19,7 +19,9 @@
 #              context), at the largest batch the cap admits (bench
 #              --admit-only, tried from 16 down), the prompt's own sequence in
 #              the batch so the device holds the batch once;
-# then `hetkv plan --predict` for the same rows (this host's probe), and
+# first the device's policy kernels alone (bench kernels --only policy: ctkvr's
+# recall among them), then per context as above; then `hetkv plan --predict`
+# for the same rows (this host's probe), and
 # bench/headline_rows.py, which gathers every row into OUT/headline.json and
 # OUT/headline.md. Each bench writes its rows as they are measured
 # (OUT/NAME.jsonl; its progress and text rows in OUT/NAME.log), so a step
@@ -55,6 +57,11 @@ split_batches() {
     echo "headline: model $MODEL, --gpu-mem $GPU_MEM, contexts $CTXS, configs $CONFIGS, steps $STEPS, chunk $CHUNK"
     free -g | head -2
 } | tee -a "$LOG"
+
+# the device's policy kernels alone first (~10 s): ctkvr's recall, whose latency was
+# the suspect behind the first run's per-layer waits (kernels_policy.json, "recall")
+step kernels_policy 60 sh -c "\"$HKV\" bench kernels --device cuda --only policy --quick --json \
+    >\"$OUT/kernels_policy.json\" 2>\"$OUT/kernels_policy.log\""
 
 split_step() { # NAME CTX
     # shellcheck disable=SC2086
