@@ -7,7 +7,9 @@ Checks: the stream and gather probes in the header; a row per
 step > 0 that grow with the batch; the same bytes with the selections'
 scoring shared by the threads and alone (the same selections: the shared
 scores are the kernel's, bit for bit); the caches swept before each step
-unless --warm, which reads the same bytes; a bad --scoring refused.
+unless --warm, which reads the same bytes; ctkvr's recall the device's by
+default (its centroids not read by the host step), the host's with --recall
+host (more bytes: the centroids); a bad --scoring or --recall refused.
 
     python3 tests/cli/test_bench_far.py BUILD_DIR
 Last line: 'test_bench_far: N passed, N failed'."""
@@ -60,6 +62,18 @@ for line in w.stdout.splitlines():
         wrows[(m.group(1), bool(m.group(2)), int(m.group(3)), int(m.group(4)))] = float(m.group(6))
 check(w.returncode == 0 and "caches warm" in w.stdout and "sweep:" not in w.stdout and wrows == rows,
       "--warm: no sweep, the same bytes a step", f"{w.stderr.strip()[-200:]} {wrows} {rows}")
+check("the device's, made before each step" in p.stdout, "the device's recall by default",
+      p.stdout.splitlines()[:3])
+h = subprocess.run([hetkv, "bench", "far", "--ctx", "8192", "--batch", "1", "--kv-heads", "4", "--group", "2",
+                    "--head-dim", "128", "--configs", "ctkvr:rho_p=256", "--steps", "3", "-t", "2",
+                    "--recall", "host"], capture_output=True, text=True, timeout=600)
+hrow = [float(m.group(6)) for m in map(row.match, h.stdout.splitlines()) if m]
+dev = rows.get(("ctkvr:rho_p=256", False, 8192, 1))
+# C = 512 centroids of 2 heads x 128 fp16 per KV head: 4 x 512 x 2 x 256 B = 1.05 MB more
+check(h.returncode == 0 and "the host's own, timed" in h.stdout and len(hrow) == 1 and dev
+      and hrow[0] - dev > 0.9, "--recall host: the host reads the centroids too", f"{hrow} vs {dev}")
+p = subprocess.run([hetkv, "bench", "far", "--recall", "gpu"], capture_output=True, text=True, timeout=60)
+check(p.returncode == 2 and "--recall 'gpu'" in p.stderr, "a bad --recall refused", p.stderr.strip())
 p = subprocess.run([hetkv, "bench", "far", "--scoring", "both"], capture_output=True, text=True, timeout=60)
 check(p.returncode == 2 and "--scoring 'both'" in p.stderr, "a bad --scoring refused", p.stderr.strip())
 print(f"test_bench_far: {passed} passed, {failed} failed")

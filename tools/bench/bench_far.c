@@ -29,6 +29,13 @@
  * since; one layer's far tier at 32K (134 MB) fits the 300 MiB L3 of the
  * H200 run's host, where a warm bench far read 2x the pipeline's rate.
  * --warm skips the sweep.
+ * A policy with a device part (ctkvr's recall) gets it as the pipeline
+ * gives it (--recall device, the default): its top C' slots are made
+ * before the timed step, as the device makes them (cosine of the unit query
+ * heads with the table's unit rows, max over the group, ties to the older
+ * slot), and the step runs select_recalled; --recall host times the CPU
+ * path's own recall too (at 96K it reads 16.8 MB of centroids a layer, more
+ * than the candidates' keys).
  * --scoring shared,alone: each row also with every selection scoring its
  * rows on its own thread, side by side. */
 #include <math.h>
@@ -117,6 +124,86 @@ static void decode_row(const float *dir, int KH, int g, int d, uint64_t *rng, fl
     }
 }
 
+/* The device's recall for a step's B rows (NULL rows: the policy has no
+ * device part), into r (slot/score [B][KH][k], n [B][KH]). */
+typedef struct dev_recall {
+    int32_t *slot, *n, *slots, *sel, *tsc, *fifo, *dirty;
+    float *score, *qn, *cs, *ct;
+    int64_t cap_c, cap_k;
+} dev_recall;
+
+static void dev_recall_sized_free(dev_recall *r)
+{
+    free(r->slot), free(r->n), free(r->slots), free(r->sel), free(r->tsc), free(r->score);
+    free(r->qn), free(r->cs), free(r->ct);
+    r->slot = r->n = r->slots = r->sel = r->tsc = NULL;
+    r->score = r->qn = r->cs = r->ct = NULL;
+    r->cap_c = r->cap_k = 0;
+}
+
+static void dev_recall_free(dev_recall *r)
+{
+    dev_recall_sized_free(r);
+    free(r->fifo), free(r->dirty);
+    r->fifo = r->dirty = NULL;
+}
+
+static int device_recall(hkv_kv *kv, const hkv_cpu_kernels *kn, const hkv_seg *segs, int B,
+                         const float *qkv, int64_t ld, int KH, int g, int d, dev_recall *r,
+                         hkv_recall_rows *out, const hkv_recall_rows **use, hkv_err *err)
+{
+    const int H = KH * g;
+    *use = NULL;
+    for (int b = 0; b < B; b++) {
+        hkv_policy pol;
+        hkv_recall_table t;
+        int rc = hkv_kv_seq_instance(kv, segs[b].seq, NULL, &pol, err);
+        if (rc) return rc;
+        if (!pol.ops->recall_table || !pol.ops->select_recalled) return HKV_OK;
+        if (!r->fifo && (!(r->fifo = malloc((size_t)KH * 2 * 4)) || !(r->dirty = malloc((size_t)KH * 4))))
+            return hkv_seterr(err, HKV_E_NOMEM, "bench far: no memory for the recall");
+        if ((rc = pol.ops->recall_table(pol.self, 0, &t, r->fifo, r->dirty)))
+            return hkv_seterr(err, rc, "bench far: sequence %d's recall table", segs[b].seq);
+        if (t.C > r->cap_c || t.k > r->cap_k) {   /* (every copy has the prompt's table size) */
+            dev_recall_sized_free(r);
+            r->cap_c = t.C, r->cap_k = t.k;
+            const size_t C = (size_t)t.C, K = (size_t)t.k;
+            if (!(r->slot = malloc((size_t)B * KH * K * 4)) || !(r->score = malloc((size_t)B * KH * K * 4)) ||
+                !(r->n = malloc((size_t)B * KH * 4)) || !(r->slots = malloc(C * 4)) ||
+                !(r->sel = malloc(K * 4)) || !(r->tsc = malloc((size_t)HKV_TOPK_SCRATCH(C) * 4)) ||
+                !(r->qn = malloc((size_t)g * d * 4)) || !(r->cs = malloc(C * 4)) || !(r->ct = malloc(C * 4)))
+                return hkv_seterr(err, HKV_E_NOMEM, "bench far: no memory for the recall");
+        }
+        for (int h = 0; h < KH; h++) {
+            const int64_t at = (int64_t)segs[b].row * KH + h, C = t.C;
+            const int64_t head = C ? ((r->fifo[2 * h] % C) + C) % C : 0;
+            const int64_t cnt = r->fifo[2 * h + 1] < 0 ? 0 : r->fifo[2 * h + 1] > C ? C : r->fifo[2 * h + 1];
+            const float *q = qkv + (int64_t)segs[b].row * ld + (int64_t)h * g * d;
+            for (int j = 0; j < g; j++) {   /* unit heads: float64 sum of squares, as both sides */
+                double ss = 0;
+                for (int e = 0; e < d; e++) ss += (double)q[j * d + e] * q[j * d + e];
+                const float sc = ss > 0 ? (float)(1.0 / sqrt(ss)) : 0.0f;
+                for (int e = 0; e < d; e++) r->qn[j * d + e] = q[j * d + e] * sc;
+            }
+            for (int64_t i = 0; i < cnt; i++) r->slots[i] = (int32_t)((head + i) % C);
+            for (int j = 0; j < g; j++) {
+                kn->score_max(r->qn + j * d, 1, d, t.rows + ((int64_t)h * g + j) * d, (int64_t)H * d,
+                              r->slots, cnt, j ? r->ct : r->cs);
+                for (int64_t i = 0; j && i < cnt; i++) r->cs[i] = r->ct[i] > r->cs[i] ? r->ct[i] : r->cs[i];
+            }
+            const int64_t k = hkv_topk(r->cs, cnt, t.k, r->sel, r->tsc);
+            for (int64_t i = 0; i < k; i++) {
+                r->slot[at * t.k + i] = r->slots[r->sel[i]];
+                r->score[at * t.k + i] = r->cs[r->sel[i]];
+            }
+            r->n[at] = (int32_t)k;
+        }
+        *out = (hkv_recall_rows){.slot = r->slot, .score = r->score, .n = r->n, .ld = t.k};
+        *use = out;
+    }
+    return HKV_OK;
+}
+
 /* Read every cache line of the sweep buffer, all threads: what was cached
  * before is evicted. */
 static uint64_t sweep_caches(const uint64_t *buf, size_t bytes, int threads)
@@ -133,8 +220,8 @@ static uint64_t sweep_caches(const uint64_t *buf, size_t bytes, int threads)
  * each after a sweep of the caches unless sweep is NULL. */
 static int far_row(const hkv_cpu_kernels *kn, const float *dir, int KH, int g, int d, int64_t n,
                    int B, long long steps, const hkv_policy_def *def, const hkv_policy_args *args,
-                   int far_q8, int shared, int threads, const uint64_t *sweep, size_t sweep_bytes,
-                   double *sec, uint64_t *bytes, uint64_t *sink, hkv_err *err)
+                   int far_q8, int shared, int threads, int dev_rec, const uint64_t *sweep,
+                   size_t sweep_bytes, double *sec, uint64_t *bytes, uint64_t *sink, hkv_err *err)
 {
     const int H = KH * g;
     const int64_t ld = (int64_t)(H + 2 * KH) * d, chunk = 4096;
@@ -173,19 +260,25 @@ static int far_row(const hkv_cpu_kernels *kn, const float *dir, int KH, int g, i
         if (!(rc = kv.ops->seq_open(kv.self, b, cap, err))) rc = kv.ops->seq_copy(kv.self, b, 0, err);
     }
     *sec = 0, *bytes = 0;
+    dev_recall drc = {0};
+    hkv_recall_rows rrows;
     for (long long step = 0; step <= steps && !rc; step++) {
         for (int b = 0; b < B; b++) {
             decode_row(dir, KH, g, d, &qrng, qstate + (size_t)(b + 1) * H * d, qkv + b * ld);
             segs[b] = (hkv_seg){.seq = b + 1, .pos = n + step, .row = b, .n = 1};
         }
+        const hkv_recall_rows *use = NULL;
+        if (dev_rec && (rc = device_recall(&kv, kn, segs, B, qkv, ld, KH, g, d, &drc, &rrows, &use, err)))
+            break;
         if (sweep) *sink ^= sweep_caches(sweep, sweep_bytes, threads);
         const uint64_t r0 = hkv_kv_tiered_bytes_read(&kv);
         const double t0 = omp_get_wtime();
-        rc = kv.ops->layer_step_far(kv.self, 0, segs, B, qkv, ld, out, (int64_t)H * d, lse, NULL, err);
+        rc = kv.ops->layer_step_far(kv.self, 0, segs, B, qkv, ld, out, (int64_t)H * d, lse, use, err);
         const double dt = omp_get_wtime() - t0;
         if (step > 0) *sec += dt, *bytes += hkv_kv_tiered_bytes_read(&kv) - r0;   /* step 0 warms */
     }
     if (kv.ops) kv.ops->destroy(kv.self);
+    dev_recall_free(&drc);
     free(qkv), free(out), free(lse), free(qstate), free(segs);
     return rc;
 }
@@ -201,7 +294,7 @@ typedef struct far_opts {
     long long ctxs[FAR_MAXL], batches[FAR_MAXL];
     int n_ctx, n_batch;
     long long steps, KH, g, d;
-    const char *configs, *scoring;
+    const char *configs, *scoring, *recall;
     int warm;
     hkv_exec_cli x;
 } far_opts;
@@ -228,6 +321,10 @@ static const hkv_opt far_opts_table[] = {
      .help = "shared (default: a selection's scoring spread over the threads\n"
              "without one of their own, as the tiered cache runs it), alone\n"
              "(each on its own thread), or shared,alone: both, side by side"},
+    {.name = "--recall", .arg = "device|host", .kind = HKV_OPT_STR, .off = offsetof(far_opts, recall),
+     .help = "where a policy with a device part recalls (ctkvr's centroids):\n"
+             "device (default: made before the timed step, as the pipeline's\n"
+             "GPU makes it) or host (the CPU path's recall, timed and counted)"},
     {.name = "--warm", .kind = HKV_OPT_FLAG, .off = offsetof(far_opts, warm),
      .help = "no sweep of the caches before each step: one layer's rows stay\n"
              "cached between steps (in the pipeline 31 other layers evict them)"},
@@ -243,7 +340,8 @@ int hkv_bench_far_main(int argc, char **argv)
     hkv_err err;
     hkv_err_clear(&err);
     far_opts o = {.ctxs = {32768, 98304}, .batches = {1, 4}, .n_ctx = 2, .n_batch = 2, .steps = 8,
-                  .KH = 8, .g = 4, .d = 128, .configs = "ctkvr;ctkvr:sketch=2", .scoring = "shared"};
+                  .KH = 8, .g = 4, .d = 128, .configs = "ctkvr;ctkvr:sketch=2", .scoring = "shared",
+                  .recall = "device"};
     hkv_exec_cli_init(&o.x);
     const hkv_opt_use uses[] = {
         {.opts = far_opts_table, .base = &o},
@@ -268,10 +366,13 @@ int hkv_bench_far_main(int argc, char **argv)
         }
         if (!rc && !n_modes) rc = hkv_seterr(&err, HKV_E_INVAL, "--scoring: empty");
     }
+    if (!rc && strcmp(o.recall, "device") && strcmp(o.recall, "host"))
+        rc = hkv_seterr(&err, HKV_E_INVAL, "--recall '%s': device or host", o.recall);
     if (rc) {
         hkv_err_report(&err, stderr);
         return 2;
     }
+    const int dev_rec = !strcmp(o.recall, "device");
     const long long *ctxs = o.ctxs, *batches = o.batches, steps = o.steps, threads = o.x.threads;
     const long long KH = o.KH, g = o.g, d = o.d;
     const int n_ctx = o.n_ctx, n_batch = o.n_batch;
@@ -303,6 +404,9 @@ int hkv_bench_far_main(int argc, char **argv)
     printf("bench far: %lld KV heads, g %lld, d %lld; %d threads, %s kernels; probe %.1f GB/s, "
            "gather probe %.1f GB/s (%lld-byte rows); %s\n", KH, g, d, T, hkv_isa_name(kn.isa),
            probe / 1e9, gather / 1e9, 2 * d, sweep ? "caches swept before each step" : "caches warm");
+    printf("(recall of policies with a device part: %s)\n",
+           dev_rec ? "the device's, made before each step as the pipeline's GPU makes it"
+                   : "the host's own, timed");
     if (sweep) printf("(sweep: %.0f MiB, twice the last-level caches)\n", sweep_bytes / 1048576.0);
     printf("%-34s %7s %5s | %9s %9s %8s %6s %6s | %12s\n", "config", "ctx", "batch", "step ms",
            "MB/step", "GB/s", "probe", "gather", "tok/s (x32)");
@@ -353,8 +457,8 @@ int hkv_bench_far_main(int argc, char **argv)
                 double t = 0;
                 uint64_t bytes = 0;
                 rc = far_row(&kn, dir, (int)KH, (int)g, (int)d, ctxs[ci], (int)batches[bi], steps,
-                             def, &args, far_q8, shared, T, sweep, sweep_bytes, &t, &bytes, &sink,
-                             &err);
+                             def, &args, far_q8, shared, T, dev_rec, sweep, sweep_bytes, &t, &bytes,
+                             &sink, &err);
                 if (!rc) {
                     const double st_s = t / (double)steps, mb = (double)bytes / (double)steps;
                     char label[96];
