@@ -130,6 +130,26 @@ void hkv_score_max_i8_scalar(const float *q, int g, int d, const int8_t *k, int6
     }
 }
 
+void hkv_score_max_i4_scalar(const float *q, int g, int d, const uint8_t *k, int64_t ld,
+                             const float *scale, const int32_t *idx, int64_t n, float *s)
+{
+    const int ng = d / HKV_SKETCH_GROUP;
+    for (int64_t i = 0; i < n; i++) {
+        const uint8_t *row = k + (int64_t)idx[i] * ld;
+        const float *sc = scale + (int64_t)idx[i] * ng;
+        float best = -INFINITY;
+        for (int h = 0; h < g; h++) {
+            float v = 0;
+            for (int e = 0; e < d; e++) {
+                const int c = ((row[e / 2] >> (4 * (e & 1))) & 15) - 8;
+                v += q[(int64_t)h * d + e] * ((float)c * sc[e / HKV_SKETCH_GROUP]);
+            }
+            if (v > best) best = v;
+        }
+        s[i] = best;
+    }
+}
+
 void hkv_f16_to_f32_scalar(const uint16_t *src, float *dst, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) dst[i] = hkv_half_to_float(src[i]);

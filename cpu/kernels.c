@@ -12,6 +12,7 @@
         (t)->attn_causal = hkv_attn_causal_##sfx; \
         (t)->score_max = hkv_score_max_##sfx;    \
         (t)->score_max_i8 = hkv_score_max_i8_##sfx; \
+        (t)->score_max_i4 = hkv_score_max_i4_##sfx; \
         (t)->f16_to_f32 = hkv_f16_to_f32_##sfx;  \
         (t)->f32_to_f16 = hkv_f32_to_f16_##sfx;  \
         (t)->q8_to_f16 = hkv_q8_to_f16_##sfx;    \

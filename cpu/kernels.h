@@ -203,6 +203,13 @@ typedef struct hkv_cpu_kernels {
      * error around it (index/ctkvr.c). */
     void (*score_max_i8)(const float *q, int g, int d, const int8_t *k, int64_t ld,
                          const float *scale, const int32_t *idx, int64_t n, float *s);
+    /* score_max_i8 over 4-bit codes: row idx[i] of k holds d / 2 bytes
+     * (stride ld bytes), element 2c the low nibble of byte c and 2c + 1 its
+     * high one, each the value nibble - 8; scales as score_max_i8's. The
+     * tiles and dot products are score_max's: a row's score does not depend
+     * on where it sits in a call. */
+    void (*score_max_i4)(const float *q, int g, int d, const uint8_t *k, int64_t ld,
+                         const float *scale, const int32_t *idx, int64_t n, float *s);
 
     /* fp16 <-> f32 rows (round to nearest even, as F16C does). */
     void (*f16_to_f32)(const uint16_t *src, float *dst, int64_t n);

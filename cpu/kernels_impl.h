@@ -35,6 +35,9 @@
     void hkv_score_max_i8_##sfx(const float *q, int g, int d, const int8_t *k, int64_t ld,  \
                                 const float *scale, const int32_t *idx, int64_t n,          \
                                 float *s);                                                  \
+    void hkv_score_max_i4_##sfx(const float *q, int g, int d, const uint8_t *k, int64_t ld, \
+                                const float *scale, const int32_t *idx, int64_t n,          \
+                                float *s);                                                  \
     void hkv_f16_to_f32_##sfx(const uint16_t *src, float *dst, int64_t n);                  \
     void hkv_f32_to_f16_##sfx(const float *src, uint16_t *dst, int64_t n);                  \
     void hkv_q8_to_f16_##sfx(const int8_t *c, const float *scale, int64_t n, uint16_t *dst); \

@@ -58,12 +58,13 @@ static const hkv_param_def ctkvr_params[P_COUNT] = {
                               "recalled instead of pushing a new one"},
     {"tail", 1024, 0, 1 << 24, 1,
      "most recent unindexed far tokens (decode spill, later turns) always reranked"},
-    {"sketch", 0, 0, 2, 1,
+    {"sketch", 0, 0, 3, 1,
      "1: the rerank scores every candidate on an int8 copy of its key (a scale per 32 values, "
      "d + d/8 bytes a far token and KV head, kept by the policy) and reads the fp16 key only where the "
      "copy's error bound reaches the cut, so the attended rho' are the fp16 rerank's; 2: the top "
-     "rho' by the int8 score, no fp16 key read (approximate at the cut); the DCU list is then "
-     "the top rho by the int8 score"},
+     "rho' by the int8 score, no fp16 key read (approximate at the cut); 3: as 2 on 4-bit codes "
+     "(d/2 + d/8 bytes; with --far-kv q8 too); the DCU list is then the top rho by the sketch's "
+     "score"},
 };
 
 static double arg_of(const hkv_policy_args *a, int i)
@@ -297,173 +298,6 @@ int hkv_ctkvr_slot_w(ctkvr *s, int layer, int kvh, int64_t sl, ct_slot *w)
     return HKV_OK;
 }
 
-/* ---- int8 key sketches (sketch=1, 2) -------------------------------------------
- *
- * Each far key k (fp16, d values) is kept a second time as int8 codes in
- * groups G of 32 values, c = round(k * 127 / max_G|k|), with a scale s_G =
- * max_G|k| / 127 per group, so |k_e - s_G c_e| <= s_G / 2 (plus float
- * rounding). Per-group scales keep one outlier channel, common in real keys,
- * from coarsening the whole row (SmolLM2 at 4K: a per-row scale left 216 of
- * 527 candidates to rescore, groups of 32 far fewer). The rerank scores every
- * candidate on the codes: for a query head q, |q.k - q.k~| <= sum_G (s_G / 2)
- * |q_G|_1, and the group max of these scores is off by at most the largest
- * of those over the heads. With B_j that bound (widened by 1/32 for the
- * float rounding of both sums, which is below 1e-2 of it at d <= 256), the
- * candidates split three ways. With t_out the rho'-th largest lower bound
- * a_j - B_j, at least rho' candidates score >= t_out exactly, so one whose
- * upper bound a_j + B_j is below it is out, whatever the ties. With t_in the
- * (rho'+1)-th largest upper bound, one whose lower bound is above it can be
- * beaten by at most rho' - 1 others: in. Only the band between is scored
- * again on its fp16 keys, and its best by those exact scores (ties to the
- * lower position) fill the places left: the fp16 rerank's choice, without
- * reading the fp16 keys of the clear winners or losers. The codes are d
- * bytes against 2d: the rerank reads d + d / 8 bytes a candidate plus 2d a
- * band member. */
-
-static void sketch_rows(ctkvr *s, int layer, int kvh, const hkv_far_view *far, int64_t from,
-                        int64_t to)
-{
-    const int d = s->d, ng = d / HKV_SKETCH_GROUP;
-    const size_t at = (size_t)layer * s->KH + (size_t)kvh;
-    int8_t *codes = s->skc + at * (size_t)s->cap * d;
-    float *scale = s->sks + at * (size_t)s->cap * ng;
-    float x[HKV_CTKVR_MAX_D];
-    for (int64_t p = from; p < to; p++) {
-        s->kern->f16_to_f32(far->k[kvh] + p * far->ld, x, d);
-        hkv_q8_quantize(x, d, codes + (size_t)p * d, scale + (size_t)p * ng);
-    }
-}
-
-/* Rows [sk_hi, hi) of one KV head; far rows below hi never change. */
-static void sketch_catch_up(ctkvr *s, int layer, int kvh, const hkv_far_view *far)
-{
-    ct_head *hd = &s->lay[layer].kv[kvh];
-    const int64_t from = hkv_max64(hd->sk_hi, far->lo), to = hkv_min64(far->hi, s->cap);
-    if (to > from) sketch_rows(s, layer, kvh, far, from, to);
-    if (to > hd->sk_hi) hd->sk_hi = to;
-}
-
-void hkv_ctkvr_sketch_layer(ctkvr *s, int layer, const hkv_far_view *far)
-{
-    if (!s->skc || far->rows || far->ld < s->d) return;
-    const int64_t lo = far->lo, hi = hkv_min64(far->hi, s->cap), blk = 4096;
-    int64_t n_blk = 0;
-    for (int h = 0; h < s->KH; h++) {
-        const int64_t from = hkv_max64(s->lay[layer].kv[h].sk_hi, lo);
-        n_blk = hkv_max64(n_blk, (hi - from + blk - 1) / blk);
-    }
-    if (n_blk <= 0) return;
-#pragma omp parallel for collapse(2) schedule(dynamic, 1) num_threads(s->n_threads > 0 ? s->n_threads : 1)
-    for (int h = 0; h < s->KH; h++)
-        for (int64_t b = 0; b < n_blk; b++) {
-            const int64_t from = hkv_max64(s->lay[layer].kv[h].sk_hi, lo) + b * blk;
-            if (from < hi) sketch_rows(s, layer, h, far, from, hkv_min64(hi, from + blk));
-        }
-    for (int h = 0; h < s->KH; h++)
-        if (hi > s->lay[layer].kv[h].sk_hi) s->lay[layer].kv[h].sk_hi = hi;
-}
-
-/* out[0..m) = cand[pick[i]] in ascending position order (the sketch paths:
- * their picks come in no order of their own; ascending gathers stream). The
- * fp16 rerank keeps hkv_topk's order: the attention's sums, and through them
- * the near ties the next layer's rerank meets, stay as they were. */
-static void emit_ascending(const int32_t *cand, const int32_t *pick, int64_t m, int64_t n,
-                           uint32_t *bits, int32_t *out)
-{
-    const int64_t W = (n + 31) / 32;
-    memset(bits, 0, (size_t)W * sizeof *bits);
-    for (int64_t i = 0; i < m; i++) bits[pick[i] >> 5] |= 1u << (pick[i] & 31);
-    int64_t o = 0;
-    for (int64_t w = 0; w < W; w++)
-        for (uint32_t x = bits[w]; x; x &= x - 1) out[o++] = cand[w * 32 + __builtin_ctz(x)];
-}
-
-/* B for one candidate: the largest over the heads of sum_G s_G q1[h][G]
- * (q1: each head's |q| summed over a group, halved and widened; NULL when
- * the group is too large for the stack: no bound, every candidate survives). */
-static inline float sketch_bound(const float *sc, const float *q1, int g, int ng)
-{
-    if (!q1) return INFINITY;
-    float b = 0;
-    for (int j = 0; j < g; j++) {
-        float t = 0;
-        for (int gi = 0; gi < ng; gi++) t += sc[gi] * q1[j * ng + gi];
-        b = t > b ? t : b;   /* finite: not fmaxf, a libm call at -O2 */
-    }
-    return b;
-}
-
-/* The certified rerank on sketches: the rho' best of cand[0..n) by exact
- * score into out (ascending); a[] gets every candidate's int8 score, for
- * DCU. Scratch: lb, ub[n] floats, surv/sp/pick[n] int32, tsc. */
-static int64_t rerank_sketch(ctkvr *s, int layer, int kvh, const float *q, const hkv_far_view *far,
-                             const int32_t *cand, int64_t n, float *a, float *lb, float *ub,
-                             int32_t *surv, int32_t *sp, int32_t *pick, int32_t *tsc, uint32_t *bits,
-                             int32_t *out, hkv_policy_scratch *ws)
-{
-    const int g = s->g, d = s->d, ng = d / HKV_SKETCH_GROUP;
-    const int64_t k = s->c.rho_p;
-    const size_t at = (size_t)layer * s->KH + (size_t)kvh;
-    const float *scale = s->sks + at * (size_t)s->cap * ng;
-    sketch_catch_up(s, layer, kvh, far);
-    hkv_policy_score_max_i8(ws, s->kern, q, g, d, s->skc + at * (size_t)s->cap * d, d, scale, cand,
-                            n, a);
-    ws->bytes += (uint64_t)n * (d + ng * 4);   /* the candidates' codes and scales */
-    ct_head *hd = &s->lay[layer].kv[kvh];
-    hd->reranks++;
-    if (n <= k) {   /* all of them: no exact score needed */
-        memcpy(out, cand, (size_t)n * sizeof *out);
-        return n;
-    }
-    /* Every pick below is a set (emitted ascending, or a threshold): the
-     * radix top-k, not hkv_topk's order (three times the time here). */
-    if (s->c.sketch == 2) {   /* approximate: the int8 scores decide at the cut too */
-        const int64_t mo = hkv_topk_asc(a, n, k, pick, tsc);
-        emit_ascending(cand, pick, mo, n, bits, out);
-        return mo;
-    }
-    /* |q_h| summed over each group of codes, halved and widened by 1/32 */
-    float q1[HKV_CTKVR_MAX_D];   /* [g][ng]: g * ng <= g * d / 32 */
-    float *q1p = g * ng <= HKV_CTKVR_MAX_D ? q1 : NULL;
-    for (int j = 0; q1p && j < g; j++)
-        for (int gi = 0; gi < ng; gi++) {
-            float t = 0;
-            for (int e = 0; e < HKV_SKETCH_GROUP; e++) t += fabsf(q[j * d + gi * HKV_SKETCH_GROUP + e]);
-            q1p[j * ng + gi] = t * (0.5f + 1.0f / 32.0f);
-        }
-    for (int64_t i = 0; i < n; i++) {   /* each exact score lies in [lb, ub] */
-        const float b = sketch_bound(scale + (size_t)cand[i] * ng, q1p, g, ng);
-        lb[i] = a[i] - b, ub[i] = a[i] + b;
-    }
-    /* t_out: the k-th largest lower bound; t_in: the (k+1)-th largest upper */
-    float t_out = INFINITY, t_in = INFINITY;
-    int64_t m = hkv_topk_asc(lb, n, k, pick, tsc);
-    for (int64_t i = 0; i < m; i++) t_out = lb[pick[i]] < t_out ? lb[pick[i]] : t_out;
-    m = hkv_topk_asc(ub, n, k + 1, pick, tsc);
-    for (int64_t i = 0; i < m; i++) t_in = ub[pick[i]] < t_in ? ub[pick[i]] : t_in;
-    /* ub < t_out: k candidates score above it, out. lb > t_in: at most k
-     * candidates can score as high (the k + 1 largest upper bounds, itself
-     * among them), in. The band between is ranked on its fp16 keys. */
-    int64_t n_in = 0, nb = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (ub[i] < t_out) continue;
-        if (lb[i] > t_in) pick[n_in++] = (int32_t)i;
-        else surv[nb] = (int32_t)i, sp[nb++] = cand[i];
-    }
-    int64_t mo = n_in;
-    if (nb > 0 && n_in < k) {
-        hkv_policy_score_max(ws, s->kern, q, g, d, far->k[kvh], far->ld, sp, nb, lb);   /* as the fp16 rerank */
-        ws->bytes += (uint64_t)nb * d * 2;
-        hd->surv += nb;
-        int32_t *bp = pick + n_in;
-        const int64_t mb = hkv_topk_asc(lb, nb, k - n_in, bp, tsc);
-        for (int64_t i = 0; i < mb; i++) bp[i] = surv[bp[i]];
-        mo += mb;
-    }
-    emit_ascending(cand, pick, mo, n, bits, out);
-    return mo;
-}
-
 /* select, with the recall given (the device's, r) or done here (r NULL). */
 static int64_t select_impl(ctkvr *s, int layer, int kvh, const float *q, const hkv_far_view *far,
                            const hkv_recalled *r, int32_t *out, hkv_policy_scratch *ws)
@@ -582,10 +416,10 @@ static int64_t select_impl(ctkvr *s, int layer, int kvh, const float *q, const h
             return HKV_E_NOMEM;
         return n;
     }
-    if (s->skc && !far->rows) {   /* on the int8 sketches, certified (rerank_sketch) */
-        const int64_t m = rerank_sketch(s, layer, kvh, q, far, cand, n, sc, sb, su, ia, ic, ib,
-                                        tsc, obits, out, ws);
-        if (s->c.dcu) {   /* its list: the top rho by the int8 score (a set) */
+    if (s->skc && !far->rows) {   /* on the sketches (ctkvr_sketch.c) */
+        const int64_t m = hkv_ctkvr_rerank_sketch(s, layer, kvh, q, far, cand, n, sc, sb, su, ia,
+                                                  ic, ib, tsc, obits, out, ws);
+        if (s->c.dcu) {   /* its list: the top rho by the sketch's score (a set) */
             const int64_t md = hkv_topk_asc(sc, n, rho, ia, tsc);
             if (dcu_push(s, layer, kvh, qn, cand, ia, md, best, bcos)) return HKV_E_NOMEM;
         }
@@ -719,8 +553,9 @@ static void ctkvr_describe(void *self, char *buf, size_t cap)
     if (s->skc) {
         size_t o = strlen(buf);
         hkv_fmt_bytes((double)(s->skc_b + s->sks_b), mb, sizeof mb);
-        snprintf(buf + o, cap > o ? cap - o : 0, "; int8 key sketches %s, %.0f exact keys a rerank",
-                 mb, reranks ? (double)surv / (double)reranks : 0.0);
+        snprintf(buf + o, cap > o ? cap - o : 0, "; %s key sketches %s, %.0f exact keys a rerank",
+                 s->c.sketch == 3 ? "4-bit" : "int8", mb,
+                 reranks ? (double)surv / (double)reranks : 0.0);
     }
 }
 
@@ -744,7 +579,7 @@ static void ctkvr_destroy(void *self)
 /* A sequence starting with src's first n tokens, where src's prompt ended
  * (its index built, nothing decoded since): this instance, new and of the
  * same parameters, holds src's store by reference and copies of src's own
- * rows and per-head state. Its int8 sketches (per sequence) are made again
+ * rows and per-head state. Its key sketches (per sequence) are made again
  * from its own far rows as select reaches them. */
 static int ctkvr_fork(void *self, const void *from, int64_t n, hkv_err *err)
 {
@@ -828,10 +663,10 @@ static int ctkvr_create(hkv_policy *out, const hkv_policy_args *a, const hkv_pol
     ct_conf c;
     int rc = resolve(a, env->n_ctx, &c, err);
     if (rc) return rc;
-    if (c.sketch && env->far_q8)   /* its codes would copy the far tier's own */
+    if (c.sketch && c.sketch < 3 && env->far_q8)   /* its codes would copy the far tier's own */
         return hkv_seterr(err, HKV_E_INVAL, "ctkvr: sketch=%d keeps int8 copies of fp16 far keys; "
                           "with an 8-bit far tier (--far-kv q8) the rerank scores its codes "
-                          "directly: drop sketch", c.sketch);
+                          "directly: drop sketch, or take the 4-bit sketch=3", c.sketch);
     ctkvr *s = hkv_host_calloc(env->mem, HKV_TIER_INDEX, sizeof *s, err);
     if (!s) return hkv_err_prefix(err, "ctkvr");
     s->kern = env->kern, s->mem = env->mem, s->c = c, s->n_threads = env->n_threads;
@@ -843,14 +678,14 @@ static int ctkvr_create(hkv_policy *out, const hkv_policy_args *a, const hkv_pol
     s->own_b = L * KH * sizeof *s->own;
     s->cap = env->n_ctx > 0 ? env->n_ctx : 1;
     if (c.sketch) {
-        s->skc_b = bytes4(L * KH, (size_t)s->cap, (size_t)s->d, 1);
+        s->skc_b = bytes4(L * KH, (size_t)s->cap, hkv_ctkvr_sketch_code_bytes(c.sketch, s->d), 1);
         s->sks_b = bytes4(L * KH, (size_t)s->cap, (size_t)(s->d / HKV_SKETCH_GROUP), 4);
     }
     if (c.sketch && (s->d > HKV_CTKVR_MAX_D || s->d % HKV_SKETCH_GROUP)) {
         ctkvr_destroy(s);
-        return hkv_seterr(err, HKV_E_UNSUPPORTED, "ctkvr: sketch=1 takes head sizes that are "
-                          "multiples of %d up to %d, not %d", HKV_SKETCH_GROUP, HKV_CTKVR_MAX_D,
-                          sh->head_dim);
+        return hkv_seterr(err, HKV_E_UNSUPPORTED, "ctkvr: sketch=%d takes head sizes that are "
+                          "multiples of %d up to %d, not %d", c.sketch, HKV_SKETCH_GROUP,
+                          HKV_CTKVR_MAX_D, sh->head_dim);
     }
     if (!bytes4(L, C, (size_t)s->H * (size_t)s->d, 2) || !bytes4(L * KH, C, (size_t)c.rho, 4) ||
         bytes4(L * KH, C, (size_t)c.rho, 4) > SIZE_MAX / 4 || (c.sketch && (!s->skc_b || !s->sks_b))) {

@@ -8,7 +8,7 @@
 
 #include "policy.h"
 
-#define HKV_CTKVR_MAX_D 256   /* head sizes the int8 sketches take (a row on the stack) */
+#define HKV_CTKVR_MAX_D 256   /* head sizes the sketches take (a row on the stack) */
 
 typedef struct ct_conf {
     int64_t C, Cp, rho, rho_p, tail;
@@ -80,8 +80,9 @@ typedef struct ctkvr {
     ct_head *heads;         /* [n_layer][n_head_kv] */
     ct_store *st;           /* its own from creation, or a fork's source's */
     ct_own *own;            /* [n_layer][n_head_kv] */
-    /* sketch=1: every far key as int8 codes with a per-row scale,
-     * [n_layer][n_head_kv][cap][d] and [n_layer][n_head_kv][cap] */
+    /* sketch=1..3: every far key as codes (int8, or 4-bit pairs a byte:
+     * hkv_ctkvr_sketch_code_bytes a row) and a scale per 32 values,
+     * [n_layer][n_head_kv][cap][row bytes] and [n_layer][n_head_kv][cap][d / 32] */
     int8_t *skc;
     float *sks;
     int64_t cap;
@@ -162,9 +163,16 @@ static inline void hkv_ctkvr_store_unit(const hkv_cpu_kernels *kern, float *x, i
     kern->f32_to_f16(x, dst, d);
 }
 
-/* sketch=1: the int8 rows of every KV head of a layer up to far->hi
- * (ctkvr.c; in parallel over heads). */
+/* The sketches (ctkvr_sketch.c). The rows of every KV head of a layer up
+ * to far->hi, in parallel over heads; */
 void hkv_ctkvr_sketch_layer(ctkvr *s, int layer, const hkv_far_view *far);
+/* bytes of one row's codes; */
+size_t hkv_ctkvr_sketch_code_bytes(int sketch, int d);
+/* select's rerank of cand[0..n) on them (see ctkvr_sketch.c). */
+int64_t hkv_ctkvr_rerank_sketch(ctkvr *s, int layer, int kvh, const float *q,
+                                const hkv_far_view *far, const int32_t *cand, int64_t n, float *a,
+                                float *lb, float *ub, int32_t *surv, int32_t *sp, int32_t *pick,
+                                int32_t *tsc, uint32_t *bits, int32_t *out, hkv_policy_scratch *ws);
 
 /* The policy's prefill_end (ctkvr_build.c). */
 int hkv_ctkvr_prefill_end(void *self, int layer, const hkv_far_view *far,

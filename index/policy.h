@@ -174,6 +174,9 @@ typedef struct hkv_score_par {
     void (*score_max_i8)(const struct hkv_score_par *p, const float *q, int g, int d,
                          const int8_t *k, int64_t ld, const float *scale, const int32_t *idx,
                          int64_t n, float *s);
+    void (*score_max_i4)(const struct hkv_score_par *p, const float *q, int g, int d,
+                         const uint8_t *k, int64_t ld, const float *scale, const int32_t *idx,
+                         int64_t n, float *s);
     void *ctx;
 } hkv_score_par;
 
@@ -209,6 +212,18 @@ static inline void hkv_policy_score_max_i8(const hkv_policy_scratch *ws,
         ws->par->score_max_i8(ws->par, q, g, d, k, ld, scale, idx, n, s);
     else
         kn->score_max_i8(q, g, d, k, ld, scale, idx, n, s);
+}
+
+static inline void hkv_policy_score_max_i4(const hkv_policy_scratch *ws,
+                                           const hkv_cpu_kernels *kn, const float *q, int g,
+                                           int d, const uint8_t *k, int64_t ld,
+                                           const float *scale, const int32_t *idx, int64_t n,
+                                           float *s)
+{
+    if (ws->par)
+        ws->par->score_max_i4(ws->par, q, g, d, k, ld, scale, idx, n, s);
+    else
+        kn->score_max_i4(q, g, d, k, ld, scale, idx, n, s);
 }
 
 /* A selection policy's device part (the CPU-GPU pipeline, pipeline/): the

@@ -25,6 +25,7 @@ typedef struct score_job {
     int g, d;
     const uint16_t *k;
     const int8_t *k8;             /* score_max_i8's rows (k NULL) */
+    const uint8_t *k4;            /* score_max_i4's rows (k and k8 NULL) */
     const float *scale;
     int64_t ld, n;
     const int32_t *idx;
@@ -53,8 +54,11 @@ static void run_piece(const hkv_cpu_kernels *kn, const score_job *j, int64_t pie
     const int64_t row0 = j->idx ? 0 : a;   /* rows a.. when the rows are contiguous */
     if (j->k)
         kn->score_max(j->q, j->g, j->d, j->k + row0 * j->ld, j->ld, idx, m, j->s + a);
-    else
+    else if (j->k8)
         kn->score_max_i8(j->q, j->g, j->d, j->k8 + row0 * j->ld, j->ld,
+                         j->scale + row0 * (j->d / HKV_SKETCH_GROUP), idx, m, j->s + a);
+    else
+        kn->score_max_i4(j->q, j->g, j->d, j->k4 + row0 * j->ld, j->ld,
                          j->scale + row0 * (j->d / HKV_SKETCH_GROUP), idx, m, j->s + a);
 }
 
@@ -92,6 +96,7 @@ static void run_job(const hkv_score_par *p, score_job *args) {
     }
     const uint64_t gen = (__atomic_load_n(&j->word, __ATOMIC_RELAXED) >> (2 * WORD_BITS)) + 1;
     j->q = args->q, j->g = args->g, j->d = args->d, j->k = args->k, j->k8 = args->k8;
+    j->k4 = args->k4;
     j->scale = args->scale, j->ld = args->ld, j->n = args->n, j->idx = args->idx, j->s = args->s;
     __atomic_store_n(&j->done, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&j->word, gen << (2 * WORD_BITS) | (uint64_t)pieces << WORD_BITS,
@@ -116,6 +121,14 @@ static void par_score_max_i8(const hkv_score_par *p, const float *q, int g, int 
     run_job(p, &a);
 }
 
+static void par_score_max_i4(const hkv_score_par *p, const float *q, int g, int d,
+                             const uint8_t *k, int64_t ld, const float *scale,
+                             const int32_t *idx, int64_t n, float *s) {
+    score_job a = {.q = q, .g = g, .d = d, .k4 = k, .scale = scale, .ld = ld, .idx = idx,
+                   .n = n, .s = s};
+    run_job(p, &a);
+}
+
 int hkv_score_team_init(hkv_score_team *t, const hkv_cpu_kernels *kern, int n, hkv_err *err) {
     memset(t, 0, sizeof *t);
     if (n < 1) return hkv_seterr(err, HKV_E_INVAL, "a scoring team of %d threads", n);
@@ -131,7 +144,8 @@ int hkv_score_team_init(hkv_score_team *t, const hkv_cpu_kernels *kern, int n, h
     for (int i = 0; i < n; i++) {
         t->members[i] = (score_member){t, i};
         t->par[i] = (hkv_score_par){.score_max = par_score_max,
-                                    .score_max_i8 = par_score_max_i8, .ctx = &t->members[i]};
+                                    .score_max_i8 = par_score_max_i8,
+                                    .score_max_i4 = par_score_max_i4, .ctx = &t->members[i]};
     }
     return HKV_OK;
 }

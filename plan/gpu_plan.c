@@ -111,8 +111,9 @@ void hkv_plan_describe(const hkv_policy_def *d, const hkv_policy_args *a, int64_
     if (d == &hkv_policy_ctkvr) {
         int64_t C, rho_p, rho;
         ctkvr_conf(a, n_ctx, &C, &rho_p, &rho);
-        snprintf(buf, cap, "ctkvr C=%lld rho=%lld rho'=%lld", (long long)C, (long long)rho,
-                 (long long)rho_p);
+        const int sk = (int)hkv_policy_arg(d, a, "sketch");
+        snprintf(buf, cap, "ctkvr C=%lld rho=%lld rho'=%lld%s", (long long)C, (long long)rho,
+                 (long long)rho_p, sk == 3 ? " 4-bit sketch" : sk ? " int8 sketch" : "");
     } else if (d == &hkv_policy_quest) {
         snprintf(buf, cap, "quest page=%.0f", hkv_policy_arg(d, a, "page"));
     } else if (d == &hkv_policy_snapkv) {
@@ -176,8 +177,14 @@ int hkv_plan_index_bytes(const hkv_plan_params *p, uint64_t *gpu, uint64_t *host
         const uint64_t fifo = L * KH * (8 + (uint64_t)C);        /* cursor, count; DCU flags */
         const uint64_t ivf = L * KH * (uint64_t)C * (uint64_t)rho * 4 +  /* [KH][C][rho] int32 */
                              L * KH * (uint64_t)C * 4;                  /* list lengths */
+        /* sketch=1..3: a copy of every far key for the rerank, on the host
+         * (ctkvr_sketch.c): int8 or 4-bit codes and an fp32 scale per 32 */
+        const int sk = (int)hkv_policy_arg(d, a, "sketch");
+        const uint64_t sketch = sk ? L * KH * (uint64_t)n_ctx *
+                                         ((sk == 3 ? hd / 2 : hd) + hd / 32 * 4)
+                                   : 0;
         g = cent + fifo + (index_on_host ? 0 : ivf);
-        h = index_on_host ? ivf : 0;
+        h = (index_on_host ? ivf : 0) + sketch;
     } else if (d == &hkv_policy_quest) {
         /* Per page of P far tokens, the element-wise min and max key (fp16). */
         int64_t P = (int64_t)hkv_policy_arg(d, a, "page");
@@ -402,7 +409,7 @@ int hkv_plan_admit_host(const hkv_plan_params *p, const hkv_plan *o, uint64_t av
     uint64_t ig = 0, ih = 0;
     int rc = hkv_plan_index_bytes(p, &ig, &ih, err);
     if (rc) return rc;
-    const uint64_t ih_all = p->index_on_host ? (uint64_t)p->batch * ih : 0;
+    const uint64_t ih_all = (uint64_t)p->batch * ih;   /* (0 unless on the host) */
     char t[32], kv[32], ix[32], per[32], av[32];
     hkv_fmt_bytes((double)o->pinned, t, sizeof t);
     hkv_fmt_bytes((double)(o->pinned - ih_all), kv, sizeof kv);

@@ -77,8 +77,8 @@ typedef struct hkv_plan {
     uint64_t resident;    /* GPU: the resident sequences' far rows (fp16 K and V for the
                              context past the near tier) and their attention partials */
     uint64_t gpu_total;
-    uint64_t pinned;      /* host: far tier (K and V for the whole context), and the
-                             index lists when index_on_host */
+    uint64_t pinned;      /* host: far tier (K and V for the whole context), the
+                             index lists when index_on_host, ctkvr's key sketches */
     uint64_t per_seq_near, per_seq_index, per_seq_pinned;
     uint64_t per_seq_kept; /* of per_seq_near: the kept set's K/V rows (eviction policies) */
     uint64_t kv_per_token; /* K+V bytes of one token over all layers (fp16) */
@@ -109,8 +109,9 @@ int hkv_plan_max_batch(const hkv_plan_params *p, uint64_t cap, int max_batch, in
                        hkv_err *err);
 
 /* GPU-resident index bytes of one sequence of p->policy at p->n_ctx (with
- * p->L_init + p->L_local near rows), host-resident part in *host when
- * p->index_on_host (host may be NULL). The sum is what the policy (and, for
+ * p->L_init + p->L_local near rows), host-resident part in *host (host may
+ * be NULL): the lists when p->index_on_host, and ctkvr's key sketches,
+ * which only the host reads. The sum is what the policy (and, for
  * fastkv, the tiered cache's propagated-position lists) allocates in the
  * INDEX tier, less a few small bookkeeping structs. */
 int hkv_plan_index_bytes(const hkv_plan_params *p, uint64_t *gpu, uint64_t *host, hkv_err *err);

@@ -15,7 +15,8 @@
  *  - a head's out and lse do not depend on g or on the heads beside it: one
  *    call over S stacked groups of g heads equals S calls of g heads (so a
  *    caller may stack the heads of sequences that share their keys);
- *  - score_max and score_max_i8 form each score exactly as the tile kernel
+ *  - score_max and score_max_i8 (and score_max_i4: checked against float64
+ *    and in pieces) form each score exactly as the tile kernel
  *    did (tile_score below), so a policy's ranking does not move with a
  *    kernel's blocking. */
 #include "ref.h"
@@ -59,15 +60,18 @@ static void check_attn(const hkv_cpu_kernels *t, const char *what, const float *
 /* A row's score does not depend on where it sits in a call (cpu/kernels.h):
  * the scores of idx[0..n) computed in pieces starting at odd offsets equal
  * the whole call's bit for bit, so the tiered cache may spread one rerank's
- * rows over threads (kv/kv_tiered_attn.c). whole == NULL: score_max_i8. */
-static int pieces_equal(const hkv_cpu_kernels *t, const float *q, int g, int d, const void *k,
-                        int64_t ld, const float *scale, const int32_t *idx, int64_t n,
-                        const float *whole)
+ * rows over threads (kv/kv_tiered_attn.c). scale NULL: score_max; else
+ * score_max_i8, or score_max_i4 when four. */
+static int pieces_equal_w(const hkv_cpu_kernels *t, const float *q, int g, int d, const void *k,
+                          int64_t ld, const float *scale, int four, const int32_t *idx, int64_t n,
+                          const float *whole)
 {
     float *s = alloc_poisoned(n);
     for (int64_t a = 0, step = 5; a < n; a += step, step = step * 3 % 97 + 1) {
         const int64_t m = a + step < n ? step : n - a;
-        if (scale)
+        if (scale && four)
+            t->score_max_i4(q, g, d, k, ld, scale, idx + a, m, s + a);
+        else if (scale)
             t->score_max_i8(q, g, d, k, ld, scale, idx + a, m, s + a);
         else
             t->score_max(q, g, d, k, ld, idx + a, m, s + a);
@@ -75,6 +79,13 @@ static int pieces_equal(const hkv_cpu_kernels *t, const float *q, int g, int d, 
     const int same = memcmp(s, whole, (size_t)n * sizeof *s) == 0;
     free(s);
     return same;
+}
+
+static int pieces_equal(const hkv_cpu_kernels *t, const float *q, int g, int d, const void *k,
+                        int64_t ld, const float *scale, const int32_t *idx, int64_t n,
+                        const float *whole)
+{
+    return pieces_equal_w(t, q, g, d, k, ld, scale, 0, idx, n, whole);
 }
 
 /* One call over S groups of g heads against S calls of g heads: out and lse
@@ -209,6 +220,42 @@ static void check_score_i8(const hkv_cpu_kernels *t, const float *q, int g, int 
     free(s);
 }
 
+/* score_max_i4 against double sums of q . ((nibble - 8) times its group's
+ * scale), the same bound as score_max_i8's. */
+static void check_score_i4(const hkv_cpu_kernels *t, const float *q, int g, int d,
+                           const uint8_t *k, int64_t ld, const float *scale, const int32_t *idx,
+                           int64_t n)
+{
+    float *s = alloc_poisoned(n);
+    int bad = 0;
+    double worst = 0;
+    t->score_max_i4(q, g, d, k, ld, scale, idx, n, s);
+    const int ng = d / HKV_SKETCH_GROUP;
+    for (int64_t i = 0; i < n; i++) {
+        const uint8_t *row = k + (int64_t)idx[i] * ld;
+        const float *sc = scale + (int64_t)idx[i] * ng;
+        double best = -INFINITY, mag = 0;
+        for (int h = 0; h < g; h++) {
+            double v = 0, m = 0;
+            for (int c = 0; c < d; c++) {
+                const int code = (c & 1 ? row[c / 2] >> 4 : row[c / 2] & 15) - 8;
+                const double kc = (double)code * sc[c / HKV_SKETCH_GROUP];
+                v += (double)q[h * d + c] * kc;
+                m += fabs((double)q[h * d + c] * kc);
+            }
+            best = fmax(best, v), mag = fmax(mag, m);
+        }
+        const double ref = best, tol = 1e-5 * mag + 1e-30;
+        if (isnan(s[i])) bad++;
+        else worst = fmax(worst, fabs(s[i] - ref) / tol);
+    }
+    CHECK(bad == 0 && worst <= 1 && guard_intact(s, n), "%s score_max_i4 g=%d d=%d n=%lld: err %.3g "
+          "of the bound, %d NaN", hkv_isa_name(t->isa), g, d, (long long)n, worst, bad);
+    CHECK(pieces_equal_w(t, q, g, d, k, ld, scale, 1, idx, n, s), "%s score_max_i4 g=%d d=%d n=%lld: "
+          "in pieces, the same scores bit for bit", hkv_isa_name(t->isa), g, d, (long long)n);
+    free(s);
+}
+
 int main(void)
 {
     hkv_cpu_kernels t;
@@ -248,6 +295,8 @@ int main(void)
                     if (n >= 7 && n <= 1000) check_attn(&t, "sparse-sharp", qsharp, g, d, k, v, ld, idx, n, 1.0f);
                     check_score(&t, q, g, d, k, ld, idx, n);
                     if (d % HKV_SKETCH_GROUP == 0) check_score_i8(&t, q, g, d, k8, ld, sc8, idx, n);
+                    if (d % HKV_SKETCH_GROUP == 0)   /* the same bytes as nibbles, half a row */
+                        check_score_i4(&t, q, g, d, (const uint8_t *)k8, ld, sc8, idx, n);
                     if (n == 257 || n == 1000) {
                         check_score_model(&t, q, g, d, k, NULL, NULL, ld, idx, n);
                         if (d % HKV_SKETCH_GROUP == 0) check_score_model(&t, q, g, d, NULL, k8, sc8, ld, idx, n);
@@ -276,7 +325,8 @@ int main(void)
         hkv_cpu_kernels_init(&a, HKV_ISA_AVX2);
         hkv_cpu_kernels_init(&b, HKV_ISA_AVX2 | HKV_ISA_NO_AVXVNNI);
         CHECK(a.attn_dense == b.attn_dense && a.attn_sparse == b.attn_sparse &&
-                  a.score_max == b.score_max && a.score_max_i8 == b.score_max_i8,
+                  a.score_max == b.score_max && a.score_max_i8 == b.score_max_i8 &&
+                  a.score_max_i4 == b.score_max_i4,
               "avx2-novnni: attention kernels other than the AVX2 table's");
     }
     return test_report("test_attn");

@@ -88,6 +88,44 @@ static void create_time(const hkv_cpu_kernels *kern, const hkv_model_config *c) 
             }
 }
 
+/* ctkvr's key sketches (int8 and 4-bit) on the host beside its index: the
+ * plan's host part against what create() allocates, with the lists on the
+ * device (h: the sketches alone) and on the host (h: lists + sketches). */
+static void ctkvr_sketches(const hkv_cpu_kernels *kern) {
+    hkv_model_config c = {0};
+    c.n_layer = 2, c.dim = 128, c.n_head = 4, c.n_head_kv = 2, c.head_dim = 64, c.ffn = 96, c.vocab = 50;
+    const char *sk[] = {NULL, "sketch=1", "sketch=3"};
+    uint64_t host[3] = {0};
+    for (int si = 0; si < 3; si++) {
+        hkv_policy_args a;
+        set_args(&hkv_policy_ctkvr, &a, sk[si], NULL);
+        hkv_err err;
+        hkv_mem_account mem = {0};
+        hkv_policy_env env = {.shape = {c.n_layer, c.n_head, c.n_head_kv, c.head_dim}, .n_ctx = 4096,
+                              .L_init = LI, .L_local = LL, .kern = kern, .mem = &mem, .n_threads = 1};
+        hkv_policy pol = {0};
+        CHECK(hkv_policy_ctkvr.create(&pol, &a, &env, &err) == HKV_OK, "ctkvr %s: %s",
+              sk[si] ? sk[si] : "", err.msg);
+        hkv_plan_params pp = {.cfg = &c, .batch = 1, .n_ctx = 4096, .L_init = LI, .L_local = LL,
+                              .policy = &hkv_policy_ctkvr, .args = &a};
+        uint64_t g = 0, h = 0, g2 = 0, h2 = 0;
+        CHECK(hkv_plan_index_bytes(&pp, &g, &h, &err) == HKV_OK, "%s", err.msg);
+        const double got = (double)mem.bytes[HKV_TIER_INDEX];
+        CHECK(got >= (double)(g + h) && got <= (double)(g + h) + slack_of(&c),
+              "ctkvr %s: plan %llu + %llu bytes, allocated %.0f", sk[si] ? sk[si] : "",
+              (unsigned long long)g, (unsigned long long)h, got);
+        pp.index_on_host = 1;
+        CHECK(hkv_plan_index_bytes(&pp, &g2, &h2, &err) == HKV_OK && g2 + h2 == g + h && h2 > h,
+              "ctkvr %s: the lists move to the host, the sketches stay there", sk[si] ? sk[si] : "");
+        host[si] = h;
+        if (pol.ops) pol.ops->destroy(pol.self);
+    }
+    /* 2 layers x 2 KV heads x 4096 rows x (64 or 32 code bytes + 2 scales x 4) */
+    EQ(host[0], 0);
+    EQ(host[1], 2ULL * 2 * 4096 * (64 + 8));
+    EQ(host[2], 2ULL * 2 * 4096 * (32 + 8));
+}
+
 /* rocketkv allocates its lists at stage 1: run prefill_end on every layer
  * over random keys and queries, then compare. */
 static void rocketkv_stage1(const hkv_cpu_kernels *kern, const hkv_model_config *c) {
@@ -284,6 +322,7 @@ int main(void) {
     hkv_model_config c = {0};
     c.n_layer = 3, c.dim = 64, c.n_head = 4, c.n_head_kv = 2, c.head_dim = 16, c.ffn = 96, c.vocab = 50;
     create_time(&kern, &c);
+    ctkvr_sketches(&kern);
     rocketkv_stage1(&kern, &c);
     llama3_8b();
     fastkv_tsp();
