@@ -10,7 +10,9 @@
 #              key sketches with lists of 1.5 rho' (half the host's bytes a
 #              token, docs/EVAL.md); the same lists over the 8-bit far tier
 #              (far=q8: the forks' rows converted from the fp16 prefill, the
-#              same bytes and speed as a q8 prefill's); quest, snapkv,
+#              same bytes and speed as a q8 prefill's); those lists on 4-bit
+#              sketches over the 8-bit tier (a third of the default's bytes);
+#              quest, snapkv,
 #              rocketkv; then ctkvr over q8 alone and the sketches alone; all
 #              at their default budgets) with the far tier in the
 #              host's page-locked memory, at the batches of HEADLINE_BATCH_CTX
@@ -36,7 +38,7 @@ HKV=$BUILD/tools/hetkv
 MODEL=${HEADLINE_MODEL:---synthetic llama3.1-8b}
 GPU_MEM=${HEADLINE_GPU_MEM:-24G}
 CTXS=${HEADLINE_CTX:-98304 32768 65536}
-CONFIGS=${HEADLINE_CONFIGS:-ctkvr;ctkvr:sketch=2,rho=1536;ctkvr:rho=1536,far=q8;quest;snapkv;rocketkv;ctkvr:far=q8;ctkvr:sketch=2;ctkvr:sketch=1}
+CONFIGS=${HEADLINE_CONFIGS:-ctkvr;ctkvr:sketch=2,rho=1536;ctkvr:rho=1536,far=q8;ctkvr:sketch=3,rho=1536,far=q8;quest;snapkv;rocketkv;ctkvr:far=q8;ctkvr:sketch=2;ctkvr:sketch=1}
 STEPS=${HEADLINE_STEPS:-8}
 CHUNK=${HEADLINE_CHUNK:-2048}
 # per-step limits in seconds: the 96K prefill is the long part (PREDICTION:
