@@ -6,7 +6,8 @@ tiny generated model with a far tier of ~4,600 rows (nine pieces):
 
   threads  the logits are bit-identical for -t 1, 2 and 5 (--threads; prompt mode, one
            sequence; batch mode, three sequences), for full and quest; and in prompt mode
-           for oracle, ctkvr and ctkvr on int8 sketches, whose scoring of one KV head's
+           for oracle, ctkvr and ctkvr on int8 sketches and on 4-bit ones over the 8-bit
+           far tier, whose scoring of one KV head's
            rows is spread over the threads without a selection of their own
            (kv/kv_score_team.c: 4,600 far keys, ~2,000 candidates, 8-18 pieces);
   plain    the tiered cache with full equals the plain contiguous cache (its
@@ -63,7 +64,9 @@ def main():
         pols = (["--policy", "full"], ["--policy", "quest", "--policy-arg", "budget=3000"],
                 ["--policy", "oracle", "--policy-arg", "k=500"],
                 ["--policy", "ctkvr", "--policy-arg", "Cp=8"],
-                ["--policy", "ctkvr", "--policy-arg", "Cp=8", "--policy-arg", "sketch=1"])
+                ["--policy", "ctkvr", "--policy-arg", "Cp=8", "--policy-arg", "sketch=1"],
+                ["--policy", "ctkvr", "--policy-arg", "Cp=8", "--policy-arg", "sketch=3",
+                 "--far-kv", "q8"])
         for pol in pols:
             for mode, margs in modes.items():
                 if mode == "batch" and pol[1] not in ("full", "quest"):

@@ -53,6 +53,8 @@ def policies(draft: str) -> dict[str, list[str]]:
         # the rerank on int8 key sketches (certified: the fp16 rerank's choice); its own
         # first word, so --only ctkvr (the sanitizer runs) leaves it out
         "ctkvr-sketch sketch=1": ["--policy", "ctkvr", "--policy-arg", "sketch=1"],
+        # on 4-bit sketches over the 8-bit far tier (approximate at the cut)
+        "ctkvr-sketch4 sketch=3 far=q8": ["--policy", "ctkvr", "--policy-arg", "sketch=3", "--far-kv", "q8"],
         "quest budget=16": ["--policy", "quest", "--policy-arg", "budget=16"],
         "snapkv budget=12": ["--policy", "snapkv", "--policy-arg", "budget=12"],
         "rocketkv budget=12": ["--policy", "rocketkv", "--policy-arg", "budget=12"],
