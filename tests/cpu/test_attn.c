@@ -136,23 +136,29 @@ static float tile_score(const float *q, const float *kf, int d, int vl)
     return lane[0];
 }
 
-/* score_max (k8 NULL) or score_max_i8 (k8, sc8) against the tile model: the
- * same floats, not merely close ones. */
-static void check_score_model(const hkv_cpu_kernels *t, const float *q, int g, int d,
-                              const uint16_t *k, const int8_t *k8, const float *sc8, int64_t ld,
-                              const int32_t *idx, int64_t n)
+/* score_max (k8 NULL), score_max_i8 (k8, sc8) or score_max_i4 (four: k8's
+ * bytes as nibbles) against the tile model: the same floats, not merely
+ * close ones. */
+static void check_score_model_w(const hkv_cpu_kernels *t, const float *q, int g, int d,
+                                const uint16_t *k, const int8_t *k8, const float *sc8, int four,
+                                int64_t ld, const int32_t *idx, int64_t n)
 {
     const int level = t->isa & 0xff, lanes = level == HKV_ISA_AVX512 ? 16 : level == HKV_ISA_AVX2 ? 8 : 1;
     const int vl = d % lanes == 0 && d <= 256 /* HKV_ATTN_MAX_D */ && (!k8 || d % HKV_SKETCH_GROUP == 0) ? lanes : 1;
     float *s = alloc_poisoned(n), kf[256];
-    if (k8) t->score_max_i8(q, g, d, k8, ld, sc8, idx, n, s);
+    const uint8_t *k4 = (const uint8_t *)k8;
+    if (k8 && four) t->score_max_i4(q, g, d, k4, ld, sc8, idx, n, s);
+    else if (k8) t->score_max_i8(q, g, d, k8, ld, sc8, idx, n, s);
     else t->score_max(q, g, d, k, ld, idx, n, s);
     int64_t bad = 0;
     for (int64_t i = 0; i < n; i++) {
         const int64_t row = idx[i];
-        for (int c = 0; c < d; c++)
-            kf[c] = k8 ? (float)k8[row * ld + c] * sc8[row * (d / HKV_SKETCH_GROUP) + c / HKV_SKETCH_GROUP]
+        for (int c = 0; c < d; c++) {
+            const int code = !k8 ? 0 : four ? ((k4[row * ld + c / 2] >> (4 * (c & 1))) & 15) - 8
+                                            : k8[row * ld + c];
+            kf[c] = k8 ? (float)code * sc8[row * (d / HKV_SKETCH_GROUP) + c / HKV_SKETCH_GROUP]
                        : (float)half_to_double(k[row * ld + c]);
+        }
         float best = -INFINITY;
         for (int h = 0; h < g; h++) {
             const float v = tile_score(q + (int64_t)h * d, kf, d, vl);
@@ -161,8 +167,16 @@ static void check_score_model(const hkv_cpu_kernels *t, const float *q, int g, i
         bad += !(s[i] == best);
     }
     CHECK(bad == 0, "%s %s g=%d d=%d n=%lld: %lld scores differ from the tile kernel's",
-          hkv_isa_name(t->isa), k8 ? "score_max_i8" : "score_max", g, d, (long long)n, (long long)bad);
+          hkv_isa_name(t->isa), !k8 ? "score_max" : four ? "score_max_i4" : "score_max_i8", g, d,
+          (long long)n, (long long)bad);
     free(s);
+}
+
+static void check_score_model(const hkv_cpu_kernels *t, const float *q, int g, int d,
+                              const uint16_t *k, const int8_t *k8, const float *sc8, int64_t ld,
+                              const int32_t *idx, int64_t n)
+{
+    check_score_model_w(t, q, g, d, k, k8, sc8, 0, ld, idx, n);
 }
 
 static void check_score(const hkv_cpu_kernels *t, const float *q, int g, int d, const uint16_t *k,
@@ -300,6 +314,8 @@ int main(void)
                     if (n == 257 || n == 1000) {
                         check_score_model(&t, q, g, d, k, NULL, NULL, ld, idx, n);
                         if (d % HKV_SKETCH_GROUP == 0) check_score_model(&t, q, g, d, NULL, k8, sc8, ld, idx, n);
+                        if (d % HKV_SKETCH_GROUP == 0)
+                            check_score_model_w(&t, q, g, d, NULL, k8, sc8, 1, ld, idx, n);
                     }
                 }
             }
