@@ -18,8 +18,6 @@
 #define HKV_Q8_GROUP HKV_SKETCH_GROUP
 /* The head sizes it takes (a row on the stack): d <= this, a multiple of the group. */
 #define HKV_Q8_MAX_D 256
-/* The head sizes it takes (a row on the stack): d <= this, a multiple of the group. */
-#define HKV_Q8_MAX_D 256
 
 /* Bytes of one K or V row of d in the far tier's format: 8-bit, d codes and
  * d / 32 fp32 scales; fp16, 2 d. */
