@@ -112,42 +112,37 @@ void hkv_score_max_scalar(const float *q, int g, int d, const uint16_t *k, int64
     }
 }
 
-void hkv_score_max_i8_scalar(const float *q, int g, int d, const int8_t *k, int64_t ld,
-                             const float *scale, const int32_t *idx, int64_t n, float *s)
+/* score_max over sketch codes: int8, or (four) 4-bit, two a byte. */
+static void score_max_q_scalar(const float *q, int g, int d, const void *k, int64_t ld,
+                               const float *scale, const int32_t *idx, int64_t n, float *s, int four)
 {
     const int ng = d / HKV_SKETCH_GROUP;
     for (int64_t i = 0; i < n; i++) {
-        const int8_t *row = k + (int64_t)idx[i] * ld;
-        const float *sc = scale + (int64_t)idx[i] * ng;
-        float best = -INFINITY;
-        for (int h = 0; h < g; h++) {
-            float v = 0;
-            for (int e = 0; e < d; e++)
-                v += q[(int64_t)h * d + e] * ((float)row[e] * sc[e / HKV_SKETCH_GROUP]);
-            if (v > best) best = v;
-        }
-        s[i] = best;
-    }
-}
-
-void hkv_score_max_i4_scalar(const float *q, int g, int d, const uint8_t *k, int64_t ld,
-                             const float *scale, const int32_t *idx, int64_t n, float *s)
-{
-    const int ng = d / HKV_SKETCH_GROUP;
-    for (int64_t i = 0; i < n; i++) {
-        const uint8_t *row = k + (int64_t)idx[i] * ld;
+        const int8_t *row = (const int8_t *)k + (int64_t)idx[i] * ld;
         const float *sc = scale + (int64_t)idx[i] * ng;
         float best = -INFINITY;
         for (int h = 0; h < g; h++) {
             float v = 0;
             for (int e = 0; e < d; e++) {
-                const int c = ((row[e / 2] >> (4 * (e & 1))) & 15) - 8;
+                const int c = four ? (((const uint8_t *)row)[e / 2] >> (4 * (e & 1)) & 15) - 8 : row[e];
                 v += q[(int64_t)h * d + e] * ((float)c * sc[e / HKV_SKETCH_GROUP]);
             }
             if (v > best) best = v;
         }
         s[i] = best;
     }
+}
+
+void hkv_score_max_i8_scalar(const float *q, int g, int d, const int8_t *k, int64_t ld,
+                             const float *scale, const int32_t *idx, int64_t n, float *s)
+{
+    score_max_q_scalar(q, g, d, k, ld, scale, idx, n, s, 0);
+}
+
+void hkv_score_max_i4_scalar(const float *q, int g, int d, const uint8_t *k, int64_t ld,
+                             const float *scale, const int32_t *idx, int64_t n, float *s)
+{
+    score_max_q_scalar(q, g, d, k, ld, scale, idx, n, s, 1);
 }
 
 void hkv_f16_to_f32_scalar(const uint16_t *src, float *dst, int64_t n)

@@ -136,6 +136,13 @@ static float tile_score(const float *q, const float *kf, int d, int vl)
     return lane[0];
 }
 
+/* The code of element c of a sketch row: int8, or (four) 4-bit, two a byte. */
+static int code_of(const int8_t *row, int four, int c)
+{
+    const uint8_t *r4 = (const uint8_t *)row;
+    return four ? ((r4[c / 2] >> (4 * (c & 1))) & 15) - 8 : row[c];
+}
+
 /* score_max (k8 NULL), score_max_i8 (k8, sc8) or score_max_i4 (four: k8's
  * bytes as nibbles) against the tile model: the same floats, not merely
  * close ones. */
@@ -146,16 +153,14 @@ static void check_score_model_w(const hkv_cpu_kernels *t, const float *q, int g,
     const int level = t->isa & 0xff, lanes = level == HKV_ISA_AVX512 ? 16 : level == HKV_ISA_AVX2 ? 8 : 1;
     const int vl = d % lanes == 0 && d <= 256 /* HKV_ATTN_MAX_D */ && (!k8 || d % HKV_SKETCH_GROUP == 0) ? lanes : 1;
     float *s = alloc_poisoned(n), kf[256];
-    const uint8_t *k4 = (const uint8_t *)k8;
-    if (k8 && four) t->score_max_i4(q, g, d, k4, ld, sc8, idx, n, s);
+    if (k8 && four) t->score_max_i4(q, g, d, (const uint8_t *)k8, ld, sc8, idx, n, s);
     else if (k8) t->score_max_i8(q, g, d, k8, ld, sc8, idx, n, s);
     else t->score_max(q, g, d, k, ld, idx, n, s);
     int64_t bad = 0;
     for (int64_t i = 0; i < n; i++) {
         const int64_t row = idx[i];
         for (int c = 0; c < d; c++) {
-            const int code = !k8 ? 0 : four ? ((k4[row * ld + c / 2] >> (4 * (c & 1))) & 15) - 8
-                                            : k8[row * ld + c];
+            const int code = k8 ? code_of(k8 + row * ld, four, c) : 0;
             kf[c] = k8 ? (float)code * sc8[row * (d / HKV_SKETCH_GROUP) + c / HKV_SKETCH_GROUP]
                        : (float)half_to_double(k[row * ld + c]);
         }
@@ -199,16 +204,18 @@ static void check_score(const hkv_cpu_kernels *t, const float *q, int g, int d, 
     free(s); free(rs); free(mag);
 }
 
-/* score_max_i8 against double sums of q . (code times its group's scale):
+/* score_max_i8, or (four) score_max_i4 over the same bytes as nibbles,
+ * against double sums of q . (code times its group's scale):
  * |s - ref| <= 1e-5 * max_h sum_c |q_hc k~_c| (fp32 sums, as score_max's). */
-static void check_score_i8(const hkv_cpu_kernels *t, const float *q, int g, int d,
-                           const int8_t *k, int64_t ld, const float *scale, const int32_t *idx,
-                           int64_t n)
+static void check_score_q(const hkv_cpu_kernels *t, const float *q, int g, int d, const int8_t *k,
+                          int64_t ld, const float *scale, int four, const int32_t *idx, int64_t n)
 {
+    const char *name = four ? "score_max_i4" : "score_max_i8";
     float *s = alloc_poisoned(n);
     int bad = 0;
     double worst = 0;
-    t->score_max_i8(q, g, d, k, ld, scale, idx, n, s);
+    if (four) t->score_max_i4(q, g, d, (const uint8_t *)k, ld, scale, idx, n, s);
+    else t->score_max_i8(q, g, d, k, ld, scale, idx, n, s);
     const int ng = d / HKV_SKETCH_GROUP;
     for (int64_t i = 0; i < n; i++) {
         const int8_t *row = k + (int64_t)idx[i] * ld;
@@ -217,7 +224,7 @@ static void check_score_i8(const hkv_cpu_kernels *t, const float *q, int g, int 
         for (int h = 0; h < g; h++) {
             double v = 0, m = 0;
             for (int c = 0; c < d; c++) {
-                const double kc = (double)row[c] * sc[c / HKV_SKETCH_GROUP];
+                const double kc = (double)code_of(row, four, c) * sc[c / HKV_SKETCH_GROUP];
                 v += (double)q[h * d + c] * kc;
                 m += fabs((double)q[h * d + c] * kc);
             }
@@ -227,46 +234,10 @@ static void check_score_i8(const hkv_cpu_kernels *t, const float *q, int g, int 
         if (isnan(s[i])) bad++;
         else worst = fmax(worst, fabs(s[i] - ref) / tol);
     }
-    CHECK(bad == 0 && worst <= 1 && guard_intact(s, n), "%s score_max_i8 g=%d d=%d n=%lld: err %.3g "
-          "of the bound, %d NaN", hkv_isa_name(t->isa), g, d, (long long)n, worst, bad);
-    CHECK(pieces_equal(t, q, g, d, k, ld, scale, idx, n, s), "%s score_max_i8 g=%d d=%d n=%lld: in "
-          "pieces, the same scores bit for bit", hkv_isa_name(t->isa), g, d, (long long)n);
-    free(s);
-}
-
-/* score_max_i4 against double sums of q . ((nibble - 8) times its group's
- * scale), the same bound as score_max_i8's. */
-static void check_score_i4(const hkv_cpu_kernels *t, const float *q, int g, int d,
-                           const uint8_t *k, int64_t ld, const float *scale, const int32_t *idx,
-                           int64_t n)
-{
-    float *s = alloc_poisoned(n);
-    int bad = 0;
-    double worst = 0;
-    t->score_max_i4(q, g, d, k, ld, scale, idx, n, s);
-    const int ng = d / HKV_SKETCH_GROUP;
-    for (int64_t i = 0; i < n; i++) {
-        const uint8_t *row = k + (int64_t)idx[i] * ld;
-        const float *sc = scale + (int64_t)idx[i] * ng;
-        double best = -INFINITY, mag = 0;
-        for (int h = 0; h < g; h++) {
-            double v = 0, m = 0;
-            for (int c = 0; c < d; c++) {
-                const int code = (c & 1 ? row[c / 2] >> 4 : row[c / 2] & 15) - 8;
-                const double kc = (double)code * sc[c / HKV_SKETCH_GROUP];
-                v += (double)q[h * d + c] * kc;
-                m += fabs((double)q[h * d + c] * kc);
-            }
-            best = fmax(best, v), mag = fmax(mag, m);
-        }
-        const double ref = best, tol = 1e-5 * mag + 1e-30;
-        if (isnan(s[i])) bad++;
-        else worst = fmax(worst, fabs(s[i] - ref) / tol);
-    }
-    CHECK(bad == 0 && worst <= 1 && guard_intact(s, n), "%s score_max_i4 g=%d d=%d n=%lld: err %.3g "
-          "of the bound, %d NaN", hkv_isa_name(t->isa), g, d, (long long)n, worst, bad);
-    CHECK(pieces_equal_w(t, q, g, d, k, ld, scale, 1, idx, n, s), "%s score_max_i4 g=%d d=%d n=%lld: "
-          "in pieces, the same scores bit for bit", hkv_isa_name(t->isa), g, d, (long long)n);
+    CHECK(bad == 0 && worst <= 1 && guard_intact(s, n), "%s %s g=%d d=%d n=%lld: err %.3g of the "
+          "bound, %d NaN", hkv_isa_name(t->isa), name, g, d, (long long)n, worst, bad);
+    CHECK(pieces_equal_w(t, q, g, d, k, ld, scale, four, idx, n, s), "%s %s g=%d d=%d n=%lld: in "
+          "pieces, the same scores bit for bit", hkv_isa_name(t->isa), name, g, d, (long long)n);
     free(s);
 }
 
@@ -308,9 +279,9 @@ int main(void)
                     check_attn(&t, "sparse", q, g, d, k, v, ld, idx, n, scale);
                     if (n >= 7 && n <= 1000) check_attn(&t, "sparse-sharp", qsharp, g, d, k, v, ld, idx, n, 1.0f);
                     check_score(&t, q, g, d, k, ld, idx, n);
-                    if (d % HKV_SKETCH_GROUP == 0) check_score_i8(&t, q, g, d, k8, ld, sc8, idx, n);
+                    if (d % HKV_SKETCH_GROUP == 0) check_score_q(&t, q, g, d, k8, ld, sc8, 0, idx, n);
                     if (d % HKV_SKETCH_GROUP == 0)   /* the same bytes as nibbles, half a row */
-                        check_score_i4(&t, q, g, d, (const uint8_t *)k8, ld, sc8, idx, n);
+                        check_score_q(&t, q, g, d, k8, ld, sc8, 1, idx, n);
                     if (n == 257 || n == 1000) {
                         check_score_model(&t, q, g, d, k, NULL, NULL, ld, idx, n);
                         if (d % HKV_SKETCH_GROUP == 0) check_score_model(&t, q, g, d, NULL, k8, sc8, ld, idx, n);
