@@ -9,8 +9,9 @@ OUT_DIR/headline.json ({"rows": [...], "ratios": [...]}: per row the config,
 context, batch, GPU cap, decode tokens/s, time to first token, the step's
 timeline per decode step and the host's bytes per token; per context the best
 split tokens/s over the best dense tokens/s; the batches bench refused at
-admission, from split_*.log and dense_*.log, with the reason) and
-OUT_DIR/headline.md (the same as Markdown tables). Rows come from whatever the run measured: a step stopped
+admission, from split_*.log and dense_*.log, with the reason; the device's
+policy kernels timed alone, from kernels_policy.json, `bench kernels --json`:
+ctkvr's recall among them) and OUT_DIR/headline.md (the same as Markdown tables). Rows come from whatever the run measured: a step stopped
 by its time limit leaves the rows it wrote."""
 from __future__ import annotations
 
@@ -74,6 +75,18 @@ def main() -> int:
                 if m:
                     refused.append({"file": os.path.basename(path), "batch": int(m.group(1)),
                                     "config": m.group(2) or "all", "reason": m.group(3)})
+    kernels = []
+    kpath = os.path.join(out, "kernels_policy.json")
+    if os.path.exists(kpath):
+        try:
+            kj = json.load(open(kpath, encoding="utf-8"))
+        except ValueError:   # a step stopped mid-write
+            kj = {}
+        for k in kj.get("rows", []):
+            if k.get("group") in ("policy", "recall"):
+                kernels.append({"group": k["group"], "kernel": k.get("kernel"), "shape": k.get("shape"),
+                                "us": k.get("us"), "gbs": k.get("gbs"),
+                                "emulated": bool(k.get("emulated"))})
     pred = {}
     ppath = os.path.join(out, "plan_predict.jsonl")
     if os.path.exists(ppath):
@@ -109,7 +122,7 @@ def main() -> int:
             "ctkvr_over_dense": bc["decode_tok_s"] / bd["decode_tok_s"] if bc and bd else None,
         })
     with open(os.path.join(out, "headline.json"), "w", encoding="utf-8") as f:
-        json.dump({"rows": rows, "ratios": ratios, "refused": refused}, f, indent=1)
+        json.dump({"rows": rows, "ratios": ratios, "refused": refused, "kernels": kernels}, f, indent=1)
     md = ["| kind | config | ctx | batch | decode tok/s | predicted | TTFT s | step ms | host busy | "
           "host waits | device waits | device products | near | PCIe up/down MB | host MB/token | "
           "host roofline tok/s |", "|" + "---|" * 16]
@@ -132,6 +145,10 @@ def main() -> int:
             f"{bc['batch']}, {bc['decode_tok_s']:.1f}" if bc else "-",
             f"{bd['batch']}, {bd['decode_tok_s']:.1f}" if bd else "-",
             fmt(q["split_over_dense"], 2), fmt(q["ctkvr_over_dense"], 2)]) + " |")
+    if kernels:
+        md += ["", "| device kernel, alone | shape | us a call | GB/s |", "|---|---|---|---|"]
+        md += [f"| {k['kernel']}{' (emulated: not a speed)' if k['emulated'] else ''} | {k['shape']} | "
+               f"{fmt(k['us'])} | {fmt(k['gbs'])} |" for k in kernels]
     if refused:
         md += ["", "| refused (file, batch, config) | why |", "|---|---|"]
         md += [f"| {q['file']}, {q['batch']}, {q['config']} | {q['reason']} |" for q in refused]

@@ -9,8 +9,9 @@ context, two selection policies at batch 1 and 2, under a 1 GiB cap, and
 checks what bench/headline_rows.py gathered: a row per (policy, batch) with
 the far tier on the host and its timeline, host bytes and time to first
 token; one dense row with the whole context on the device (no host far
-work); the split-over-dense ratio; the predictions' rows; and the row file a
-stopped step leaves (each row written as it is measured). Exit 0 passed, 1
+work); the split-over-dense ratio; the predictions' rows; the device's
+policy kernels timed alone (ctkvr's recall); and the row file a stopped step
+leaves (each row written as it is measured). Exit 0 passed, 1
 failed."""
 from __future__ import annotations
 
@@ -74,6 +75,11 @@ def main() -> int:
         c1 = [x for x in split if x["policy"] == "ctkvr" and x["batch"] == 1]
         check(len(c1) == 1 and c1[0]["predicted_tok_s"],
               f"a prediction beside ctkvr {[(x['policy'], x['batch'], x['predicted_tok_s']) for x in c1]}")
+        # the device's policy kernels alone, ctkvr's recall among them (emulated: not a speed)
+        kern = h.get("kernels", [])
+        check(any(k["kernel"] == "ctkvr recall" and k["us"] and k["us"] > 0 for k in kern)
+              and "ctkvr recall" in open(os.path.join(out, "headline.md")).read(),
+              f"the recall kernel's row: {[(k['kernel'], k['us']) for k in kern]}")
         rows = [ln for ln in open(os.path.join(out, "split_512.jsonl")) if ln.startswith("{")]
         check(len(rows) == 4, f"split_512.jsonl: one line a row ({len(rows)})")
     print(f"test_headline: {'FAILED' if fails else 'passed'}")
