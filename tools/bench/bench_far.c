@@ -127,25 +127,17 @@ static void decode_row(const float *dir, int KH, int g, int d, uint64_t *rng, fl
 /* The device's recall for a step's B rows (NULL rows: the policy has no
  * device part), into r (slot/score [B][KH][k], n [B][KH]). */
 typedef struct dev_recall {
-    int32_t *slot, *n, *slots, *sel, *tsc, *fifo, *dirty;
+    int32_t *slot, *n, *slots, *sel, *tsc;
     float *score, *qn, *cs, *ct;
     int64_t cap_c, cap_k;
+    int32_t fifo[2 * 64], dirty[64];   /* per KV head (--kv-heads <= 64) */
 } dev_recall;
-
-static void dev_recall_sized_free(dev_recall *r)
-{
-    free(r->slot), free(r->n), free(r->slots), free(r->sel), free(r->tsc), free(r->score);
-    free(r->qn), free(r->cs), free(r->ct);
-    r->slot = r->n = r->slots = r->sel = r->tsc = NULL;
-    r->score = r->qn = r->cs = r->ct = NULL;
-    r->cap_c = r->cap_k = 0;
-}
 
 static void dev_recall_free(dev_recall *r)
 {
-    dev_recall_sized_free(r);
-    free(r->fifo), free(r->dirty);
-    r->fifo = r->dirty = NULL;
+    free(r->slot), free(r->n), free(r->slots), free(r->sel), free(r->tsc), free(r->score);
+    free(r->qn), free(r->cs), free(r->ct);
+    *r = (dev_recall){0};
 }
 
 static int device_recall(hkv_kv *kv, const hkv_cpu_kernels *kn, const hkv_seg *segs, int B,
@@ -160,12 +152,10 @@ static int device_recall(hkv_kv *kv, const hkv_cpu_kernels *kn, const hkv_seg *s
         int rc = hkv_kv_seq_instance(kv, segs[b].seq, NULL, &pol, err);
         if (rc) return rc;
         if (!pol.ops->recall_table || !pol.ops->select_recalled) return HKV_OK;
-        if (!r->fifo && (!(r->fifo = malloc((size_t)KH * 2 * 4)) || !(r->dirty = malloc((size_t)KH * 4))))
-            return hkv_seterr(err, HKV_E_NOMEM, "bench far: no memory for the recall");
         if ((rc = pol.ops->recall_table(pol.self, 0, &t, r->fifo, r->dirty)))
             return hkv_seterr(err, rc, "bench far: sequence %d's recall table", segs[b].seq);
         if (t.C > r->cap_c || t.k > r->cap_k) {   /* (every copy has the prompt's table size) */
-            dev_recall_sized_free(r);
+            dev_recall_free(r);
             r->cap_c = t.C, r->cap_k = t.k;
             const size_t C = (size_t)t.C, K = (size_t)t.k;
             if (!(r->slot = malloc((size_t)B * KH * K * 4)) || !(r->score = malloc((size_t)B * KH * K * 4)) ||
@@ -199,8 +189,8 @@ static int device_recall(hkv_kv *kv, const hkv_cpu_kernels *kn, const hkv_seg *s
             r->n[at] = (int32_t)k;
         }
         *out = (hkv_recall_rows){.slot = r->slot, .score = r->score, .n = r->n, .ld = t.k};
-        *use = out;
     }
+    *use = out;
     return HKV_OK;
 }
 
