@@ -576,12 +576,38 @@ static void ctkvr_destroy(void *self)
     hkv_host_free(s->mem, HKV_TIER_INDEX, s, sizeof *s);
 }
 
+/* src's own rows written over the slots they stand for in s's store (s
+ * holds a copy of src's store): the index src reads, with no own rows. */
+static void own_rows_to_store(ctkvr *s, const ctkvr *src)
+{
+    const int64_t C = s->c.C, rho = s->c.rho;
+    const size_t gd = (size_t)s->g * s->d;
+    for (int l = 0; l < s->L; l++)
+        for (int h = 0; h < s->KH; h++) {
+            const ct_own *so = &src->own[(size_t)l * s->KH + (size_t)h];
+            if (!so->map) continue;
+            ct_layer *ly = &s->lay[l];
+            for (int64_t sl = 0; sl < C; sl++) {
+                const int32_t r = so->map[sl];
+                if (r < 0) continue;
+                memcpy(ly->cent + ((size_t)sl * s->H + (size_t)h * s->g) * s->d, so->cent + (size_t)r * gd,
+                       gd * 2);
+                memcpy(ly->ivf + ((size_t)h * C + sl) * rho, so->ivf + (size_t)r * rho, (size_t)rho * 4);
+                ly->len[(size_t)h * C + sl] = so->len[r];
+                ly->dyn[(size_t)h * C + sl] = so->dyn[r];
+            }
+        }
+}
+
 /* A sequence starting with src's first n tokens, where src's prompt ended
  * (its index built, nothing decoded since): this instance, new and of the
  * same parameters, holds src's store by reference and copies of src's own
- * rows and per-head state. Its key sketches (per sequence) are made again
- * from its own far rows as select reaches them. */
-static int ctkvr_fork(void *self, const void *from, int64_t n, hkv_err *err)
+ * rows and per-head state; with copy, its own store becomes a copy of the
+ * index src reads instead (an independent sequence: nothing shared, the
+ * index a build from the same rows makes, without the build). Its key
+ * sketches (per sequence) are made again from its own far rows as select
+ * reaches them. */
+static int ctkvr_fork(void *self, const void *from, int64_t n, int copy, hkv_err *err)
 {
     ctkvr *s = self;
     const ctkvr *src = from;
@@ -604,7 +630,19 @@ static int ctkvr_fork(void *self, const void *from, int64_t n, hkv_err *err)
         if (src->heads[i].dcu_new)
             return hkv_seterr(err, HKV_E_UNSUPPORTED, "ctkvr: the index has changed since its "
                               "prompt end");
-    for (int64_t i = 0; i < nh; i++) {   /* src's own rows, copied */
+    const ct_store *a_st = s->st, *b_st = src->st;
+    if (copy && (a_st->cent_b != b_st->cent_b || a_st->ivf_b != b_st->ivf_b ||
+                 a_st->len_b != b_st->len_b || a_st->dyn_b != b_st->dyn_b))
+        return hkv_seterr(err, HKV_E_UNSUPPORTED, "ctkvr: an index of another size cannot be "
+                          "copied");
+    if (copy) {   /* (s's store: its own, made at creation and never written) */
+        memcpy(s->st->cent, b_st->cent, b_st->cent_b);
+        memcpy(s->st->ivf, b_st->ivf, b_st->ivf_b);
+        memcpy(s->st->len, b_st->len, b_st->len_b);
+        memcpy(s->st->dyn, b_st->dyn, b_st->dyn_b);
+        own_rows_to_store(s, src);
+    }
+    for (int64_t i = 0; i < nh && !copy; i++) {   /* src's own rows, copied */
         const ct_own *so = &src->own[i];
         ct_own *o = &s->own[i];
         if (!so->map) continue;
@@ -620,9 +658,11 @@ static int ctkvr_fork(void *self, const void *from, int64_t n, hkv_err *err)
         memcpy(o->dyn, so->dyn, (size_t)so->n);
         o->n = so->n;
     }
-    store_unref(s->st);   /* its own, made at creation and never written */
-    src->st->refs++;
-    store_attach(s, src->st);
+    if (!copy) {
+        store_unref(s->st);   /* its own, made at creation and never written */
+        src->st->refs++;
+        store_attach(s, src->st);
+    }
     for (int l = 0; l < s->L; l++) {
         ct_layer *ly = &s->lay[l];
         const ct_layer *sl = &src->lay[l];

@@ -361,11 +361,14 @@ typedef struct hkv_policy_ops {
     int (*cand_table)(void *self, int layer, hkv_cand_table *out);
     /* Start this instance (just created with the same definition and
      * arguments, before any prompt end) from src's index as of src's first
-     * n tokens, where src's prompt ended with nothing decoded since (a
-     * sequence on a shared prefix, kv.h seq_share): held by reference where
-     * it can, so its bytes count once. NULL, or HKV_E_UNSUPPORTED: the
-     * caller builds the index from the rows instead. ctkvr only. */
-    int (*fork)(void *self, const void *src, int64_t n, hkv_err *err);
+     * n tokens, where src's prompt ended with nothing decoded since: held by
+     * reference where it can, so its bytes count once (a sequence on a
+     * shared prefix, kv.h seq_share), or with copy, copied into the
+     * instance's own memory (seq_copy: an independent sequence, the index a
+     * build from the same rows makes, without the build's time). NULL, or
+     * HKV_E_UNSUPPORTED: the caller builds the index from the rows instead.
+     * ctkvr only. */
+    int (*fork)(void *self, const void *src, int64_t n, int copy, hkv_err *err);
     /* Statistics line for reports (may be NULL). */
     void (*describe)(void *self, char *buf, size_t cap);
     void (*destroy)(void *self);

@@ -83,7 +83,10 @@ typedef struct hkv_kv_ops {
     int (*seq_open)(void *self, int seq, int64_t n_ctx, hkv_err *err);
     void (*seq_close)(void *self, int seq);
     /* Copy the tokens stored for src into dst (open, with room): forks a
-     * shared prompt (benchmarks, parallel sampling). */
+     * shared prompt (benchmarks, parallel sampling). dst shares no memory
+     * with src; its policy's index is copied from src's where the policy
+     * can (index/policy.h, fork: same policy and arguments, src's prompt
+     * just ended), else built from the copied rows. */
     int (*seq_copy)(void *self, int dst, int src, hkv_err *err);
     /* dst (open, with room) holds src's first n tokens (n <= seq_len(src)),
      * with src's rows shared by reference rather than copied where the

@@ -62,10 +62,10 @@ static hkv_policy_env policy_env(const tiered *t, const tseq *q) {
 }
 
 int tiered_policy_rebuild(tiered *t, tseq *q, hkv_err *err) {
-    return tiered_policy_make(t, q, NULL, err);
+    return tiered_policy_make(t, q, NULL, 0, err);
 }
 
-int tiered_policy_make(tiered *t, tseq *q, const tseq *src, hkv_err *err) {
+int tiered_policy_make(tiered *t, tseq *q, const tseq *src, int copy, hkv_err *err) {
     if (q->pol.ops) q->pol.ops->destroy(q->pol.self);
     memset(&q->pol, 0, sizeof q->pol);
     if (q->q8 && q->def->prep == HKV_PREP_TSP)   /* its prompt attends listed rows in place */
@@ -85,7 +85,7 @@ int tiered_policy_make(tiered *t, tseq *q, const tseq *src, hkv_err *err) {
         !memcmp(&src->args, &q->args, sizeof q->args)) {
         hkv_err why;
         hkv_err_clear(&why);
-        rc = q->pol.ops->fork(q->pol.self, src->pol.self, src->len, &why);
+        rc = q->pol.ops->fork(q->pol.self, src->pol.self, src->len, copy, &why);
         if (rc != HKV_E_UNSUPPORTED) {   /* (unsupported: not of these tokens, built below) */
             if (rc && err) *err = why;
             return rc ? hkv_err_prefix(err, "policy '%s', index from sequence %d", q->def->name,

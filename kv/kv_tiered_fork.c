@@ -114,10 +114,11 @@ static int check_pair(const tiered *t, int dst, int src, const char *what, hkv_e
 /* src's tokens into dst, whose far rows below `from` already hold them;
  * far rows from `upto` on are not copied (dst is rewound below them).
  * Without index, dst's tokens are a prompt not yet ended (seq_share); with
- * it, its policy's index is src's, held by reference with by_ref (seq_share)
- * and built again from the rows without (seq_copy: an independent
- * sequence, whose reads share nothing with src's, as a benchmark's batch
- * of copies wants). */
+ * it, its policy's index is src's, held by reference with by_ref
+ * (seq_share), and without (seq_copy: an independent sequence, whose reads
+ * share nothing with src's, as a benchmark's batch of copies wants) copied
+ * where the policy can (ctkvr, same arguments, src's prompt just ended,
+ * rows of one format), else built again from the rows. */
 static int copy_state(tiered *t, tseq *d, tseq *s, int64_t from, int64_t upto, int index,
                       int by_ref, hkv_err *err) {
     const int L = t->s.n_layer, KH = t->s.n_head_kv, d_ = t->s.head_dim;
@@ -179,7 +180,10 @@ static int copy_state(tiered *t, tseq *d, tseq *s, int64_t from, int64_t upto, i
     memset(&d->audit, 0, sizeof d->audit);
     if (d->near_k && !s->near_k)   /* a near tier from the far rows that hold everything */
         for (int l = 0; l < L; l++) tiered_near_from_far(t, d, l, d->len);
-    return tiered_policy_make(t, d, index && by_ref ? s : NULL, err);
+    /* copied (not by_ref): src's index only over rows of src's format, so
+     * that it is the index these rows build */
+    const int from_src = index && (by_ref || d->q8 == s->q8);
+    return tiered_policy_make(t, d, from_src ? s : NULL, !by_ref, err);
 }
 
 int tiered_seq_copy(void *self, int dst, int src, hkv_err *err) {

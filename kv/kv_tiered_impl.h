@@ -136,10 +136,10 @@ int tiered_seq_share(void *self, int dst, int src, int64_t n, unsigned flags, hk
 /* q's policy built from scratch; if a prompt has ended, its index too. */
 int tiered_policy_rebuild(tiered *t, tseq *q, hkv_err *err);
 /* As tiered_policy_rebuild; with src (q's tokens are src's, its prompt
- * ended at its length), the index from src's, held by reference where the
- * policy can (index/policy.h, fork) on the host path, else built from q's
- * rows. */
-int tiered_policy_make(tiered *t, tseq *q, const tseq *src, hkv_err *err);
+ * ended at its length), the index from src's where the policy can
+ * (index/policy.h, fork): held by reference, or with copy copied into q's
+ * own; else built from q's rows. */
+int tiered_policy_make(tiered *t, tseq *q, const tseq *src, int copy, hkv_err *err);
 /* The near tier of (q, layer) from the far rows, as of `end` tokens: the
  * sinks and the ring's positions. */
 void tiered_near_from_far(tiered *t, tseq *q, int layer, int64_t end);
