@@ -577,24 +577,22 @@ static void ctkvr_destroy(void *self)
 }
 
 /* src's own rows written over the slots they stand for in s's store (s
- * holds a copy of src's store): the index src reads, with no own rows. */
+ * holds a copy of src's store, alone: hkv_ctkvr_slot_w gives the store's
+ * slots): the index src reads, with no own rows. */
 static void own_rows_to_store(ctkvr *s, const ctkvr *src)
 {
-    const int64_t C = s->c.C, rho = s->c.rho;
-    const size_t gd = (size_t)s->g * s->d;
+    const size_t gd = (size_t)s->g * s->d, rho = (size_t)s->c.rho;
     for (int l = 0; l < s->L; l++)
         for (int h = 0; h < s->KH; h++) {
             const ct_own *so = &src->own[(size_t)l * s->KH + (size_t)h];
-            if (!so->map) continue;
-            ct_layer *ly = &s->lay[l];
-            for (int64_t sl = 0; sl < C; sl++) {
+            for (int64_t sl = 0; so->map && sl < s->c.C; sl++) {
                 const int32_t r = so->map[sl];
-                if (r < 0) continue;
-                memcpy(ly->cent + ((size_t)sl * s->H + (size_t)h * s->g) * s->d, so->cent + (size_t)r * gd,
-                       gd * 2);
-                memcpy(ly->ivf + ((size_t)h * C + sl) * rho, so->ivf + (size_t)r * rho, (size_t)rho * 4);
-                ly->len[(size_t)h * C + sl] = so->len[r];
-                ly->dyn[(size_t)h * C + sl] = so->dyn[r];
+                ct_slot w;
+                if (r < 0 || hkv_ctkvr_slot_w(s, l, h, sl, &w)) continue;   /* (no alloc: alone) */
+                memcpy(w.cent, so->cent + (size_t)r * gd, gd * 2);
+                memcpy(w.ivf, so->ivf + (size_t)r * rho, rho * 4);
+                *w.len = so->len[r];
+                *w.dyn = so->dyn[r];
             }
         }
 }
@@ -630,16 +628,12 @@ static int ctkvr_fork(void *self, const void *from, int64_t n, int copy, hkv_err
         if (src->heads[i].dcu_new)
             return hkv_seterr(err, HKV_E_UNSUPPORTED, "ctkvr: the index has changed since its "
                               "prompt end");
-    const ct_store *a_st = s->st, *b_st = src->st;
-    if (copy && (a_st->cent_b != b_st->cent_b || a_st->ivf_b != b_st->ivf_b ||
-                 a_st->len_b != b_st->len_b || a_st->dyn_b != b_st->dyn_b))
-        return hkv_seterr(err, HKV_E_UNSUPPORTED, "ctkvr: an index of another size cannot be "
-                          "copied");
-    if (copy) {   /* (s's store: its own, made at creation and never written) */
-        memcpy(s->st->cent, b_st->cent, b_st->cent_b);
-        memcpy(s->st->ivf, b_st->ivf, b_st->ivf_b);
-        memcpy(s->st->len, b_st->len, b_st->len_b);
-        memcpy(s->st->dyn, b_st->dyn, b_st->dyn_b);
+    if (copy) {   /* into s's own store, made at creation and never written: the
+                     parameters and shape checked above give it src's sizes */
+        memcpy(s->st->cent, src->st->cent, src->st->cent_b);
+        memcpy(s->st->ivf, src->st->ivf, src->st->ivf_b);
+        memcpy(s->st->len, src->st->len, src->st->len_b);
+        memcpy(s->st->dyn, src->st->dyn, src->st->dyn_b);
         own_rows_to_store(s, src);
     }
     for (int64_t i = 0; i < nh && !copy; i++) {   /* src's own rows, copied */
