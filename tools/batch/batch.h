@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "cli.h"
 #include "cli_options.h"
 #include "scheduler.h"
 #include "tokenizer.h"
@@ -108,5 +109,13 @@ typedef struct hkv_sched_cli {
 } hkv_sched_cli;
 void hkv_sched_cli_init(hkv_sched_cli *s);
 extern const hkv_opt hkv_sched_opts[];
+/* The engine's parameters for batch and serve from their shared options:
+ * the model, threads and ISA (x); the scheduler's slots (each kept prefix
+ * one more), context and chunk (sc); the KV options; then the device's
+ * near-tier check, which under --policy auto may give sequences resident
+ * slots (dev->queued is set: requests wait in the scheduler's queue). */
+int hkv_sched_cli_engine_params(hkv_engine_params *ep, const char *model, const hkv_exec_cli *x,
+                                const hkv_sched_cli *sc, const hkv_kv_cli *kv, hkv_device_cli *dev,
+                                hkv_err *err);
 
 #endif

@@ -3,6 +3,24 @@
 
 #include "batch.h"
 
+int hkv_sched_cli_engine_params(hkv_engine_params *ep, const char *model, const hkv_exec_cli *x,
+                                const hkv_sched_cli *sc, const hkv_kv_cli *kv, hkv_device_cli *dev,
+                                hkv_err *err) {
+    hkv_engine_params_default(ep);
+    ep->model_path = model;
+    ep->n_threads = (int)x->threads;
+    ep->isa = x->isa;
+    ep->max_seqs = (int)(sc->max_batch + sc->prefix_cache);   /* the kept prefixes' slots */
+    ep->n_ctx = sc->ctx;
+    ep->max_rows = (int)sc->chunk;
+    ep->device_cuda = dev->cuda;
+    int rc = hkv_kv_cli_apply(kv, ep, err);
+    if (rc) return rc;
+    dev->queued = 1;   /* placement may make a request wait for a resident slot */
+    return hkv_device_cli_check_near(dev, model, ep, kv->local >= 0, hkv_kv_cli_auto(kv),
+                                     (int)sc->max_batch, sc->ctx, err);
+}
+
 void hkv_sched_cli_init(hkv_sched_cli *s) {
     s->max_batch = 8;
     s->chunk = 256;

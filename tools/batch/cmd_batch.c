@@ -649,20 +649,7 @@ int hkv_cmd_batch(int argc, char **argv) {
 
 engine:;
     hkv_engine_params ep;
-    hkv_engine_params_default(&ep);
-    ep.model_path = o.model;
-    ep.n_threads = (int)o.x.threads;
-    ep.isa = o.x.isa;
-    ep.max_seqs = (int)(o.sc.max_batch + o.sc.prefix_cache);   /* the kept prefixes' slots */
-    ep.n_ctx = o.sc.ctx;
-    ep.max_rows = (int)o.sc.chunk;
-    ep.device_cuda = o.dev.cuda;
-    if ((rc = hkv_kv_cli_apply(&o.kv, &ep, &err))) goto out;
-    o.dev.queued = 1;   /* placement may make a request wait for a resident slot */
-    if ((rc = hkv_device_cli_check_near(&o.dev, o.model, &ep, o.kv.local >= 0,
-                                        hkv_kv_cli_auto(&o.kv), (int)o.sc.max_batch, o.sc.ctx,
-                                        &err)))
-        goto out;
+    if ((rc = hkv_sched_cli_engine_params(&ep, o.model, &o.x, &o.sc, &o.kv, &o.dev, &err))) goto out;
     const int placed = hkv_kv_cli_auto(&o.kv) && o.dev.resident > 0;
     if (hkv_kv_cli_auto(&o.kv)) o.kv.policy = ep.tiered.policy->name;   /* what auto picked */
     if ((rc = hkv_engine_open(&j.e, &ep, &err)) || (rc = hkv_device_cli_attach(&o.dev, j.e, &err)))
