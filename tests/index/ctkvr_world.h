@@ -14,16 +14,7 @@
 #include "ctkvr_impl.h"
 #include "policy.h"
 
-static int n_fail;
-#define CHECK(c, ...)                                                           \
-    do {                                                                        \
-        if (!(c)) {                                                             \
-            n_fail++;                                                           \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                         \
-            printf(__VA_ARGS__);                                                \
-            printf("\n");                                                       \
-        }                                                                       \
-    } while (0)
+#include "../check.h"
 
 typedef struct rng { uint64_t s; } rng;
 static uint64_t rnext(rng *r)

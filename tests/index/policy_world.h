@@ -16,16 +16,7 @@
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-function"
 
-static int n_fail;
-#define CHECK(c, ...)                                                \
-    do {                                                             \
-        if (!(c)) {                                                  \
-            n_fail++;                                                \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);              \
-            printf(__VA_ARGS__);                                     \
-            printf("\n");                                            \
-        }                                                            \
-    } while (0)
+#include "../check.h"
 
 /* ---- the world (the same in each policy test) ------------------------------------- */
 

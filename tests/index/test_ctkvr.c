@@ -681,6 +681,6 @@ int main(int argc, char **argv)
         test_sketch_approx(128, 4, 1);
     }
     bench_prefill();
-    printf(n_fail ? "%d FAILED\n" : "all passed\n", n_fail);
-    return n_fail ? 1 : 0;
+    printf(fails ? "%d FAILED\n" : "all passed\n", fails);
+    return fails ? 1 : 0;
 }

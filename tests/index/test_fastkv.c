@@ -202,6 +202,6 @@ int main(void)
     test_fastkv(128, 4, 100, 300, 12);
     test_fastkv(64, 1, 2000, 800, 13);   /* budget above the propagated far tokens: keep all */
     test_errors();
-    printf("test_fastkv: %s (%d failures)\n", n_fail ? "FAIL" : "ok", n_fail);
-    return n_fail ? 1 : 0;
+    printf("test_fastkv: %s (%d failures)\n", fails ? "FAIL" : "ok", fails);
+    return fails ? 1 : 0;
 }

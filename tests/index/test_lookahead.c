@@ -373,6 +373,6 @@ int main(void)
     test_speckv();
     test_specpc_select();
     test_params();
-    printf("%s\n", n_fail ? "FAILED" : "all passed");
-    return n_fail ? 1 : 0;
+    printf("%s\n", fails ? "FAILED" : "all passed");
+    return fails ? 1 : 0;
 }

@@ -288,6 +288,6 @@ int main(void)
             test_select(dims[a], gs[b]);
         }
     test_edges();
-    printf(n_fail ? "%d FAILED\n" : "all passed\n", n_fail);
-    return n_fail ? 1 : 0;
+    printf(fails ? "%d FAILED\n" : "all passed\n", fails);
+    return fails ? 1 : 0;
 }

@@ -401,6 +401,6 @@ int main(void)
     test_turns(0);
     test_turns(1);
     test_edges();
-    printf(n_fail ? "%d FAILED\n" : "all passed\n", n_fail);
-    return n_fail ? 1 : 0;
+    printf(fails ? "%d FAILED\n" : "all passed\n", fails);
+    return fails ? 1 : 0;
 }

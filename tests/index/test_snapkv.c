@@ -273,6 +273,6 @@ int main(void)
     test_policy(64, 4, 12);    /* a local ring shorter than the window */
     test_policy(128, 3, 12);
     test_edges();
-    printf(n_fail ? "%d FAILED\n" : "all passed\n", n_fail);
-    return n_fail ? 1 : 0;
+    printf(fails ? "%d FAILED\n" : "all passed\n", fails);
+    return fails ? 1 : 0;
 }

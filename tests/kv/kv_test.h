@@ -10,16 +10,7 @@
 #include "kv.h"
 #include "kv_tiered.h"
 
-static int fails = 0;
-#define CHECK(c, ...)                                   \
-    do {                                                \
-        if (!(c)) {                                     \
-            fails++;                                    \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-            printf(__VA_ARGS__);                        \
-            printf("\n");                               \
-        }                                               \
-    } while (0)
+#include "../check.h"
 
 static void fill(float *x, int64_t n, uint64_t seed) {
     uint64_t s = seed * 0x9e3779b97f4a7c15ULL + 1;

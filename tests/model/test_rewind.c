@@ -13,16 +13,7 @@
 #include "engine.h"
 #include "generate.h"
 
-static int n_fail;
-#define CHECK(c, ...)                                                \
-    do {                                                             \
-        if (!(c)) {                                                  \
-            n_fail++;                                                \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);              \
-            printf(__VA_ARGS__);                                     \
-            printf("\n");                                            \
-        }                                                            \
-    } while (0)
+#include "../check.h"
 
 static int step(hkv_engine *e, int32_t tok, int64_t pos, float *lg) {
     hkv_seg sg = {.seq = 0, .n = 1, .pos = pos, .row = 0, .flags = 0};
@@ -134,6 +125,6 @@ int main(int argc, char **argv) {
     free(ref), free(got);
     hkv_engine_close(eng[0]);
     hkv_engine_close(eng[1]);
-    printf("%s\n", n_fail ? "FAILED" : "all passed");
-    return n_fail ? 1 : 0;
+    printf("%s\n", fails ? "FAILED" : "all passed");
+    return fails ? 1 : 0;
 }

@@ -14,16 +14,7 @@
 #include "kv_tiered.h"
 #include "pinned.h"
 
-static int fails = 0;
-#define CHECK(c, ...)                                   \
-    do {                                                \
-        if (!(c)) {                                     \
-            fails++;                                    \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-            printf(__VA_ARGS__);                        \
-            printf("\n");                               \
-        }                                               \
-    } while (0)
+#include "../check.h"
 
 enum { L = 3, H = 4, KH = 2, D = 16, N_PROMPT = 300, N_DEC = 20, CTX = 400 };
 

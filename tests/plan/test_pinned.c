@@ -12,16 +12,7 @@
 #include "device.h"
 #include "pinned.h"
 
-static int fails = 0;
-#define CHECK(c, ...)                                   \
-    do {                                                \
-        if (!(c)) {                                     \
-            fails++;                                    \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-            printf(__VA_ARGS__);                        \
-            printf("\n");                               \
-        }                                               \
-    } while (0)
+#include "../check.h"
 
 static void fill_and_check(hkv_pinned *b) {
     unsigned char *p = b->p;

@@ -16,16 +16,7 @@
 #include "policy.h"
 #include "synthetic.h"
 
-static int fails = 0;
-#define CHECK(c, ...)                                   \
-    do {                                                \
-        if (!(c)) {                                     \
-            fails++;                                    \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-            printf(__VA_ARGS__);                        \
-            printf("\n");                               \
-        }                                               \
-    } while (0)
+#include "../check.h"
 #define EQ(a, b) CHECK((unsigned long long)(a) == (unsigned long long)(b), "%s = %llu, want %llu", \
                        #a, (unsigned long long)(a), (unsigned long long)(b))
 

@@ -14,16 +14,7 @@
 #include "policy.h"
 #include "synthetic.h"
 
-static int fails = 0;
-#define CHECK(c, ...)                                   \
-    do {                                                \
-        if (!(c)) {                                     \
-            fails++;                                    \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-            printf(__VA_ARGS__);                        \
-            printf("\n");                               \
-        }                                               \
-    } while (0)
+#include "../check.h"
 #define NEAR(a, b) CHECK(fabs((double)(a) - (double)(b)) <= 1e-9 * fabs((double)(b)) + 1e-15, \
                          "%s = %.12g, want %.12g", #a, (double)(a), (double)(b))
 
