@@ -581,38 +581,22 @@ k_qm_gemv_q8(const signed char *q, const uint16_t *scale, int64_t rows, int64_t 
 }
 
 /* F16 / F32 (any cols): lane l takes columns l, l+32, ... */
-static __global__ void __launch_bounds__(QM_THREADS)
-k_qm_gemv_f16(const uint16_t *q, int64_t rows, int64_t cols, const float *x, int64_t ldx, int n,
-              float *y, int64_t ldy)
-{
-    const int lane = threadIdx.x & 31;
-    QM_ROW_LOOP(row) {
-        float acc[QM_MAXN];
-#pragma unroll
-        for (int i = 0; i < QM_MAXN; i++) acc[i] = 0.0f;
-        const uint16_t *qr = q + row * cols;
-        for (int64_t c = lane; c < cols; c += 32) {
-            const float w = hkv_h2f(__ldg(qr + c));
-#pragma unroll
-            for (int i = 0; i < QM_MAXN; i++)
-                if (i < n) acc[i] += w * __ldg(x + i * ldx + c);
-        }
-        qm_store(acc, n, y, ldy, row, lane);
-    }
-}
+__device__ __forceinline__ float qm_plain_w(const uint16_t *p) { return hkv_h2f(__ldg(p)); }
+__device__ __forceinline__ float qm_plain_w(const float *p) { return __ldg(p); }
 
+template <typename W>
 static __global__ void __launch_bounds__(QM_THREADS)
-k_qm_gemv_f32(const float *q, int64_t rows, int64_t cols, const float *x, int64_t ldx, int n,
-              float *y, int64_t ldy)
+k_qm_gemv_plain(const W *q, int64_t rows, int64_t cols, const float *x, int64_t ldx, int n,
+                float *y, int64_t ldy)
 {
     const int lane = threadIdx.x & 31;
     QM_ROW_LOOP(row) {
         float acc[QM_MAXN];
 #pragma unroll
         for (int i = 0; i < QM_MAXN; i++) acc[i] = 0.0f;
-        const float *qr = q + row * cols;
+        const W *qr = q + row * cols;
         for (int64_t c = lane; c < cols; c += 32) {
-            const float w = __ldg(qr + c);
+            const float w = qm_plain_w(qr + c);
 #pragma unroll
             for (int i = 0; i < QM_MAXN; i++)
                 if (i < n) acc[i] += w * __ldg(x + i * ldx + c);
@@ -924,11 +908,11 @@ extern "C" int hkv_gpu_qmat_matmul(hkv_gpu_ctx *ctx, const hkv_gpu_qmat *w, cons
                 (int)n, y, ldy);
             break;
         case HKV_W_F16:
-            HKV_LAUNCH(k_qm_gemv_f16, grid, QM_THREADS, 0, st)(
+            HKV_LAUNCH(k_qm_gemv_plain<uint16_t>, grid, QM_THREADS, 0, st)(
                 (const uint16_t *)w->q, rows, cols, x, ldx, (int)n, y, ldy);
             break;
         default:
-            HKV_LAUNCH(k_qm_gemv_f32, grid, QM_THREADS, 0, st)(
+            HKV_LAUNCH(k_qm_gemv_plain<float>, grid, QM_THREADS, 0, st)(
                 (const float *)w->q, rows, cols, x, ldx, (int)n, y, ldy);
             break;
         }
