@@ -13,7 +13,9 @@
 #                                                      # on any x86 machine (issue 38)
 #
 # The CUDA build is static (BUILD_SHARED_LIBS=OFF) so the two binaries travel
-# to a GPU machine alone (they load the machine's libcudart and libcublas);
+# to a GPU machine alone (they load the machine's libcudart and libcublas;
+# NCCL and OpenSSL are left out: with them the binary also wanted libnccl.so.2,
+# 218 MB, which no call can carry, and libssl);
 # nvcc from /usr/local/cuda or PATH. It compiles ggml's CUDA kernels for one
 # architecture: expect tens of minutes on 2 cores, so start it early.
 #
@@ -54,6 +56,7 @@ if [ -n "$cuda" ]; then
     [ -x "$nvcc" ] || { echo "llama_cpp_peer: --cuda needs nvcc (not on PATH nor in /usr/local/cuda)" >&2; exit 1; }
     cmake -S "$src" -B "$out" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DGGML_NATIVE=OFF \
         -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES="${cuda#sm_}" -DBUILD_SHARED_LIBS=OFF \
+        -DGGML_CUDA_NCCL=OFF -DLLAMA_OPENSSL=OFF \
         -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF >&2
     cmake --build "$out" --target llama-bench llama-batched-bench -j "$(nproc)" >&2
     echo "$bin"
