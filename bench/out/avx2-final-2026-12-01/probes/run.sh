@@ -6,7 +6,7 @@ set -euo pipefail
 B=${1:-build-emu}
 P=bench/out/avx2-final-2026-12-01/probes
 T=$(mktemp -d)
-inc="-Icpu -Ibase"
+inc="-Icpu -Ibase -I$P"
 libs="-Wl,--start-group $B/cpu/*.a $B/runtime/libhkv.a -Wl,--end-group -ldnnl -lm"
 # the AVX2 products as built, and once without the Q4 min's FMA (a wrong
 # result, only to see whether that dependency chain bounds the kernel)
