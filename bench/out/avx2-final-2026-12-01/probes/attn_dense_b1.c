@@ -1,17 +1,11 @@
-#define _GNU_SOURCE
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <omp.h>
-#include <time.h>
-#include "kernels.h"
-static double now(void){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec+1e-9*t.tv_nsec;}
 /* Batch-1 decode attention as the tiered cache runs `full` in place:
  * attn_dense over pieces of PIECE rows of each of 3 KV heads (g 3, d 64),
  * the pieces of a layer spread over the threads, layer after layer over L
  * layers' own rows (L 150 at 1024 rows: 94 MB, past the L3).
- * Usage: attn_dense_b1 ROWS REPS PIECE L.
- * b1-like: L layers x 3 KV heads x n rows, d 64, g 3; per layer the 3 heads x pieces of 512 over 2 threads */
+ * Usage: attn_dense_b1 ROWS REPS PIECE L. */
+#define _GNU_SOURCE
+#include <omp.h>
+#include "probe_wmat.h"
 int main(int argc,char**argv){
   int n=argc>1?atoi(argv[1]):1024, L=argc>4?atoi(argv[4]):30, KH=3, g=3, d=64, reps=argc>2?atoi(argv[2]):200, piece=argc>3?atoi(argv[3]):512;
   hkv_cpu_kernels t; hkv_cpu_kernels_init(&t,257);
