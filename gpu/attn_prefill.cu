@@ -300,32 +300,57 @@ PF_KERNEL(256)
         return HKV_OK;                                                                            \
     } while (0)
 
-extern "C" int hkv_gpu_attn_prefill_keys(const float *q, int64_t ldq, int64_t nq, int n_head,
+extern "C" int hkv_gpu_attn_prefill_with(const float *q, int64_t ldq, int64_t nq, int n_head,
                                          int n_head_kv, int d, int64_t p0, int64_t nk,
                                          const uint16_t *k, const uint16_t *v, int64_t ld,
                                          int64_t hs, float scale, float *out, int64_t ldo,
-                                         float *lse, void *stream, hkv_err *err)
+                                         float *lse, hkv_gpu_prefill_kernel kernel, void *stream,
+                                         hkv_err *err)
 {
     if (!q || !k || !v || !out || !lse || nq < 0 || p0 < 0 || nk < 0 || n_head_kv < 1 ||
         n_head < n_head_kv || n_head % n_head_kv || n_head_kv > 65535 ||
-        ldq < (int64_t)n_head * d || ldo < (int64_t)n_head * d)
+        ldq < (int64_t)n_head * d || ldo < (int64_t)n_head * d ||
+        (kernel != HKV_GPU_PREFILL_AUTO && kernel != HKV_GPU_PREFILL_WMMA &&
+         kernel != HKV_GPU_PREFILL_MMA))
         return hkv_seterr(err, HKV_E_INVAL, "gpu prefill attention: bad arguments (%lld queries "
-                          "at %lld, %d heads, %d KV heads, d=%d, strides %lld/%lld)", (long long)nq,
-                          (long long)p0, n_head, n_head_kv, d, (long long)ldq, (long long)ldo);
+                          "at %lld, %d heads, %d KV heads, d=%d, strides %lld/%lld, kernel %d)",
+                          (long long)nq, (long long)p0, n_head, n_head_kv, d, (long long)ldq,
+                          (long long)ldo, (int)kernel);
     if (d < 32 || d > PF_MAXD || d % 32)
         return hkv_seterr(err, HKV_E_UNSUPPORTED, "gpu prefill attention (d=%d, ld=%lld): head "
                           "size must be a multiple of 32 up to 256", d, (long long)ld);
     if (ld < d || (ld & 1) || (hs & 1) || ((uintptr_t)k & 3) || ((uintptr_t)v & 3))
         return hkv_seterr(err, HKV_E_UNSUPPORTED, "gpu prefill attention (d=%d, ld=%lld): K/V "
                           "rows must be 4-byte aligned (even strides, ld >= d)", d, (long long)ld);
-    if (!nq) return HKV_OK;
     /* 16-byte K/V loads when every row start allows them */
     const int vec16 = !(((uintptr_t)k | (uintptr_t)v) & 15) && !(ld & 7) && !(hs & 7);
     const float qscale = scale * 1.4426950408889634f;   /* scores in log2 units: exp2 */
+    if (kernel != HKV_GPU_PREFILL_WMMA) {
+        const char *why = hkv_gpu_prefill_mma_unfit(d, vec16);
+        if (!why) {
+            if (!nq) return HKV_OK;
+            return hkv_gpu_prefill_mma(q, ldq, nq, n_head, n_head_kv, d, p0, nk, k, v, ld, hs,
+                                       qscale, out, ldo, lse, hkv_stream(stream), err);
+        }
+        if (kernel == HKV_GPU_PREFILL_MMA)
+            return hkv_seterr(err, HKV_E_UNSUPPORTED, "gpu prefill attention on mma.sync (d=%d, "
+                              "ld=%lld): %s", d, (long long)ld, why);
+    }
+    if (!nq) return HKV_OK;
     const int g = n_head / n_head_kv;
     if (d <= 64) PF_LAUNCH(64);
     if (d <= 128) PF_LAUNCH(128);
     PF_LAUNCH(256);
+}
+
+extern "C" int hkv_gpu_attn_prefill_keys(const float *q, int64_t ldq, int64_t nq, int n_head,
+                                         int n_head_kv, int d, int64_t p0, int64_t nk,
+                                         const uint16_t *k, const uint16_t *v, int64_t ld,
+                                         int64_t hs, float scale, float *out, int64_t ldo,
+                                         float *lse, void *stream, hkv_err *err)
+{
+    return hkv_gpu_attn_prefill_with(q, ldq, nq, n_head, n_head_kv, d, p0, nk, k, v, ld, hs, scale,
+                                     out, ldo, lse, HKV_GPU_PREFILL_AUTO, stream, err);
 }
 
 extern "C" int hkv_gpu_attn_prefill(const float *q, int64_t ldq, int64_t nq, int n_head,

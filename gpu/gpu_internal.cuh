@@ -87,5 +87,17 @@ __device__ __forceinline__ double hkv_warp_sum_d(double x)
 
 __device__ __forceinline__ float hkv_h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 __device__ __forceinline__ uint16_t hkv_f2h(float f) { return __half_as_ushort(__float2half_rn(f)); }
+__host__ __device__ __forceinline__ int64_t hkv_min_i64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* attn_prefill_mma.cu, dispatched from attn_prefill.cu: the mma.sync prefill
+ * (arguments checked by the caller; qscale is scale * log2 e). unfit says
+ * why it cannot run a call here (head size, K/V alignment, the device or
+ * the build's architecture), NULL when it can. */
+extern "C" const char *hkv_gpu_prefill_mma_unfit(int d, int vec16);
+extern "C" int hkv_gpu_prefill_mma(const float *q, int64_t ldq, int64_t nq, int n_head,
+                                   int n_head_kv, int d, int64_t p0, int64_t nk, const uint16_t *k,
+                                   const uint16_t *v, int64_t ld, int64_t hs, float qscale,
+                                   float *out, int64_t ldo, float *lse, cudaStream_t st,
+                                   hkv_err *err);
 
 #endif

@@ -99,6 +99,19 @@ int hkv_gpu_attn_prefill_keys(const float *q, int64_t ldq, int64_t nq, int n_hea
                               int64_t ld, int64_t hs, float scale, float *out, int64_t ldo,
                               float *lse, void *stream, hkv_err *err);
 
+/* Which prefill kernel: AUTO takes mma.sync (attn_prefill_mma.cu: scores
+ * and softmax in registers) where it runs (head size <= 128, 16-byte aligned
+ * K/V rows, compute capability 8.0 and a build for it), else WMMA
+ * (attn_prefill.cu, every head size the call takes). The others force one,
+ * for the benchmark and the tests; MMA where it cannot run is
+ * HKV_E_UNSUPPORTED, naming why. */
+typedef enum { HKV_GPU_PREFILL_AUTO, HKV_GPU_PREFILL_WMMA, HKV_GPU_PREFILL_MMA } hkv_gpu_prefill_kernel;
+int hkv_gpu_attn_prefill_with(const float *q, int64_t ldq, int64_t nq, int n_head, int n_head_kv,
+                              int d, int64_t p0, int64_t nk, const uint16_t *k, const uint16_t *v,
+                              int64_t ld, int64_t hs, float scale, float *out, int64_t ldo,
+                              float *lse, hkv_gpu_prefill_kernel kernel, void *stream,
+                              hkv_err *err);
+
 /* Decode attention, one query token per sequence: q fp32 [n_seq][n_head][d];
  * (sequence s, KV head h) attends n_rows[s*n_head_kv + h] rows (int32,
  * device) of k + s*ss + h*hs: rows 0.. in order, or, with idx, rows

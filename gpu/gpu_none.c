@@ -155,6 +155,16 @@ int hkv_gpu_attn_prefill_keys(const float *q, int64_t ldq, int64_t nq, int n_hea
     return hkv_gpu_attn_prefill(q, ldq, nq, n_head, n_head_kv, d, p0, k, v, ld, hs, scale, out,
                                 ldo, lse, stream, err);
 }
+int hkv_gpu_attn_prefill_with(const float *q, int64_t ldq, int64_t nq, int n_head, int n_head_kv,
+                              int d, int64_t p0, int64_t nk, const uint16_t *k, const uint16_t *v,
+                              int64_t ld, int64_t hs, float scale, float *out, int64_t ldo,
+                              float *lse, hkv_gpu_prefill_kernel kernel, void *stream,
+                              hkv_err *err)
+{
+    (void)nk, (void)kernel;
+    return hkv_gpu_attn_prefill(q, ldq, nq, n_head, n_head_kv, d, p0, k, v, ld, hs, scale, out,
+                                ldo, lse, stream, err);
+}
 int hkv_gpu_attn_decode(const float *q, int n_seq, int n_head, int n_head_kv, int d,
                         const uint16_t *k, const uint16_t *v, int64_t ld, int64_t hs, int64_t ss,
                         const int32_t *n_rows, const int32_t *idx, int64_t idx_ld, float scale,

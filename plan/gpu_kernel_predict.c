@@ -24,12 +24,14 @@ enum {
     WS_CHUNK = 4096,         /* window_scores.cu: keys per pass-1 block */
 };
 
-/* attn_prefill.cu pf_cfg<D>: warps per block (BM = 16 W rows) and keys per
- * K/V tile; blocks per SM from docs/PTXAS.md (registers limit it: 5 for d64
- * and d128, 4 for d256, the same on sm_89 and sm_90). */
+/* The prefill kernels' tiles: warps per block (BM = 16 W rows), keys per
+ * K/V tile, blocks per SM from docs/PTXAS.md (registers limit it, the same
+ * on sm_89 and sm_90). d <= 128: attn_prefill_mma.cu (mma.sync, 4 warps;
+ * 3 blocks for d64, 2 for d128), which the pipeline runs on sm_80 and up
+ * with 16-byte K/V rows; d256: attn_prefill.cu pf_cfg<256> (WMMA, 4). */
 static void pf_cfg(int d, int *D, int *W, int *BN, int *per_sm) {
-    if (d <= 64) *D = 64, *W = 4, *BN = 64, *per_sm = 5;
-    else if (d <= 128) *D = 128, *W = 3, *BN = 32, *per_sm = 5;
+    if (d <= 64) *D = 64, *W = 4, *BN = 64, *per_sm = 3;
+    else if (d <= 128) *D = 128, *W = 4, *BN = 32, *per_sm = 2;
     else *D = 256, *W = 2, *BN = 32, *per_sm = 4;
 }
 
@@ -239,11 +241,14 @@ static void c_merge(const hkv_kshape *s, hkv_kcost *c) {
     c->blocks = (int64_t)cdiv((int64_t)rows, 8);
 }
 
-/* k_attn_prefill_dD over one chunk: nq queries at positions p0.., keys [0,
+/* The prefill over one chunk: nq queries at positions p0.., keys [0,
  * p0 + t] for query t. Rows of a block are (token, group head) pairs, BM =
- * 16 W of them; warp w owns 16 rows and walks 16-key chunks up to its last
- * row's diagonal: per chunk 2 d/16 MMAs for S (Q hi and lo) and 2 d/16 for P V
- * (P hi and lo), each m16n16k16 = 8192 flops; the softmax's exp2f per S
+ * 16 W of them; warp w owns 16 rows and walks keys up to its last row's
+ * diagonal. d <= 128 (k_attn_prefill_mma<D>): BN-key tiles, all of a tile
+ * computed (the diagonal masked), per tile 2 D/16 x BN/8 MMAs for S (Q hi
+ * and lo) and 2 BN/16 x D/8 for P V (P hi and lo), each m16n8k16 = 4096
+ * flops: 128 D BN. d256 (k_attn_prefill_d256, WMMA): 16-key chunks of 4 D/16
+ * m16n16k16 = 8192 flops, the same 128 D a key. The softmax's exp2f per S
  * element and per row rescale on the SFU. The block's K/V tiles (up to its
  * last row's key) pass through shared memory once per block.
  * DRAM: the blocks of one KV head are consecutive in the grid and start
@@ -257,30 +262,31 @@ static int c_prefill(const hkv_kshape *s, const hkv_device_spec *dev, hkv_kcost 
                           "%d/%d heads of %d)", (long long)s->nq, (long long)s->p0, s->H, s->KH, s->d);
     int D, W, BN, per_sm;
     pf_cfg(s->d, &D, &W, &BN, &per_sm);
-    static const char *names[] = {"k_attn_prefill_d64", "k_attn_prefill_d128", "k_attn_prefill_d256"};
+    static const char *names[] = {"k_attn_prefill_mma<64>", "k_attn_prefill_mma<128>",
+                                  "k_attn_prefill_d256"};
     c->name = names[D == 64 ? 0 : D == 128 ? 1 : 2];
-    c->file = "gpu/attn_prefill.cu";
+    c->file = D == 256 ? "gpu/attn_prefill.cu" : "gpu/attn_prefill_mma.cu";
+    const int step = D == 256 ? PF_CH : BN;   /* keys a warp computes at a time */
     const int64_t g = s->H / s->KH, BM = 16 * W, R = s->nq * g;
     const int64_t bx = cdiv(R, BM), warps = cdiv(R, 16);
-    /* chunks per warp: its last row's key, p0 + (row / g), over 16 */
+    /* steps per warp: its last row's key, p0 + (row / g), over the step */
     double chunks = 0, kv_keys = 0;
     for (int64_t w = 0; w < warps; w++) {
         int64_t last = 16 * w + 15;
         if (last > R - 1) last = R - 1;
-        chunks += (double)((s->p0 + last / g) / PF_CH + 1);
+        chunks += (double)((s->p0 + last / g) / step + 1);
     }
     for (int64_t b = 0; b < bx; b++) {   /* tiles of keys [0, kend) per block */
         int64_t last = b * BM + BM - 1;
         if (last > R - 1) last = R - 1;
         kv_keys += (double)(cdiv(s->p0 + last / g + 1, BN) * BN);
     }
-    const double per_chunk_mma = 4.0 * (s->d / 16) * 2 * 16 * 16 * 16;   /* hi/lo for S and P V */
-    c->flops[HKV_KU_TENSOR] = s->KH * chunks * per_chunk_mma;
-    /* exp2f per S element and one rescale factor per row and chunk */
-    c->flops[HKV_KU_SFU] = s->KH * chunks * (16.0 * 16 + 16);
+    c->flops[HKV_KU_TENSOR] = s->KH * chunks * 128.0 * D * step;   /* hi/lo for S and P V */
+    /* exp2f per S element and one rescale factor per row and step */
+    c->flops[HKV_KU_SFU] = s->KH * chunks * (16.0 * step + 16);
     /* Q split into hi/lo, P into hi/lo, the row max/sum: ~8 fp32 ops per
      * S element and 4 per Q element */
-    c->flops[HKV_KU_FP32] = s->KH * chunks * 16.0 * 16 * 8 + (double)R * s->KH * s->d * 4;
+    c->flops[HKV_KU_FP32] = s->KH * chunks * 16.0 * step * 8 + (double)R * s->KH * s->d * 4;
     c->unit = HKV_KU_TENSOR;
     /* useful: 4 d per (query head, visible key), causal */
     c->useful_flops = 4.0 * s->d * s->H * ((double)s->nq * s->p0 + (double)s->nq * (s->nq + 1) / 2);

@@ -42,9 +42,8 @@
 #include <string.h>
 
 #include <type_traits>
-#include <vector>
 
-#include "emu_device.h"
+#include "emu_collective.h"
 
 namespace nvcuda {
 namespace wmma {
@@ -113,27 +112,10 @@ struct lane_call {
     int a_layout, b_layout, c_half;
 };
 
-struct warp_calls {
-    uint64_t serial = 0;     /* the block run this state belongs to */
-    unsigned arrived = 0;
-    lane_call lane[32];
-};
-
 static inline const char *op_name(int o)
 {
     return o == OP_LOAD ? "nvcuda::wmma::load_matrix_sync"
            : o == OP_STORE ? "nvcuda::wmma::store_matrix_sync" : "nvcuda::wmma::mma_sync";
-}
-
-[[noreturn]] inline void fail(const char *f, ...) __attribute__((format(printf, 1, 2)));
-inline void fail(const char *f, ...)
-{
-    char buf[1024];
-    va_list ap;
-    va_start(ap, f);
-    vsnprintf(buf, sizeof buf, f, ap);
-    va_end(ap);
-    kernel_fault(buf);
 }
 
 static inline double get(const void *x, int half, int e)
@@ -156,14 +138,14 @@ static inline size_t mem_off(int layout, int row, int col, unsigned ldm)
 
 /* Gathers a 16x16 input matrix from all lanes' fragments; the two copies of
  * an element must agree bit for bit. */
-static inline void gather_input(const warp_calls &w, int r, int which, double out[256], const char *site_file,
+static inline void gather_input(const lane_call *w, int r, int which, double out[256], const char *site_file,
                                 int site_line)
 {
     int owner[256];
     uint16_t bits[256];
     for (int i = 0; i < 256; i++) owner[i] = -1;
     for (int l = 0; l < 32; l++) {
-        const void *x = which == 0 ? w.lane[l].a : w.lane[l].b;
+        const void *x = which == 0 ? w[l].a : w[l].b;
         for (int e = 0; e < 16; e++) {
             const int idx = elem_index(r, l, e);
             uint16_t b;
@@ -172,7 +154,7 @@ static inline void gather_input(const warp_calls &w, int r, int which, double ou
                 owner[idx] = l, bits[idx] = b;
                 out[idx] = f16_to_f32(b);
             } else if (bits[idx] != b) {
-                fail("%s at %s:%d: element (%d,%d) of the %s fragment differs between lanes %d "
+                faultf("%s at %s:%d: element (%d,%d) of the %s fragment differs between lanes %d "
                      "(0x%04x) and %d (0x%04x): elementwise code that relies on the fragment "
                      "layout, which CUDA leaves unspecified", op_name(OP_MMA), site_file, site_line,
                      idx >> 4, idx & 15, r == R_A ? "matrix_a" : "matrix_b", owner[idx],
@@ -184,13 +166,13 @@ static inline void gather_input(const warp_calls &w, int r, int which, double ou
 
 /* The last lane's work: every lane's call checked against lane 0's, then
  * the operation for the whole warp. */
-static inline void perform(warp_calls &w, int warp)
+static inline void perform(lane_call *w, int warp)
 {
-    const lane_call &c0 = w.lane[0];
+    const lane_call &c0 = w[0];
     for (int l = 1; l < 32; l++) {
-        const lane_call &c = w.lane[l];
+        const lane_call &c = w[l];
         if (c.mptr != c0.mptr || c.ldm != c0.ldm || c.layout != c0.layout)
-            fail("%s at %s:%d: lanes of warp %d disagree on its arguments (lane 0: mptr %p ldm %u "
+            faultf("%s at %s:%d: lanes of warp %d disagree on its arguments (lane 0: mptr %p ldm %u "
                  "layout %d; lane %d: mptr %p ldm %u layout %d); the guide requires the same for "
                  "all threads of the warp", op_name(c0.op), c0.file, c0.line, warp, c0.mptr, c0.ldm,
                  c0.layout, l, c.mptr, c.ldm, c.layout);
@@ -201,7 +183,7 @@ static inline void perform(warp_calls &w, int warp)
             for (int e = 0; e < ne; e++) {
                 const int idx = elem_index(c0.role, l, e);
                 const size_t off = mem_off(c0.layout, idx >> 4, idx & 15, c0.ldm) * sz;
-                char *fx = (char *)w.lane[l].frag + (size_t)e * sz;
+                char *fx = (char *)w[l].frag + (size_t)e * sz;
                 if (c0.op == OP_LOAD) memcpy(fx, (const char *)c0.mptr + off, sz);
                 else memcpy((char *)c0.mptr + off, fx, sz);
             }
@@ -211,7 +193,7 @@ static inline void perform(warp_calls &w, int warp)
     gather_input(w, R_A, 0, A, c0.file, c0.line);
     gather_input(w, R_B, 1, B, c0.file, c0.line);
     for (int l = 0; l < 32; l++)
-        for (int e = 0; e < 8; e++) C[elem_index(R_C, l, e)] = get(w.lane[l].c, c0.c_half, e);
+        for (int e = 0; e < 8; e++) C[elem_index(R_C, l, e)] = get(w[l].c, c0.c_half, e);
     double D[256];
     for (int i = 0; i < 16; i++)
         for (int j = 0; j < 16; j++) {
@@ -223,7 +205,7 @@ static inline void perform(warp_calls &w, int warp)
     for (int l = 0; l < 32; l++)
         for (int e = 0; e < 8; e++) {
             const double v = D[elem_index(R_C, l, e)];
-            char *fx = (char *)w.lane[l].frag;
+            char *fx = (char *)w[l].frag;
             if (c0.half) {
                 const uint16_t b = f64_to_f16_rn(v);
                 memcpy(fx + 2 * e, &b, 2);
@@ -237,42 +219,16 @@ static inline void perform(warp_calls &w, int warp)
 /* One lane's part of a WMMA collective. */
 inline void collective(const lane_call &call)
 {
-    static thread_local std::vector<warp_calls> table;   /* per worker thread: its running block */
-    const thread_view *t = current_thread();
-    const block_view *bv = t->block;
-    const int lin = (int)(t->idx.x + t->idx.y * bv->dim.x + t->idx.z * bv->dim.x * bv->dim.y);
-    const int warp = lin / 32, lane = lin % 32;
-    if (table.size() <= (size_t)warp) table.resize((size_t)warp + 1);
-    warp_calls &w = table[warp];
-    if (w.serial != bv->serial) w.serial = bv->serial, w.arrived = 0;
-    const unsigned live = active_mask();
-    if (live != 0xffffffffu)
-        fail("%s at %s:%d: warp %d has lanes 0x%08x exited or missing; WMMA needs all 32 lanes",
-             op_name(call.op), call.file, call.line, warp, ~live);
     if (call.op != OP_MMA) {
         if ((uintptr_t)call.mptr % 32)
-            fail("%s at %s:%d: mptr %p is not 256-bit (32-byte) aligned", op_name(call.op), call.file,
-                 call.line, call.mptr);
+            faultf("%s at %s:%d: mptr %p is not 256-bit (32-byte) aligned", op_name(call.op), call.file,
+                   call.line, call.mptr);
         if (call.ldm % (call.half ? 8u : 4u))
-            fail("%s at %s:%d: ldm %u is not a multiple of %d elements (16 bytes) for %s",
-                 op_name(call.op), call.file, call.line, call.ldm, call.half ? 8 : 4,
-                 call.half ? "half" : "float");
+            faultf("%s at %s:%d: ldm %u is not a multiple of %d elements (16 bytes) for %s",
+                   op_name(call.op), call.file, call.line, call.ldm, call.half ? 8 : 4,
+                   call.half ? "half" : "float");
     }
-    if (w.arrived) {
-        const lane_call &f = w.lane[__builtin_ctz(w.arrived)];
-        if (f.op != call.op || f.line != call.line || strcmp(f.file, call.file))
-            fail("divergent WMMA calls in warp %d: lane %d calls %s at %s:%d while lanes 0x%08x "
-                 "wait in %s at %s:%d", warp, lane, op_name(call.op), call.file, call.line,
-                 w.arrived, op_name(f.op), f.file, f.line);
-    }
-    w.lane[lane] = call;
-    w.arrived |= 1u << lane;
-    if (w.arrived == 0xffffffffu) {
-        w.arrived = 0;
-        perform(w, warp);
-    }
-    /* the others park here until the last lane has performed the operation */
-    warp_op(W_SYNC, 0xffffffffu, 0, 0, 32, 0, "nvcuda::wmma (a WMMA collective, emu_wmma.h)");
+    warp_collective(call, op_name, perform);
 }
 
 }  // namespace wmma

@@ -306,7 +306,7 @@ int main(void)
     expect_fault(M_LDM_A, 32, "ldm 12 is not a multiple of 8");
     expect_fault(M_LDM_C, 32, "ldm 18 is not a multiple of 4");
     expect_fault(M_ALIGN_STORE, 32, "store_matrix_sync");
-    expect_fault(M_DIVERGE, 32, "divergent WMMA calls");
+    expect_fault(M_DIVERGE, 32, "divergent calls in warp");
     expect_fault(M_EXITED, 32, "exited");
     expect_fault(M_PARTIAL, 16, "exited or missing");
     expect_fault(M_ARGS, 32, "disagree");

@@ -97,8 +97,11 @@ def main(argv=None) -> int:
           and (not emu or [(r["split"], r["kv_rows"]) for r in forced] == [(8, 4096)]),
           f"decode attention at forced split counts: {[(r['split'], r['kv_rows']) for r in forced]}")
     pre = [r for r in rows if r["group"] == "attn_prefill"]
-    check(len(pre) == 2 and pre[0]["p0"] == 0 and pre[1]["p0"] > 0,
-          f"prefill attention: {len(pre)} rows at {[r['p0'] for r in pre]}")
+    check([(r["kernel"], r["path"], r["p0"] > 0) for r in pre]
+          == [("prefill wmma", "wmma", False), ("prefill wmma", "wmma", True),
+              ("prefill mma", "mma", False), ("prefill mma", "mma", True)],
+          f"prefill attention, both kernels at p0 = 0 and later: "
+          f"{[(r['kernel'], r['p0']) for r in pre]}")
     pol = [r for r in rows if r["group"] == "policy"]
     want = {("rocketkv hsa", 1), ("rocketkv hsa z", 1), ("rocketkv hsa keep", 1), ("keep tokens", 1),
             ("rocketkv push", 1)} | (set() if emu else {("rocketkv hsa", 4)})

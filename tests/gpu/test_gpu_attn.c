@@ -1,6 +1,9 @@
 /* GPU attention against the float64 reference (tests/cpu/ref.c), outputs
  * poisoned (NaN) with guards and stride padding that must stay NaN:
- *  - prefill on tensor cores (gpu/attn_prefill.cu): causal, query chunks at
+ *  - prefill on tensor cores, each case on both kernels (WMMA,
+ *    gpu/attn_prefill.cu; mma.sync, gpu/attn_prefill_mma.cu, where it runs:
+ *    d <= 128 and 16-byte rows, elsewhere it must refuse with a reason), and
+ *    the automatic pick bit-equal to the kernel it picks: causal, query chunks at
  *    p0 = 0 and p0 > 0 off any tile multiple, one token, token and row counts
  *    around the 16-row warp strip, the 48/64-row block and the 16/32/64-key
  *    tiles, d = 32..256 (96, 160: the padded instantiations), GQA 1..6, one
@@ -82,24 +85,45 @@ static void test_prefill_x(hkv_gpu_ctx *ctx, const shape *sh, int64_t p0, int64_
             k[i] = double_to_half_ref(half_to_double(k[i]) * (1 + rise * (double)j / cap));
         }
     for (int64_t i = 0; i < KH * hs; i++) va[i] = v[i] & 0x7fff;   /* |V| */
-    float *q = malloc(nq * ldq * 4), *out = malloc((nq * ldo + HKV_TEST_GUARD) * 4);
-    float *lse = malloc((nq * H + HKV_TEST_GUARD) * 4);
+    float *q = malloc(nq * ldq * 4);
     for (int64_t i = 0; i < nq * ldq; i++) q[i] = amp * rng_nonzero(rng, -1, 1);
     uint16_t *dk = gpu_put(ctx, k, KH * hs * 2), *dv = gpu_put(ctx, v, KH * hs * 2);
     float *dq = gpu_put(ctx, q, nq * ldq * 4);
-    float *dout = gpu_poisoned(ctx, nq * ldo), *dlse = gpu_poisoned(ctx, nq * H);
     const float scale = 1.0f / sqrtf((float)d);
-    if (nk < 0)
-        GPU_OK(hkv_gpu_attn_prefill(dq, ldq, nq, H, KH, d, p0, dk, dv, ld, hs, scale, dout, ldo,
-                                    dlse, st, err));
-    else
-        GPU_OK(hkv_gpu_attn_prefill_keys(dq, ldq, nq, H, KH, d, p0, nk, dk, dv, ld, hs, scale, dout,
-                                         ldo, dlse, st, err));
-    gpu_get(ctx, out, dout, (nq * ldo + HKV_TEST_GUARD) * 4);
-    gpu_get(ctx, lse, dlse, (nq * H + HKV_TEST_GUARD) * 4);
+    /* each kernel forced (mma.sync only where it runs: d <= 128, 16-byte
+     * rows), then the automatic pick, which must equal the kernel it picks
+     * bit for bit */
+    const int mma_fits = d <= 128 && ld_pad % 8 == 0;
+    const hkv_gpu_prefill_kernel kinds[3] = {HKV_GPU_PREFILL_WMMA, HKV_GPU_PREFILL_MMA,
+                                             HKV_GPU_PREFILL_AUTO};
+    static const char *const kname[3] = {"wmma", "mma", "auto"};
+    const size_t on = nq * ldo + HKV_TEST_GUARD, ln = nq * H + HKV_TEST_GUARD;
+    float *out = malloc(3 * on * 4), *lse = malloc(3 * ln * 4);
+    for (int kd = 0; kd < 3; kd++) {
+        float *dout = gpu_poisoned(ctx, nq * ldo), *dlse = gpu_poisoned(ctx, nq * H);
+        hkv_err e = {0};
+        const int rc = hkv_gpu_attn_prefill_with(dq, ldq, nq, H, KH, d, p0, nk < 0 ? INT64_MAX : nk,
+                                                 dk, dv, ld, hs, scale, dout, ldo, dlse, kinds[kd],
+                                                 st, &e);
+        if (kinds[kd] == HKV_GPU_PREFILL_MMA && !mma_fits)
+            CHECK(rc == HKV_E_UNSUPPORTED && strstr(e.msg, "mma.sync"),
+                  "prefill forced onto mma.sync with d=%d, ld +%d: returned %d (want %d), \"%s\"",
+                  d, ld_pad, rc, HKV_E_UNSUPPORTED, e.msg);
+        else
+            CHECK(rc == HKV_OK, "prefill (%s kernel): %s", kname[kd], e.msg);
+        gpu_get(ctx, out + kd * on, dout, on * 4);
+        gpu_get(ctx, lse + kd * ln, dlse, ln * 4);
+        gpu_drop(ctx, dout, on * 4);
+        gpu_drop(ctx, dlse, ln * 4);
+    }
+    const int picked = mma_fits ? 1 : 0;
+    CHECK(!memcmp(out + 2 * on, out + picked * on, nq * ldo * 4) &&
+              !memcmp(lse + 2 * ln, lse + picked * ln, nq * H * 4),
+          "prefill d=%d ld +%d: the automatic pick differs from the %s kernel", d, ld_pad,
+          kname[picked]);
     double ro[256], rabs[256], rl, rla;
-    pf_worst w = {0, 0, 0};
-    int bad = 0, stray = 0;
+    pf_worst w[2] = {{0, 0, 0}, {0, 0, 0}};
+    int bad[2] = {0, 0}, stray[2] = {0, 0};
     for (int64_t t = 0; t < nq; t++) {
         for (int qh = 0; qh < H; qh++) {
             const int h = qh / g;
@@ -116,19 +140,25 @@ static void test_prefill_x(hkv_gpu_ctx *ctx, const shape *sh, int64_t p0, int64_
                 smax = fmax(smax, dot * scale);
             }
             const double sub = n ? (double)n * ldexp(1, -25) * exp(smax - rl) : 0;
-            bad += !prefill_head_ok(out + t * ldo + qh * d, lse[t * H + qh], ro, rl, rabs, d, sub,
-                                    &w);
+            for (int kd = 0; kd < 1 + mma_fits; kd++)
+                bad[kd] += !prefill_head_ok(out + kd * on + t * ldo + qh * d,
+                                            lse[kd * ln + t * H + qh], ro, rl, rabs, d, sub, &w[kd]);
         }
-        for (int64_t c = (int64_t)H * d; c < ldo; c++) stray += !isnan(out[t * ldo + c]);
+        for (int kd = 0; kd < 1 + mma_fits; kd++)
+            for (int64_t c = (int64_t)H * d; c < ldo; c++) stray[kd] += !isnan(out[kd * on + t * ldo + c]);
     }
-    CHECK(bad == 0 && stray == 0 && guard_intact(out, nq * ldo) && guard_intact(lse, nq * H),
-          "prefill H=%d KH=%d d=%d p0=%lld nq=%lld nk=%lld amp %g rise %g ld +%d: %d heads off "
-          "(worst %.3g of max|ref|, %.3g of the bound, lse %.3g), %d stray", H, KH, d,
-          (long long)p0, (long long)nq, (long long)nk, amp, rise, ld_pad, bad, w.rel, w.of_bound,
-          w.lse, stray);
-    printf("prefill H=%d KH=%d d=%d p0=%lld nq=%lld nk=%lld amp %g rise %g ld +%d: worst out "
-           "error %.2e of max|ref| (%.2f of the bound), lse %.2e\n", H, KH, d, (long long)p0,
-           (long long)nq, (long long)nk, amp, rise, ld_pad, w.rel, w.of_bound, w.lse);
+    for (int kd = 0; kd < 1 + mma_fits; kd++) {
+        CHECK(bad[kd] == 0 && stray[kd] == 0 && guard_intact(out + kd * on, nq * ldo) &&
+                  guard_intact(lse + kd * ln, nq * H),
+              "prefill (%s) H=%d KH=%d d=%d p0=%lld nq=%lld nk=%lld amp %g rise %g ld +%d: %d heads "
+              "off (worst %.3g of max|ref|, %.3g of the bound, lse %.3g), %d stray", kname[kd], H, KH,
+              d, (long long)p0, (long long)nq, (long long)nk, amp, rise, ld_pad, bad[kd], w[kd].rel,
+              w[kd].of_bound, w[kd].lse, stray[kd]);
+        printf("prefill (%s) H=%d KH=%d d=%d p0=%lld nq=%lld nk=%lld amp %g rise %g ld +%d: worst "
+               "out error %.2e of max|ref| (%.2f of the bound), lse %.2e\n", kname[kd], H, KH, d,
+               (long long)p0, (long long)nq, (long long)nk, amp, rise, ld_pad, w[kd].rel,
+               w[kd].of_bound, w[kd].lse);
+    }
     free(k), free(v), free(va), free(q), free(out), free(lse);
 }
 

@@ -63,20 +63,28 @@ static void hand(void) {
     NEAR(c.bytes, 25600 + 8 + 512 + 528 + 2 * 100 * 4);
 
     /* prefill: 16 queries of one head of 32 at p0 = 0 are one warp of the
-     * d <= 64 kernel, one 16-key chunk: 4 x 2 MMAs of 8192 flops (Q hi/lo
-     * for S, P hi/lo for P V); useful 4 d x (1 + ... + 16) */
+     * d <= 64 mma.sync kernel, one 64-key tile computed whole: 2 x 4 x 8 S
+     * MMAs (Q hi/lo, 64 dims, 8-key tiles) and 2 x 4 x 8 P V ones (P hi/lo,
+     * 16-key steps, 8-dim tiles) of 4096 flops; useful 4 d x (1 + ... + 16) */
     s = (hkv_kshape){.kind = HKV_KN_ATTN_PREFILL, .nq = 16, .H = 1, .KH = 1, .d = 32};
     CHECK(hkv_kernel_cost(&s, g4090, &c, &err) == HKV_OK, "%s", err.msg);
-    NEAR(c.flops[HKV_KU_TENSOR], 4 * 2 * 8192);
+    NEAR(c.flops[HKV_KU_TENSOR], 2 * 64 * 4096);
     NEAR(c.useful_flops, 4 * 32 * 136);
-    CHECK(!strcmp(c.name, "k_attn_prefill_d64") && c.blocks == 1, "%s %lld", c.name, (long long)c.blocks);
+    CHECK(!strcmp(c.name, "k_attn_prefill_mma<64>") && c.blocks == 1, "%s %lld", c.name,
+          (long long)c.blocks);
+    /* d 256 stays on the WMMA kernel: one 16-key chunk, 4 x 16 MMAs of 8192 */
+    s.d = 256;
+    CHECK(hkv_kernel_cost(&s, g4090, &c, &err) == HKV_OK, "%s", err.msg);
+    NEAR(c.flops[HKV_KU_TENSOR], 4 * 16 * 8192);
+    CHECK(!strcmp(c.name, "k_attn_prefill_d256") && c.blocks == 1, "%s %lld", c.name,
+          (long long)c.blocks);
     /* at scale the hi/lo splits double the useful MMA work, the diagonal
      * chunks add little */
     s = (hkv_kshape){.kind = HKV_KN_ATTN_PREFILL, .nq = 4096, .H = 32, .KH = 8, .d = 128};
     CHECK(hkv_kernel_cost(&s, g4090, &c, &err) == HKV_OK, "%s", err.msg);
     const double ratio = c.flops[HKV_KU_TENSOR] / c.useful_flops;
     CHECK(ratio >= 2.0 && ratio < 2.05, "issued / useful MMA flops %.4f", ratio);
-    CHECK(!strcmp(c.name, "k_attn_prefill_d128") && c.blocks == 4096 * 4 / 48 * 8 + 8,
+    CHECK(!strcmp(c.name, "k_attn_prefill_mma<128>") && c.blocks == 4096 * 4 / 64 * 8,
           "%s %lld blocks", c.name, (long long)c.blocks);
 
     /* bad shapes are errors, not figures */
@@ -224,7 +232,7 @@ static void cli(const char *hetkv) {
              "32768 --batch 1 --kernels 2>&1", hetkv);
     CHECK(run(cmd, out, sizeof out) == 0, "kernels: %s", out);
     CHECK(!strncmp(out, "PREDICTION per kernel", 21) && strstr(out, "| `k_attn_decode + k_attn_combine`") &&
-          strstr(out, "PREDICTED us/call") && strstr(out, "k_attn_prefill_d128") && !strstr(out, "NOT BUILT"),
+          strstr(out, "PREDICTED us/call") && strstr(out, "k_attn_prefill_mma<128>") && !strstr(out, "NOT BUILT"),
           "kernels output:\n%s", out);
     /* every line is a PREDICTION header, a table line or blank */
     for (const char *l = out; *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : l + strlen(l))

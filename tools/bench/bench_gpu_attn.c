@@ -10,13 +10,15 @@
  *    issue 37), rows in order only. Bytes: K and V rows once, q in, out and
  *    lse out (and the index list); FLOPs 4 H d per (sequence, row). Calls
  *    rotate through copies of the K/V, as layers do.
- *  - prefill (hkv_gpu_attn_prefill, WMMA tensor cores) of a 2K-token chunk
- *    at position 0 and at 30K (keys 0..32767). Bytes: q in, out and lse out,
+ *  - prefill (hkv_gpu_attn_prefill_with) of a 2K-token chunk at position 0
+ *    and at 30K (keys 0..32767), on each kernel: WMMA (attn_prefill.cu) and
+ *    mma.sync (attn_prefill_mma.cu, what the pipeline runs at d 128). Bytes: q in, out and lse out,
  *    the keys and values up to the chunk's end once; FLOPs 4 H d per causal
  *    (query, key) pair.
  * Under the emulator: 4K rows of one sequence (and split 8 forced), and a
  * 64-token chunk at 0 and at 448. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -34,6 +36,7 @@ typedef struct at_call {
     size_t copy_elems;     /* K + V of one copy */
     int64_t rows, nq, p0;
     int seqs, split;
+    hkv_gpu_prefill_kernel kernel;
     const int32_t *n_rows, *idx;
     float *out, *lse;
     void *ws;
@@ -56,8 +59,9 @@ static int prefill_fn(void *arg, int copy, hkv_err *err)
     (void)copy;
     const int64_t cap = c->p0 + c->nq;
     const uint16_t *k = c->kv, *v = k + (size_t)AKH * cap * AD;
-    return hkv_gpu_attn_prefill(c->q, AH * AD, c->nq, AH, AKH, AD, c->p0, k, v, AD, cap * AD,
-                                1.0f / sqrtf((float)AD), c->out, AH * AD, c->lse, c->b->st, err);
+    return hkv_gpu_attn_prefill_with(c->q, AH * AD, c->nq, AH, AKH, AD, c->p0, INT64_MAX, k, v, AD,
+                                     cap * AD, 1.0f / sqrtf((float)AD), c->out, AH * AD, c->lse,
+                                     c->kernel, c->b->st, err);
 }
 
 /* Host int32 array up to the device. */
@@ -127,7 +131,7 @@ static int decode_rows(bg *b, int64_t rows, int seqs, int force, hkv_err *err)
     return rc;
 }
 
-static int prefill_row(bg *b, int64_t nq, int64_t p0, hkv_err *err)
+static int prefill_row(bg *b, int64_t nq, int64_t p0, hkv_gpu_prefill_kernel kernel, hkv_err *err)
 {
     const int64_t cap = p0 + nq;
     const size_t kvb = 2 * (size_t)AKH * cap * AD * 2, qb = (size_t)nq * AH * AD * 4,
@@ -141,14 +145,17 @@ static int prefill_row(bg *b, int64_t nq, int64_t p0, hkv_err *err)
         bg_row r = {.group = "attn_prefill", .link = BG_DRAM, .unit = BG_TENSOR};
         r.bytes = (double)kvb + 2.0 * qb + lb;
         r.flops = 4.0 * AH * AD * ((double)nq * p0 + nq * (nq + 1) / 2.0);
-        snprintf(r.kernel, sizeof r.kernel, "prefill wmma");
+        snprintf(r.kernel, sizeof r.kernel, "prefill %s",
+                 kernel == HKV_GPU_PREFILL_MMA ? "mma" : "wmma");
         snprintf(r.shape, sizeof r.shape, "H32 KH8 d128 %lld tokens at %lld", (long long)nq,
                  (long long)p0);
-        at_call c = {.b = b, .q = q, .kv = kv, .nq = nq, .p0 = p0, .out = out, .lse = lse};
+        at_call c = {.b = b, .q = q, .kv = kv, .nq = nq, .p0 = p0, .out = out, .lse = lse,
+                     .kernel = kernel};
         if (!(rc = bg_time(b, prefill_fn, &c, 1, 1, &r, err)))
             rc = bg_add(b, &r,
-                        json_pack("{s:i,s:i,s:i,s:I,s:I}", "n_head", AH, "n_head_kv", AKH, "d", AD,
-                                  "nq", (json_int_t)nq, "p0", (json_int_t)p0),
+                        json_pack("{s:i,s:i,s:i,s:I,s:I,s:s}", "n_head", AH, "n_head_kv", AKH, "d",
+                                  AD, "nq", (json_int_t)nq, "p0", (json_int_t)p0, "path",
+                                  kernel == HKV_GPU_PREFILL_MMA ? "mma" : "wmma"),
                         err);
     }
     hkv_gpu_free(b->ctx, HKV_TIER_WORKSPACE, lse, lb);
@@ -178,7 +185,17 @@ int bg_run_attention(bg *b, hkv_err *err)
                 rc = decode_rows(b, rows_all[i], 1, forced[f], err);
         }
     const int64_t nq = b->emulated ? 64 : 2048, late = b->emulated ? 448 : 30720;
-    if (!rc) rc = prefill_row(b, nq, 0, err);
-    if (!rc) rc = prefill_row(b, nq, late, err);
+    /* both kernels (the pipeline runs mma.sync at d 128 on sm_80 and up);
+     * a device without mma.sync says so in the row's place */
+    for (int kd = 0; kd < 2 && !rc; kd++) {
+        const hkv_gpu_prefill_kernel kernel = kd ? HKV_GPU_PREFILL_MMA : HKV_GPU_PREFILL_WMMA;
+        if (!rc) rc = prefill_row(b, nq, 0, kernel, err);
+        if (!rc) rc = prefill_row(b, nq, late, kernel, err);
+        if (rc == HKV_E_UNSUPPORTED && kd) {
+            fprintf(stderr, "attn_prefill: no mma.sync rows: %s\n", err->msg);
+            hkv_err_clear(err);
+            rc = HKV_OK;
+        }
+    }
     return rc;
 }
