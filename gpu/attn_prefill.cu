@@ -97,11 +97,8 @@ static __device__ __forceinline__ void pf_body(const float *__restrict__ q, int6
     float *scr = (float *)(vs + BN * ldm) + warp * 16 * PF_SLD;
     const int h = blockIdx.y;
     const int64_t nrows = nq * g;
-    /* the last rows see the most keys: their blocks start first */
-    const int64_t r0 = ((int64_t)gridDim.x - 1 - blockIdx.x) * BM;
-    const int64_t rend = r0 + BM < nrows ? r0 + BM : nrows;
-    int64_t kend = p0 + (rend - 1) / g + 1;   /* keys [0, kend) for the block */
-    if (kend > nk) kend = nk;
+    int64_t kend;
+    const int64_t r0 = hkv_pf_block_rows(BM, nrows, g, p0, nk, &kend);
 
     /* Q tile: q * scale * log2(e) = hi + lo, both fp16 (padding rows 0) */
     for (int i = threadIdx.x; i < BM * d; i += blockDim.x) {

@@ -77,11 +77,8 @@ k_attn_prefill_mma(const float *__restrict__ q, int64_t ldq, int64_t nq, int H, 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
     const int h = blockIdx.y;
     const int64_t nrows = nq * g;
-    /* the last rows see the most keys: their blocks start first */
-    const int64_t r0 = ((int64_t)gridDim.x - 1 - blockIdx.x) * PM_BM;
-    const int64_t rend = r0 + PM_BM < nrows ? r0 + PM_BM : nrows;
-    int64_t kend = p0 + (rend - 1) / g + 1;   /* keys [0, kend) for the block */
-    if (kend > nk) kend = nk;
+    int64_t kend;
+    const int64_t r0 = hkv_pf_block_rows(PM_BM, nrows, g, p0, nk, &kend);
     const int64_t wr0 = r0 + 16 * warp;
     const int64_t wlast = wr0 + 15 < nrows ? wr0 + 15 : nrows - 1;
     const int64_t wkey_max = wr0 < nrows ? hkv_min_i64(p0 + wlast / g, nk - 1) : -1;

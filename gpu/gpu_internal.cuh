@@ -89,6 +89,19 @@ __device__ __forceinline__ float hkv_h2f(uint16_t h) { return __half2float(__ush
 __device__ __forceinline__ uint16_t hkv_f2h(float f) { return __half_as_ushort(__float2half_rn(f)); }
 __host__ __device__ __forceinline__ int64_t hkv_min_i64(int64_t a, int64_t b) { return a < b ? a : b; }
 
+/* A prefill block's rows (attn_prefill.cu, attn_prefill_mma.cu): of nrows
+ * (token, group head) rows, block x owns bm from the returned first; the
+ * last rows see the most keys, so their blocks start first. *kend: the
+ * block's keys are [0, kend). */
+__device__ __forceinline__ int64_t hkv_pf_block_rows(int bm, int64_t nrows, int g, int64_t p0,
+                                                     int64_t nk, int64_t *kend)
+{
+    const int64_t r0 = ((int64_t)gridDim.x - 1 - blockIdx.x) * bm;
+    const int64_t rend = r0 + bm < nrows ? r0 + bm : nrows;
+    *kend = hkv_min_i64(p0 + (rend - 1) / g + 1, nk);
+    return r0;
+}
+
 /* attn_prefill_mma.cu, dispatched from attn_prefill.cu: the mma.sync prefill
  * (arguments checked by the caller; qscale is scale * log2 e). unfit says
  * why it cannot run a call here (head size, K/V alignment, the device or
