@@ -104,9 +104,12 @@ extern "C" {
 /* Q4 GEMV, per CFG = NT + 16 R: steps whose codes are loaded ahead of their
  * use, and blocks per SM ptxas must allow: as much as fits without spills
  * on sm_89 and sm_90 (64 registers at NT = 1, 80 at NT <= 3 for R = 1 and
- * NT = 2 for R = 2, else 128; a ring slot of R rows costs 6 R registers) */
-#define QM_Q4_AHEAD(cfg) ((cfg) < 32 ? 3 : (cfg) % 16 <= 4 ? 2 : 1)
-#define QM_Q4_MIN_BLOCKS(cfg) ((cfg) % 16 == 1 ? 4 : (cfg) % 16 <= ((cfg) < 32 ? 3 : 2) ? 3 : 2)
+ * NT = 2 for R = 2, else 128; R = 4 from NT = 6: 255, one block; a ring
+ * slot of R rows costs 6 R registers) */
+#define QM_Q4_AHEAD(cfg) ((cfg) < 32 ? 3 : (cfg) < 64 && (cfg) % 16 <= 4 ? 2 : 1)
+#define QM_Q4_MIN_BLOCKS(cfg)                                                                  \
+    ((cfg) >= 64 ? ((cfg) % 16 <= 5 ? 2 : 1)                                                   \
+                 : (cfg) % 16 == 1 ? 4 : (cfg) % 16 <= ((cfg) < 32 ? 3 : 2) ? 3 : 2)
 #define QM_R2_MIN_ROWS 4096          /* Q4 GEMV, auto: two rows per warp from this many rows */
 #define QM_DQ_THREADS 256            /* dequantisation: threads per block (one row) */
 #define QM_GRID_MAX (65535 * 16)     /* 1-D grid cap; kernels stride over the rest */
@@ -454,7 +457,7 @@ k_qm_gemv_q4(const uint4 *q, const uint16_t *scale, const uint16_t *mins, int64_
     /* the ring: c[0] the step being computed, c[1..A] the ones after it; the
      * loads run A steps ahead, at step ls of group lg */
     uint4 c[A + 1][R];
-    uint16_t sc[A + 1][R], mn[A + 1][R];
+    uint16_t sc[A + 1][R] = {}, mn[A + 1][R] = {};   /* {}: GCC cannot see the ring fill them */
     int64_t b0[R];
     int lg = blockIdx.x, ls = 0;
     qm_q4_rows<R>(b0, rows, nb, (int64_t)lg * rpg + (tid >> 5) * R, lane);
@@ -639,19 +642,31 @@ static cudaError_t qm_q4_launch(cudaStream_t st, const hkv_gpu_qmat *w, const fl
 }
 typedef cudaError_t (*qm_q4_fn)(cudaStream_t, const hkv_gpu_qmat *, const float *, int64_t, bool,
                                 float *, int64_t);
-static const qm_q4_fn qm_q4_fns[2][QM_MAXN] = {
+/* [1, 2, 4 rows per warp][n - 1]; four rows only from n = 4 (below, x's
+ * reads are few: a forced ROW4 runs two rows) */
+static const qm_q4_fn qm_q4_fns[3][QM_MAXN] = {
     {qm_q4_launch<17>, qm_q4_launch<18>, qm_q4_launch<19>, qm_q4_launch<20>, qm_q4_launch<21>,
      qm_q4_launch<22>, qm_q4_launch<23>, qm_q4_launch<24>},
     {qm_q4_launch<33>, qm_q4_launch<34>, qm_q4_launch<35>, qm_q4_launch<36>, qm_q4_launch<37>,
      qm_q4_launch<38>, qm_q4_launch<39>, qm_q4_launch<40>},
+    {qm_q4_launch<33>, qm_q4_launch<34>, qm_q4_launch<35>, qm_q4_launch<68>, qm_q4_launch<69>,
+     qm_q4_launch<70>, qm_q4_launch<71>, qm_q4_launch<72>},
 };
 
-/* Output rows per warp of the Q4 GEMV: two halve the activations' reads per
- * weight, one doubles the warps a small matrix spreads over. */
-static int qm_q4_rows_per_warp(const hkv_gpu_qmat *w)
+/* Output rows per warp of the Q4 GEMV (as an index of qm_q4_fns: 0, 1, 2
+ * for 1, 2, 4 rows). Each block copies all of x through shared memory for
+ * its QM_RWARPS * R rows, so more rows per warp mean fewer copies of x per
+ * weight (and fewer shared-memory reads of it): at n = 8 and two rows an
+ * H100 read gate+up at 645 GB/s (20% of its probe), moving ~3x the weights'
+ * bytes of x from L2. Four rows halve that; at n >= 6 they take 250
+ * registers, one block of 8 warps per SM. Which wins there is for the
+ * kernel benchmark's `gemv r4` rows to say on a GPU: until then AUTO takes
+ * two rows from 4096 rows (measured), else one, and four only when forced. */
+static int qm_q4_rows_index(const hkv_gpu_qmat *w)
 {
-    if (w->gemv == HKV_QMAT_GEMV_ROW1 || w->gemv == HKV_QMAT_GEMV_ROW2) return w->gemv;
-    return w->rows >= QM_R2_MIN_ROWS ? 2 : 1;
+    if (w->gemv == HKV_QMAT_GEMV_ROW1 || w->gemv == HKV_QMAT_GEMV_ROW2) return w->gemv - 1;
+    if (w->gemv == HKV_QMAT_GEMV_ROW4) return 2;
+    return w->rows >= QM_R2_MIN_ROWS ? 1 : 0;
 }
 
 
@@ -792,7 +807,7 @@ static int qm_valid(const hkv_gpu_qmat *w)
            (w->type < HKV_W_Q8 || (w->cols % HKV_WBLOCK == 0 && w->scale)) &&
            (w->type != HKV_W_Q4 || w->min) && w->gemm >= HKV_QMAT_GEMM_SPLIT &&
            w->gemm <= HKV_QMAT_GEMM_FP32 && w->gemv >= HKV_QMAT_GEMV_AUTO &&
-           w->gemv <= HKV_QMAT_GEMV_ROW2 && w->wscale > 0;
+           w->gemv <= HKV_QMAT_GEMV_ROW4 && w->wscale > 0;
 }
 
 extern "C" int hkv_gpu_qmat_clone(hkv_gpu_ctx *ctx, const hkv_gpu_qmat *src, hkv_gpu_qmat *dst,
@@ -895,11 +910,11 @@ extern "C" int hkv_gpu_qmat_matmul(hkv_gpu_ctx *ctx, const hkv_gpu_qmat *w, cons
         const bool vec = (uintptr_t)x % 16 == 0 && ldx % 4 == 0;   /* 128-bit x loads */
         switch (w->type) {
         case HKV_W_Q4: {
-            const int r = qm_q4_rows_per_warp(w);
+            const int r = qm_q4_rows_index(w);
             if (cols > INT_MAX / 2 || rows > INT_MAX)   /* the kernel's int columns and groups */
                 return hkv_seterr(err, HKV_E_RANGE, "gpu qmat matmul: Q4 %lld x %lld exceeds the "
                                   "GEMV's int indices", (long long)rows, (long long)cols);
-            HKV_CUDA_TRY(err, qm_q4_fns[r - 1][n - 1](st, w, x, ldx, vec, y, ldy));
+            HKV_CUDA_TRY(err, qm_q4_fns[r][n - 1](st, w, x, ldx, vec, y, ldy));
             break;
         }
         case HKV_W_Q8:

@@ -13,7 +13,8 @@
  *    a fact: an fp16 scale has 11 significant bits and a code at most 8, so
  *    s*q is exact in fp32; Q8 (s*q) is exact, Q4 (s*q + min) rounds once,
  *    FMA or not, on either side. ids out of range give NaN rows;
- *  - matmul, n in {1, 2, 7, 8} (GEMV) and {9, 33} (panels + cuBLAS, in each
+ *  - matmul, n in {1, 2, 7, 8} (GEMV; Q4 with 1, 2 and 4 output rows per warp,
+ *    each the same bits as the others) and {9, 33} (panels + cuBLAS, in each
  *    hkv_gpu_qmat.gemm mode: split fp16 hi + lo, the default on A100/H100; fp16; fp32),
  *    shapes 1x32, 37x96, 300x512, 9x800, 5x1056 and 9x9248 (the Q4 GEMV's
  *    steps of 1024 columns end partway, and its x tiles: 9248 columns are
@@ -298,7 +299,7 @@ static double gemm_bound(int mode, int64_t cols, double magf, double sw, double 
 }
 
 static const char *mname[] = {"split", "fp16", "fp32"};
-static const char *vname[] = {" auto", " 1 row/warp", " 2 rows/warp"};
+static const char *vname[] = {" auto", " 1 row/warp", " 2 rows/warp", " 4 rows/warp"};
 
 /* x row i scaled by 10^(3 (i % 5) - 6): 1e-6 .. 1e6, fp16 would overflow
  * (and go subnormal) without the rows' range scales */
@@ -390,7 +391,8 @@ static void test_matmul_x(hkv_gpu_ctx *ctx, const hkv_cpu_kernels *scalar,
         double *ref = malloc(n * rows * 8), *mag = malloc(n * rows * 8);
         ref_gemv(&m.w, x, (int)n, ref, mag);   /* exact weights */
         /* GEMM: each hkv_qmat_gemm mode; GEMV: each hkv_qmat_gemv mode (Q4's rows per warp) */
-        const int last = gemm ? HKV_QMAT_GEMM_FP32 : type == HKV_W_Q4 ? HKV_QMAT_GEMV_ROW2 : 0;
+        const int last = gemm ? HKV_QMAT_GEMM_FP32 : type == HKV_W_Q4 ? HKV_QMAT_GEMV_ROW4 : 0;
+        float *y0 = malloc((n * ldy + HKV_TEST_GUARD) * 4);   /* the GEMV's first mode's output */
         for (int mode = 0; mode <= last; mode++) {
             g.gemm = gemm ? mode : HKV_QMAT_GEMM_SPLIT;
             g.gemv = gemm ? HKV_QMAT_GEMV_AUTO : mode;
@@ -416,6 +418,13 @@ static void test_matmul_x(hkv_gpu_ctx *ctx, const hkv_cpu_kernels *scalar,
             GPU_OK(hkv_gpu_qmat_matmul(ctx, &g, dx, ldx, n, dy, ldy, gemm ? ws : NULL,
                                        gemm ? need : 0, st, err));
             gpu_get(ctx, y, dy, (n * ldy + HKV_TEST_GUARD) * 4);
+            /* the Q4 GEMV's rows per warp change which warp sums a row, not how:
+             * every mode's output the same bits (batch-invariant decode relies on it) */
+            if (!gemm && mode == 0) memcpy(y0, y, n * ldy * 4);
+            else if (!gemm)
+                CHECK(!memcmp(y0, y, n * ldy * 4), "matmul %s %lldx%lld n=%lld: GEMV %s differs in "
+                      "its bits from GEMV %s", tname[type], (long long)rows, (long long)cols,
+                      (long long)n, vname[mode], vname[0]);
 
             const double h = (double)(gemv_lane_terms(type, cols) + 5);   /* GEMV */
             double worst_f = 0, worst_e = 0, worst_h = 0, worst_ratio = 0;
@@ -463,7 +472,7 @@ static void test_matmul_x(hkv_gpu_ctx *ctx, const hkv_cpu_kernels *scalar,
         g.gemv = HKV_QMAT_GEMV_AUTO;
         gpu_drop(ctx, dx, n * ldx * 4);
         gpu_drop(ctx, dy, (n * ldy + HKV_TEST_GUARD) * 4);
-        free(x), free(xs), free(y), free(yh[0]), free(yh[1]), free(ref), free(mag);
+        free(x), free(xs), free(y), free(y0), free(yh[0]), free(yh[1]), free(ref), free(mag);
     }
     /* n = 0 does nothing, whatever the workspace */
     float *dummy = gpu_put(ctx, NULL, 4);

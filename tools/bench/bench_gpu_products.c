@@ -119,10 +119,10 @@ static int one_matrix(bg *b, int type, const pr_shape *s, const pr_host *h, cons
         goto out;
     }
     if ((rc = hkv_gpu_sync(b->st, err))) goto out;
-    /* n <= 8: the GEMV (Q4: auto, then one and two rows per warp), a pass
-     * over every copy per rep; then the GEMM modes */
-    static const char *const gv_name[] = {"gemv", "gemv r1", "gemv r2"};
-    const int n_gv = n_gemv * (type == HKV_W_Q4 ? 3 : 1);
+    /* n <= 8: the GEMV (Q4: auto, then one, two and four rows per warp), a
+     * pass over every copy per rep; then the GEMM modes */
+    static const char *const gv_name[] = {"gemv", "gemv r1", "gemv r2", "gemv r4"};
+    const int n_gv = n_gemv * (type == HKV_W_Q4 ? 4 : 1);
     for (int i = 0; i < n_gv + 3 * n_gemm && !rc; i++) {
         const int gemm = i >= n_gv;
         const int mode = gemm ? (i - n_gv) / n_gemm : i / n_gemv;
