@@ -38,7 +38,7 @@ enum hkv_qmat_gemm { HKV_QMAT_GEMM_SPLIT = 0, HKV_QMAT_GEMM_FP16 = 1, HKV_QMAT_G
 /* Output rows per warp of the Q4 GEMV (n <= 8): AUTO (upload's choice) takes
  * two for matrices of 4096 rows or more, else one; ROW1, ROW2 and ROW4 (four
  * rows, from n = 4; below it two) force it (the kernel benchmark measures
- * each; four is not AUTO's until measured on a GPU, gpu/qmat.cu says why). A
+ * each; four is not AUTO's until measured on a GPU, gpu/qmat_gemv.cu says why). A
  * row's sums are the same bits whichever it is. Other types ignore it. */
 enum hkv_qmat_gemv { HKV_QMAT_GEMV_AUTO = 0, HKV_QMAT_GEMV_ROW1 = 1, HKV_QMAT_GEMV_ROW2 = 2,
                      HKV_QMAT_GEMV_ROW4 = 3 };

@@ -11,6 +11,7 @@
 
 extern "C" {
 #include "gpu_ctx.h"
+#include "gpu_forward.h"
 #include "status.h"
 }
 
@@ -101,6 +102,11 @@ __device__ __forceinline__ int64_t hkv_pf_block_rows(int bm, int64_t nrows, int 
     *kend = hkv_min_i64(p0 + (rend - 1) / g + 1, nk);
     return r0;
 }
+
+/* qmat_gemv.cu: hkv_gpu_qmat_matmul's products of 1 to HKV_QMAT_GEMV_MAX_ROWS
+ * rows (arguments checked by it). */
+extern "C" int hkv_gpu_qmat_gemv(const hkv_gpu_qmat *w, const float *x, int64_t ldx, int64_t n,
+                                 float *y, int64_t ldy, cudaStream_t st, hkv_err *err);
 
 /* attn_prefill_mma.cu, dispatched from attn_prefill.cu: the mma.sync prefill
  * (arguments checked by the caller; qscale is scale * log2 e). unfit says

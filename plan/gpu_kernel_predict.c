@@ -14,8 +14,8 @@
 /* ---- constants restated from gpu/ (keep in step with the .cu files) ------------ */
 
 enum {
-    QM_WARPS = 8,            /* qmat.cu: GEMV output rows per block */
-    QM_MAXN = HKV_QMAT_GEMV_MAX_ROWS, /* qmat.cu: GEMV activation rows per call */
+    QM_WARPS = 8,            /* qmat_gemv.cu: GEMV output rows per block */
+    QM_MAXN = HKV_QMAT_GEMV_MAX_ROWS, /* qmat_gemv.cu: GEMV activation rows per call */
     ATT_WARPS = 8,           /* attn_common.cuh: query heads per decode block */
     ATT_TILE = 32,           /* attn_common.cuh: keys per tile */
     DECODE_MAX_SPLIT = 32,   /* gpu_kernels.h HKV_GPU_DECODE_MAX_SPLIT */
@@ -90,7 +90,7 @@ static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
  * 4 bytes, at most 8 x 14336 x 4 = 459 KB). */
 static void c_gemv(const hkv_kshape *s, hkv_kcost *c) {
     static const char *names[] = {"k_qm_gemv_f32", "k_qm_gemv_f16", "k_qm_gemv_q8", "k_qm_gemv_q4"};
-    c->name = names[s->wtype], c->file = "gpu/qmat.cu";
+    c->name = names[s->wtype], c->file = "gpu/qmat_gemv.cu";
     const double x = (double)s->n * s->cols * 4, y = (double)s->n * s->rows * 4;
     c->bytes_read = wbytes(s->wtype, s->rows, s->cols) + x;
     c->bytes_written = y;
