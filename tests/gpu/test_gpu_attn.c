@@ -92,14 +92,18 @@ static void test_prefill_x(hkv_gpu_ctx *ctx, const shape *sh, int64_t p0, int64_
     const float scale = 1.0f / sqrtf((float)d);
     /* each kernel forced (mma.sync only where it runs: d <= 128, 16-byte
      * rows), then the automatic pick, which must equal the kernel it picks
-     * bit for bit */
+     * bit for bit: in the small cases only, since the pick depends on the
+     * head size and the rows' alignment alone (every shape and alignment
+     * here has one), and the emulated kernels dominate the test's time
+     * under the sanitizers */
+    const int with_auto = nq * (p0 + nq) <= 4096;
     const int mma_fits = d <= 128 && ld_pad % 8 == 0;
     const hkv_gpu_prefill_kernel kinds[3] = {HKV_GPU_PREFILL_WMMA, HKV_GPU_PREFILL_MMA,
                                              HKV_GPU_PREFILL_AUTO};
     static const char *const kname[3] = {"wmma", "mma", "auto"};
     const size_t on = nq * ldo + HKV_TEST_GUARD, ln = nq * H + HKV_TEST_GUARD;
     float *out = malloc(3 * on * 4), *lse = malloc(3 * ln * 4);
-    for (int kd = 0; kd < 3; kd++) {
+    for (int kd = 0; kd < 2 + with_auto; kd++) {
         float *dout = gpu_poisoned(ctx, nq * ldo), *dlse = gpu_poisoned(ctx, nq * H);
         hkv_err e = {0};
         const int rc = hkv_gpu_attn_prefill_with(dq, ldq, nq, H, KH, d, p0, nk < 0 ? INT64_MAX : nk,
@@ -117,8 +121,8 @@ static void test_prefill_x(hkv_gpu_ctx *ctx, const shape *sh, int64_t p0, int64_
         gpu_drop(ctx, dlse, ln * 4);
     }
     const int picked = mma_fits ? 1 : 0;
-    CHECK(!memcmp(out + 2 * on, out + picked * on, nq * ldo * 4) &&
-              !memcmp(lse + 2 * ln, lse + picked * ln, nq * H * 4),
+    CHECK(!with_auto || (!memcmp(out + 2 * on, out + picked * on, nq * ldo * 4) &&
+                         !memcmp(lse + 2 * ln, lse + picked * ln, nq * H * 4)),
           "prefill d=%d ld +%d: the automatic pick differs from the %s kernel", d, ld_pad,
           kname[picked]);
     double ro[256], rabs[256], rl, rla;
