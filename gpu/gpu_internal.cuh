@@ -98,8 +98,7 @@ __device__ __forceinline__ int64_t hkv_pf_block_rows(int bm, int64_t nrows, int 
                                                      int64_t nk, int64_t *kend)
 {
     const int64_t r0 = ((int64_t)gridDim.x - 1 - blockIdx.x) * bm;
-    const int64_t rend = r0 + bm < nrows ? r0 + bm : nrows;
-    *kend = hkv_min_i64(p0 + (rend - 1) / g + 1, nk);
+    *kend = hkv_min_i64(p0 + (hkv_min_i64(r0 + bm, nrows) - 1) / g + 1, nk);
     return r0;
 }
 

@@ -20,15 +20,6 @@
 #define HKV_MMA_OK 1
 #endif
 
-/* Two floats as a half2 in one register, a the low half (round to nearest). */
-__device__ __forceinline__ uint32_t hkv_pack_h2(float a, float b)
-{
-    const __half2 h = __floats2half2_rn(a, b);
-    uint32_t r;
-    memcpy(&r, &h, 4);
-    return r;
-}
-
 /* a and b as hi + lo in fp16 pairs: hi = fp16(x), lo = fp16(x - hi). */
 __device__ __forceinline__ void hkv_split_h2(float a, float b, uint32_t *hi, uint32_t *lo)
 {
