@@ -221,19 +221,7 @@ extern "C" const char *hkv_gpu_prefill_mma_unfit(int d, int vec16)
 {
     if (d > 128) return "head size above 128 (d = 256 stays on the WMMA kernel)";
     if (!vec16) return "K/V rows not 16-byte aligned";
-    int dev = 0, major = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
-        return "the device's compute capability is unknown";
-    if (major < 8) return "mma.sync m16n8k16 needs compute capability 8.0";
-#ifndef HKV_CUDA_EMU
-    /* A build for an older architecture runs its PTX through the JIT: the
-     * kernel then has no mma code (it would trap). */
-    cudaFuncAttributes fa;
-    if (cudaFuncGetAttributes(&fa, k_attn_prefill_mma<128>) != cudaSuccess || fa.ptxVersion < 80)
-        return "the library was built for an architecture below sm_80 (-Dgpu_arch)";
-#endif
-    return NULL;
+    return hkv_gpu_mma_arch_unfit((const void *)k_attn_prefill_mma<128>);
 }
 
 #define PM_LAUNCH(D)                                                                              \

@@ -1,10 +1,11 @@
 /* CTKVR index build at prompt end on the device (index/ctkvr_build.c's
  * hkv_ctkvr_build_lists and the centroid store of hkv_ctkvr_prefill_end).
  *
- * For KV head h and a block of cb centroids: k_build_scores writes the group
- * max of q_i,j . k_p for every far key p into a [cb][n_far] fp32 workspace
- * (tiles of 64 keys and up to 4 centroids staged in shared memory as fp16);
- * then k_build_select, one block per centroid, finds the rho-th largest
+ * For KV head h and a block of cb centroids: the group max of q_i,j . k_p
+ * for every far key p goes into a [cb][n_far] fp32 workspace, on tensor
+ * cores where they run (ctkvr_scores_mma.cu), else by k_build_scores here
+ * (CUDA cores: tiles of 64 keys and up to 4 centroids staged in shared
+ * memory as fp16, every head size and 4-byte alignment); then k_build_select, one block per centroid, finds the rho-th largest
  * score by a 4-pass 8-bit radix select on order-preserving integer keys and
  * writes the rho best positions: all keys above that value, then the ties
  * in increasing position (the host's tie rule). cb is what the caller's
@@ -177,11 +178,15 @@ extern "C" size_t hkv_gpu_ctkvr_build_ws_bytes(int64_t n_far, int64_t n_centroid
     return (size_t)n_far * (size_t)n_centroids * sizeof(float);
 }
 
-extern "C" int hkv_gpu_ctkvr_build(const hkv_gpu_ctkvr *ix, int s, const uint16_t *q, int64_t ldq,
-                                   int64_t n, const int32_t *slot, const uint16_t *k, int64_t ld,
-                                   int64_t hs, int64_t lo, int64_t hi, void *ws, size_t ws_bytes,
-                                   void *stream, hkv_err *err)
+extern "C" int hkv_gpu_ctkvr_build_with(const hkv_gpu_ctkvr *ix, int s, const uint16_t *q,
+                                        int64_t ldq, int64_t n, const int32_t *slot,
+                                        const uint16_t *k, int64_t ld, int64_t hs, int64_t lo,
+                                        int64_t hi, void *ws, size_t ws_bytes,
+                                        hkv_gpu_scores_kernel kernel, void *stream, hkv_err *err)
 {
+    if (kernel != HKV_GPU_SCORES_AUTO && kernel != HKV_GPU_SCORES_SIMT &&
+        kernel != HKV_GPU_SCORES_MMA)
+        return hkv_seterr(err, HKV_E_INVAL, "gpu ctkvr build: unknown score kernel %d", (int)kernel);
     if (!ix || !ix->cent || !ix->ivf || !ix->len || ix->n_head_kv < 1 ||
         ix->n_head < ix->n_head_kv || ix->n_head % ix->n_head_kv || ix->C < 1 || ix->rho < 1 ||
         s < 0 || s >= ix->n_seq || !q || !slot || !k || n < 0 || n > ix->C || lo < 0 || hi < lo ||
@@ -195,6 +200,14 @@ extern "C" int hkv_gpu_ctkvr_build(const hkv_gpu_ctkvr *ix, int s, const uint16_
         return hkv_seterr(err, HKV_E_UNSUPPORTED, "gpu ctkvr build: needs an even head size up to "
                           "256 and 4-byte aligned rows (d=%d, ld=%lld, ldq=%lld)", d, (long long)ld,
                           (long long)ldq);
+    /* tensor cores where they run: 16-byte rows of a head size up to 128 */
+    const int vec16 = !(((uintptr_t)k | (uintptr_t)q) & 15) && !(ld & 7) && !(hs & 7) &&
+                      !(ldq & 7) && !(d & 7);
+    const char *why = kernel == HKV_GPU_SCORES_SIMT ? "" : hkv_gpu_ctkvr_scores_mma_unfit(d, vec16);
+    if (why && kernel == HKV_GPU_SCORES_MMA)
+        return hkv_seterr(err, HKV_E_UNSUPPORTED, "gpu ctkvr build scores on mma.sync (d=%d, "
+                          "ld=%lld, ldq=%lld): %s", d, (long long)ld, (long long)ldq, why);
+    const int mma = !why;
     if (!n) return HKV_OK;
     cudaStream_t st = hkv_stream(stream);
     const int64_t nfar = hi - lo, rho = ix->rho, C = ix->C, lists0 = (int64_t)s * KH * C;
@@ -229,13 +242,28 @@ extern "C" int hkv_gpu_ctkvr_build(const hkv_gpu_ctkvr *ix, int s, const uint16_
     for (int h = 0; h < KH; h++)
         for (int64_t i0 = 0; i0 < n; i0 += cb) {
             const int64_t nc = n - i0 < cb ? n - i0 : cb;
-            dim3 gs((unsigned)((nfar + BK - 1) / BK), (unsigned)((nc + ct - 1) / ct));
-            HKV_LAUNCH(k_build_scores, gs, BK * ct, smem, st)(
-                q, ldq, i0, nc, g, d, h, k + h * hs, ld, lo, nfar, ct, scores);
-            HKV_LAUNCH_CHECK(err);
+            if (mma) {
+                const int rc = hkv_gpu_ctkvr_scores_mma(q, ldq, i0, nc, g, d, h, k + h * hs, ld,
+                                                        lo, nfar, scores, st, err);
+                if (rc) return rc;
+            } else {
+                dim3 gs((unsigned)((nfar + BK - 1) / BK), (unsigned)((nc + ct - 1) / ct));
+                HKV_LAUNCH(k_build_scores, gs, BK * ct, smem, st)(
+                    q, ldq, i0, nc, g, d, h, k + h * hs, ld, lo, nfar, ct, scores);
+                HKV_LAUNCH_CHECK(err);
+            }
             HKV_LAUNCH(k_build_select, (unsigned)nc, SEL_THREADS, 0, st)(
                 scores, nfar, lo, rho, i0, n, h, slot, ix->ivf, ix->len, lists0 + (int64_t)h * C);
             HKV_LAUNCH_CHECK(err);
         }
     return HKV_OK;
+}
+
+extern "C" int hkv_gpu_ctkvr_build(const hkv_gpu_ctkvr *ix, int s, const uint16_t *q, int64_t ldq,
+                                   int64_t n, const int32_t *slot, const uint16_t *k, int64_t ld,
+                                   int64_t hs, int64_t lo, int64_t hi, void *ws, size_t ws_bytes,
+                                   void *stream, hkv_err *err)
+{
+    return hkv_gpu_ctkvr_build_with(ix, s, q, ldq, n, slot, k, ld, hs, lo, hi, ws, ws_bytes,
+                                    HKV_GPU_SCORES_AUTO, stream, err);
 }

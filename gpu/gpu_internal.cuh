@@ -107,6 +107,27 @@ __device__ __forceinline__ int64_t hkv_pf_block_rows(int bm, int64_t nrows, int 
 extern "C" int hkv_gpu_qmat_gemv(const hkv_gpu_qmat *w, const float *x, int64_t ldx, int64_t n,
                                  float *y, int64_t ldy, cudaStream_t st, hkv_err *err);
 
+/* Why an mma.sync kernel (fn, any instance) cannot run on the current
+ * device (NULL: it can): m16n8k16 needs compute capability 8.0, and a build
+ * for an older architecture runs its PTX through the JIT, where the kernel
+ * has no mma code (it would trap). */
+static inline const char *hkv_gpu_mma_arch_unfit(const void *fn)
+{
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+        return "the device's compute capability is unknown";
+    if (major < 8) return "mma.sync m16n8k16 needs compute capability 8.0";
+#ifndef HKV_CUDA_EMU
+    cudaFuncAttributes fa;
+    if (cudaFuncGetAttributes(&fa, fn) != cudaSuccess || fa.ptxVersion < 80)
+        return "the library was built for an architecture below sm_80 (-Dgpu_arch)";
+#else
+    (void)fn;
+#endif
+    return NULL;
+}
+
 /* attn_prefill_mma.cu, dispatched from attn_prefill.cu: the mma.sync prefill
  * (arguments checked by the caller; qscale is scale * log2 e). unfit says
  * why it cannot run a call here (head size, K/V alignment, the device or
@@ -117,5 +138,15 @@ extern "C" int hkv_gpu_prefill_mma(const float *q, int64_t ldq, int64_t nq, int 
                                    const uint16_t *v, int64_t ld, int64_t hs, float qscale,
                                    float *out, int64_t ldo, float *lse, cudaStream_t st,
                                    hkv_err *err);
+
+/* ctkvr_scores_mma.cu, dispatched from ctkvr_build.cu: the build's score
+ * block on mma.sync, what k_build_scores writes (arguments checked by the
+ * caller; the kernel's launch limits by this). unfit: why it cannot run
+ * here (head size, row alignment, the device or the build), NULL if it can. */
+extern "C" const char *hkv_gpu_ctkvr_scores_mma_unfit(int d, int vec16);
+extern "C" int hkv_gpu_ctkvr_scores_mma(const uint16_t *q, int64_t ldq, int64_t i0, int64_t nc,
+                                        int g, int d, int h, const uint16_t *k, int64_t ld,
+                                        int64_t lo, int64_t nfar, float *scores, cudaStream_t st,
+                                        hkv_err *err);
 
 #endif

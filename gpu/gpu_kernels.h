@@ -215,6 +215,18 @@ int hkv_gpu_ctkvr_build(const hkv_gpu_ctkvr *ix, int s, const uint16_t *q, int64
                         int64_t lo, int64_t hi, void *ws, size_t ws_bytes, void *stream,
                         hkv_err *err);
 
+/* Which kernel scores the build: AUTO takes tensor cores (ctkvr_scores_mma.cu)
+ * where they run (head size a multiple of 8 up to 128, 16-byte aligned q
+ * and key rows, compute capability 8.0 and a build for it), else CUDA
+ * cores (ctkvr_build.cu, every shape the build takes). SIMT and MMA force
+ * one, for the benchmark and the tests; MMA where it cannot run is
+ * HKV_E_UNSUPPORTED, naming why. hkv_gpu_ctkvr_build is AUTO. */
+typedef enum { HKV_GPU_SCORES_AUTO, HKV_GPU_SCORES_SIMT, HKV_GPU_SCORES_MMA } hkv_gpu_scores_kernel;
+int hkv_gpu_ctkvr_build_with(const hkv_gpu_ctkvr *ix, int s, const uint16_t *q, int64_t ldq,
+                             int64_t n, const int32_t *slot, const uint16_t *k, int64_t ld,
+                             int64_t hs, int64_t lo, int64_t hi, void *ws, size_t ws_bytes,
+                             hkv_gpu_scores_kernel kernel, void *stream, hkv_err *err);
+
 /* ---- other policies' prompt-end and decode pieces (window_scores.cu, pool_keep.cu,
  * quest_select.cu). Compiled and reviewed against index/; not yet run on a GPU. ---- */
 

@@ -247,6 +247,15 @@ int hkv_gpu_ctkvr_build(const hkv_gpu_ctkvr *ix, int s, const uint16_t *q, int64
     (void)lo, (void)hi, (void)ws, (void)ws_bytes, (void)stream;
     return NO_CUDA(err, "gpu ctkvr build");
 }
+int hkv_gpu_ctkvr_build_with(const hkv_gpu_ctkvr *ix, int s, const uint16_t *q, int64_t ldq,
+                             int64_t n, const int32_t *slot, const uint16_t *k, int64_t ld,
+                             int64_t hs, int64_t lo, int64_t hi, void *ws, size_t ws_bytes,
+                             hkv_gpu_scores_kernel kernel, void *stream, hkv_err *err)
+{
+    (void)kernel;
+    return hkv_gpu_ctkvr_build(ix, s, q, ldq, n, slot, k, ld, hs, lo, hi, ws, ws_bytes, stream,
+                               err);
+}
 
 size_t hkv_gpu_window_scores_ws_bytes(int64_t W, int n_head, int64_t n)
 {

@@ -9,7 +9,8 @@ device-to-device probe and pinned copies both ways; Q4, Q8 and F16 products
 through the GEMV and through each GEMM mode, split, fp16 and fp32; decode
 attention with rows in order and through an index list; prefill attention at
 two positions; rocketkv's stage 2, its two kernels alone, the push and the
-token keep; ctkvr's centroid recall for 1 and 8 rows), each with a time, bytes and GB/s, and the probe's share where
+token keep; ctkvr's centroid recall for 1 and 8 rows; ctkvr's index build of a
+layer on both score kernels, CUDA and tensor cores), each with a time, bytes and GB/s, and the probe's share where
 its bytes are DRAM's. On a GPU: every shape and width of the full set. Under
 the emulator: the subset, every row "emulated": true, no data sheet, and
 every row printed (on stderr, with --json) labelled "emulated: not a speed".
@@ -67,7 +68,8 @@ def main(argv=None) -> int:
               "the emulator has no data sheet")
         printed = [ln for ln in p.stderr.splitlines()
                    if ln.split()[:1] and ln.split()[0] in ("copy", "product", "attn_decode",
-                                                          "attn_prefill", "policy", "recall")]
+                                                          "attn_prefill", "policy", "recall",
+                                                          "index")]
         check(len(printed) == len(rows) and all("emulated: not a speed" in ln for ln in printed),
               f"{len(printed)} rows printed on stderr, each labelled 'emulated: not a speed'")
 
@@ -114,6 +116,14 @@ def main(argv=None) -> int:
           and all(r["kernel"] == "ctkvr recall" and r["C"] == 2048 and r["Cp"] == 4
                   and r["n_head_kv"] == 8 and r["g"] == 4 and r["d"] == 128 for r in rec),
           f"ctkvr recall: {[(r['kernel'], r.get('rows')) for r in rec]}")
+    bld = [r for r in rows if r["group"] == "index"]
+    want = [(k, n) for n in ([4096] if emu else [32768, 98304])
+            for k in ("ctkvr build simt", "ctkvr build mma")]
+    check([(r["kernel"], r["n_far"]) for r in bld] == want
+          and all(r["C"] == (64 if emu else 2048) and r["rho"] == 2560 and r["n_head_kv"] == 8
+                  and r["g"] == 4 and r["d"] == 128 and r["path"] == r["kernel"].split()[-1]
+                  for r in bld),
+          f"ctkvr build: {[(r['kernel'], r.get('n_far')) for r in bld]}")
     bad = [r["kernel"] + " " + r["shape"] for r in rows
            if not (r["us"] > 0 and r["bytes"] > 0 and r["gbs"] > 0 and r["reps"] >= 1
                    and (r["link"] == "pcie" or r["probe_frac"] is not None)

@@ -25,6 +25,7 @@
 typedef struct world {
     int KH, g, H, d;
     int64_t lo, hi, cap, C, Cp, rho, tail;
+    int64_t ws_cent;          /* centroids the build's workspace holds */
     uint16_t *k, *v;          /* [KH][cap][d] */
     const uint16_t *kp[8], *vp[8];
     uint16_t *qv;             /* [C][H][d] the last prompt queries */
@@ -39,11 +40,13 @@ static void gauss_half_rows(test_rng *r, uint16_t *dst, int64_t n, float amp)
     }
 }
 
-static void world_init(world *W, int64_t nfar, int g, int d, test_rng *r)
+static void world_init(world *W, int64_t nfar, int64_t C, int g, int d, test_rng *r)
 {
     W->KH = 3, W->g = g, W->H = 3 * g, W->d = d;
     W->lo = 4, W->hi = 4 + nfar, W->cap = W->hi + 64;
-    W->C = 48, W->Cp = 4, W->rho = 100, W->tail = 40;
+    W->C = C, W->Cp = 4, W->rho = 100, W->tail = 40;
+    /* 5 centroids a launch (several per KV head), or every one (several blocks of them) */
+    W->ws_cent = C > 64 ? C : 5;
     hkv_cpu_kernels_init(&W->kern, test_best_isa());
     W->k = malloc((size_t)W->KH * W->cap * W->d * 2);
     W->v = malloc((size_t)W->KH * W->cap * W->d * 2);
@@ -146,8 +149,11 @@ static void gix_upload(hkv_gpu_ctx *ctx, gix *G, const world *W, int s, const ct
         gpu_die("index upload", &err);
 }
 
-/* Build on the device into sequence 1 and compare with the host's lists. */
-static int test_build(hkv_gpu_ctx *ctx, gix *G, const world *W, const ct_layer *ly)
+/* Build on the device into sequence 1 with the given score kernel and
+ * compare with the host's lists; the device's lists and lengths go to
+ * got_ivf / got_len (KH*C*rho, KH*C). */
+static int test_build_one(hkv_gpu_ctx *ctx, gix *G, const world *W, const ct_layer *ly,
+                          hkv_gpu_scores_kernel kernel, int32_t *got_ivf, int32_t *got_len)
 {
     void *st = hkv_gpu_ctx_stream(ctx);
     const int KH = W->KH;
@@ -161,13 +167,12 @@ static int test_build(hkv_gpu_ctx *ctx, gix *G, const world *W, const ct_layer *
     uint16_t *dk = gpu_put(ctx, W->k, kb), *dq = gpu_put(ctx, W->qv, qb);
     int32_t *dslot = gpu_put(ctx, slot, KH * C * 4);
     GPU_OK(hkv_gpu_upload(G->ix.fifo + 2 * KH, fifo, KH * 2 * 4, st, err));
-    /* a workspace for 5 centroids at a time: several launches per KV head */
-    const size_t wsb = hkv_gpu_ctkvr_build_ws_bytes(nfar, 5);
+    const size_t wsb = hkv_gpu_ctkvr_build_ws_bytes(nfar, W->ws_cent);
     void *ws = gpu_put(ctx, NULL, wsb ? wsb : 4);
-    GPU_OK(hkv_gpu_ctkvr_build(&G->ix, 1, dq, W->H * W->d, C, dslot, dk, W->d, W->cap * W->d,
-                               W->lo, W->hi, ws, wsb, st, err));
+    GPU_OK(hkv_gpu_ctkvr_build_with(&G->ix, 1, dq, W->H * W->d, C, dslot, dk, W->d,
+                                    W->cap * W->d, W->lo, W->hi, ws, wsb, kernel, st, err));
     uint16_t *cent = malloc(qb);
-    int32_t *ivf = malloc(KH * C * rho * 4), *len = malloc(KH * C * 4);
+    int32_t *ivf = got_ivf, *len = got_len;
     gpu_get(ctx, cent, (char *)G->ix.cent + qb, qb);
     gpu_get(ctx, ivf, G->ix.ivf + KH * C * rho, KH * C * rho * 4);
     gpu_get(ctx, len, G->ix.len + KH * C, KH * C * 4);
@@ -201,9 +206,37 @@ static int test_build(hkv_gpu_ctx *ctx, gix *G, const world *W, const ct_layer *
           "build n_far %lld: %d lengths wrong, %d invalid entries, %d lists differ (5%% allowed), "
           "%d entries not tied at the rho-th score", (long long)nfar, lens_bad, invalid, differ,
           not_tie);
-    printf("build n_far %lld: %d of %lld lists differ from the host's at float ties\n",
-           (long long)nfar, differ, (long long)(KH * C));
-    free(slot), free(cent), free(ivf), free(len), free(sc), free(srt), free(a), free(b);
+    printf("build n_far %lld (%s scores): %d of %lld lists differ from the host's at float ties\n",
+           (long long)nfar, kernel == HKV_GPU_SCORES_SIMT ? "simt" : kernel == HKV_GPU_SCORES_MMA
+           ? "mma" : "auto", differ, (long long)(KH * C));
+    if (kernel == HKV_GPU_SCORES_MMA && W->lo + W->rho < W->hi) {
+        /* forced tensor cores on key rows off 16 bytes: refused, naming why */
+        hkv_err e2 = {0};
+        const int rc = hkv_gpu_ctkvr_build_with(&G->ix, 1, dq, W->H * W->d, C, dslot, dk + 2,
+                                                W->d, W->cap * W->d, W->lo, W->hi - 2, ws, wsb,
+                                                kernel, st, &e2);
+        CHECK(rc == HKV_E_UNSUPPORTED && strstr(e2.msg, "16-byte"),
+              "forced mma on misaligned keys: rc %d (%s)", rc, e2.msg);
+    }
+    gpu_drop(ctx, dk, kb), gpu_drop(ctx, dq, qb), gpu_drop(ctx, dslot, KH * C * 4);
+    gpu_drop(ctx, ws, wsb ? wsb : 4);
+    free(slot), free(cent), free(sc), free(srt), free(a), free(b);
+    return differ;
+}
+
+/* Both score kernels against the host; the automatic pick (tensor cores
+ * in every world here) bit for bit the kernel it picks. */
+static int test_build(hkv_gpu_ctx *ctx, gix *G, const world *W, const ct_layer *ly)
+{
+    const size_t nl = (size_t)W->KH * W->C;
+    int32_t *ivf[3], *len[3];
+    for (int i = 0; i < 3; i++) ivf[i] = malloc(nl * W->rho * 4), len[i] = malloc(nl * 4);
+    test_build_one(ctx, G, W, ly, HKV_GPU_SCORES_SIMT, ivf[0], len[0]);
+    test_build_one(ctx, G, W, ly, HKV_GPU_SCORES_MMA, ivf[1], len[1]);
+    const int differ = test_build_one(ctx, G, W, ly, HKV_GPU_SCORES_AUTO, ivf[2], len[2]);
+    CHECK(!memcmp(ivf[1], ivf[2], nl * W->rho * 4) && !memcmp(len[1], len[2], nl * 4),
+          "build: the automatic pick's lists differ from the tensor-core kernel's (d %d)", W->d);
+    for (int i = 0; i < 3; i++) free(ivf[i]), free(len[i]);
     return differ;
 }
 
@@ -408,12 +441,12 @@ static void test_dcu(hkv_gpu_ctx *ctx, gix *G, world *W, hkv_policy *p, test_rng
     free(q), free(sel), free(nsel), free(cent), free(ivf), free(len);
 }
 
-static void run_world(hkv_gpu_ctx *ctx, int64_t nfar, int g, int d, uint64_t seed)
+static void run_world(hkv_gpu_ctx *ctx, int64_t nfar, int64_t C, int g, int d, uint64_t seed)
 {
     test_rng r = {seed};
     world W;
-    world_init(&W, nfar, g, d, &r);
-    printf("world: n_far %lld, g %d, d %d\n", (long long)nfar, g, d);
+    world_init(&W, nfar, C, g, d, &r);
+    printf("world: n_far %lld, C %lld, g %d, d %d\n", (long long)nfar, (long long)C, g, d);
     hkv_mem_account mem = {0};
     hkv_policy pol;
     open_policy(&pol, &W, &mem);
@@ -434,11 +467,13 @@ int main(void)
     hkv_gpu_ctx *ctx = gpu_test_open("gpu_ctkvr");
     /* (recall_common.cuh scores g 3 x d 64 and g 4 x d 128 in 16-byte loads,
      * d 40 one half a lane) */
-    run_world(ctx, 3000, 3, 64, 5);    /* thresholds from -inf */
-    run_world(ctx, 9000, 3, 64, 6);    /* the host's sampled thresholds */
-    run_world(ctx, 80, 3, 64, 7);      /* n_far <= rho: every position in every list */
-    run_world(ctx, 3000, 4, 128, 8);   /* Llama-3's group: two 16-byte loads a lane */
-    run_world(ctx, 3000, 3, 40, 9);    /* 5 lanes a head: the scalar path */
+    run_world(ctx, 3000, 48, 3, 64, 5);    /* thresholds from -inf */
+    run_world(ctx, 9000, 48, 3, 64, 6);    /* the host's sampled thresholds */
+    run_world(ctx, 80, 48, 3, 64, 7);      /* n_far <= rho: every position in every list */
+    run_world(ctx, 3000, 48, 4, 128, 8);   /* Llama-3's group: two 16-byte loads a lane */
+    run_world(ctx, 3000, 48, 3, 40, 9);    /* 5 lanes a head: the scalar path */
+    /* a build launch of 136 centroids: three tensor-core blocks of them, the last partial */
+    run_world(ctx, 2000, 136, 4, 128, 10);
     hkv_gpu_ctx_destroy(ctx);
     return test_report("gpu_ctkvr");
 }

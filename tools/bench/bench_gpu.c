@@ -369,7 +369,7 @@ int hkv_bench_gpu_main(int argc, char **argv)
     }
     if ((rc = bg_run_copies(&b, &err)) || (rc = bg_run_products(&b, &err)) ||
         (rc = bg_run_attention(&b, &err)) || (rc = bg_run_policy(&b, &err)) ||
-        (rc = bg_run_recall(&b, &err)))
+        (rc = bg_run_recall(&b, &err)) || (rc = bg_run_build(&b, &err)))
         goto out;
     if (b.json) rc = print_json(&b, &dev[0], &err);
 out:

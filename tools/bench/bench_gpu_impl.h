@@ -76,5 +76,6 @@ int bg_run_products(bg *b, hkv_err *err);
 int bg_run_attention(bg *b, hkv_err *err);
 int bg_run_policy(bg *b, hkv_err *err);
 int bg_run_recall(bg *b, hkv_err *err);
+int bg_run_build(bg *b, hkv_err *err);
 
 #endif
