@@ -413,6 +413,36 @@ static void c_recall(const hkv_kshape *s, hkv_kcost *c) {
     }
 }
 
+/* ctkvr's index build of one layer (pipeline/cuda_index.c): centroids
+ * (C x H rows of d, read and written once), then per KV head and block of
+ * cb centroids (what the workspace holds: cb x far x 4 B) the tensor-core
+ * scores, 64 x 64 (centroid, key) tiles over the group's g query heads at
+ * the kernel's padded head size (64 or 128), written once as fp32, and one
+ * select block per centroid that reads its row 6 times (4 radix digits,
+ * the keys above the cut, the ties) and writes rho ids. A key tile is read
+ * by each of the cb / 64 centroid blocks, and a query block by each key
+ * block: L2. The scores are compute-bound and the select memory-bound, one
+ * after the other per block of centroids: serial. */
+static void c_build(const hkv_kshape *s, hkv_kcost *c) {
+    const double g = (double)s->H / s->KH, far = (double)s->far, C = (double)s->C;
+    const int D = s->d <= 64 ? 64 : 128;
+    int64_t cb = s->ws_bytes > 0 ? s->ws_bytes / (s->far * 4) : s->C;
+    if (cb < 1) cb = 1;
+    if (cb > s->C) cb = s->C;
+    const double launches = (double)s->KH * cdiv(s->C, cb);
+    const double keys = s->KH * far * s->d * 2, qs = C * s->H * s->d * 2, sc = s->KH * C * far * 4;
+    c->name = "k_build_scores_mma + k_build_select";
+    c->file = "gpu/ctkvr_scores_mma.cu, gpu/ctkvr_build.cu";
+    c->unit = HKV_KU_TENSOR;
+    c->serial = 1;
+    c->launches = 1 + 2 * (int64_t)launches;
+    c->blocks = cdiv(s->far, 64) * cdiv(cb, 64);
+    c->flops[HKV_KU_TENSOR] = 2.0 * s->KH * C * g * far * D;
+    c->bytes_read = keys * launches / s->KH + 2 * qs + 6 * sc;
+    c->bytes_written = qs + sc + s->KH * C * ((double)s->rho + 1) * 4;
+    c->l2_bytes = keys * (double)cdiv(cb, 64) + qs * (double)cdiv(s->far, 64);
+}
+
 /* Window scores (prompt end of snapkv, rocketkv, fastkv, laq, speckv): pass 1
  * a block per (4096-key chunk, window row x group head, KV head) scores its
  * chunk, pass 2 a thread per key re-scores every visible window row. Every
@@ -499,6 +529,14 @@ int hkv_kernel_cost(const hkv_kshape *s, const hkv_device_spec *dev, hkv_kcost *
             return hkv_seterr(err, HKV_E_INVAL, "kernel predict: window scores shape (%lld rows, "
                               "%lld keys)", (long long)s->window, (long long)s->keys);
         c_window(s, dev, c);
+        break;
+    case HKV_KN_CTKVR_BUILD:
+        if (s->KH < 1 || s->H < s->KH || s->H % s->KH || s->d < 1 || s->C < 1 || s->rho < 1 ||
+            s->far < 1 || s->ws_bytes < 0)
+            return hkv_seterr(err, HKV_E_INVAL, "kernel predict: index build shape (C %lld over "
+                              "%lld keys, rho %lld)", (long long)s->C, (long long)s->far,
+                              (long long)s->rho);
+        c_build(s, c);
         break;
     default:
         return hkv_seterr(err, HKV_E_INVAL, "kernel predict: unknown kernel kind %d", s->kind);
@@ -749,6 +787,16 @@ int hkv_kernel_step_rows(const hkv_predict_params *p, int mode, hkv_kstep_row *r
         sum.calls = L;
         if (rs.n >= rs.cap) return hkv_seterr(err, HKV_E_RANGE, "kernel predict: more than %d rows", cap);
         rs.r[rs.n++] = sum;
+    }
+    if (!rc && is_ct) {   /* ctkvr: the prompt's index, every layer, once a sequence */
+        hkv_prediction o;
+        if ((rc = hkv_predict(p, &o, err))) return rc;
+        if (o.far_rows > o.rho) {   /* else every far row is in every list: no scores */
+            /* the workspace pipeline/cuda_index.c gives the build without a cap */
+            s = (hkv_kshape){.kind = HKV_KN_CTKVR_BUILD, .H = H, .KH = KH, .d = d, .C = o.C,
+                             .rho = o.rho, .far = o.far_rows, .ws_bytes = (int64_t)256 << 20};
+            rc = add(&rs, "ctkvr index build, one prompt", "prompt", L, &s, err);
+        }
     }
     *n = rs.n;
     return rc;

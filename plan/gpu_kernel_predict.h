@@ -48,6 +48,9 @@ enum hkv_kernel_kind {
     HKV_KN_RECALL_TOP,      /* k_recall_top (recall_top.cu): the built ctkvr recall */
     HKV_KN_CTKVR_RECALL,    /* k_ctkvr_recall (ctkvr_recall.cu): recall + lists -> candidates */
     HKV_KN_WINDOW_SCORES,   /* k_ws_stats + k_ws_lse + k_ws_acc (window_scores.cu) */
+    HKV_KN_CTKVR_BUILD,     /* ctkvr's index at prompt end, one layer: k_build_cent, then per
+                               (KV head, centroid block) k_build_scores_mma + k_build_select
+                               (ctkvr_build.cu, ctkvr_scores_mma.cu) */
     HKV_KN_COUNT
 };
 
@@ -75,10 +78,11 @@ typedef struct hkv_kshape {
                              (hkv_kernel_decode_splits at split_rows) */
     int64_t split_rows;   /* decode, n_split 0: the max_rows the caller passes (0: keys) */
     int64_t nq, p0;       /* prefill: queries of the chunk, keys before it */
-    int64_t C, Cp, rho;   /* recall: centroids, recalled lists, list length */
+    int64_t C, Cp, rho;   /* recall, build: centroids, recalled lists, list length */
     int64_t cand;         /* ctkvr recall: candidates written per (sequence, KV head) */
-    int64_t far;          /* ctkvr recall: far-tier rows (bitmap words) */
+    int64_t far;          /* ctkvr recall: far-tier rows (bitmap words); build: keys ranked */
     int64_t window;       /* window scores: window rows (tokens) */
+    int64_t ws_bytes;     /* ctkvr build: the score workspace (centroids a launch) */
 } hkv_kshape;
 
 /* What the kernel moves and computes, per call (all launches of the call). */

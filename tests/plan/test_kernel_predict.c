@@ -199,16 +199,33 @@ static void step_rows(void) {
     hkv_kstep_row rows[32];
     int n = 0;
     CHECK(hkv_kernel_step_rows(&p, HKV_PRED_BUILT, rows, 32, &n, &err) == HKV_OK, "%s", err.msg);
-    int saw_recall = 0, saw_near = 0, saw_prefill = 0;
+    int saw_recall = 0, saw_near = 0, saw_prefill = 0, saw_build = 0;
     for (int i = 0; i < n; i++) {
+        if (rows[i].k.shape.kind == HKV_KN_CTKVR_BUILD) {
+            /* the prompt's index: every layer once; tensor FLOPs 2 KH C g far d, and the
+             * select's six passes over the fp32 scores dominate the bytes */
+            const hkv_kshape *b = &rows[i].k.shape;
+            const double sc = 8.0 * b->C * b->far * 4;
+            saw_build = !strcmp(rows[i].phase, "prompt") && rows[i].calls == c.n_layer &&
+                        b->KH == 8 && b->C == 2048 && b->far > 32000 &&
+                        rows[i].k.cost.flops[HKV_KU_TENSOR] == 2.0 * 8 * 2048 * 4 * b->far * 128 &&
+                        rows[i].k.cost.bytes > 7 * sc && rows[i].k.cost.bytes < 8 * sc &&
+                        rows[i].k.cost.serial;
+        }
         saw_recall |= !strcmp(rows[i].k.cost.name, "k_recall_top");
         saw_near |= rows[i].k.shape.kind == HKV_KN_ATTN_DECODE && rows[i].k.shape.keys == 260 &&
                     rows[i].k.shape.gather;
         saw_prefill |= rows[i].k.shape.kind == HKV_KN_ATTN_PREFILL && !strcmp(rows[i].phase, "prompt");
         CHECK(rows[i].k.time.t_s > 0 && rows[i].calls > 0, "row %s", rows[i].what);
     }
-    CHECK(saw_recall && saw_near && saw_prefill, "ctkvr rows: recall %d near %d prefill %d", saw_recall,
-          saw_near, saw_prefill);
+    CHECK(saw_recall && saw_near && saw_prefill && saw_build,
+          "ctkvr rows: recall %d near %d prefill %d index build %d", saw_recall, saw_near,
+          saw_prefill, saw_build);
+    p.policy = &hkv_policy_full;   /* no index, no build row */
+    CHECK(hkv_kernel_step_rows(&p, HKV_PRED_BUILT, rows, 32, &n, &err) == HKV_OK, "%s", err.msg);
+    for (int i = 0; i < n; i++)
+        CHECK(rows[i].k.shape.kind != HKV_KN_CTKVR_BUILD, "full: an index build row");
+    p.policy = &hkv_policy_ctkvr;
     CHECK(hkv_kernel_step_rows(&p, HKV_PRED_BUILT, rows, 3, &n, &err) == HKV_E_RANGE, "a short table");
     p.policy = &hkv_policy_quest;
     CHECK(hkv_kernel_step_rows(&p, HKV_PRED_BUILT, rows, 32, &n, &err) == HKV_E_UNSUPPORTED, "quest");

@@ -295,6 +295,10 @@ static void kshape_desc(const hkv_kstep_row *r, char *b, size_t n) {
         snprintf(b, n, "%lld rows x %d KV heads, C %lld, C' %lld%s", (long long)s->n, s->KH,
                  (long long)s->C, (long long)s->Cp, s->kind == HKV_KN_CTKVR_RECALL ? ", lists" : "");
         break;
+    case HKV_KN_CTKVR_BUILD:
+        snprintf(b, n, "C %lld x %d KV heads over %lld keys, rho %lld", (long long)s->C, s->KH,
+                 (long long)s->far, (long long)s->rho);
+        break;
     case HKV_KN_ROPE_TABLE:
         snprintf(b, n, "%lld rows x %d pairs", (long long)s->n, (s->rot > 0 ? s->rot : s->d) / 2);
         break;
@@ -473,7 +477,8 @@ static int plan_kernels(const pred_opts *o, const hkv_model_config *mc, hkv_err 
         printf("\nPREDICTION columns: MB = 1e6 bytes of device memory read + written per call; GFLOP "
                "on the unit named (tensor fp16: 2 per MMA multiply-add, including the hi/lo "
                "splits' repeats); FLOP/B their ratio; calls per decode step (layer kernels: n_layer "
-               "times) or per prompt (the prefill row: all its chunks and layers); us/call = "
+               "times) or per prompt (the prefill row: all its chunks, a layer a call; ctkvr's index "
+               "build: a layer a call); us/call = "
                "max(bytes / bandwidth, FLOPs / rate of each unit, launches x %.0f us)\n",
                ke.t_kernel * 1e6);
     return HKV_OK;
