@@ -597,14 +597,36 @@ static void own_rows_to_store(ctkvr *s, const ctkvr *src)
         }
 }
 
+/* src's key sketches of positions below n into s (same sketch kind: the
+ * fork checks it), so that the first step after a fork does not quantise
+ * the whole far tier of every layer again (149 ms a layer at 32K on two
+ * threads, in the step): the rows below n are the same rows in both. Far
+ * tiers of two formats (a shared index over converted rows) would sketch
+ * their own rows differently: then they are made again as select reaches
+ * them. */
+static void fork_sketches(ctkvr *s, const ctkvr *src, int64_t n)
+{
+    if (!s->skc || !src->skc || s->far_q8 != src->far_q8) return;
+    const size_t rb = hkv_ctkvr_sketch_code_bytes(s->c.sketch, s->d);
+    const size_t ng = (size_t)s->d / HKV_SKETCH_GROUP;
+    for (int64_t i = 0; i < (int64_t)s->L * s->KH; i++) {
+        const int64_t hi = hkv_min64(hkv_min64(src->heads[i].sk_hi, n), s->cap);
+        if (hi <= 0) continue;
+        memcpy(s->skc + (size_t)i * s->cap * rb, src->skc + (size_t)i * src->cap * rb,
+               (size_t)hi * rb);
+        memcpy(s->sks + (size_t)i * s->cap * ng, src->sks + (size_t)i * src->cap * ng,
+               (size_t)hi * ng * sizeof(float));
+        s->heads[i].sk_hi = hi;
+    }
+}
+
 /* A sequence starting with src's first n tokens, where src's prompt ended
  * (its index built, nothing decoded since): this instance, new and of the
  * same parameters, holds src's store by reference and copies of src's own
  * rows and per-head state; with copy, its own store becomes a copy of the
  * index src reads instead (an independent sequence: nothing shared, the
  * index a build from the same rows makes, without the build). Its key
- * sketches (per sequence) are made again from its own far rows as select
- * reaches them. */
+ * sketches (per sequence) are src's below n, copied (fork_sketches). */
 static int ctkvr_fork(void *self, const void *from, int64_t n, int copy, hkv_err *err)
 {
     ctkvr *s = self;
@@ -669,6 +691,7 @@ static int ctkvr_fork(void *self, const void *from, int64_t n, int copy, hkv_err
         h->head = src->heads[i].head, h->count = src->heads[i].count;
         h->dirty = -1;
     }
+    fork_sketches(s, src, n);
     return HKV_OK;
 }
 
@@ -704,6 +727,7 @@ static int ctkvr_create(hkv_policy *out, const hkv_policy_args *a, const hkv_pol
     ctkvr *s = hkv_host_calloc(env->mem, HKV_TIER_INDEX, sizeof *s, err);
     if (!s) return hkv_err_prefix(err, "ctkvr");
     s->kern = env->kern, s->mem = env->mem, s->c = c, s->n_threads = env->n_threads;
+    s->far_q8 = env->far_q8;
     s->L = sh->n_layer, s->H = sh->n_head, s->KH = sh->n_head_kv, s->d = sh->head_dim;
     s->g = s->H / s->KH;
     const size_t L = (size_t)s->L, KH = (size_t)s->KH, C = (size_t)c.C;

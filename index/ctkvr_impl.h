@@ -85,6 +85,7 @@ typedef struct ctkvr {
      * [n_layer][n_head_kv][cap][row bytes] and [n_layer][n_head_kv][cap][d / 32] */
     int8_t *skc;
     float *sks;
+    int far_q8;             /* the far rows the sketches are made from are 8-bit */
     int64_t cap;
     size_t lay_b, heads_b, own_b, skc_b, sks_b;
 } ctkvr;

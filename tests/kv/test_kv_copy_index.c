@@ -8,7 +8,10 @@
  *     decodes as its source;
  *   - where the source's index cannot be taken (the source has decoded
  *     since its prompt ended; the copy's far tier is 8-bit and the
- *     source's fp16) the copy builds its own, and decodes as a built one. */
+ *     source's fp16) the copy builds its own, and decodes as a built one;
+ *   - with key sketches (sketch=3), a copy holds its source's sketches of
+ *     every far row (not made again at its first step), byte for byte the
+ *     sketches a build from its rows makes, and decodes as a built one. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +57,42 @@ static int owns_index(const ctkvr *s) {
     for (int i = 0; i < s->L * s->KH; i++)
         if (s->own[i].map) return 0;
     return 1;
+}
+
+/* sketch=3: 1 copied from 0 (the sketches with the index), 2 copied and
+ * built again (sketches made from its rows at its prompt end). */
+static void sketch_copies(const hkv_cpu_kernels *kern, float *qkv, float *out) {
+    hkv_tiered_params p;
+    test_params(&p, &hkv_policy_ctkvr, NULL);
+    hkv_err err;
+    CHECK(hkv_policy_arg_set(&hkv_policy_ctkvr, &p.args, "sketch=3", &err) == HKV_OK, "%s", err.msg);
+    const hkv_kv_shape sh = {L, H, KH, D};
+    hkv_mem_account mem = {0};
+    hkv_kv kv;
+    CHECK(hkv_kv_tiered_create(&kv, &sh, 3, &p, kern, &mem, &err) == HKV_OK, "create: %s", err.msg);
+    const hkv_kv_ops *ops = kv.ops;
+    for (int s = 0; s < 3; s++)
+        CHECK(ops->seq_open(kv.self, s, CTX, &err) == HKV_OK, "open %d: %s", s, err.msg);
+    feed_prompt(&kv, 0, N_PROMPT, CHUNK, L, LD, H * D, 5, qkv, out);
+    CHECK(ops->seq_copy(kv.self, 1, 0, &err) == HKV_OK && ops->seq_copy(kv.self, 2, 0, &err) == HKV_OK &&
+              hkv_kv_set_policy(&kv, 2, &hkv_policy_ctkvr, &p.args, &err) == HKV_OK,
+          "sketch copies: %s", err.msg);
+    const ctkvr *c0 = instance(&kv, 0), *c1 = instance(&kv, 1), *c2 = instance(&kv, 2);
+    int sketched = c0 && c1 && c2 && c1->skc && c2->skc;
+    const size_t rb = hkv_ctkvr_sketch_code_bytes(3, D), ng = D / HKV_SKETCH_GROUP;
+    for (int i = 0; sketched && i < L * KH; i++) {
+        const int64_t hi = c2->heads[i].sk_hi;
+        sketched &= hi > N_PROMPT / 2 && c1->heads[i].sk_hi == hi && c0->heads[i].sk_hi == hi &&
+                    !memcmp(c1->skc + (size_t)i * c1->cap * rb, c2->skc + (size_t)i * c2->cap * rb,
+                            (size_t)hi * rb) &&
+                    !memcmp(c1->sks + (size_t)i * c1->cap * ng, c2->sks + (size_t)i * c2->cap * ng,
+                            (size_t)hi * ng * sizeof(float));
+    }
+    CHECK(sketched, "a copy does not hold its source's sketches of every far row, as a build makes "
+          "them");
+    CHECK(same_decode(&kv, 1, 2, N_PROMPT, 16, 1100), "a copy with sketches decodes unlike a built one");
+    kv.ops->destroy(kv.self);
+    CHECK(mem.bytes[HKV_TIER_INDEX] == 0, "sketch index bytes left: %zu", mem.bytes[HKV_TIER_INDEX]);
 }
 
 int main(void) {
@@ -145,6 +184,7 @@ int main(void) {
 
     kv.ops->destroy(kv.self);
     CHECK(mem.bytes[HKV_TIER_INDEX] == 0, "index bytes left: %zu", mem.bytes[HKV_TIER_INDEX]);
+    sketch_copies(&kern, qkv, out);
     free(qkv);
     free(out);
     if (fails) printf("%d failures\n", fails);

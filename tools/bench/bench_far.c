@@ -133,11 +133,16 @@ typedef struct dev_recall {
     int32_t fifo[2 * 64], dirty[64];   /* per KV head (--kv-heads <= 64) */
 } dev_recall;
 
+/* The buffers freed; fifo and dirty kept: a call that grows the buffers has
+ * just had recall_table write them (zeroing them there left the first step
+ * of every row with an empty FIFO: no centroid recalled, no far row read). */
 static void dev_recall_free(dev_recall *r)
 {
     free(r->slot), free(r->n), free(r->slots), free(r->sel), free(r->tsc), free(r->score);
     free(r->qn), free(r->cs), free(r->ct);
-    *r = (dev_recall){0};
+    r->slot = r->n = r->slots = r->sel = r->tsc = NULL;
+    r->score = r->qn = r->cs = r->ct = NULL;
+    r->cap_c = r->cap_k = 0;
 }
 
 static int device_recall(hkv_kv *kv, const hkv_cpu_kernels *kn, const hkv_seg *segs, int B,
