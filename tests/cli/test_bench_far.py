@@ -2,7 +2,7 @@
 """hetkv bench far (tools/bench/bench_far.c): the host's far step of one layer
 through the tiered cache, a small shape on 2 threads.
 
-Checks: the stream and gather probes in the header; a row per
+Checks: the stream and gather probes and the fp32 peak in the header; a row per
 (configuration, context, batch, scoring mode) with both probes' shares; bytes per
 step > 0 that grow with the batch; the same bytes with the selections'
 scoring shared by the threads and alone (the same selections: the shared
@@ -35,9 +35,11 @@ cmd = [hetkv, "bench", "far", "--ctx", "8192", "--batch", "1,3", "--kv-heads", "
 p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
 check(p.returncode == 0, "bench far runs", p.stderr.strip()[-300:])
 row = re.compile(r"^(\S+)( \[alone\])?\s+(\d+)\s+(\d+) \|\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+)%\s+(\d+)% \|\s+([\d.]+)$")
-head = re.search(r"probe ([\d.]+) GB/s, gather probe ([\d.]+) GB/s \(256-byte rows\)", p.stdout)
-check(head and float(head.group(1)) > 0 and float(head.group(2)) > 0,
-      "the header gives both probes, the gather's at the keys' row size", p.stdout.splitlines()[:1])
+head = re.search(r"probe ([\d.]+) GB/s, gather probe ([\d.]+) GB/s \(256-byte rows\), "
+                 r"fp32 FMA peak (\d+) GFLOP/s", p.stdout)
+check(head and float(head.group(1)) > 0 and float(head.group(2)) > 0 and int(head.group(3)) > 0,
+      "the header gives both probes, the gather's at the keys' row size, and the compute peak",
+      p.stdout.splitlines()[:1])
 rows = {}
 for line in p.stdout.splitlines():
     m = row.match(line)

@@ -50,6 +50,7 @@
 #include "host_mem.h"
 #include "kernels.h"
 #include "kv_tiered.h"
+#include "peak.h"
 #include "policy.h"
 #include "threads.h"
 
@@ -379,6 +380,11 @@ int hkv_bench_far_main(int argc, char **argv)
 
     const double probe = hkv_bandwidth_probe((size_t)1 << 30, 5);
     const double gather = hkv_gather_probe((size_t)1 << 30, (int)(2 * d), 5);
+    /* the compute ceiling too: a row far below both probes on a host whose
+     * vector units run below their usual rate (a shared or throttled VM)
+     * says so in its header rather than looking like a kernel's fault */
+    hkv_peak pk = {0};
+    const double fma = hkv_compute_peak(&pk, kn.isa, 3) ? 0 : pk.fp32_flops;
     /* twice the last-level caches, at least 64 MiB (512 MiB when hwloc does not say) */
     hkv_topo_info topo;
     size_t sweep_bytes = 0;
@@ -397,8 +403,9 @@ int hkv_bench_far_main(int argc, char **argv)
         for (int64_t i = 0; i < nw; i++) sweep[i] = (uint64_t)i;   /* paged in, by every thread */
     }
     printf("bench far: %lld KV heads, g %lld, d %lld; %d threads, %s kernels; probe %.1f GB/s, "
-           "gather probe %.1f GB/s (%lld-byte rows); %s\n", KH, g, d, T, hkv_isa_name(kn.isa),
-           probe / 1e9, gather / 1e9, 2 * d, sweep ? "caches swept before each step" : "caches warm");
+           "gather probe %.1f GB/s (%lld-byte rows), fp32 FMA peak %.0f GFLOP/s; %s\n", KH, g, d, T,
+           hkv_isa_name(kn.isa), probe / 1e9, gather / 1e9, 2 * d, fma / 1e9,
+           sweep ? "caches swept before each step" : "caches warm");
     printf("(recall of policies with a device part: %s)\n",
            dev_rec ? "the device's, made before each step as the pipeline's GPU makes it"
                    : "the host's own, timed");
