@@ -340,7 +340,9 @@ class Build:
             names = []
             for t in json.loads(r.stdout):
                 rel = os.path.relpath(t["filename"][0], self.dir)
-                if t["type"] == "executable" and rel.startswith(("tests/gpu/", "tests/emu/")):
+                # (tools/hetkv: gpu_bench_kernels runs it)
+                if t["type"] == "executable" and (rel.startswith(("tests/gpu/", "tests/emu/")) or
+                                                  rel == "tools/hetkv"):
                     names.append(rel)
             self.targets = names
 
