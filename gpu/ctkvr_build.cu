@@ -5,8 +5,9 @@
  * for every far key p goes into a [cb][n_far] fp32 workspace, on tensor
  * cores where they run (ctkvr_scores_mma.cu), else by k_build_scores here
  * (CUDA cores: tiles of 64 keys and up to 4 centroids staged in shared
- * memory as fp16, every head size and 4-byte alignment); then k_build_select, one block per centroid, finds the rho-th largest
- * score by a 4-pass 8-bit radix select on order-preserving integer keys and
+ * memory as fp16, every head size and 4-byte alignment); then
+ * k_build_select, one block per centroid, finds the rho-th largest score by
+ * a 4-pass 8-bit radix select on order-preserving integer keys and
  * writes the rho best positions: all keys above that value, then the ties
  * in increasing position (the host's tie rule). cb is what the caller's
  * workspace holds, so memory is cb * n_far * 4 bytes: scores of all n
