@@ -21,8 +21,10 @@
 #              context), at the largest batch the cap admits (bench
 #              --admit-only, tried from 16 down), the prompt's own sequence in
 #              the batch so the device holds the batch once;
-# first the device's policy kernels alone (bench kernels --only policy: ctkvr's
-# recall among them), then per context as above; then `hetkv plan --predict`
+# first the device's policy kernels alone (bench kernels --only policy,sync: ctkvr's
+# recall and index build among them, and the host's wait for the device asleep
+# and polling), then per context as above, then ctkvr at 32K batch 1 with the
+# host asleep on its waits (the A/B of --gpu-spin-us); `hetkv plan --predict`
 # for the same rows (this host's probe), and
 # bench/headline_rows.py, which gathers every row into OUT/headline.json and
 # OUT/headline.md. Each bench writes its rows as they are measured
@@ -62,7 +64,7 @@ split_batches() {
 
 # the device's policy kernels alone first (~10 s): ctkvr's recall, whose latency was
 # the suspect behind the first run's per-layer waits (kernels_policy.json, "recall")
-step kernels_policy 60 sh -c "\"$HKV\" bench kernels --device cuda --only policy --quick --json \
+step kernels_policy 60 sh -c "\"$HKV\" bench kernels --device cuda --only policy,sync --quick --json \
     >\"$OUT/kernels_policy.json\" 2>\"$OUT/kernels_policy.log\""
 
 split_step() { # NAME CTX
@@ -117,5 +119,16 @@ for ctx in $CTXS; do
             2>>\"$OUT/plan_predict.log\""
     fi
 done
+# A/B of the host's wait for the device: ctkvr at batch 1, the host asleep on
+# each layer's event (--gpu-spin-us 0) instead of polling it (the default);
+# the first run's 0.5-0.6 ms a layer in which neither side worked (H200,
+# 2026-11-30) was measured asleep. kernels_policy.json's sync rows time the
+# bare wait both ways.
+AB=${HEADLINE_SLEEP_AB_CTX:-32768}
+case " $CTXS " in *" $AB "*)
+    step "split_${AB}_sleep" "$(split_limit "$AB")" sh -c "\"$HKV\" bench $MODEL --device cuda \
+        --gpu-mem $GPU_MEM --ctx $AB --batch 1 --steps $STEPS --chunk $CHUNK --configs ctkvr \
+        --gpu-spin-us 0 -o jsonl >\"$OUT/split_${AB}_sleep.jsonl\" 2>\"$OUT/split_${AB}_sleep.log\"" ;;
+esac
 python3 "$(dirname "$0")/headline_rows.py" "$OUT" >>"$LOG" 2>&1 || echo "headline_rows.py failed" | tee -a "$SUM"
 echo "total $(($(date +%s) - T0)) s" | tee -a "$SUM"

@@ -30,7 +30,7 @@ KEEP = ["config", "spec", "policy", "budget", "ctx", "batch", "gpu_mem", "decode
         "dev_wait_cpu_ms", "dev_near_ms", "dev_products_ms", "dev_total_ms", "dev_h2d_mb",
         "dev_d2h_mb", "host_bytes_per_token", "host_roofline_tok_s", "probe_gbs", "far_kv",
         "prefill_h2d_gb", "prefill_rows_streamed", "dev_graph_steps", "threads", "device",
-        "commit", "date"]
+        "commit", "date", "dev_cpu_waits", "dev_cpu_waits_slept"]
 
 
 def read_jsonl(path: str) -> list[dict]:
@@ -65,6 +65,10 @@ def main() -> int:
             for r in read_jsonl(path):
                 row = {"kind": kind, "file": os.path.basename(path)}
                 row.update({k: r.get(k) for k in KEEP})
+                # the host's wait for the device: the A/B row asleep on the event
+                row["wait"] = "sleep" if path.endswith("_sleep.jsonl") else "default"
+                if row["wait"] == "sleep" and row["config"]:
+                    row["config"] += " (--gpu-spin-us 0)"
                 rows.append(row)
     refused = []
     for path in sorted(glob.glob(os.path.join(out, "split_*.log")) +
@@ -83,7 +87,7 @@ def main() -> int:
         except ValueError:   # a step stopped mid-write
             kj = {}
         for k in kj.get("rows", []):
-            if k.get("group") in ("policy", "recall"):
+            if k.get("group") in ("policy", "recall", "index", "sync"):
                 kernels.append({"group": k["group"], "kernel": k.get("kernel"), "shape": k.get("shape"),
                                 "us": k.get("us"), "gbs": k.get("gbs"),
                                 "emulated": bool(k.get("emulated"))})
@@ -130,7 +134,11 @@ def main() -> int:
         md.append("| " + " | ".join([
             r["kind"], r["config"] or "-", str(r["ctx"]), str(r["batch"]), fmt(r["decode_tok_s"]),
             fmt(r["predicted_tok_s"]), fmt(r["ttft_s"]), fmt(r["step_ms"], 2),
-            fmt(r["dev_cpu_busy_ms"], 2), fmt(r["dev_cpu_wait_ms"], 2), fmt(r["dev_wait_cpu_ms"], 2),
+            fmt(r["dev_cpu_busy_ms"], 2),
+            fmt(r["dev_cpu_wait_ms"], 2) + (f" ({fmt(r['dev_cpu_waits_slept'], 0)} of "
+                                            f"{fmt(r['dev_cpu_waits'], 0)} slept)"
+                                            if r.get("dev_cpu_waits") is not None else ""),
+            fmt(r["dev_wait_cpu_ms"], 2),
             fmt(r["dev_products_ms"], 2), fmt(r["dev_near_ms"], 2),
             f"{fmt(r['dev_h2d_mb'])} / {fmt(r['dev_d2h_mb'])}",
             fmt(r["host_bytes_per_token"] / 1e6 if r["host_bytes_per_token"] else None),

@@ -100,6 +100,11 @@ int hkv_gpu_event_create(void **event, hkv_err *err);
 void hkv_gpu_event_destroy(void *event);
 int hkv_gpu_event_record(void *event, void *stream, hkv_err *err);
 int hkv_gpu_event_sync(void *event, hkv_err *err);
+/* Wait for an event, polling it for up to spin_us microseconds before
+ * sleeping in event_sync: a sleeping thread is woken by the driver's
+ * interrupt, which on a virtual machine can take longer than the work
+ * waited for. *slept (may be NULL): 1 when the poll ran out. */
+int hkv_gpu_event_wait(void *event, double spin_us, int *slept, hkv_err *err);
 int hkv_gpu_stream_wait(void *stream, void *event, hkv_err *err);
 int hkv_gpu_event_elapsed(void *start, void *end, float *ms, hkv_err *err);
 /* 1 when the work before the event's last record has completed (without waiting). */

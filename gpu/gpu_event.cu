@@ -2,6 +2,7 @@
  * device work with host work is built from these), the spin that keeps a
  * stream busy while a benchmark queues work behind it, and graphs: a
  * stream's work captured and replayed whole. */
+#include <sched.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -53,6 +54,36 @@ extern "C" int hkv_gpu_event_record(void *event, void *stream, hkv_err *err)
 
 extern "C" int hkv_gpu_event_sync(void *event, hkv_err *err)
 {
+    HKV_CUDA_TRY(err, cudaEventSynchronize((cudaEvent_t)event));
+    return HKV_OK;
+}
+
+static double wait_clock_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+extern "C" int hkv_gpu_event_wait(void *event, double spin_us, int *slept, hkv_err *err)
+{
+    if (slept) *slept = 0;
+    if (spin_us > 0) {
+        const double end = wait_clock_s() + spin_us * 1e-6;
+        for (;;) {
+            const cudaError_t e = cudaEventQuery((cudaEvent_t)event);
+            if (e == cudaSuccess) return HKV_OK;
+            if (e != cudaErrorNotReady) return hkv_gpu_fail(err, e, "cudaEventQuery");
+            cudaGetLastError();   /* "not ready" must not become the next launch's error */
+            if (wait_clock_s() >= end) break;
+#ifdef HKV_CUDA_EMU
+            sched_yield();   /* the emulated device runs on these cores */
+#elif defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#endif
+        }
+    }
+    if (slept) *slept = 1;
     HKV_CUDA_TRY(err, cudaEventSynchronize((cudaEvent_t)event));
     return HKV_OK;
 }

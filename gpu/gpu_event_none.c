@@ -25,6 +25,12 @@ int hkv_gpu_event_sync(void *event, hkv_err *err)
     (void)event;
     return NO_CUDA(err, "GPU event");
 }
+int hkv_gpu_event_wait(void *event, double spin_us, int *slept, hkv_err *err)
+{
+    (void)event, (void)spin_us;
+    if (slept) *slept = 0;
+    return NO_CUDA(err, "GPU event");
+}
 int hkv_gpu_stream_wait(void *stream, void *event, hkv_err *err)
 {
     (void)stream, (void)event;

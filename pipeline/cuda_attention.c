@@ -88,6 +88,17 @@ static int check_empty(const cuda_be *b, int layer, int64_t n, hkv_err *err) {
     return HKV_OK;
 }
 
+/* The host's wait for the device's rows inside a step: polled, then slept
+ * (hkv_cuda_params.wait_spin_us); counted when they were not there yet. */
+int cb_wait(cuda_be *b, void *ev, hkv_err *err) {
+    if (hkv_gpu_event_done(ev)) return HKV_OK;
+    int slept = 0;
+    const int rc = hkv_gpu_event_wait(ev, b->spin_us, &slept, err);
+    b->stats.host_waits++;
+    b->stats.host_waits_slept += slept;
+    return rc;
+}
+
 /* The deferred host steps in layer order: all of them, or (ready_only)
  * those at the front whose QKV rows have landed, so that the host does them
  * while the device works through the layers queued after them. */
@@ -100,7 +111,7 @@ static int df_run(cuda_be *b, int ready_only, hkv_err *err) {
         if (ready_only && (b->gr.capturing || !hkv_gpu_event_done(b->ev[4 * l]))) return HKV_OK;
         const float *hq = (const float *)b->h_qkv.p + (size_t)l * b->df_n * b->qkv_w;
         double t0 = hkv_now();
-        if ((rc = hkv_gpu_event_sync(b->ev[4 * l], err))) break;
+        if ((rc = cb_wait(b, b->ev[4 * l], err))) break;
         double t1 = hkv_now();
         rc = kv->ops->layer_step_far(kv->self, l, b->df_segs, b->df_nsegs, hq, b->qkv_w, b->h_fo.p,
                                      b->qd, b->h_fl.p, NULL, err);
@@ -150,7 +161,7 @@ static int att_end(cuda_be *b, cb_half *h, hkv_err *err) {
     h->open = 0;
     half_swap(b, h);   /* this half's device results in place, the caller's kept in h */
     double t0 = hkv_now();
-    if ((rc = hkv_gpu_event_sync(ev[0], err))) goto out;
+    if ((rc = cb_wait(b, ev[0], err))) goto out;
     double t1 = hkv_now();
     /* the device's parts of the selection: recall, kept sets, selections */
     const hkv_recall_rows *rec = cb_recall_result(b, r0, n);

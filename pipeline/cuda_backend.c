@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cuda_backend_impl.h"
+#include "device.h"
 #include "qmat_panel.h"
 #include "kv_far.h"
 
@@ -755,6 +756,10 @@ int hkv_cuda_backend_create(hkv_backend *be, struct hkv_engine *e, const hkv_cud
     b->gemm = p->gemm;
     b->profile = p->profile;
     b->lockstep = p->lockstep;
+    b->spin_us = p->wait_spin_us > 0    ? p->wait_spin_us
+                 : p->wait_spin_us < 0 ? 0
+                 : strcmp(hkv_gpu_backend(), "cuda-emu") ? HKV_WAIT_SPIN_US_DEFAULT
+                                                          : 0;
     b->offload_mem = p->offload_mem;
     b->NL = c->n_layer, b->H = c->n_head, b->KH = c->n_head_kv, b->d = c->head_dim;
     const hkv_near_window w = hkv_kv_near_window(&e->kv);

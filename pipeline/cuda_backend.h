@@ -71,7 +71,20 @@ typedef struct hkv_cuda_params {
     int resident_prefixes; /* prefix slots of a whole context each: a prefix that resident
                               sequences share by reference (hkv_far_view.shared_id) kept
                               once on the device for all of them. 0: none */
+    int wait_spin_us;      /* the host's waits for the device inside a step (a layer's QKV rows
+                              before its far part, a deferred step's rows) poll the event for up
+                              to this many us before sleeping on it: a sleeping thread is woken
+                              by the driver's interrupt, slow on a virtual machine, and the
+                              waiting thread's team has nothing to do meanwhile. -1: sleep at
+                              once; 0: HKV_WAIT_SPIN_US_DEFAULT (under the emulator, whose
+                              device runs on the host's cores: sleep at once) */
 } hkv_cuda_params;
+
+/* 2 ms: longer than a layer's device work between the host's far part and
+ * the next layer's QKV rows at the batches the split runs (Llama-3-8B's
+ * products at batch 8: ~0.25 ms a layer on an H200), so a wait ends in the
+ * poll; a longer one (a prompt chunk) sleeps after it. */
+#define HKV_WAIT_SPIN_US_DEFAULT 2000
 
 /* 256 rows: at Llama-3-8B's shape 8 KV heads x 256 rows of 512 bytes of K
  * and of V per copy, and a tail the host attends in microseconds. */
@@ -113,6 +126,10 @@ typedef struct hkv_pipeline_stats {
                                    the far tier through the device (no room for the copy) */
     double cpu_busy;            /* s: host far-tier attention (policy select + sparse) */
     double cpu_wait_dev;        /* s: host blocked until the device's QKV arrived */
+    int64_t host_waits;         /* the host's waits for the device's rows (a layer's far part,
+                                   a deferred step) that found them not yet there */
+    int64_t host_waits_slept;   /* of which outlasted the poll (hkv_cuda_params.wait_spin_us)
+                                   and slept on the event */
     double dev_near;            /* s: device near-tier append + attention */
     double dev_wait_cpu;        /* s: device idle from its near partial to the far partial */
     double dev_products;        /* s: device time in the weight products (the layers' QKV, O,

@@ -246,6 +246,7 @@ typedef struct cuda_be {
     int gemm;                       /* hkv_cuda_params.gemm */
     int profile;                    /* hkv_cuda_params.profile */
     int lockstep;                   /* hkv_cuda_params.lockstep: never defer a host step */
+    double spin_us;                 /* hkv_cuda_params.wait_spin_us resolved: 0 sleeps at once */
     size_t offload_mem;           /* hkv_cuda_params.offload_mem (0: no cap) */
     int64_t qd, qkv_w;
     /* weights */
@@ -488,5 +489,8 @@ int cb_attention_begin(void *self, int mb, int layer, const hkv_seg *segs, int n
                        int64_t n, hkv_err *err);
 int cb_attention_end(void *self, int mb, hkv_err *err);
 int cb_settle_halves(cuda_be *b, hkv_err *err);
+/* The host waits for event ev of the step in flight (a layer's QKV rows):
+ * polled for b->spin_us, then asleep; counted in host_waits(_slept). */
+int cb_wait(cuda_be *b, void *ev, hkv_err *err);
 
 #endif

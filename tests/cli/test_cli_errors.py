@@ -90,6 +90,8 @@ cases = [
     ("gpu-lockstep without cuda", [hetkv, "run", *M, "-p", "x", "--gpu-lockstep"], 1, "needs --device cuda"),
     ("gpu-no-graphs without cuda", [hetkv, "run", *M, "-p", "x", "--gpu-no-graphs"], 1, "needs --device cuda"),
     ("gpu-pingpong without cuda", [hetkv, "bench", *M, "--gpu-pingpong"], 1, "needs --device cuda"),
+    ("gpu-spin-us without cuda", [hetkv, "run", *M, "-p", "x", "--gpu-spin-us", "100"], 1, "needs --device cuda"),
+    ("gpu-spin-us absurd", [hetkv, "run", *M, "-p", "x", "--device", "cuda", "--gpu-spin-us", "5000000"], 2, "--gpu-spin-us"),
     ("info gpu-mem without cuda", [hetkv, "info", "--gpu-mem", "8G"], 1, "needs --device cuda"),
     ("bad device", [hetkv, "run", *M, "-p", "x", "--device", "tpu"], 2, "not cpu or cuda"),
     # without a GPU: names why; with one (or the emulator's 4 GiB): the plan's verdict

@@ -11,7 +11,8 @@ attention with rows in order and through an index list; prefill attention at
 two positions; rocketkv's stage 2, its two kernels alone, the push and the
 token keep; ctkvr's centroid recall for 1 and 8 rows; ctkvr's index build of a
 layer on both score kernels, CUDA and tensor cores), each with a time, bytes and GB/s, and the probe's share where
-its bytes are DRAM's. On a GPU: every shape and width of the full set. Under
+its bytes are DRAM's; the host's wait for a kernel and for a layer's round trip, asleep and
+polled, each no shorter than the kernel waited for. On a GPU: every shape and width of the full set. Under
 the emulator: the subset, every row "emulated": true, no data sheet, and
 every row printed (on stderr, with --json) labelled "emulated: not a speed".
 Without a device: exit 1 with an error that says why, no crash.
@@ -69,7 +70,7 @@ def main(argv=None) -> int:
         printed = [ln for ln in p.stderr.splitlines()
                    if ln.split()[:1] and ln.split()[0] in ("copy", "product", "attn_decode",
                                                           "attn_prefill", "policy", "recall",
-                                                          "index")]
+                                                          "index", "sync")]
         check(len(printed) == len(rows) and all("emulated: not a speed" in ln for ln in printed),
               f"{len(printed)} rows printed on stderr, each labelled 'emulated: not a speed'")
 
@@ -124,8 +125,16 @@ def main(argv=None) -> int:
                   and r["g"] == 4 and r["d"] == 128 and r["path"] == r["kernel"].split()[-1]
                   for r in bld),
           f"ctkvr build: {[(r['kernel'], r.get('n_far')) for r in bld]}")
+    # the host's waits, wall clock: none can return before the kernel it waits for ran
+    syn = [r for r in rows if r["group"] == "sync"]
+    check([(r["kernel"], r["wait"]) for r in syn]
+          == [("wait slept", "sleep"), ("wait polled", "poll"),
+              ("round trip slept", "sleep"), ("round trip polled", "poll")]
+          and all(r["us"] >= r["kernel_us"] == 20 and r["reps"] >= 5 for r in syn)
+          and all((r["up_bytes"] > 0) == r["kernel"].startswith("round trip") for r in syn),
+          f"sync: {[(r['kernel'], r['us']) for r in syn]}")
     bad = [r["kernel"] + " " + r["shape"] for r in rows
-           if not (r["us"] > 0 and r["bytes"] > 0 and r["gbs"] > 0 and r["reps"] >= 1
+           if r["group"] != "sync" and not (r["us"] > 0 and r["bytes"] > 0 and r["gbs"] > 0 and r["reps"] >= 1
                    and (r["link"] == "pcie" or r["probe_frac"] is not None)
                    and (r["group"] == "copy" or (r["group"] == "policy" and r["unit"] == "none")
                         or r["flops"] > 0))]

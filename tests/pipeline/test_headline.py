@@ -10,7 +10,9 @@ checks what bench/headline_rows.py gathered: a row per (policy, batch) with
 the far tier on the host and its timeline, host bytes and time to first
 token; one dense row with the whole context on the device (no host far
 work); the split-over-dense ratio; the predictions' rows; the device's
-policy kernels timed alone (ctkvr's recall); and the row file a stopped step
+policy kernels timed alone (ctkvr's recall) and the host's wait for the
+device (asleep, polled); ctkvr's A/B row with the host asleep on every wait
+(--gpu-spin-us 0); and the row file a stopped step
 leaves (each row written as it is measured). Exit 0 passed, 1
 failed."""
 from __future__ import annotations
@@ -37,7 +39,7 @@ def main() -> int:
         env = dict(os.environ, HKV_EMU_MEM="4G", HEADLINE_MODEL="--synthetic smollm2-135m@2",
                    HEADLINE_GPU_MEM="1G", HEADLINE_CTX="512", HEADLINE_BATCH_512="1,2",
                    HEADLINE_STEPS="2", HEADLINE_CHUNK="256", HEADLINE_CONFIGS="ctkvr;quest",
-                   HEADLINE_PREDICT="h200")
+                   HEADLINE_PREDICT="h200", HEADLINE_SLEEP_AB_CTX="512")
         r = subprocess.run(["bash", os.path.join(ROOT, "bench", "gpu_headline.sh"), build, out, "600"],
                            env=env, capture_output=True, text=True, timeout=900)
         print(r.stdout[-3000:], r.stderr[-3000:])
@@ -50,7 +52,13 @@ def main() -> int:
             check(False, "headline.json written")
             return 1
         h = json.load(open(path))
-        split = [x for x in h["rows"] if x["kind"] == "split"]
+        split = [x for x in h["rows"] if x["kind"] == "split" and x["wait"] == "default"]
+        # the A/B of the host's wait: ctkvr at batch 1 asleep on every event
+        ab = [x for x in h["rows"] if x["wait"] == "sleep"]
+        check(len(ab) == 1 and ab[0]["policy"] == "ctkvr" and ab[0]["batch"] == 1
+              and "--gpu-spin-us 0" in ab[0]["config"] and ab[0]["dev_cpu_waits"] > 0
+              and ab[0]["dev_cpu_waits_slept"] == ab[0]["dev_cpu_waits"],
+              f"the sleep A/B row: {[(x['config'], x['dev_cpu_waits'], x['dev_cpu_waits_slept']) for x in ab]}")
         dense = [x for x in h["rows"] if x["kind"] == "dense"]
         got = sorted((x["policy"], x["batch"]) for x in split)
         check(got == [("ctkvr", 1), ("ctkvr", 2), ("quest", 1), ("quest", 2)], f"split rows {got}")
@@ -80,6 +88,9 @@ def main() -> int:
         check(any(k["kernel"] == "ctkvr recall" and k["us"] and k["us"] > 0 for k in kern)
               and "ctkvr recall" in open(os.path.join(out, "headline.md")).read(),
               f"the recall kernel's row: {[(k['kernel'], k['us']) for k in kern]}")
+        check({k["kernel"] for k in kern if k["group"] == "sync"}
+              == {"wait slept", "wait polled", "round trip slept", "round trip polled"},
+              "the host's wait for the device timed alone, asleep and polled")
         rows = [ln for ln in open(os.path.join(out, "split_512.jsonl")) if ln.startswith("{")]
         check(len(rows) == 4, f"split_512.jsonl: one line a row ({len(rows)})")
     print(f"test_headline: {'FAILED' if fails else 'passed'}")

@@ -259,6 +259,10 @@ def main(argv=None) -> int:
                          "device part (full) must have replayed decode steps as CUDA graphs "
                          "(graph_steps > 0, a graph recorded per batch shape), one with a device "
                          "part none (pipeline/cuda_graph.c)")
+    ap.add_argument("--expect-waits", action="store_true",
+                    help="hetkv run --device cuda with --gpu-spin-us 0 (every wait for the "
+                         "device's rows sleeps on its event) and with a 1 s poll (none sleeps) "
+                         "gives the CPU path's tokens, and the timeline counts the waits so")
     ap.add_argument("--expect-pingpong", action="store_true",
                     help="with --device-args=--gpu-pingpong: hetkv bench --device cuda at batch 4 "
                          "must run micro-batch steps (pingpong_steps > 0) for each policy")
@@ -435,6 +439,28 @@ def main(argv=None) -> int:
                            f"{tl.get('host_deferred_steps')} of {tl.get('layer_steps')} layer steps, "
                            f"lockstep {tk_tl.get('host_deferred_steps')}; fallbacks "
                            f"{fallbacks(tl)}, lockstep {fallbacks(tk_tl)}")
+        if a.expect_waits:   # the host's waits for the device: slept, or polled to the end
+            for name, pol in cases.items():
+                if only and name.split()[0] not in only:
+                    continue
+                got = {}
+                for dev in (["cpu"], ["cuda", "--gpu-spin-us", "0"],
+                            ["cuda", "--gpu-spin-us", "1000000"]):
+                    p = run([hetkv, "run", "-m", model, "-p", RUN_PROMPT, "-n", "8", "--temp", "0",
+                             "--json", "--device", *dev, *NEAR, *pol], a.timeout)
+                    try:
+                        j = json.loads(p.stdout.strip().splitlines()[-1])
+                        got[dev[-1]] = (j["tokens"], j.get("device", {}).get("timeline", {}))
+                    except (ValueError, IndexError) as e:
+                        got[dev[-1]] = (f"exit {p.returncode}: {e}: {p.stderr.strip()[-300:]}", {})
+                (tc, _), (ts, sl), (tp, po) = got["cpu"], got["0"], got["1000000"]
+                res.report(tc == ts == tp and sl.get("host_waits", 0) > 0
+                           and sl.get("host_waits_slept") == sl.get("host_waits")
+                           and po.get("host_waits", 0) > 0 and po.get("host_waits_slept") == 0,
+                           f"run {name}: the host's waits slept, or polled to the end",
+                           f"cpu {tc} sleep {ts} poll {tp}; waits (slept) "
+                           f"{sl.get('host_waits')} ({sl.get('host_waits_slept')}), "
+                           f"{po.get('host_waits')} ({po.get('host_waits_slept')})")
         if a.expect_pingpong:   # the decode steps ran as two micro-batches
             for name, pol in cases.items():
                 if only and name.split()[0] not in only or "--draft" in pol:

@@ -252,8 +252,10 @@ static const char usage[] =
     "TFLOP/s, shares of the probe (probe%), of the card's data sheet (sheet%, '-' for a\n"
     "card not in the table) and of its peak for the unit (flop%), and the host's enqueue\n"
     "time per call. Under the CUDA emulator: a small subset, every row labelled 'emulated:\n"
-    "not a speed'. --only q4,q8,f16,attention,policy: those rows (a comma list; the copies\n"
-    "always run, they are the probe).\n\n";
+    "not a speed'. --only q4,q8,f16,attention,policy,sync: those rows (a comma list; the\n"
+    "copies always run, they are the probe). The sync rows are wall-clock: the host's wait\n"
+    "for a short kernel, and for one layer's round trip of the split at batch 1, asleep on\n"
+    "the event against polling it (--gpu-spin-us).\n\n";
 
 /* The options as given; hkv_bench_gpu_main moves them into its bg. */
 typedef struct gpu_opts {
@@ -270,17 +272,17 @@ static int parse_gpu_device(void *base, const char *opt, const char *v, hkv_err 
 
 static int parse_only(void *base, const char *opt, const char *v, hkv_err *err) {
     (void)opt;
-    static const char *const names[] = {"q4", "q8", "f16", "attention", "policy"};
+    static const char *const names[] = {"q4", "q8", "f16", "attention", "policy", "sync"};
     gpu_opts *o = base;
     o->only = 0;
     for (const char *tok = v; tok && *tok;) {
         const char *comma = strchr(tok, ',');
         const size_t len = comma ? (size_t)(comma - tok) : strlen(tok);
         int k = 0;
-        while (k < 5 && !(strlen(names[k]) == len && !strncmp(names[k], tok, len))) k++;
-        if (k == 5)
+        while (k < 6 && !(strlen(names[k]) == len && !strncmp(names[k], tok, len))) k++;
+        if (k == 6)
             return hkv_seterr(err, HKV_E_INVAL, "bench kernels: --only %s: '%.*s' is not one of "
-                              "q4, q8, f16, attention, policy", v, (int)len, tok);
+                              "q4, q8, f16, attention, policy, sync", v, (int)len, tok);
         o->only |= 1u << k;
         tok = comma ? comma + 1 : NULL;
     }
@@ -308,7 +310,7 @@ static const hkv_opt gpu_opts_table[] = {
     {.name = "--reps", .arg = "N", .kind = HKV_OPT_FN, .fn = parse_reps,
      .help = "timed repetitions per row, 1..64 (default 10)"},
     {.name = "--only", .arg = "LIST", .kind = HKV_OPT_FN, .fn = parse_only,
-     .help = "q4,q8,f16,attention,policy: only those rows"},
+     .help = "q4,q8,f16,attention,policy,sync: only those rows"},
     {0},
 };
 
@@ -371,7 +373,7 @@ int hkv_bench_gpu_main(int argc, char **argv)
     }
     if ((rc = bg_run_copies(&b, &err)) || (rc = bg_run_products(&b, &err)) ||
         (rc = bg_run_attention(&b, &err)) || (rc = bg_run_policy(&b, &err)) ||
-        (rc = bg_run_recall(&b, &err)) || (rc = bg_run_build(&b, &err)))
+        (rc = bg_run_recall(&b, &err)) || (rc = bg_run_build(&b, &err)) || (rc = bg_run_sync(&b, &err)))
         goto out;
     if (b.json) rc = print_json(&b, &dev[0], &err);
 out:

@@ -18,7 +18,7 @@ enum bg_unit { BG_NONE = 0, BG_FP32, BG_TENSOR, BG_TENSOR_SPLIT };
 enum bg_link { BG_DRAM = 0, BG_PCIE };
 
 typedef struct bg_row {
-    char group[16];      /* copy, product, attn_decode, attn_prefill, policy */
+    char group[16];      /* copy, product, attn_decode, attn_prefill, policy, sync */
     char kernel[40];     /* "d2d", "q4 gemv", "q4 gemm split", ... */
     char shape[80];      /* for people */
     json_t *params;      /* the shape as JSON members ({"rows":4096,...}); bg_add's */
@@ -31,7 +31,7 @@ typedef struct bg_row {
 
 /* --only: the rows to run (the copies always run: they are the probe) */
 enum { BG_ONLY_Q4 = 1, BG_ONLY_Q8 = 2, BG_ONLY_F16 = 4, BG_ONLY_ATTENTION = 8, BG_ONLY_POLICY = 16,
-       BG_ONLY_ALL = 31 };
+       BG_ONLY_SYNC = 32, BG_ONLY_ALL = 63 };
 
 typedef struct bg {
     hkv_gpu_ctx *ctx;
@@ -77,5 +77,6 @@ int bg_run_attention(bg *b, hkv_err *err);
 int bg_run_policy(bg *b, hkv_err *err);
 int bg_run_recall(bg *b, hkv_err *err);
 int bg_run_build(bg *b, hkv_err *err);
+int bg_run_sync(bg *b, hkv_err *err);
 
 #endif

@@ -242,6 +242,8 @@ static json_t *point_row(const point *q, const row_ctx *x) {
 #define PL(name, expr) json_object_set_new(r, name, pl ? json_real((expr) / ns) : json_null())
     PL("dev_cpu_busy_ms", pl->cpu_busy * 1e3);
     PL("dev_cpu_wait_ms", pl->cpu_wait_dev * 1e3);
+    PL("dev_cpu_waits", (double)pl->host_waits);
+    PL("dev_cpu_waits_slept", (double)pl->host_waits_slept);
     PL("dev_wait_cpu_ms", pl->dev_wait_cpu * 1e3);
     PL("dev_near_ms", pl->dev_near * 1e3);
     PL("dev_products_ms", pl->dev_products * 1e3);

@@ -67,6 +67,13 @@ static int parse_prompt_keys(void *base, const char *opt, const char *v, hkv_err
     return rc;
 }
 
+static int parse_spin_us(void *base, const char *opt, const char *v, hkv_err *err) {
+    long long x;
+    int rc = hkv_arg_int(opt, v, 0, 1000000, &x, err);
+    if (!rc) ((hkv_device_cli *)base)->spin_us = x ? (int)x : -1;
+    return rc;
+}
+
 static int parse_prompt_block(void *base, const char *opt, const char *v, hkv_err *err) {
     long long x;
     int rc = hkv_arg_int(opt, v, 1, (long long)1 << 40, &x, err);
@@ -151,6 +158,10 @@ const hkv_opt hkv_device_opts[] = {
     {.name = "--gpu-pingpong", .kind = HKV_OPT_FLAG, .off = offsetof(hkv_device_cli, pingpong),
      .help = "micro-batch ping-pong: a decode batch of 2+ rows in two halves,\n"
              "one's host far-tier part overlapping the other's device products"},
+    {.name = "--gpu-spin-us", .arg = "N", .kind = HKV_OPT_FN, .fn = parse_spin_us,
+     .help = "the host's waits for the device inside a step poll for up to N us\n"
+             "before sleeping (default 2000; 0: sleep at once, the driver's\n"
+             "interrupt waking the thread; under the emulator the default is 0)"},
     {.name = "--gpu-prompt-keys", .arg = "N", .kind = HKV_OPT_FN, .fn = parse_prompt_keys,
      .help = "the most prompt tokens whose K/V the device keeps while a prompt\n"
              "is fed (default: as many as fit); each chunk attends the keys past\n"
@@ -244,6 +255,9 @@ int hkv_device_cli_cap(const hkv_device_cli *d, uint64_t *cap, char *desc, size_
             return hkv_seterr(err, HKV_E_INVAL, "--gpu-pingpong splits the GPU pipeline's batch: it needs --device cuda");
         if (d->no_graphs)
             return hkv_seterr(err, HKV_E_INVAL, "--gpu-no-graphs changes how the GPU's steps are queued: it "
+                              "needs --device cuda");
+        if (d->spin_us)
+            return hkv_seterr(err, HKV_E_INVAL, "--gpu-spin-us is how the host waits for the GPU: it "
                               "needs --device cuda");
         if (d->prompt_keys || d->prompt_block)
             return hkv_seterr(err, HKV_E_INVAL, "--gpu-prompt-keys and --gpu-prompt-block shape the GPU's "
@@ -470,6 +484,7 @@ int hkv_device_cli_attach(const hkv_device_cli *d, hkv_engine *e, hkv_err *err) 
     hkv_cuda_params cp = {.device = 0, .gpu_mem = (size_t)cap, .gemm = d->gemm,
                           .profile = d->profile, .lockstep = d->lockstep,
                           .pingpong = d->pingpong, .graphs_off = d->no_graphs,
+                          .wait_spin_us = d->spin_us,
                           .prompt_keys = d->prompt_keys,
                           .prompt_block = d->prompt_block,
                           .offload_mem = (size_t)d->offload_mem,
@@ -506,6 +521,8 @@ void hkv_device_cli_timeline(json_t *t, const hkv_pipeline_stats *ps, int prompt
     hkv_jset(t, "graph_nodes", json_integer(ps->graph_nodes), bad);
     hkv_jset(t, "cpu_busy_s", hkv_jnum(ps->cpu_busy, "%.6f"), bad);
     hkv_jset(t, "cpu_wait_device_s", hkv_jnum(ps->cpu_wait_dev, "%.6f"), bad);
+    hkv_jset(t, "host_waits", json_integer(ps->host_waits), bad);
+    hkv_jset(t, "host_waits_slept", json_integer(ps->host_waits_slept), bad);
     hkv_jset(t, "device_near_s", hkv_jnum(ps->dev_near, "%.6f"), bad);
     hkv_jset(t, "device_wait_cpu_s", hkv_jnum(ps->dev_wait_cpu, "%.6f"), bad);
     hkv_jset(t, "device_products_s", hkv_jnum(ps->dev_products, "%.6f"), bad);
@@ -589,7 +606,7 @@ void hkv_device_cli_summary(FILE *f, hkv_engine *e) {
     fprintf(f, "hetkv: %s pipeline: %lld layer steps (%lld decode rows, %lld prompt rows; %lld host "
             "steps behind the device, nothing far; %lld of micro-batches); %lld forward calls "
             "replayed as a graph (%lld recorded); CPU far "
-            "attention %.3f s, CPU waiting for the device %.3f s; device near attention %.3f s, "
+            "attention %.3f s, CPU waiting for the device %.3f s (%lld waits, %lld slept); device near attention %.3f s, "
             "device waiting for the CPU %.3f s, device products %.3f s, device forward calls "
             "%.3f s; copied %s down, %s up; %lld near-tier resyncs; "
             "%lld recalls on the device; prompt attention %lld rows on the device (%lld with "
@@ -599,7 +616,7 @@ void hkv_device_cli_summary(FILE *f, hkv_engine *e) {
             hkv_gpu_backend(), (long long)ps.layer_steps,
             (long long)ps.decode_rows, (long long)ps.prompt_rows, (long long)ps.host_deferred,
             (long long)ps.pingpong_steps, (long long)ps.graph_steps, (long long)ps.graph_captures,
-            ps.cpu_busy, ps.cpu_wait_dev,
+            ps.cpu_busy, ps.cpu_wait_dev, (long long)ps.host_waits, (long long)ps.host_waits_slept,
             ps.dev_near, ps.dev_wait_cpu, ps.dev_products, ps.dev_total, down, up,
             (long long)ps.near_resyncs,
             (long long)ps.recall_rows, (long long)ps.prompt_rows_dev,
