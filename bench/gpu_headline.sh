@@ -23,8 +23,8 @@
 #              the batch so the device holds the batch once;
 # first the device's policy kernels alone (bench kernels --only policy,sync: ctkvr's
 # recall and index build among them, and the host's wait for the device asleep
-# and polling), then per context as above, then ctkvr at 32K batch 1 with the
-# host asleep on its waits (the A/B of --gpu-spin-us); `hetkv plan --predict`
+# and polling), then per context as above, then the A/B steps at 32K (below:
+# the host asleep on its waits; micro-batch ping-pong); `hetkv plan --predict`
 # for the same rows (this host's probe), and
 # bench/headline_rows.py, which gathers every row into OUT/headline.json and
 # OUT/headline.md. Each bench writes its rows as they are measured
@@ -119,16 +119,25 @@ for ctx in $CTXS; do
             2>>\"$OUT/plan_predict.log\""
     fi
 done
-# A/B of the host's wait for the device: ctkvr at batch 1, the host asleep on
-# each layer's event (--gpu-spin-us 0) instead of polling it (the default);
-# the first run's 0.5-0.6 ms a layer in which neither side worked (H200,
-# 2026-11-30) was measured asleep. kernels_policy.json's sync rows time the
-# bare wait both ways.
-AB=${HEADLINE_SLEEP_AB_CTX:-32768}
+# The A/B steps, at one context (HEADLINE_AB_CTX), after every default row:
+#   split_CTX_sleep     ctkvr at batch 1 with the host asleep on each layer's
+#                       event (--gpu-spin-us 0) instead of polling it (the
+#                       default); the first run's 0.5-0.6 ms a layer in which
+#                       neither side worked (H200, 2026-11-30) was measured
+#                       asleep. kernels_policy.json's sync rows time the bare
+#                       wait both ways.
+#   split_CTX_pingpong  ctkvr at the split's batches past 1 in two micro-batches
+#                       (--gpu-pingpong), whose default waits for these rows.
+AB=${HEADLINE_AB_CTX:-32768}
 case " $CTXS " in *" $AB "*)
-    step "split_${AB}_sleep" "$(split_limit "$AB")" sh -c "\"$HKV\" bench $MODEL --device cuda \
-        --gpu-mem $GPU_MEM --ctx $AB --batch 1 --steps $STEPS --chunk $CHUNK --configs ctkvr \
-        --gpu-spin-us 0 -o jsonl >\"$OUT/split_${AB}_sleep.jsonl\" 2>\"$OUT/split_${AB}_sleep.log\"" ;;
+    ab_step() { # VARIANT BATCHES DEVICE-OPTION
+        step "split_${AB}_$1" "$(split_limit "$AB")" sh -c "\"$HKV\" bench $MODEL --device cuda \
+            --gpu-mem $GPU_MEM --ctx $AB --batch $2 --steps $STEPS --chunk $CHUNK --configs ctkvr \
+            $3 -o jsonl >\"$OUT/split_${AB}_$1.jsonl\" 2>\"$OUT/split_${AB}_$1.log\""
+    }
+    ab_step sleep 1 "--gpu-spin-us 0"
+    pp_b=$(split_batches "$AB" | tr , '\n' | awk '$1 > 1' | paste -sd, -)
+    [ -n "$pp_b" ] && ab_step pingpong "$pp_b" --gpu-pingpong ;;
 esac
 python3 "$(dirname "$0")/headline_rows.py" "$OUT" >>"$LOG" 2>&1 || echo "headline_rows.py failed" | tee -a "$SUM"
 echo "total $(($(date +%s) - T0)) s" | tee -a "$SUM"

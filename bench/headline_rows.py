@@ -33,6 +33,10 @@ KEEP = ["config", "spec", "policy", "budget", "ctx", "batch", "gpu_mem", "decode
         "commit", "date", "dev_cpu_waits", "dev_cpu_waits_slept"]
 
 
+# OUT/split_CTX_<variant>.jsonl: the script's A/B steps, each one device option
+VARIANTS = {"sleep": "--gpu-spin-us 0", "pingpong": "--gpu-pingpong"}
+
+
 def read_jsonl(path: str) -> list[dict]:
     rows = []
     with open(path, encoding="utf-8") as f:
@@ -65,10 +69,14 @@ def main() -> int:
             for r in read_jsonl(path):
                 row = {"kind": kind, "file": os.path.basename(path)}
                 row.update({k: r.get(k) for k in KEEP})
-                # the host's wait for the device: the A/B row asleep on the event
-                row["wait"] = "sleep" if path.endswith("_sleep.jsonl") else "default"
-                if row["wait"] == "sleep" and row["config"]:
-                    row["config"] += " (--gpu-spin-us 0)"
+                # the A/B rows beside the defaults: the host asleep on its waits,
+                # micro-batch ping-pong
+                row["variant"] = "default"
+                for v, flag in VARIANTS.items():
+                    if path.endswith(f"_{v}.jsonl"):
+                        row["variant"] = v
+                        if row["config"]:
+                            row["config"] += f" ({flag})"
                 rows.append(row)
     refused = []
     for path in sorted(glob.glob(os.path.join(out, "split_*.log")) +

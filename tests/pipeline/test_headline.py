@@ -12,7 +12,7 @@ token; one dense row with the whole context on the device (no host far
 work); the split-over-dense ratio; the predictions' rows; the device's
 policy kernels timed alone (ctkvr's recall) and the host's wait for the
 device (asleep, polled); ctkvr's A/B row with the host asleep on every wait
-(--gpu-spin-us 0); and the row file a stopped step
+(--gpu-spin-us 0) and with micro-batch ping-pong; and the row file a stopped step
 leaves (each row written as it is measured). Exit 0 passed, 1
 failed."""
 from __future__ import annotations
@@ -39,7 +39,7 @@ def main() -> int:
         env = dict(os.environ, HKV_EMU_MEM="4G", HEADLINE_MODEL="--synthetic smollm2-135m@2",
                    HEADLINE_GPU_MEM="1G", HEADLINE_CTX="512", HEADLINE_BATCH_512="1,2",
                    HEADLINE_STEPS="2", HEADLINE_CHUNK="256", HEADLINE_CONFIGS="ctkvr;quest",
-                   HEADLINE_PREDICT="h200", HEADLINE_SLEEP_AB_CTX="512")
+                   HEADLINE_PREDICT="h200", HEADLINE_AB_CTX="512")
         r = subprocess.run(["bash", os.path.join(ROOT, "bench", "gpu_headline.sh"), build, out, "600"],
                            env=env, capture_output=True, text=True, timeout=900)
         print(r.stdout[-3000:], r.stderr[-3000:])
@@ -52,9 +52,9 @@ def main() -> int:
             check(False, "headline.json written")
             return 1
         h = json.load(open(path))
-        split = [x for x in h["rows"] if x["kind"] == "split" and x["wait"] == "default"]
+        split = [x for x in h["rows"] if x["kind"] == "split" and x["variant"] == "default"]
         # the A/B of the host's wait: ctkvr at batch 1 asleep on every event
-        ab = [x for x in h["rows"] if x["wait"] == "sleep"]
+        ab = [x for x in h["rows"] if x["variant"] == "sleep"]
         check(len(ab) == 1 and ab[0]["policy"] == "ctkvr" and ab[0]["batch"] == 1
               and "--gpu-spin-us 0" in ab[0]["config"] and ab[0]["dev_cpu_waits"] > 0
               and ab[0]["dev_cpu_waits_slept"] == ab[0]["dev_cpu_waits"],
@@ -67,6 +67,10 @@ def main() -> int:
                   and x["dev_cpu_busy_ms"] is not None and x["host_bytes_per_token"] > 0
                   and x["chunk"] == 256,
                   f"split {x['config']} b{x['batch']}: tok/s, TTFT, cap, timeline, host bytes, chunk")
+        # the A/B of micro-batch ping-pong: ctkvr at the split's batches past 1
+        pp = sorted((x["policy"], x["batch"], x["config"]) for x in h["rows"] if x["variant"] == "pingpong")
+        check([(p, b) for p, b, _ in pp] == [("ctkvr", 2)] and "--gpu-pingpong" in pp[0][2],
+              f"the ping-pong A/B rows: {pp}")
         check(len(dense) == 1 and dense[0]["policy"] == "full" and dense[0]["batch"] >= 1,
               f"one dense row ({len(dense)})")
         if dense:
