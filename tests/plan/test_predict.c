@@ -386,6 +386,24 @@ static void cli(const char *hetkv) {
     CHECK(!strncmp(out, "{\"prediction\":true", 18) && strstr(out, "\"target\":{") &&
           !strstr(out, "\"built\":{") && strstr(out, "\"host_gbs\":100.0") /* jansson writes 100.0 */ &&
           strstr(out, "\"fits\":true"), "json output:\n%s", out);
+    /* the round trip's terms as measured (bench kernels --only sync, the timeline):
+     * taken as given, and a slower round trip predicts a slower step */
+    double fast = 0, slow = 0;
+    snprintf(cmd, sizeof cmd, "'%s' plan --predict h200 --synthetic llama3.1-8b --policy ctkvr "
+             "--ctx 32768 --batch 1 --host-gbs 140 --pipeline built -o jsonl 2>&1", hetkv);
+    CHECK(run(cmd, out, sizeof out) == 0 && strstr(out, "\"built_tok_s\":"), "jsonl: %s", out);
+    if (strstr(out, "\"built_tok_s\":")) fast = atof(strstr(out, "\"built_tok_s\":") + 14);
+    snprintf(cmd, sizeof cmd, "'%s' plan --predict h200 --synthetic llama3.1-8b --policy ctkvr "
+             "--ctx 32768 --batch 1 --host-gbs 140 --pipeline built -o jsonl --host-wake-us 550 "
+             "--kernel-us 14 2>&1", hetkv);
+    CHECK(run(cmd, out, sizeof out) == 0 && strstr(out, "\"assumptions_t_host_us\":550") &&
+          strstr(out, "\"assumptions_t_kernel_us\":14"), "--host-wake-us, --kernel-us: %s", out);
+    if (strstr(out, "\"built_tok_s\":")) slow = atof(strstr(out, "\"built_tok_s\":") + 14);
+    /* 32 layers x (535 + ~16 x 10) us more a step than the defaults' 12.6 ms */
+    CHECK(fast > 0 && slow > 0 && 1 / slow - 1 / fast > 0.015 && 1 / slow - 1 / fast < 0.03,
+          "a slower round trip: %g -> %g tok/s", fast, slow);
+    snprintf(cmd, sizeof cmd, "'%s' plan --synthetic llama3-8b --host-wake-us 5 2>&1", hetkv);
+    CHECK(run(cmd, out, sizeof out) != 0 && strstr(out, "--predict"), "--host-wake-us alone: %s", out);
     snprintf(cmd, sizeof cmd, "'%s' plan --predict a6000 --synthetic llama3-8b 2>&1", hetkv);
     CHECK(run(cmd, out, sizeof out) != 0 && strstr(out, "a6000") && strstr(out, "rtx4090, h100, "
           "h200, h100-pcie"), "bad device: %s", out);

@@ -65,7 +65,7 @@ typedef struct plan_opts {
     const char *pred_only;   /* the first predict-only option given */
     long long ctxs[MAXL], sink, local, max_rows, gen;
     int n_ctx, n_caps, kernels, index_given, far_q8;
-    double host_gbs, mem_eff, host_eff, cand_frac;
+    double host_gbs, mem_eff, host_eff, cand_frac, wake_us, kernel_us;
     uint64_t caps[MAXL], host_cap;
     hkv_output_cli out;
     hkv_device_cli dev;
@@ -177,6 +177,15 @@ static const hkv_opt plan_predict_only[] = {
      .lo = 1e-3, .hi = 1,
      .help = "ctkvr: unique candidates as a share of C' x rho (default 1: lists\n"
              "without overlap, an upper bound on the rerank's reads)"},
+    {.name = "--host-wake-us", .arg = "US", .kind = HKV_OPT_FLOAT, .off = offsetof(plan_opts, wake_us),
+     .lo = 1e-3, .hi = 1e5,
+     .help = "the split's per-layer round trip beyond its work: the host's wake on\n"
+             "the device's event and the team's fork (default 15; bench kernels\n"
+             "--device cuda --only sync measures the wake)"},
+    {.name = "--kernel-us", .arg = "US", .kind = HKV_OPT_FLOAT, .off = offsetof(plan_opts, kernel_us),
+     .lo = 1e-3, .hi = 1e5,
+     .help = "least time of one kernel launched op by op, its queueing by the host\n"
+             "included (default 4)"},
     {.name = "--pipeline", .arg = "WHICH", .kind = HKV_OPT_FN, .fn = parse_pipeline,
      .help = "built, target or both (default)"},
     {.name = "--kernels", .kind = HKV_OPT_FLAG, .off = offsetof(plan_opts, kernels),
@@ -216,7 +225,7 @@ typedef struct pred_opts {
     int n_cfg;
     int sink, local, max_rows, index_on_host, wtype, json, kernels, pingpong, far_q8;
     long long gen;
-    double host_gbs, mem_eff, host_eff, cand_frac;
+    double host_gbs, mem_eff, host_eff, cand_frac, wake_us, kernel_us;
     const char *pipeline;
 } pred_opts;
 
@@ -334,6 +343,8 @@ static void pred_base(const pred_opts *o, const hkv_model_config *mc, const hkv_
     if (o->mem_eff > 0) base->mem_eff = o->mem_eff;
     if (o->host_eff > 0) base->host_eff_scan = base->host_eff_attn = o->host_eff;
     if (o->cand_frac > 0) base->cand_frac = o->cand_frac;
+    if (o->wake_us > 0) base->t_host = o->wake_us * 1e-6;
+    if (o->kernel_us > 0) base->t_kernel = o->kernel_us * 1e-6;
 }
 
 /* One kernel row of the --kernels tables. */
@@ -773,6 +784,7 @@ int hkv_cmd_plan(int argc, char **argv) {
                         .index_on_host = index_given ? !strcmp(where, "host") : 1,
                         .wtype = dc.synthetic_wtype, .host_gbs = host_gbs, .mem_eff = mem_eff,
                         .host_eff = host_eff, .cand_frac = cand_frac,
+                        .wake_us = o.wake_us, .kernel_us = o.kernel_us,
                         .pipeline = pipeline ? pipeline : kernels ? "built" : "both",
                         .json = json, .kernels = kernels, .pingpong = dc.pingpong,
                         .far_q8 = o.far_q8};
