@@ -126,6 +126,8 @@ done
 #                       neither side worked (H200, 2026-11-30) was measured
 #                       asleep. kernels_policy.json's sync rows time the bare
 #                       wait both ways.
+#   split_CTX_profile   ctkvr at batch 1 with every op timed (--gpu-profile --json:
+#                       the device's and the host's time per op, a step)
 #   split_CTX_pingpong  ctkvr at the split's batches past 1 in two micro-batches
 #                       (--gpu-pingpong), whose default waits for these rows.
 AB=${HEADLINE_AB_CTX:-32768}
@@ -136,6 +138,12 @@ case " $CTXS " in *" $AB "*)
             $3 -o jsonl >\"$OUT/split_${AB}_$1.jsonl\" 2>\"$OUT/split_${AB}_$1.log\""
     }
     ab_step sleep 1 "--gpu-spin-us 0"
+    # every op timed on the device, and the host's time in each op's call
+    # (timeline "ops", "ops_host"): where a batch-1 step's ~9 ms of host time
+    # outside its far work and waits goes
+    step "split_${AB}_profile" "$(split_limit "$AB")" sh -c "\"$HKV\" bench $MODEL --device cuda \
+        --gpu-mem $GPU_MEM --ctx $AB --batch 1 --steps $STEPS --chunk $CHUNK --configs ctkvr \
+        --gpu-profile --json >\"$OUT/split_${AB}_profile.json\" 2>\"$OUT/split_${AB}_profile.log\""
     pp_b=$(split_batches "$AB" | tr , '\n' | awk '$1 > 1' | paste -sd, -)
     [ -n "$pp_b" ] && ab_step pingpong "$pp_b" --gpu-pingpong ;;
 esac

@@ -99,6 +99,23 @@ def main() -> int:
                 kernels.append({"group": k["group"], "kernel": k.get("kernel"), "shape": k.get("shape"),
                                 "us": k.get("us"), "gbs": k.get("gbs"),
                                 "emulated": bool(k.get("emulated"))})
+    # the profiled A/B step (--gpu-profile --json): per op and step, the device's
+    # time and the host's time in the op's call
+    profile = []
+    for path in sorted(glob.glob(os.path.join(out, "split_*_profile.json"))):
+        try:
+            pj = json.load(open(path, encoding="utf-8"))
+        except ValueError:   # a step stopped mid-write
+            continue
+        for res in pj.get("results", []):
+            t = res.get("timeline") or {}
+            ns = t.get("steps") or 1
+            for op, dev_s in (t.get("ops") or {}).items():
+                profile.append({"file": os.path.basename(path), "config": res.get("config"),
+                                "ctx": res.get("ctx"), "batch": res.get("batch"), "op": op,
+                                "device_ms": dev_s * 1e3 / ns,
+                                "host_ms": (t.get("ops_host") or {}).get(op, 0) * 1e3 / ns,
+                                "step_ms": res.get("step_ms")})
     pred = {}
     ppath = os.path.join(out, "plan_predict.jsonl")
     if os.path.exists(ppath):
@@ -134,7 +151,8 @@ def main() -> int:
             "ctkvr_over_dense": bc["decode_tok_s"] / bd["decode_tok_s"] if bc and bd else None,
         })
     with open(os.path.join(out, "headline.json"), "w", encoding="utf-8") as f:
-        json.dump({"rows": rows, "ratios": ratios, "refused": refused, "kernels": kernels}, f, indent=1)
+        json.dump({"rows": rows, "ratios": ratios, "refused": refused, "kernels": kernels,
+                   "profile": profile}, f, indent=1)
     md = ["| kind | config | ctx | batch | decode tok/s | predicted | TTFT s | step ms | host busy | "
           "host waits | device waits | device products | near | PCIe up/down MB | host MB/token | "
           "host roofline tok/s |", "|" + "---|" * 16]
@@ -165,6 +183,13 @@ def main() -> int:
         md += ["", "| device kernel, alone | shape | us a call | GB/s |", "|---|---|---|---|"]
         md += [f"| {k['kernel']}{' (emulated: not a speed)' if k['emulated'] else ''} | {k['shape']} | "
                f"{fmt(k['us'])} | {fmt(k['gbs'])} |" for k in kernels]
+    if profile:
+        q = profile[0]
+        md += ["", f"Profiled ({q['file']}: {q['config']}, ctx {q['ctx']}, batch {q['batch']}, "
+               f"step {fmt(q['step_ms'], 2)} ms with the profile's events), per step:", "",
+               "| op | device ms | host ms in its calls |", "|---|---|---|"]
+        md += [f"| {x['op']} | {fmt(x['device_ms'], 2)} | {fmt(x['host_ms'], 2)} |"
+               for x in sorted(profile, key=lambda x: -x["host_ms"])]
     if refused:
         md += ["", "| refused (file, batch, config) | why |", "|---|---|"]
         md += [f"| {q['file']}, {q['batch']}, {q['config']} | {q['reason']} |" for q in refused]

@@ -12,7 +12,7 @@ token; one dense row with the whole context on the device (no host far
 work); the split-over-dense ratio; the predictions' rows; the device's
 policy kernels timed alone (ctkvr's recall) and the host's wait for the
 device (asleep, polled); ctkvr's A/B row with the host asleep on every wait
-(--gpu-spin-us 0) and with micro-batch ping-pong; and the row file a stopped step
+(--gpu-spin-us 0), with every op profiled and with micro-batch ping-pong; and the row file a stopped step
 leaves (each row written as it is measured). Exit 0 passed, 1
 failed."""
 from __future__ import annotations
@@ -71,6 +71,11 @@ def main() -> int:
         pp = sorted((x["policy"], x["batch"], x["config"]) for x in h["rows"] if x["variant"] == "pingpong")
         check([(p, b) for p, b, _ in pp] == [("ctkvr", 2)] and "--gpu-pingpong" in pp[0][2],
               f"the ping-pong A/B rows: {pp}")
+        # the profiled A/B step: every op's device time and the host's, per step
+        prof = {x["op"]: x for x in h.get("profile", [])}
+        check({"qkv", "attention", "rmsnorm"} <= set(prof) and prof["attention"]["host_ms"] > 0
+              and prof["qkv"]["device_ms"] > 0 and "| attention |" in open(os.path.join(out, "headline.md")).read(),
+              f"the profiled step's ops: {sorted(prof)}")
         check(len(dense) == 1 and dense[0]["policy"] == "full" and dense[0]["batch"] >= 1,
               f"one dense row ({len(dense)})")
         if dense:
