@@ -126,18 +126,22 @@ done
 #                       neither side worked (H200, 2026-11-30) was measured
 #                       asleep. kernels_policy.json's sync rows time the bare
 #                       wait both ways.
+#   split_CTX_ompactive ctkvr at batch 1 with the OpenMP team spinning between
+#                       layers (OMP_WAIT_POLICY=active), not asleep after
+#                       libgomp's spin: each layer's far part wakes the team
 #   split_CTX_profile   ctkvr at batch 1 with every op timed (--gpu-profile --json:
 #                       the device's and the host's time per op, a step)
 #   split_CTX_pingpong  ctkvr at the split's batches past 1 in two micro-batches
 #                       (--gpu-pingpong), whose default waits for these rows.
 AB=${HEADLINE_AB_CTX:-32768}
 case " $CTXS " in *" $AB "*)
-    ab_step() { # VARIANT BATCHES DEVICE-OPTION
-        step "split_${AB}_$1" "$(split_limit "$AB")" sh -c "\"$HKV\" bench $MODEL --device cuda \
+    ab_step() { # VARIANT BATCHES DEVICE-OPTION [ENV=VALUE]
+        step "split_${AB}_$1" "$(split_limit "$AB")" env ${4:-} sh -c "\"$HKV\" bench $MODEL --device cuda \
             --gpu-mem $GPU_MEM --ctx $AB --batch $2 --steps $STEPS --chunk $CHUNK --configs ctkvr \
             $3 -o jsonl >\"$OUT/split_${AB}_$1.jsonl\" 2>\"$OUT/split_${AB}_$1.log\""
     }
     ab_step sleep 1 "--gpu-spin-us 0"
+    ab_step ompactive 1 "" OMP_WAIT_POLICY=active
     # every op timed on the device, and the host's time in each op's call
     # (timeline "ops", "ops_host"): where a batch-1 step's ~9 ms of host time
     # outside its far work and waits goes

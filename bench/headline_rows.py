@@ -34,7 +34,8 @@ KEEP = ["config", "spec", "policy", "budget", "ctx", "batch", "gpu_mem", "decode
 
 
 # OUT/split_CTX_<variant>.jsonl: the script's A/B steps, each one device option
-VARIANTS = {"sleep": "--gpu-spin-us 0", "pingpong": "--gpu-pingpong"}
+VARIANTS = {"sleep": "--gpu-spin-us 0", "pingpong": "--gpu-pingpong",
+            "ompactive": "OMP_WAIT_POLICY=active"}
 
 
 def read_jsonl(path: str) -> list[dict]:

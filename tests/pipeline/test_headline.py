@@ -67,6 +67,9 @@ def main() -> int:
                   and x["dev_cpu_busy_ms"] is not None and x["host_bytes_per_token"] > 0
                   and x["chunk"] == 256,
                   f"split {x['config']} b{x['batch']}: tok/s, TTFT, cap, timeline, host bytes, chunk")
+        om = [x for x in h["rows"] if x["variant"] == "ompactive"]
+        check([(x["policy"], x["batch"]) for x in om] == [("ctkvr", 1)]
+              and "OMP_WAIT_POLICY=active" in om[0]["config"], f"the OpenMP A/B row: {om}")
         # the A/B of micro-batch ping-pong: ctkvr at the split's batches past 1
         pp = sorted((x["policy"], x["batch"], x["config"]) for x in h["rows"] if x["variant"] == "pingpong")
         check([(p, b) for p, b, _ in pp] == [("ctkvr", 2)] and "--gpu-pingpong" in pp[0][2],
