@@ -32,6 +32,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "tools", "scripts"))
@@ -44,6 +45,8 @@ def main():
     ap.add_argument("--bin-dir", required=True)
     ap.add_argument("--jobs", default="run,quest,fastkv,laq,batch,prefix,prefix_ctkvr,q8,fast,device")
     ap.add_argument("--timeout", type=float, default=120)
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                    help="runs at a time (default: one a core)")
     a = ap.parse_args()
     hetkv = os.path.join(a.bin_dir, "hetkv")
     import gen_tiny_gguf as gen
@@ -101,8 +104,10 @@ def main():
                              "--sink", "2", "--local", "8", "-t", "2", "-q", "--no-mpi"],
         }
         n_req = {"batch": 2, "prefix": 3, "prefix_ctkvr": 3}
+        # two runs a time on two cores: a team that spins between regions would
+        # take the other run's core (passive: 266 s for the walk here, against 347)
         env0 = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0",
-                    UBSAN_OPTIONS="print_stacktrace=1")
+                    UBSAN_OPTIONS="print_stacktrace=1", OMP_WAIT_POLICY="passive")
         walked = failures = 0
         for name in a.jobs.split(","):
             cmd = jobs[name]
@@ -130,17 +135,16 @@ def main():
             with open(rep) as f:
                 total = int(f.read().strip())
             kinds = {"error": 0, "unaffected": 0, "answered": 0}
-            for n in range(1, total + 1):
-                if os.path.exists(out):
-                    os.remove(out)
+
+            def one(n: int):
+                """Allocation n failed: its run's kind (None: a failure) and what to print."""
+                o = os.path.join(tmp, f"out{n}.jsonl")   # each run its own output: runs overlap
+                c = [o if x == out else x for x in cmd]
                 try:
-                    p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout,
+                    p = subprocess.run(c, capture_output=True, text=True, timeout=a.timeout,
                                        env=dict(env, HKV_FAULT_AT=str(n)))
                 except subprocess.TimeoutExpired:
-                    print(f"FAIL {name} allocation {n}: hung past {a.timeout} s")
-                    failures += 1
-                    continue
-                walked += 1
+                    return None, f"FAIL {name} allocation {n}: hung past {a.timeout} s", False
                 err = p.stderr
                 bad = next((s for s in SAN if s in err), None)
                 kind = None
@@ -150,23 +154,33 @@ def main():
                     kind = "error"
                 elif p.returncode == 0 and name not in n_req and p.stdout == base_out:
                     kind = "unaffected"
-                elif p.returncode == 0 and name in n_req and os.path.exists(out):
-                    with open(out) as f:
+                elif p.returncode == 0 and name in n_req and os.path.exists(o):
+                    with open(o) as f:
                         lines = [json.loads(l) for l in f]
                     # a request whose own allocation failed gets an error line (without its
                     # custom_id when that copy was the one to fail)
-                    ids = sorted(str(o.get("custom_id")) for o in lines)
+                    ids = sorted(str(x.get("custom_id")) for x in lines)
                     want = [f"r{i}" for i in range(n_req[name])]
                     kind = "answered" if len(lines) == len(want) and (ids == want or any(
-                        o.get("error") or o.get("response", {}).get("status_code") != 200
-                        for o in lines)) else None
-                if kind:
-                    kinds[kind] += 1
-                else:
-                    failures += 1
-                    where = err.strip().splitlines()
-                    print(f"FAIL {name} allocation {n}/{total}: exit {p.returncode}"
-                          f"{', ' + bad if bad else ''}: {' | '.join(where[:12])[:1500]}")
+                        x.get("error") or x.get("response", {}).get("status_code") != 200
+                        for x in lines)) else None
+                if os.path.exists(o):
+                    os.remove(o)
+                where = err.strip().splitlines()
+                msg = (f"FAIL {name} allocation {n}/{total}: exit {p.returncode}"
+                       f"{', ' + bad if bad else ''}: {' | '.join(where[:12])[:1500]}")
+                return kind, msg, True
+
+            # the runs are independent processes: one a core (each mostly the
+            # sanitizers' start-up), reported in allocation order
+            with ThreadPoolExecutor(max_workers=a.workers) as pool:
+                for kind, msg, ran in pool.map(one, range(1, total + 1)):
+                    walked += ran
+                    if kind:
+                        kinds[kind] += 1
+                    else:
+                        failures += 1
+                        print(msg)
             print(f"{name}: {total} allocations: {kinds['error']} ended with an error message, "
                   f"{kinds['unaffected']} unaffected, {kinds['answered']} answered (a request's own "
                   f"error line)")

@@ -158,7 +158,7 @@ for v in asan tsan; do
 done
 # The allocation-failure walk (tests/fault): every allocation of a few whole
 # jobs failed in turn, under ASan + UBSan + LeakSanitizer, by build-asan/'s
-# hetkv (built above).
+# hetkv (built above), a run a core at a time (tests/fault/test_fault_walk.py).
 meson test -C build-asan --no-rebuild --print-errorlogs --num-processes 1 fault_walk \
     --logbase fault || status=$?
 phase "build-asan: the fault walk"
