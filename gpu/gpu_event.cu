@@ -52,12 +52,6 @@ extern "C" int hkv_gpu_event_record(void *event, void *stream, hkv_err *err)
     return HKV_OK;
 }
 
-extern "C" int hkv_gpu_event_sync(void *event, hkv_err *err)
-{
-    HKV_CUDA_TRY(err, cudaEventSynchronize((cudaEvent_t)event));
-    return HKV_OK;
-}
-
 static double wait_clock_s(void)
 {
     struct timespec ts;
@@ -86,6 +80,11 @@ extern "C" int hkv_gpu_event_wait(void *event, double spin_us, int *slept, hkv_e
     if (slept) *slept = 1;
     HKV_CUDA_TRY(err, cudaEventSynchronize((cudaEvent_t)event));
     return HKV_OK;
+}
+
+extern "C" int hkv_gpu_event_sync(void *event, hkv_err *err)
+{
+    return hkv_gpu_event_wait(event, 0, NULL, err);
 }
 
 extern "C" int hkv_gpu_stream_wait(void *stream, void *event, hkv_err *err)

@@ -34,7 +34,7 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static double median(double *v, int n)
+double bg_median(double *v, int n)
 {
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
@@ -84,8 +84,8 @@ int bg_time(bg *b, bg_call fn, void *arg, int copies, int per_rep, bg_row *row, 
                           err)))
             return rc;
     if ((rc = hkv_gpu_sync(b->st, err))) return rc;   /* a kernel's own error surfaces here */
-    row->us = median(ms, reps) * 1e3 / per_rep;
-    row->enq_us = median(enq, reps) * 1e6 / per_rep;
+    row->us = bg_median(ms, reps) * 1e3 / per_rep;
+    row->enq_us = bg_median(enq, reps) * 1e6 / per_rep;
     row->reps = reps;
     return HKV_OK;
 }

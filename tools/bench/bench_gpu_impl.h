@@ -61,6 +61,8 @@ int bg_time(bg *b, bg_call fn, void *arg, int copies, int per_rep, bg_row *row, 
  * JSON members; takes params (NULL: jansson had no memory, an error). */
 int bg_add(bg *b, const bg_row *row, json_t *params, hkv_err *err);
 
+/* The median of v[0..n) (sorts v). */
+double bg_median(double *v, int n);
 /* How many copies of `bytes` make up b->cold_bytes (at least 1). */
 int bg_copies(const bg *b, double bytes);
 /* Device memory of `bytes` (WORKSPACE tier) holding random fp16 in

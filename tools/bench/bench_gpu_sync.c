@@ -9,7 +9,6 @@
  * Wall-clock rows, unlike the rest: each rep queues its work on an idle
  * stream and waits, and `us` is the median of the host's time from the
  * first call to the wait's return, enq_us of the queueing alone. */
-#include <stdlib.h>
 #include <string.h>
 
 #include "bench_gpu_impl.h"
@@ -23,12 +22,6 @@
  * head) up, the QKV rows (6,144 fp32) down. */
 #define SYNC_UP_BYTES ((size_t)32 * 128 * 4 + 32 * 4)
 #define SYNC_DOWN_BYTES ((size_t)6144 * 4)
-
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 typedef struct sync_io {
     void *dev, *host;   /* SYNC_UP_BYTES + SYNC_DOWN_BYTES each */
@@ -64,10 +57,8 @@ static int sync_pair(bg *b, const sync_io *io, hkv_err *err)
         for (int poll = 0; poll < 2; poll++)   /* a poll long enough for any rep, or none */
             if ((rc = sync_rep(b, io, poll ? 1e6 : 0, &wall[poll][r], &enq[poll][r], err))) return rc;
     for (int poll = 0; poll < 2 && !rc; poll++) {
-        qsort(wall[poll], (size_t)reps, sizeof(double), cmp_double);
-        qsort(enq[poll], (size_t)reps, sizeof(double), cmp_double);
         bg_row row = {.group = "sync", .link = BG_PCIE, .reps = reps,
-                      .us = wall[poll][reps / 2] * 1e6, .enq_us = enq[poll][reps / 2] * 1e6,
+                      .us = bg_median(wall[poll], reps) * 1e6, .enq_us = bg_median(enq[poll], reps) * 1e6,
                       .bytes = io ? (double)(SYNC_UP_BYTES + SYNC_DOWN_BYTES) : 0};
         snprintf(row.kernel, sizeof row.kernel, "%s %s", io ? "round trip" : "wait",
                  poll ? "polled" : "slept");
