@@ -45,11 +45,45 @@
 
 namespace ctx = boost::context::detail;
 
+#if defined(__x86_64__)
+/* emu_switch_x86_64.S: Boost.Context's contract without the FPU control words */
+extern "C" ctx::transfer_t hkv_emu_jump(ctx::fcontext_t to, void *data);
+extern "C" void hkv_emu_trampoline(void);
+#endif
+
 namespace hkv_emu {
 
 static thread_local thread_view *tl_thread = nullptr;
 
 const thread_view *current_thread(void) { return tl_thread; }
+
+/* The stack switch, and a fresh context at the top of a stack that starts
+ * fn(transfer_t) when first jumped to. */
+static inline ctx::transfer_t jump_to(ctx::fcontext_t to, void *data)
+{
+#if defined(__x86_64__)
+    return hkv_emu_jump(to, data);
+#else
+    return ctx::jump_fcontext(to, data);
+#endif
+}
+
+static ctx::fcontext_t make_context(char *top, size_t size, void (*fn)(ctx::transfer_t))
+{
+#if defined(__x86_64__)
+    /* hkv_emu_jump pops r12-r15, rbx (fn), rbp, then returns to the
+     * trampoline with rsp 16-byte aligned for its call */
+    (void)size;
+    void **sp = (void **)(((uintptr_t)top & ~(uintptr_t)15) - 72);
+    sp[0] = sp[1] = sp[2] = sp[3] = nullptr;
+    sp[4] = (void *)fn;
+    sp[5] = nullptr;
+    sp[6] = (void *)hkv_emu_trampoline;
+    return (ctx::fcontext_t)sp;
+#else
+    return ctx::make_fcontext(top, size, fn);
+#endif
+}
 
 namespace {
 
@@ -63,6 +97,7 @@ struct fiber {
     size_t map_bytes = 0;
     char *stack_lo = nullptr;
     size_t stack_bytes = 0;
+    size_t color = 0;        /* bytes left unused at the stack's top (stack_init) */
     bool dirty = false;      /* abandoned mid-call by a fault: ASan shadow to clear */
     void *tsan = nullptr;
     thread_view view;
@@ -205,7 +240,7 @@ bool same_site(const char *a, const char *b) { return a == b || (a && b && !strc
 
 void fiber_entry(ctx::transfer_t t);
 
-void stack_init(fiber *f)
+void stack_init(fiber *f, int index)
 {
     const size_t page = (size_t)sysconf(_SC_PAGESIZE);
     size_t want = (cfg().stack_bytes + page - 1) / page * page;
@@ -220,12 +255,35 @@ void stack_init(fiber *f)
     mprotect(f->map, page, PROT_NONE);   /* overflow faults instead of corrupting */
     f->stack_lo = f->map + page;
     f->stack_bytes = want;
+    /* Every stack's top is page-aligned, so without this the hot frames of
+     * all the threads of a warp, switched between at every collective, fall
+     * in the same few L1 sets; 64 offsets a cache line apart spread them
+     * over a page. */
+    f->color = (size_t)(index * 5 % 64) * 64;
 #ifdef HKV_EMU_TSAN
     f->tsan = __tsan_create_fiber(0);
 #endif
 }
 
-/* Scheduler side: run f until it parks, exits or faults. */
+/* A switch has landed in a fiber (at its entry, or back in park):
+ * t.fctx is where the one that switched here stopped, the scheduler
+ * (t.data null) or another fiber of the block (t.data). */
+void landed(worker *w, ctx::transfer_t t, void *fake)
+{
+    fiber *from = (fiber *)t.data;
+    if (from) from->fc = t.fctx;
+    else w->sched = t.fctx;
+#ifdef HKV_EMU_ASAN
+    if (from) __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+    else __sanitizer_finish_switch_fiber(fake, &w->asan_bottom, &w->asan_size);
+#else
+    (void)fake;
+#endif
+}
+
+/* Scheduler side: run f until the block has nothing ready (every fiber
+ * parked or done, or a fault); the fibers hand over to each other in
+ * between (park, leave). */
 void resume(worker *w, fiber *f)
 {
     tl_thread = &f->view;
@@ -237,8 +295,8 @@ void resume(worker *w, fiber *f)
 #ifdef HKV_EMU_TSAN
     __tsan_switch_to_fiber(f->tsan, 0);
 #endif
-    ctx::transfer_t t = ctx::jump_fcontext(f->fc, f);
-    f->fc = t.fctx;
+    ctx::transfer_t t = jump_to(f->fc, nullptr);
+    ((fiber *)t.data)->fc = t.fctx;   /* the last fiber to run, not always f */
 #ifdef HKV_EMU_ASAN
     __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #endif
@@ -246,47 +304,89 @@ void resume(worker *w, fiber *f)
     tl_thread = nullptr;
 }
 
-/* Fiber side: back to the scheduler; returns when resumed. */
+/* The fiber to run after f parks or exits: the back of the ready list, the
+ * one the scheduler would take; none when nothing is ready or the block has
+ * faulted (then the scheduler). */
+fiber *take_next(fiber *f)
+{
+    block_run *b = f->blk;
+    if (b->faulted || b->ready.empty()) return nullptr;
+    fiber *g = (*b->f)[b->ready.back()];
+    b->ready.pop_back();
+    return g;
+}
+
+/* Fiber side: f parks and the next ready fiber of its block runs, switched
+ * to directly (one stack switch instead of two through the scheduler, in
+ * the order the scheduler would take), or the scheduler. Returns when f is
+ * resumed. */
 void park(fiber *f)
 {
     worker *w = &tl_worker;
-#ifdef HKV_EMU_ASAN
+    fiber *g = take_next(f);
     void *fake = nullptr;
-    __sanitizer_start_switch_fiber(&fake, w->asan_bottom, w->asan_size);
+    ctx::transfer_t t;
+    if (g) {
+        tl_thread = &g->view;
+        w->cur = g;
+#ifdef HKV_EMU_ASAN
+        __sanitizer_start_switch_fiber(&fake, g->stack_lo, g->stack_bytes);
 #endif
 #ifdef HKV_EMU_TSAN
-    __tsan_switch_to_fiber(w->tsan_self, 0);
+        __tsan_switch_to_fiber(g->tsan, 0);
 #endif
-    ctx::transfer_t t = ctx::jump_fcontext(w->sched, nullptr);
-    w->sched = t.fctx;
+        t = jump_to(g->fc, f);
+    } else {
 #ifdef HKV_EMU_ASAN
-    __sanitizer_finish_switch_fiber(fake, &w->asan_bottom, &w->asan_size);
+        __sanitizer_start_switch_fiber(&fake, w->asan_bottom, w->asan_size);
 #endif
-    (void)f;
+#ifdef HKV_EMU_TSAN
+        __tsan_switch_to_fiber(w->tsan_self, 0);
+#endif
+        t = jump_to(w->sched, f);
+    }
+    landed(w, t, fake);
 }
 
-/* Fiber side, never returns: the thread is finished (or abandoned). */
+/* Fiber side, never returns: the thread is finished (or abandoned). No
+ * local here has its address taken: this frame is never popped, and ASan
+ * would leave its redzones poisoned under the next block's frames. */
 [[noreturn]] void leave(fiber *f)
 {
     worker *w = &tl_worker;
+    fiber *g = take_next(f);
+    if (g) {
+        tl_thread = &g->view;
+        w->cur = g;
 #ifdef HKV_EMU_ASAN
-    __sanitizer_start_switch_fiber(nullptr, w->asan_bottom, w->asan_size);
+        __sanitizer_start_switch_fiber(nullptr, g->stack_lo, g->stack_bytes);
 #endif
 #ifdef HKV_EMU_TSAN
-    __tsan_switch_to_fiber(w->tsan_self, 0);
+        __tsan_switch_to_fiber(g->tsan, 0);
 #endif
-    ctx::jump_fcontext(w->sched, nullptr);
-    (void)f;
+        jump_to(g->fc, f);
+    } else {
+#ifdef HKV_EMU_ASAN
+        __sanitizer_start_switch_fiber(nullptr, w->asan_bottom, w->asan_size);
+#endif
+#ifdef HKV_EMU_TSAN
+        __tsan_switch_to_fiber(w->tsan_self, 0);
+#endif
+        jump_to(w->sched, f);
+    }
     __builtin_unreachable();
 }
 
-fiber *current(const char *what)
+[[noreturn]] __attribute__((noinline, cold)) void outside_kernel(const char *what)
+{
+    fprintf(stderr, "hkv cuda-emu: %s called outside a kernel\n", what);
+    abort();
+}
+
+inline fiber *current(const char *what)
 {
     worker *w = &tl_worker;
-    if (!w->cur || !tl_thread) {
-        fprintf(stderr, "hkv cuda-emu: %s called outside a kernel\n", what);
-        abort();
-    }
+    if (__builtin_expect(!w->cur || !tl_thread, 0)) outside_kernel(what);
     return w->cur;
 }
 
@@ -348,11 +448,8 @@ void thread_done(fiber *f)
 void fiber_entry(ctx::transfer_t t)
 {
     worker *w = &tl_worker;
-    fiber *f = (fiber *)t.data;
-    w->sched = t.fctx;
-#ifdef HKV_EMU_ASAN
-    __sanitizer_finish_switch_fiber(nullptr, &w->asan_bottom, &w->asan_size);
-#endif
+    fiber *f = w->cur;   /* set by whoever switched here */
+    landed(w, t, nullptr);
     tsan_acquire(&f->blk->start_sync);
     f->blk->job->body->run();
     thread_done(f);
@@ -393,7 +490,7 @@ void run_block(const grid_job &job, uint64_t linear_block, std::atomic<bool> &st
     const int n = (int)(job.block.x * job.block.y * job.block.z);
     while ((int)w->pool.size() < n) {
         fiber *f = new fiber;
-        stack_init(f);
+        stack_init(f, (int)w->pool.size());
         w->pool.push_back(f);
     }
     block_run b;
@@ -433,7 +530,8 @@ void run_block(const grid_job &job, uint64_t linear_block, std::atomic<bool> &st
         f->view.block = &b.view;
         f->st = F_READY;
         f->blk = &b;
-        f->fc = ctx::make_fcontext(f->stack_lo + f->stack_bytes, f->stack_bytes, fiber_entry);
+        f->fc = make_context(f->stack_lo + f->stack_bytes - f->color,
+                                   f->stack_bytes - f->color, fiber_entry);
     }
     std::vector<int> all((size_t)n);
     for (int i = 0; i < n; i++) all[i] = n - 1 - i;   /* popped from the back: 0 first */
@@ -674,16 +772,15 @@ static void complete(fiber *f, warp_group &g)
     (void)all;
 }
 
-uint64_t warp_op(warp_op_kind op, unsigned mask, uint64_t v, int arg, int width, int vbytes,
-                 const char *site)
+/* warp_op's checks, out of line: the hot path's frame stays small, and it
+ * is what every parked lane's stack holds while 31 others run. */
+[[noreturn]] static __attribute__((noinline, cold)) void bad_call(fiber *f, warp_op_kind op,
+                                                                  unsigned mask, int width,
+                                                                  const char *site)
 {
     char tb[96];
-    fiber *f = current(op_name(op));
-    block_run *b = f->blk;
-    warp_state &ws = b->warps[f->warp];
-    const unsigned bit = 1u << f->lane;
-    (void)vbytes;
-    if (!(mask & bit))
+    const warp_state &ws = f->blk->warps[f->warp];
+    if (!(mask & (1u << f->lane)))
         fault(f, "%s at %s: %s calls it with mask 0x%08x, which does not name its own lane",
                      op_name(op), site, tname(f, tb, sizeof tb), mask);
     if (mask & ~ws.exists)
@@ -693,23 +790,52 @@ uint64_t warp_op(warp_op_kind op, unsigned mask, uint64_t v, int arg, int width,
     if (mask & ws.exited)
         fault(f, "%s at %s: mask 0x%08x names lanes 0x%08x that have exited", op_name(op),
                      site, mask, mask & ws.exited);
-    if (op <= W_XOR && !pow2_width(width))
-        fault(f, "%s at %s: width %d is not a power of two in [1, 32]", op_name(op), site,
-                     width);
+    fault(f, "%s at %s: width %d is not a power of two in [1, 32]", op_name(op), site, width);
+}
+
+[[noreturn]] static __attribute__((noinline, cold)) void divergent(fiber *f, warp_op_kind op,
+                                                                   unsigned mask, int width,
+                                                                   const char *site,
+                                                                   const warp_group &c)
+{
+    fault(f, "divergent warp collectives in warp %d: lane %d calls %s at %s with mask 0x%08x "
+             "(width %d) while lanes 0x%08x wait in %s at %s with mask 0x%08x (width %d)",
+          f->warp, f->lane, op_name(op), site, mask, width, c.arrived, op_name(c.op), c.site,
+          c.mask, c.width);
+}
+
+/* The last lane of g has arrived: every lane's result, g retired, the others
+ * released. */
+static __attribute__((noinline)) void finish_group(fiber *f, warp_state &ws, warp_group *g)
+{
+    complete(f, *g);
+    int ids[32], n_ids = 0;
+    for (int l = 0; l < 32; l++)
+        if ((g->mask & (1u << l)) && l != f->lane) ids[n_ids++] = f->warp * 32 + l;
+    for (size_t i = 0; i < ws.pending.size(); i++)
+        if (&ws.pending[i] == g) { ws.pending.erase(ws.pending.begin() + (long)i); break; }
+    release_fibers(f->blk, ids, n_ids);
+}
+
+uint64_t warp_op(warp_op_kind op, unsigned mask, uint64_t v, int arg, int width, int vbytes,
+                 const char *site)
+{
+    fiber *f = current(op_name(op));
+    warp_state &ws = f->blk->warps[f->warp];
+    const unsigned bit = 1u << f->lane;
+    (void)vbytes;
+    if (!(mask & bit) || (mask & (~ws.exists | ws.exited)) || (op <= W_XOR && !pow2_width(width)))
+        bad_call(f, op, mask, width, site);
     warp_group *g = nullptr;
     for (warp_group &c : ws.pending)
         if (c.mask & mask) {
             if (c.mask != mask || c.op != op || c.width != width || !same_site(c.site, site))
-                fault(f, "divergent warp collectives in warp %d: lane %d calls %s at %s with "
-                             "mask 0x%08x (width %d) while lanes 0x%08x wait in %s at %s with mask "
-                             "0x%08x (width %d)", f->warp, f->lane, op_name(op), site, mask, width,
-                             c.arrived, op_name(c.op), c.site, c.mask, c.width);
+                divergent(f, op, mask, width, site, c);
             g = &c;
             break;
         }
     if (!g) {
-        ws.pending.push_back(warp_group{});
-        g = &ws.pending.back();
+        g = &ws.pending.emplace_back();   /* in place: no 400-byte temporary in the frame */
         g->mask = mask, g->arrived = 0, g->op = op, g->width = width, g->site = site;
     }
     g->val[f->lane] = v;
@@ -717,13 +843,7 @@ uint64_t warp_op(warp_op_kind op, unsigned mask, uint64_t v, int arg, int width,
     g->arrived |= bit;
     tsan_release(&ws.sync);
     if (g->arrived == mask) {
-        complete(f, *g);
-        int ids[32], n_ids = 0;
-        for (int l = 0; l < 32; l++)
-            if ((mask & (1u << l)) && l != f->lane) ids[n_ids++] = f->warp * 32 + l;
-        for (size_t i = 0; i < ws.pending.size(); i++)
-            if (&ws.pending[i] == g) { ws.pending.erase(ws.pending.begin() + (long)i); break; }
-        release_fibers(b, ids, n_ids);
+        finish_group(f, ws, g);
         tsan_acquire(&ws.sync);
         return f->result;
     }
