@@ -70,6 +70,17 @@ static inline unsigned hkv_grid1(int64_t n, int threads)
     return (unsigned)(b < 1 ? 1 : b);
 }
 
+/* Butterfly reductions over a full warp: every lane gets the result. In an
+ * emulator build each is one collective that performs these five shuffles'
+ * operations exactly (emu_device.h, hkv_emu::warp_tree): the same bits, a
+ * fifth of the emulated stack switches; the shuffles themselves are tested
+ * by emu_shfl and used as written by every other kernel. */
+#ifdef HKV_CUDA_EMU
+#define HKV_WARP_TREE(op, x) hkv_emu::warp_tree(HKV_EMU_SITE, hkv_emu::op, x)
+__device__ __forceinline__ float hkv_warp_max(float x) { return HKV_WARP_TREE(W_TREE_FMAX, x); }
+__device__ __forceinline__ float hkv_warp_sum(float x) { return HKV_WARP_TREE(W_TREE_FSUM, x); }
+__device__ __forceinline__ double hkv_warp_sum_d(double x) { return HKV_WARP_TREE(W_TREE_DSUM, x); }
+#else
 __device__ __forceinline__ float hkv_warp_max(float x)
 {
     for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
@@ -85,6 +96,7 @@ __device__ __forceinline__ double hkv_warp_sum_d(double x)
     for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
     return x;
 }
+#endif
 
 __device__ __forceinline__ float hkv_h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 __device__ __forceinline__ uint16_t hkv_f2h(float f) { return __half_as_ushort(__float2half_rn(f)); }

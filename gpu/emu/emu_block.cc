@@ -206,6 +206,9 @@ const char *op_name(int op)
     case W_RMAX: return "__reduce_max_sync";
     case W_MATCH_ANY: return "__match_any_sync";
     case W_MATCH_ALL: return "__match_all_sync";
+    case W_TREE_FSUM: return "hkv_warp_sum (__shfl_xor_sync x5)";
+    case W_TREE_FMAX: return "hkv_warp_max (__shfl_xor_sync x5)";
+    case W_TREE_DSUM: return "hkv_warp_sum_d (__shfl_xor_sync x5)";
     }
     return "?";
 }
@@ -710,6 +713,31 @@ unsigned active_mask(void)
 
 static bool pow2_width(int w) { return w >= 1 && w <= 32 && (w & (w - 1)) == 0; }
 
+/* What x = x OP __shfl_xor_sync(0xffffffff, x, o) for o = 16, 8, 4, 2, 1
+ * leaves in each lane: the five steps over all 32 lanes at once, each lane's
+ * own value the left operand as in the loop. */
+template <class T, class F>
+static void butterfly_as(const warp_group &g, uint64_t out[32], F op)
+{
+    T x[32], y[32];
+    for (int l = 0; l < 32; l++) memcpy(&x[l], &g.val[l], sizeof(T));
+    for (int o = 16; o > 0; o >>= 1) {
+        for (int l = 0; l < 32; l++) y[l] = op(x[l], x[l ^ o]);
+        memcpy(x, y, sizeof x);
+    }
+    for (int l = 0; l < 32; l++) {
+        out[l] = 0;
+        memcpy(&out[l], &x[l], sizeof(T));
+    }
+}
+
+static void butterfly(const warp_group &g, uint64_t out[32])
+{
+    if (g.op == W_TREE_FSUM) butterfly_as<float>(g, out, [](float a, float b) { return a + b; });
+    else if (g.op == W_TREE_FMAX) butterfly_as<float>(g, out, [](float a, float b) { return fmaxf(a, b); });
+    else butterfly_as<double>(g, out, [](double a, double b) { return a + b; });
+}
+
 /* Every lane's result once all of g's lanes have arrived. */
 static void complete(fiber *f, warp_group &g)
 {
@@ -730,6 +758,8 @@ static void complete(fiber *f, warp_group &g)
             smax = i > smax ? i : smax;
         }
     const bool is_signed = g.arg[__builtin_ctz(g.mask)] != 0;   /* reduce_minmax's int overload */
+    uint64_t tree[32];
+    if (g.op >= W_TREE_FSUM) butterfly(g, tree);
     for (int l = 0; l < 32; l++) {
         if (!(g.mask & (1u << l))) continue;
         fiber *o = (*b->f)[base + l];
@@ -757,6 +787,7 @@ static void complete(fiber *f, warp_group &g)
         case W_RADD: r = radd; break;
         case W_RMIN: r = is_signed ? (uint32_t)smin : rmin; break;
         case W_RMAX: r = is_signed ? (uint32_t)smax : rmax; break;
+        case W_TREE_FSUM: case W_TREE_FMAX: case W_TREE_DSUM: r = tree[l]; break;
         case W_MATCH_ANY: {
             unsigned m = 0;
             for (int j = 0; j < 32; j++)

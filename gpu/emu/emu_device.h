@@ -99,7 +99,9 @@ const thread_view *current_thread(void);
 int block_barrier(const char *site, int mode, int pred);
 
 enum warp_op_kind { W_IDX, W_UP, W_DOWN, W_XOR, W_BALLOT, W_ANY, W_ALL, W_SYNC, W_RADD,
-                    W_RMIN, W_RMAX, W_MATCH_ANY, W_MATCH_ALL };
+                    W_RMIN, W_RMAX, W_MATCH_ANY, W_MATCH_ALL,
+                    /* the xor butterfly over a full warp (hkv_warp_butterfly) */
+                    W_TREE_FSUM, W_TREE_FMAX, W_TREE_DSUM };
 /* A warp collective over the lanes in mask; v carries up to 8 bytes. */
 uint64_t warp_op(warp_op_kind op, unsigned mask, uint64_t v, int arg, int width, int vbytes,
                  const char *site);
@@ -127,6 +129,20 @@ template <class T>
 static inline T shfl_down(const char *s, unsigned m, T v, unsigned d, int w = 32) { return warp_value(W_DOWN, s, m, v, (int)d, w); }
 template <class T>
 static inline T shfl_xor(const char *s, unsigned m, T v, int lm, int w = 32) { return warp_value(W_XOR, s, m, v, lm, w); }
+/* for (o = 16; o > 0; o >>= 1) x = x OP __shfl_xor_sync(0xffffffff, x, o),
+ * as one collective: each lane gets the value those five shuffles give it,
+ * computed with the same operations on the same operands in the same order
+ * (so the same bits), for a fifth of the stack switches. gpu_internal.cuh's
+ * hkv_warp_sum/max take it in an emulator build: they are most of the
+ * collectives the decode products make (a warp sum per row and token). */
+static inline float warp_tree(const char *s, warp_op_kind op, float v)
+{
+    return warp_value(op, s, 0xffffffffu, v, 0, 32);
+}
+static inline double warp_tree(const char *s, warp_op_kind op, double v)
+{
+    return warp_value(op, s, 0xffffffffu, v, 0, 32);
+}
 /* __syncwarp() or __syncwarp(mask): the site is bound first, the optional
  * mask applied by the call. */
 struct syncwarp_at {

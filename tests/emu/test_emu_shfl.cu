@@ -223,6 +223,60 @@ static void run_type(const char *tname)
     }
 }
 
+/* hkv_emu::warp_tree (what gpu_internal.cuh's hkv_warp_sum/max are in an
+ * emulator build) against the five __shfl_xor_sync steps it stands for, bit
+ * for bit in every lane: values over a wide range of magnitudes and signs,
+ * so that any other order of the additions gives other bits. */
+template <class T>
+static __global__ void k_tree(const T *val, T *tree, T *loop, int op)
+{
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    const T x = val[t];
+    const hkv_emu::warp_op_kind kind = op == 0 ? hkv_emu::W_TREE_FSUM : op == 1 ? hkv_emu::W_TREE_FMAX
+                                                                                : hkv_emu::W_TREE_DSUM;
+    tree[t] = hkv_emu::warp_tree(HKV_EMU_SITE, kind, x);
+    T y = x;
+    for (int o = 16; o > 0; o >>= 1) {
+        const T z = __shfl_xor_sync(0xffffffffu, y, o);
+        y = op == 1 ? (T)fmaxf((float)y, (float)z) : y + z;
+    }
+    loop[t] = y;
+}
+
+template <class T>
+static void tree_case(int op, const char *name)
+{
+    const int n = 8 * 64;   /* 8 blocks of 2 warps */
+    std::vector<T> h(n), a(n), b(n);
+    uint64_t s = 0x9e3779b97f4a7c15ull + (uint64_t)op;
+    for (int i = 0; i < n; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        const double m = (double)(s >> 11) * 0x1p-53 - 0.5;
+        h[i] = (T)(m * ldexp(1.0, (int)(s % 41) - 20));   /* 2^-20 .. 2^20 */
+    }
+    T *dv, *dt, *dl;
+    CUDA_OK(cudaMalloc((void **)&dv, n * sizeof(T)));
+    CUDA_OK(cudaMalloc((void **)&dt, n * sizeof(T)));
+    CUDA_OK(cudaMalloc((void **)&dl, n * sizeof(T)));
+    CUDA_OK(cudaMemcpy(dv, h.data(), n * sizeof(T), cudaMemcpyHostToDevice));
+    HKV_LAUNCH(k_tree<T>, 8, 64, 0, 0)(dv, dt, dl, op);
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaMemcpy(a.data(), dt, n * sizeof(T), cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(b.data(), dl, n * sizeof(T), cudaMemcpyDeviceToHost));
+    int bad = 0, spread = 0;
+    for (int i = 0; i < n; i++) {
+        bad += memcmp(&a[i], &b[i], sizeof(T)) != 0;
+        spread += i % 32 && memcmp(&a[i], &a[i - 1], sizeof(T)) != 0;
+    }
+    CHECK(bad == 0, "%s: %d of %d lanes differ from the five shuffles", name, bad, n);
+    /* the butterfly gives every lane of a warp the same value (+ and fmaxf
+     * commute): a tree that handed lanes different values would be wrong */
+    CHECK(spread == 0, "%s: lanes of one warp disagree (%d)", name, spread);
+    CUDA_OK(cudaFree(dv));
+    CUDA_OK(cudaFree(dt));
+    CUDA_OK(cudaFree(dl));
+}
+
 /* The model itself against the guide's worked examples, so that a wrong
  * model cannot pass silently with a wrong emulator. */
 static void model_examples(void)
@@ -247,6 +301,9 @@ int main(void)
     run_type<float>("float");
     run_type<double>("double");
     run_type<long long>("long long");
+    tree_case<float>(0, "hkv_warp_sum");
+    tree_case<float>(1, "hkv_warp_max");
+    tree_case<double>(2, "hkv_warp_sum_d");
     CHECK(total_runs > 4000, "only %d configurations ran", total_runs);
     printf("emu_shfl: %d block configurations run\n", total_runs);
     return test_report("emu_shfl");
