@@ -319,6 +319,32 @@ fiber *take_next(fiber *f)
     return g;
 }
 
+/* Fiber side: from f to g (a fiber of its block) or, g null, to the
+ * scheduler, the sanitizers told. fake_save: where ASan keeps the fake stack
+ * of the frames f leaves behind; null when f exits. */
+ctx::transfer_t switch_to(worker *w, fiber *f, fiber *g, void **fake_save)
+{
+    (void)fake_save;
+    if (g) {
+        tl_thread = &g->view;
+        w->cur = g;
+#ifdef HKV_EMU_ASAN
+        __sanitizer_start_switch_fiber(fake_save, g->stack_lo, g->stack_bytes);
+#endif
+#ifdef HKV_EMU_TSAN
+        __tsan_switch_to_fiber(g->tsan, 0);
+#endif
+        return jump_to(g->fc, f);
+    }
+#ifdef HKV_EMU_ASAN
+    __sanitizer_start_switch_fiber(fake_save, w->asan_bottom, w->asan_size);
+#endif
+#ifdef HKV_EMU_TSAN
+    __tsan_switch_to_fiber(w->tsan_self, 0);
+#endif
+    return jump_to(w->sched, f);
+}
+
 /* Fiber side: f parks and the next ready fiber of its block runs, switched
  * to directly (one stack switch instead of two through the scheduler, in
  * the order the scheduler would take), or the scheduler. Returns when f is
@@ -326,57 +352,18 @@ fiber *take_next(fiber *f)
 void park(fiber *f)
 {
     worker *w = &tl_worker;
-    fiber *g = take_next(f);
     void *fake = nullptr;
-    ctx::transfer_t t;
-    if (g) {
-        tl_thread = &g->view;
-        w->cur = g;
-#ifdef HKV_EMU_ASAN
-        __sanitizer_start_switch_fiber(&fake, g->stack_lo, g->stack_bytes);
-#endif
-#ifdef HKV_EMU_TSAN
-        __tsan_switch_to_fiber(g->tsan, 0);
-#endif
-        t = jump_to(g->fc, f);
-    } else {
-#ifdef HKV_EMU_ASAN
-        __sanitizer_start_switch_fiber(&fake, w->asan_bottom, w->asan_size);
-#endif
-#ifdef HKV_EMU_TSAN
-        __tsan_switch_to_fiber(w->tsan_self, 0);
-#endif
-        t = jump_to(w->sched, f);
-    }
+    const ctx::transfer_t t = switch_to(w, f, take_next(f), &fake);
     landed(w, t, fake);
 }
 
 /* Fiber side, never returns: the thread is finished (or abandoned). No
- * local here has its address taken: this frame is never popped, and ASan
- * would leave its redzones poisoned under the next block's frames. */
+ * local here or in switch_to has its address taken: these frames are never
+ * popped, and ASan would leave their redzones poisoned under the next
+ * block's frames. */
 [[noreturn]] void leave(fiber *f)
 {
-    worker *w = &tl_worker;
-    fiber *g = take_next(f);
-    if (g) {
-        tl_thread = &g->view;
-        w->cur = g;
-#ifdef HKV_EMU_ASAN
-        __sanitizer_start_switch_fiber(nullptr, g->stack_lo, g->stack_bytes);
-#endif
-#ifdef HKV_EMU_TSAN
-        __tsan_switch_to_fiber(g->tsan, 0);
-#endif
-        jump_to(g->fc, f);
-    } else {
-#ifdef HKV_EMU_ASAN
-        __sanitizer_start_switch_fiber(nullptr, w->asan_bottom, w->asan_size);
-#endif
-#ifdef HKV_EMU_TSAN
-        __tsan_switch_to_fiber(w->tsan_self, 0);
-#endif
-        jump_to(w->sched, f);
-    }
+    switch_to(&tl_worker, f, take_next(f), nullptr);
     __builtin_unreachable();
 }
 

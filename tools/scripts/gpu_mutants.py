@@ -181,18 +181,19 @@ MUTANTS = [
       [("gpu/ctkvr_build.cu", "    int ct = 4;   /* centroids per score block",
         "    int ct = 32;   /* centroids per score block")]),
     # ---- warp collectives --------------------------------------------------------------
+    # (not in gpu_internal.cuh's hkv_warp_sum/max: an emulator build runs those
+    # as one collective, hkv_emu::warp_tree, so a mutant there would not be seen)
     M("shfl-offset-8", "wrong shuffle offset",
-      "hkv_warp_sum: the butterfly starts at offset 8 instead of 16 (sums half-warps)",
-      [("gpu/gpu_internal.cuh",
-        "__device__ __forceinline__ float hkv_warp_sum(float x)\n{\n"
-        "    for (int o = 16; o > 0; o >>= 1)",
-        "__device__ __forceinline__ float hkv_warp_sum(float x)\n{\n"
-        "    for (int o = 8; o > 0; o >>= 1)")]),
+      "decode attention's row sums: the butterfly starts at LG / 4 instead of LG / 2 "
+      "(sums half of each row's lanes)",
+      [("gpu/attn_decode.cu",
+        "for (int o = LG / 2; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);",
+        "for (int o = LG / 4; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);")]),
     M("shfl-xor-to-down", "wrong shuffle kind",
-      "hkv_warp_max: `__shfl_xor_sync` -> `__shfl_down_sync` (only lane 0 gets the max)",
-      [("gpu/gpu_internal.cuh",
-        "x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));",
-        "x = fmaxf(x, __shfl_down_sync(0xffffffffu, x, o));")]),
+      "rows' max (gpu/rows.cu): `__shfl_xor_sync` -> `__shfl_down_sync` (only lane 0 gets the max)",
+      [("gpu/rows.cu",
+        "a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, m));",
+        "a = fmaxf(a, __shfl_down_sync(0xffffffffu, a, m));")]),
     M("shfl-width-16", "wrong shuffle width",
       "attention V accumulation: `__shfl_sync(mask, p, j)` -> width 16 (keys 16-31 take "
       "another lane's probability)",
