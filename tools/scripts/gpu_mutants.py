@@ -190,10 +190,11 @@ MUTANTS = [
         "for (int o = LG / 2; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);",
         "for (int o = LG / 4; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);")]),
     M("shfl-xor-to-down", "wrong shuffle kind",
-      "rows' max (gpu/rows.cu): `__shfl_xor_sync` -> `__shfl_down_sync` (only lane 0 gets the max)",
-      [("gpu/rows.cu",
-        "a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, m));",
-        "a = fmaxf(a, __shfl_down_sync(0xffffffffu, a, m));")]),
+      "the coalesced tile dot's halving (gpu/tile_dot.cuh): `__shfl_xor_sync` -> "
+      "`__shfl_down_sync` (the upper lanes read past their partner)",
+      [("gpu/tile_dot.cuh",
+        "v[i] = keep + __shfl_xor_sync(0xffffffffu, send, O);",
+        "v[i] = keep + __shfl_down_sync(0xffffffffu, send, O);")]),
     M("shfl-width-16", "wrong shuffle width",
       "attention V accumulation: `__shfl_sync(mask, p, j)` -> width 16 (keys 16-31 take "
       "another lane's probability)",
