@@ -2,6 +2,7 @@
  * fallback of the vector tables for head sizes they do not cover.
  * Online softmax with the running max, fp32 accumulation, libm expf. */
 #include "kernels_impl.h"
+#include "sketch_i4.h"
 
 static float dot_f16(const float *q, const uint16_t *k, int d)
 {
@@ -112,19 +113,19 @@ void hkv_score_max_scalar(const float *q, int g, int d, const uint16_t *k, int64
     }
 }
 
-/* score_max over sketch codes: int8, or (four) 4-bit, two a byte. */
-static void score_max_q_scalar(const float *q, int g, int d, const void *k, int64_t ld,
-                               const float *scale, const int32_t *idx, int64_t n, float *s, int four)
+/* score_max over int8 sketch codes. */
+static void score_max_q_scalar(const float *q, int g, int d, const int8_t *k, int64_t ld,
+                               const float *scale, const int32_t *idx, int64_t n, float *s)
 {
     const int ng = d / HKV_SKETCH_GROUP;
     for (int64_t i = 0; i < n; i++) {
-        const int8_t *row = (const int8_t *)k + (int64_t)idx[i] * ld;
+        const int8_t *row = k + (int64_t)idx[i] * ld;
         const float *sc = scale + (int64_t)idx[i] * ng;
         float best = -INFINITY;
         for (int h = 0; h < g; h++) {
             float v = 0;
             for (int e = 0; e < d; e++) {
-                const int c = four ? (((const uint8_t *)row)[e / 2] >> (4 * (e & 1)) & 15) - 8 : row[e];
+                const int c = row[e];
                 v += q[(int64_t)h * d + e] * ((float)c * sc[e / HKV_SKETCH_GROUP]);
             }
             if (v > best) best = v;
@@ -136,13 +137,24 @@ static void score_max_q_scalar(const float *q, int g, int d, const void *k, int6
 void hkv_score_max_i8_scalar(const float *q, int g, int d, const int8_t *k, int64_t ld,
                              const float *scale, const int32_t *idx, int64_t n, float *s)
 {
-    score_max_q_scalar(q, g, d, k, ld, scale, idx, n, s, 0);
+    score_max_q_scalar(q, g, d, k, ld, scale, idx, n, s);
 }
 
 void hkv_score_max_i4_scalar(const float *q, int g, int d, const uint8_t *k, int64_t ld,
                              const float *scale, const int32_t *idx, int64_t n, float *s)
 {
-    score_max_q_scalar(q, g, d, k, ld, scale, idx, n, s, 1);
+    const int ng = d / HKV_SKETCH_GROUP;
+    int8_t qc[HKV_ATTN_MAX_D];
+    float qs[HKV_ATTN_MAX_D / HKV_SKETCH_GROUP];
+    int32_t qsum[HKV_ATTN_MAX_D / HKV_SKETCH_GROUP];
+    for (int h = 0; h < g; h++) {   /* a head at a time; the max over them is exact */
+        hkv_sketch_query_q8(q + (int64_t)h * d, d, qc, qs, qsum);
+        for (int64_t i = 0; i < n; i++) {
+            const float v = hkv_sketch_i4_dot(k + (int64_t)idx[i] * ld, scale + (int64_t)idx[i] * ng,
+                                              qc, qs, qsum, d);
+            if (h == 0 || v > s[i]) s[i] = v;
+        }
+    }
 }
 
 void hkv_f16_to_f32_scalar(const uint16_t *src, float *dst, int64_t n)

@@ -206,8 +206,10 @@ typedef struct hkv_cpu_kernels {
     /* score_max_i8 over 4-bit codes: row idx[i] of k holds d / 2 bytes
      * (stride ld bytes), element 2c the low nibble of byte c and 2c + 1 its
      * high one, each the value nibble - 8; scales as score_max_i8's. The
-     * tiles and dot products are score_max's: a row's score does not depend
-     * on where it sits in a call. */
+     * query is rounded to int8 per head and group and each group's product
+     * formed exactly in integers (cpu/sketch_i4.h gives the definition):
+     * every level gives the same bits, and a row's score does not depend on
+     * where it sits in a call. */
     void (*score_max_i4)(const float *q, int g, int d, const uint8_t *k, int64_t ld,
                          const float *scale, const int32_t *idx, int64_t n, float *s);
 

@@ -74,17 +74,6 @@ HKV_VINLINE vf vf_load_i8(const int8_t *p)
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
 }
 
-/* VL 4-bit codes from VL / 2 bytes (element 2c: byte c's low nibble), each
- * nibble - 8. */
-HKV_VINLINE vf vf_load_i4(const uint8_t *p)
-{
-    int32_t w;
-    memcpy(&w, p, 4);
-    const __m128i b = _mm_cvtsi32_si128(w), m = _mm_set1_epi8(15);
-    const __m128i x = _mm_unpacklo_epi8(_mm_and_si128(b, m), _mm_and_si128(_mm_srli_epi16(b, 4), m));
-    return _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(x), _mm256_set1_epi32(8)));
-}
-
 /* exp(x): same algorithm, range and error bound as the AVX-512 version;
  * 2^n is built in the exponent field, valid because the clamp keeps n in
  * [-126, 127]. x < -87.33 (including -inf) returns exactly 0. */

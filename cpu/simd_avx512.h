@@ -58,15 +58,6 @@ HKV_VINLINE vf vf_load_i8(const int8_t *p)
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
 }
 
-/* VL 4-bit codes from VL / 2 bytes (element 2c: byte c's low nibble), each
- * nibble - 8. */
-HKV_VINLINE vf vf_load_i4(const uint8_t *p)
-{
-    const __m128i b = _mm_loadl_epi64((const __m128i *)p), m = _mm_set1_epi8(15);
-    const __m128i x = _mm_unpacklo_epi8(_mm_and_si128(b, m), _mm_and_si128(_mm_srli_epi16(b, 4), m));
-    return _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(x), _mm512_set1_epi32(8)));
-}
-
 /* exp(x) with Cephes' degree-6 polynomial on [-ln2/2, ln2/2] after a
  * round-to-nearest range reduction (two-part ln2). Relative error within
  * about 2 ulp of expf for x in [-87.33, 88.37]; inputs are clamped to that

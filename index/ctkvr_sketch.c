@@ -44,23 +44,6 @@ size_t hkv_ctkvr_sketch_code_bytes(int sketch, int d)
     return sketch == 3 ? (size_t)d / 2 : (size_t)d;
 }
 
-/* x[0..d) to 4-bit codes (d / 2 bytes) and a scale per group of 32. */
-static void q4_quantize(const float *x, int d, uint8_t *codes, float *scale)
-{
-    for (int g0 = 0; g0 < d; g0 += HKV_SKETCH_GROUP) {
-        float amax = 0;
-        for (int e = 0; e < HKV_SKETCH_GROUP; e++) amax = fmaxf(amax, fabsf(x[g0 + e]));
-        const float sc = amax / 7.0f, inv = amax > 0 ? 7.0f / amax : 0.0f;
-        scale[g0 / HKV_SKETCH_GROUP] = sc;
-        for (int e = 0; e < HKV_SKETCH_GROUP; e += 2) {
-            int lo = (int)lrintf(x[g0 + e] * inv), hi = (int)lrintf(x[g0 + e + 1] * inv);
-            lo = lo < -7 ? -7 : lo > 7 ? 7 : lo;
-            hi = hi < -7 ? -7 : hi > 7 ? 7 : hi;
-            codes[(g0 + e) / 2] = (uint8_t)((lo + 8) | (hi + 8) << 4);
-        }
-    }
-}
-
 static void sketch_rows(ctkvr *s, int layer, int kvh, const hkv_far_view *far, int64_t from,
                         int64_t to)
 {
@@ -74,7 +57,7 @@ static void sketch_rows(ctkvr *s, int layer, int kvh, const hkv_far_view *far, i
     for (int64_t p = from; p < to; p++) {
         hkv_far_k32(s->kern, far, kvh, p, tmp, x);   /* fp16, or the 8-bit tier's */
         if (s->c.sketch == 3)
-            q4_quantize(x, d, (uint8_t *)codes + (size_t)p * rb, scale + (size_t)p * ng);
+            hkv_q4_quantize(x, d, (uint8_t *)codes + (size_t)p * rb, scale + (size_t)p * ng);
         else
             hkv_q8_quantize(x, d, codes + (size_t)p * rb, scale + (size_t)p * ng);
     }
@@ -139,14 +122,10 @@ static inline float sketch_bound(const float *sc, const float *q1, int g, int ng
     return b;
 }
 
-/* The rerank on sketches into out (ascending): sketch=1 certified, the
- * rho' best of cand[0..n) by exact score; 2 and 3 the rho' best by the
- * sketch's score. a[] gets every candidate's sketch score, for DCU.
- * Scratch: lb, ub[n] floats, surv/sp/pick[n] int32, tsc. */
-int64_t hkv_ctkvr_rerank_sketch(ctkvr *s, int layer, int kvh, const float *q,
-                                const hkv_far_view *far, const int32_t *cand, int64_t n, float *a,
-                                float *lb, float *ub, int32_t *surv, int32_t *sp, int32_t *pick,
-                                int32_t *tsc, uint32_t *bits, int32_t *out, hkv_policy_scratch *ws)
+static int64_t rerank(ctkvr *s, int layer, int kvh, const float *q, const hkv_far_view *far,
+                      const int32_t *cand, int64_t n, float *a, float *lb, float *ub, int32_t *surv,
+                      int32_t *sp, int32_t *pick, int32_t *tsc, uint32_t *bits, int32_t *out,
+                      int dcu, int64_t *n_dcu, hkv_policy_scratch *ws)
 {
     const int g = s->g, d = s->d, ng = d / HKV_SKETCH_GROUP;
     const int64_t k = s->c.rho_p;
@@ -170,7 +149,19 @@ int64_t hkv_ctkvr_rerank_sketch(ctkvr *s, int layer, int kvh, const float *q,
     /* Every pick below is a set (emitted ascending, or a threshold): the
      * radix top-k, not hkv_topk's order (three times the time here). */
     if (s->c.sketch >= 2) {   /* approximate: the sketch's scores decide at the cut too */
-        const int64_t mo = hkv_topk_asc(a, n, k, pick, tsc);
+        int64_t mo;
+        if (dcu && s->c.rho >= k) {
+            /* the DCU's top rho first, then the top rho' inside it: the
+             * same set (the subset keeps cand's order, so ties part alike),
+             * one pass over n instead of two */
+            const int64_t md = hkv_topk_asc(a, n, s->c.rho, surv, tsc);
+            for (int64_t i = 0; i < md; i++) lb[i] = a[surv[i]];
+            mo = hkv_topk_asc(lb, md, k, pick, tsc);
+            for (int64_t i = 0; i < mo; i++) pick[i] = surv[pick[i]];
+            *n_dcu = md;
+        } else {
+            mo = hkv_topk_asc(a, n, k, pick, tsc);
+        }
         emit_ascending(cand, pick, mo, n, bits, out);
         return mo;
     }
@@ -214,5 +205,24 @@ int64_t hkv_ctkvr_rerank_sketch(ctkvr *s, int layer, int kvh, const float *q,
     }
     emit_ascending(cand, pick, mo, n, bits, out);
     return mo;
+}
+
+/* The rerank on sketches into out (ascending): sketch=1 certified, the
+ * rho' best of cand[0..n) by exact score; 2 and 3 the rho' best by the
+ * sketch's score. a[] gets every candidate's sketch score; with dcu, surv
+ * the top rho of them (*n_dcu).
+ * Scratch: lb, ub[n] floats, surv/sp/pick[n] int32, tsc. */
+int64_t hkv_ctkvr_rerank_sketch(ctkvr *s, int layer, int kvh, const float *q,
+                                const hkv_far_view *far, const int32_t *cand, int64_t n, float *a,
+                                float *lb, float *ub, int32_t *surv, int32_t *sp, int32_t *pick,
+                                int32_t *tsc, uint32_t *bits, int32_t *out, int dcu,
+                                int64_t *n_dcu, hkv_policy_scratch *ws)
+{
+    if (dcu) *n_dcu = -1;
+    const int64_t m = rerank(s, layer, kvh, q, far, cand, n, a, lb, ub, surv, sp, pick, tsc, bits,
+                             out, dcu, n_dcu, ws);
+    if (dcu && *n_dcu < 0)   /* (not made on the way) */
+        *n_dcu = hkv_topk_asc(a, n, s->c.rho, surv, tsc);
+    return m;
 }
 

@@ -22,6 +22,22 @@ void hkv_q8_quantize(const float *x, int d, int8_t *codes, float *scale)
     }
 }
 
+void hkv_q4_quantize(const float *x, int d, uint8_t *codes, float *scale)
+{
+    for (int g0 = 0; g0 < d; g0 += HKV_SKETCH_GROUP) {
+        float amax = 0;
+        for (int e = 0; e < HKV_SKETCH_GROUP; e++) amax = fmaxf(amax, fabsf(x[g0 + e]));
+        const float sc = amax / 7.0f, inv = amax > 0 ? 7.0f / amax : 0.0f;
+        scale[g0 / HKV_SKETCH_GROUP] = sc;
+        for (int e = 0; e < HKV_SKETCH_GROUP; e += 2) {
+            int lo = (int)lrintf(x[g0 + e] * inv), hi = (int)lrintf(x[g0 + e + 1] * inv);
+            lo = lo < -7 ? -7 : lo > 7 ? 7 : lo;
+            hi = hi < -7 ? -7 : hi > 7 ? 7 : hi;
+            codes[(g0 + e) / 2] = (uint8_t)((lo + 8) | (hi + 8) << 4);
+        }
+    }
+}
+
 void hkv_far_gather16(const hkv_cpu_kernels *kn, const hkv_far_view *f, int h, const int32_t *idx,
                       int64_t p0, int64_t n, uint16_t *k, uint16_t *v)
 {

@@ -30,6 +30,10 @@ static inline int hkv_far_q8(const hkv_far_view *f) { return f->k8 != NULL; }
 /* x[0..d) to int8 codes and one scale per HKV_Q8_GROUP (absmax / 127,
  * round to nearest); d a multiple of HKV_Q8_GROUP. */
 void hkv_q8_quantize(const float *x, int d, int8_t *codes, float *scale);
+/* x[0..d) to ctkvr's 4-bit key sketch (index/ctkvr_sketch.c): d / 2 bytes,
+ * element 2c the low nibble of byte c, code round(x * 7 / absmax) + 8 in
+ * 1..15, one scale absmax / 7 per HKV_SKETCH_GROUP; what score_max_i4 reads. */
+void hkv_q4_quantize(const float *x, int d, uint8_t *codes, float *scale);
 
 /* Key row p of KV head h as fp16: the row in place, or tmp
  * (room for d) filled from the codes. */

@@ -143,9 +143,42 @@ static int code_of(const int8_t *row, int four, int c)
     return four ? ((r4[c / 2] >> (4 * (c & 1))) & 15) - 8 : row[c];
 }
 
+/* score_max_i4's definition (cpu/kernels.h), written here from its
+ * words: the query per head and group of 32 to int8 (scale max|q| / 127,
+ * round to nearest even), each group's product an exact integer, t_G =
+ * ((float)I_G * qs_G) * ks_G, the groups summed as a halving tree, the max
+ * over the heads. */
+static float i4_model(const float *q, int g, int d, const uint8_t *row, const float *ks)
+{
+    float best = -INFINITY;
+    for (int h = 0; h < g; h++) {
+        float t[8] = {0};
+        const int ng = d / HKV_SKETCH_GROUP;
+        for (int G = 0; G < ng; G++) {
+            const float *x = q + (int64_t)h * d + G * HKV_SKETCH_GROUP;
+            float amax = 0;
+            for (int e = 0; e < HKV_SKETCH_GROUP; e++) amax = fmaxf(amax, fabsf(x[e]));
+            long long acc = 0;
+            for (int e = 0; e < HKV_SKETCH_GROUP; e++) {
+                const int c = amax > 0 ? (int)rintf(x[e] * (127.0f / amax)) : 0;
+                const int c4 = code_of((const int8_t *)row, 1, G * HKV_SKETCH_GROUP + e);
+                acc += (long long)c * c4;
+            }
+            t[G] = ((float)acc * (amax / 127.0f)) * ks[G];
+        }
+        for (int m = ng; m > 1;) {
+            const int half = m / 2;
+            for (int i = 0; i < half; i++) t[i] += t[m - half + i];
+            m -= half;
+        }
+        if (h == 0 || t[0] > best) best = t[0];
+    }
+    return best;
+}
+
 /* score_max (k8 NULL), score_max_i8 (k8, sc8) or score_max_i4 (four: k8's
- * bytes as nibbles) against the tile model: the same floats, not merely
- * close ones. */
+ * bytes as nibbles) against their models: the tile model, or i4_model (the
+ * same bits at every level); the same floats, not merely close ones. */
 static void check_score_model_w(const hkv_cpu_kernels *t, const float *q, int g, int d,
                                 const uint16_t *k, const int8_t *k8, const float *sc8, int four,
                                 int64_t ld, const int32_t *idx, int64_t n)
@@ -159,6 +192,11 @@ static void check_score_model_w(const hkv_cpu_kernels *t, const float *q, int g,
     int64_t bad = 0;
     for (int64_t i = 0; i < n; i++) {
         const int64_t row = idx[i];
+        if (k8 && four) {
+            bad += !(s[i] == i4_model(q, g, d, (const uint8_t *)k8 + row * ld,
+                                      sc8 + row * (d / HKV_SKETCH_GROUP)));
+            continue;
+        }
         for (int c = 0; c < d; c++) {
             const int code = k8 ? code_of(k8 + row * ld, four, c) : 0;
             kf[c] = k8 ? (float)code * sc8[row * (d / HKV_SKETCH_GROUP) + c / HKV_SKETCH_GROUP]
@@ -171,7 +209,7 @@ static void check_score_model_w(const hkv_cpu_kernels *t, const float *q, int g,
         }
         bad += !(s[i] == best);
     }
-    CHECK(bad == 0, "%s %s g=%d d=%d n=%lld: %lld scores differ from the tile kernel's",
+    CHECK(bad == 0, "%s %s g=%d d=%d n=%lld: %lld scores differ from its model's",
           hkv_isa_name(t->isa), !k8 ? "score_max" : four ? "score_max_i4" : "score_max_i8", g, d,
           (long long)n, (long long)bad);
     free(s);
@@ -206,7 +244,9 @@ static void check_score(const hkv_cpu_kernels *t, const float *q, int g, int d, 
 
 /* score_max_i8, or (four) score_max_i4 over the same bytes as nibbles,
  * against double sums of q . (code times its group's scale):
- * |s - ref| <= 1e-5 * max_h sum_c |q_hc k~_c| (fp32 sums, as score_max's). */
+ * |s - ref| <= 1e-5 * max_h sum_c |q_hc k~_c| (fp32 sums, as score_max's),
+ * plus for four the query's int8 rounding, at most max_h sum_G
+ * (max|q_hG| / 254) sum_{c in G} |k~_c|. */
 static void check_score_q(const hkv_cpu_kernels *t, const float *q, int g, int d, const int8_t *k,
                           int64_t ld, const float *scale, int four, const int32_t *idx, int64_t n)
 {
@@ -220,17 +260,22 @@ static void check_score_q(const hkv_cpu_kernels *t, const float *q, int g, int d
     for (int64_t i = 0; i < n; i++) {
         const int8_t *row = k + (int64_t)idx[i] * ld;
         const float *sc = scale + (int64_t)idx[i] * ng;
-        double best = -INFINITY, mag = 0;
+        double best = -INFINITY, mag = 0, qerr = 0;
         for (int h = 0; h < g; h++) {
-            double v = 0, m = 0;
-            for (int c = 0; c < d; c++) {
-                const double kc = (double)code_of(row, four, c) * sc[c / HKV_SKETCH_GROUP];
-                v += (double)q[h * d + c] * kc;
-                m += fabs((double)q[h * d + c] * kc);
+            double v = 0, m = 0, qe = 0;
+            for (int G = 0; G < ng; G++) {
+                double amax = 0, kabs = 0;
+                for (int c = G * HKV_SKETCH_GROUP; c < (G + 1) * HKV_SKETCH_GROUP; c++) {
+                    const double kc = (double)code_of(row, four, c) * sc[G];
+                    v += (double)q[h * d + c] * kc;
+                    m += fabs((double)q[h * d + c] * kc);
+                    amax = fmax(amax, fabs((double)q[h * d + c])), kabs += fabs(kc);
+                }
+                qe += amax / 254.0 * kabs;
             }
-            best = fmax(best, v), mag = fmax(mag, m);
+            best = fmax(best, v), mag = fmax(mag, m), qerr = fmax(qerr, qe);
         }
-        const double ref = best, tol = 1e-5 * mag + 1e-30;
+        const double ref = best, tol = 1e-5 * mag + (four ? qerr : 0) + 1e-30;
         if (isnan(s[i])) bad++;
         else worst = fmax(worst, fabs(s[i] - ref) / tol);
     }

@@ -353,6 +353,8 @@ typedef struct {
     int64_t *pass;   /* dense: the window moves each pass, so its rows stay cold */
     const int8_t *c8;     /* kern 3: the same caches as the 8-bit far tier's codes */
     const float *s8;      /* and their scales */
+    const uint8_t *c4;    /* kern 4: the same keys as ctkvr's 4-bit sketches */
+    const float *s4;      /* and their scales */
 } sparse_ctx;
 
 /* one pass over all caches: each thread walks its own subset, as threads
@@ -369,7 +371,11 @@ static void sparse_step(void *p)
             const uint16_t *k = c->kv + (size_t)i * 2 * c->cache_rows * c->d;
             const uint16_t *v = k + (size_t)c->cache_rows * c->d;
             if (c->kern == 0) c->t->score_max(c->q, c->g, c->d, k, c->d, c->idx, c->n, s);
-            else if (c->kern == 3) {   /* attn_q8 over the codes of the same rows */
+            else if (c->kern == 4) {   /* score_max_i4 over the keys' sketches */
+                const int ng = c->d / 32;
+                c->t->score_max_i4(c->q, c->g, c->d, c->c4 + (size_t)i * c->cache_rows * (c->d / 2),
+                                   c->d / 2, c->s4 + (size_t)i * c->cache_rows * ng, c->idx, c->n, s);
+            } else if (c->kern == 3) {   /* attn_q8 over the codes of the same rows */
                 const int ng = c->d / 32;
                 const int8_t *k8 = c->c8 + (size_t)i * 2 * c->cache_rows * c->d;
                 const float *ks = c->s8 + (size_t)i * 2 * c->cache_rows * ng;
@@ -395,11 +401,13 @@ static void bench_sparse(const bk *b, const hkv_cpu_kernels *t, double probe, in
            "attn_dense over cand contiguous rows (a far tier read whole, as full decodes);\n"
            "1 thread, and %d threads each on its own caches (GB/s of K/V bytes touched);\n"
            "q8: attn_q8 over the same rows as the 8-bit far tier's codes, its speed over\n"
-           "attn_sparse's in rows a second (its bytes are 0.56x)\n",
+           "attn_sparse's in rows a second (its bytes are 0.56x); i4: score_max_i4 over the\n"
+           "same keys as ctkvr's 4-bit sketches (sketch=3), its speed over score's\n"
+           "in rows a second (its bytes are 0.31x)\n",
            (long long)cache_rows, cold_bytes > 1 ? "cold" : "hot", nthreads);
-    printf("%3s %2s %5s | %9s %9s %7s | %9s %9s %7s | %9s %9s %7s | %6s %6s\n", "d", "g", "cand",
-           "score 1t", "score Nt", "probe%", "attn 1t", "attn Nt", "probe%", "dense 1t", "dense Nt",
-           "probe%", "q8 1t", "q8 Nt");
+    printf("%3s %2s %5s | %9s %9s %7s | %9s %9s %7s | %9s %9s %7s | %6s %6s | %6s %6s\n", "d", "g",
+           "cand", "score 1t", "score Nt", "probe%", "attn 1t", "attn Nt", "probe%", "dense 1t",
+           "dense Nt", "probe%", "q8 1t", "q8 Nt", "i4 1t", "i4 Nt");
     const int ds[] = {64, 128};
     const int gs[] = {3, 4, 8};
     const int64_t cands[] = {256, 1024, 4096, 8192};
@@ -414,11 +422,19 @@ static void bench_sparse(const bk *b, const hkv_cpu_kernels *t, double probe, in
         /* the same rows as int8 codes and scales (index/far_rows.h) */
         int8_t *c8 = xalloc((size_t)ncache * 2 * cache_rows * d);
         float *s8 = xalloc((size_t)ncache * 2 * cache_rows * (d / 32) * sizeof(float));
+        /* and the keys as 4-bit sketches (index/ctkvr_sketch.c) */
+        uint8_t *c4 = xalloc((size_t)ncache * cache_rows * (d / 2));
+        float *s4 = xalloc((size_t)ncache * cache_rows * (d / 32) * sizeof(float));
         #pragma omp parallel for schedule(static)
         for (int64_t r = 0; r < (int64_t)ncache * 2 * cache_rows; r++) {
             float x[128];
             t->f16_to_f32(kv + r * d, x, d);
             hkv_q8_quantize(x, d, c8 + r * d, s8 + r * (d / 32));
+            const int64_t cache = r / (2 * cache_rows), row = r % (2 * cache_rows);
+            if (row < cache_rows) {   /* K */
+                const int64_t at = cache * cache_rows + row;
+                hkv_q4_quantize(x, d, c4 + at * (d / 2), s4 + at * (d / 32));
+            }
         }
         int32_t *idx = malloc(8192 * sizeof *idx);
         uint64_t seed = 9;
@@ -431,14 +447,14 @@ static void bench_sparse(const bk *b, const hkv_cpu_kernels *t, double probe, in
                 int g = gs[gi];
                 int64_t n = cands[ci];
                 if (quick && (g == 3 || n == 1024)) continue;
-                double res[4][2] = {{0}};   /* [kernel][threads] GB/s (q8: calls/s) */
+                double res[5][2] = {{0}};   /* [kernel][threads] GB/s (q8, i4: calls/s) */
                 /* dense reads n contiguous rows: not past a (hot, 2048-row) cache */
                 const int dense = n <= cache_rows;
                 for (int kern = 0; kern < 2 + dense; kern++)
                     for (int par = 0; par < 2; par++) {
                         int64_t pass = 0;
                         sparse_ctx c = {t, kv, idx, q, ncache, d, g, n, kern, par ? nthreads : 1,
-                                        cache_rows, &pass, c8, s8};
+                                        cache_rows, &pass, c8, s8, c4, s4};
                         double calls = best_rate(b, sparse_step, &c) * ncache;
                         double bytes = (double)n * d * 2 * (kern ? 2 : 1);
                         res[kern][par] = bytes * calls / 1e9;
@@ -449,18 +465,24 @@ static void bench_sparse(const bk *b, const hkv_cpu_kernels *t, double probe, in
                 for (int par = 0; par < 2; par++) {   /* attn_q8, calls a second */
                     int64_t pass = 0;
                     sparse_ctx c = {t, kv, idx, q, ncache, d, g, n, 3, par ? nthreads : 1,
-                                    cache_rows, &pass, c8, s8};
+                                    cache_rows, &pass, c8, s8, c4, s4};
                     res[3][par] = best_rate(b, sparse_step, &c) * ncache;
+                    c.kern = 4, pass = 0;
+                    res[4][par] = best_rate(b, sparse_step, &c) * ncache;
                 }
                 const double attn_gb = (double)n * d * 4 / 1e9;   /* attn_sparse's GB a call */
                 if (dense) printf("%9.2f %9.2f %6.0f%% | ", res[2][0], res[2][1], 100 * res[2][1] / probe);
                 else printf("%9s %9s %7s | ", "-", "-", "-");
-                printf("%5.2fx %5.2fx\n", res[3][0] * attn_gb / res[1][0],
-                       res[3][1] * attn_gb / res[1][1]);
+                const double score_gb = (double)n * d * 2 / 1e9;   /* score_max's GB a call */
+                printf("%5.2fx %5.2fx | %5.2fx %5.2fx\n", res[3][0] * attn_gb / res[1][0],
+                       res[3][1] * attn_gb / res[1][1], res[4][0] * score_gb / res[0][0],
+                       res[4][1] * score_gb / res[0][1]);
             }
         free(kv);
         free(c8);
         free(s8);
+        free(c4);
+        free(s4);
         free(idx);
         free(q);
     }
