@@ -4,7 +4,7 @@
  *    <= 1e-5); an empty side (lse -inf, either side) gives the other side
  *    exactly; both empty give out 0 and lse -inf; merging is symmetric;
  *  - topk and topk_asc (its indices also ascending): against a full sort by
- *    (value desc, index asc), for n from 0 to 5000, k = 0, 1, n/2, n-1, n, > n, with many ties (values from a small
+ *    (value desc, index asc), for n from 0 to 9000, k = 0, 1, n/2, n-1, n, > n, with many ties (values from a small
  *    set), -inf entries, sorted and reverse-sorted input; the result must be
  *    exactly the reference set, with no duplicates;
  *  - hkv_topk's order: exactly the order the plain quickselect below leaves
@@ -86,9 +86,13 @@ static void check_topk(const float *s, int64_t n, int64_t k, const char *what)
     cmp_s = s;
     qsort(order, n, sizeof *order, cmp_desc);
     int64_t want = k < 0 ? 0 : k < n ? k : n;
+    /* hkv_topk_asc's scratch is n int32 (kernels.h): exactly that, a canary behind */
+    int32_t *ascr = malloc((size_t)(n + 16) * sizeof *ascr);
+    for (int i = 0; i < 16; i++) ascr[n + i] = 0x5a5a5a5a;
     for (int asc = 0; asc < 2; asc++) {
-    int64_t got = asc ? hkv_topk_asc(s, n, k, idx, scratch) : hkv_topk(s, n, k, idx, scratch);
+    int64_t got = asc ? hkv_topk_asc(s, n, k, idx, ascr) : hkv_topk(s, n, k, idx, scratch);
     int ok = got == want;
+    for (int i = 0; asc && i < 16; i++) ok &= ascr[n + i] == 0x5a5a5a5a;   /* nothing past n */
     for (int64_t i = 1; asc && ok && i < got; i++) ok = idx[i] > idx[i - 1];   /* ascending */
     if (ok) {
         char *mark = calloc(n + 1, 1);
@@ -109,19 +113,23 @@ static void check_topk(const float *s, int64_t n, int64_t k, const char *what)
         free(ref);
     }
     }
-    free(idx); free(scratch); free(order);
+    free(idx); free(scratch); free(ascr); free(order);
 }
 
 static void test_topk(test_rng *rng)
 {
-    const int64_t ns[] = {0, 1, 2, 7, 17, 100, 1025, 5000};
+    const int64_t ns[] = {0, 1, 2, 7, 17, 100, 1025, 5000, 9000};
     for (unsigned ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
         int64_t n = ns[ni];
         float *s = malloc((n + 1) * sizeof *s);
-        for (int kind = 0; kind < 5; kind++) {
+        for (int kind = 0; kind < 7; kind++) {
             const char *what = "random";
             for (int64_t i = 0; i < n; i++) {
                 switch (kind) {
+                /* every key in one bin of the top 11 bits (the radix select's first digit),
+                 * more than it copies out at 9000: distinct, then with ties */
+                case 5: s[i] = rng_uniform(rng, 1.0f, 1.2f); what = "one bin"; break;
+                case 6: s[i] = 1.0f + (float)(rng_next(rng) % 64) / 512.0f; what = "one bin, ties"; break;
                 case 0: s[i] = rng_uniform(rng, -10, 10); break;
                 case 1: s[i] = (float)(rng_next(rng) % 4); what = "ties"; break;
                 case 2: s[i] = (rng_next(rng) % 3) ? -INFINITY : rng_uniform(rng, -1, 1); what = "-inf"; break;
