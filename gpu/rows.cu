@@ -93,7 +93,8 @@ k_kv_append_q8(const float *qkv, int64_t ld, int64_t n, int64_t k_off, int64_t v
             float a = fabsf(x);
             for (int m = 16; m; m >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, m));
             const float inv = a > 0 ? 127.0f / a : 0.0f;
-            const float code = fminf(fmaxf(rintf(x * inv), -127.0f), 127.0f);
+            /* + 0: a small negative x rounds to -0, where the host's int8 code is 0 */
+            const float code = fminf(fmaxf(rintf(x * inv), -127.0f), 127.0f) + 0.0f;
             (is_v ? v_cache : k_cache)[o + h * hs + c] = hkv_f2h(code * (a / 127.0f));
         }
     }

@@ -51,6 +51,9 @@
  *  - add_bias exact (one fp32 add);
  *  - kv_append both cache layouts, skipped rows (dst -1), fp16 BIT-EXACT
  *    (round to nearest even, halfway cases, subnormals, overflow to inf);
+ *    kv_append_q8 the same rows as the host's 8-bit far tier returns them
+ *    (hkv_q8_quantize's codes times their scale, one fp16 rounding), BIT-EXACT,
+ *    and a head size off the group of 32 refused;
  *  - partial_clear (out 0, lse -inf, padding untouched), then
  *    hkv_gpu_attn_merge of a cleared partial with a real one, both ways,
  *    gives the real one exactly. */
@@ -58,6 +61,7 @@
 #include "util.h"
 #include "gpu_test.h"
 #include "gpu_forward.h"
+#include "far_rows.h"
 #include "qmat_panel.h"
 
 #define U32 (1.0 / 16777216.0)
@@ -630,7 +634,10 @@ static float kv_value(test_rng *rng, int64_t i)
     }
 }
 
-static void test_kv_append(hkv_gpu_ctx *ctx, int layout, test_rng *rng)
+/* q8: hkv_gpu_kv_append_q8, each row what the host's 8-bit far tier gives
+ * back for it (hkv_q8_quantize's codes times their scale, rounded once to
+ * fp16, as q8_to_f16 forms it), bit for bit. */
+static void test_kv_append(hkv_gpu_ctx *ctx, int layout, int q8, test_rng *rng)
 {
     void *st = hkv_gpu_ctx_stream(ctx);
     const int H = 4, KH = 2, d = 64;
@@ -642,14 +649,19 @@ static void test_kv_append(hkv_gpu_ctx *ctx, int layout, test_rng *rng)
     int64_t dst[6];
     for (int r = 0; r < 6; r++) dst[r] = pos[r] < 0 ? -1 : pos[r] * pos_stride;
     float *qkv = malloc(n * ld * 4);
-    for (int64_t i = 0; i < n * ld; i++) qkv[i] = kv_value(rng, i);
+    /* q8: values of mixed sizes, so that a group's absmax sits in one lane of
+     * its 32 (kv_value's +-65519/70000 in every half would hide a wrong one) */
+    for (int64_t i = 0; i < n * ld; i++)
+        qkv[i] = !q8 ? kv_value(rng, i)
+                     : rng_uniform(rng, -1, 1) * (rng_next(rng) % 7 == 0 ? 40.0f : 1.0f);
     const int64_t csz = (int64_t)KH * cap * d;
     uint16_t *init = malloc(csz * 2), *kc = malloc(csz * 2), *vc = malloc(csz * 2);
     for (int64_t i = 0; i < csz; i++) init[i] = (uint16_t)(0x7e01 + (i & 7));   /* NaN codes */
     float *dqkv = gpu_put(ctx, qkv, n * ld * 4);
     int64_t *ddst = gpu_put(ctx, dst, sizeof dst);
     uint16_t *dk = gpu_put(ctx, init, csz * 2), *dv = gpu_put(ctx, init, csz * 2);
-    GPU_OK(hkv_gpu_kv_append(dqkv, ld, n, k_off, v_off, KH, d, ddst, hs, dk, dv, st, err));
+    GPU_OK((q8 ? hkv_gpu_kv_append_q8 : hkv_gpu_kv_append)(dqkv, ld, n, k_off, v_off, KH, d, ddst,
+                                                           hs, dk, dv, st, err));
     gpu_get(ctx, kc, dk, csz * 2);
     gpu_get(ctx, vc, dv, csz * 2);
     uint16_t *wk = malloc(csz * 2), *wv = malloc(csz * 2);
@@ -657,22 +669,31 @@ static void test_kv_append(hkv_gpu_ctx *ctx, int layout, test_rng *rng)
     for (int64_t r = 0; r < n; r++) {
         if (dst[r] < 0) continue;
         for (int h = 0; h < KH; h++)
-            for (int c = 0; c < d; c++) {
-                const int64_t to = dst[r] + h * hs + c;
-                wk[to] = double_to_half_ref(qkv[r * ld + k_off + (int64_t)h * d + c]);
-                wv[to] = double_to_half_ref(qkv[r * ld + v_off + (int64_t)h * d + c]);
+            for (int kv = 0; kv < 2; kv++) {
+                const float *x = qkv + r * ld + (kv ? v_off : k_off) + (int64_t)h * d;
+                uint16_t *w = (kv ? wv : wk) + dst[r] + h * hs;
+                int8_t code[64];
+                float scale[64 / HKV_Q8_GROUP];
+                if (q8) hkv_q8_quantize(x, d, code, scale);
+                for (int c = 0; c < d; c++)
+                    w[c] = double_to_half_ref(q8 ? (float)code[c] * scale[c / HKV_Q8_GROUP] : x[c]);
             }
     }
     int bad = 0;
     for (int64_t i = 0; i < csz; i++) bad += (kc[i] != wk[i]) + (vc[i] != wv[i]);
-    CHECK(bad == 0, "kv_append layout %d: %d fp16 codes differ (RNE, skipped rows untouched)",
-          layout, bad);
+    CHECK(bad == 0, "kv_append%s layout %d: %d fp16 codes differ (RNE, skipped rows untouched)",
+          q8 ? " q8" : "", layout, bad);
     hkv_err err;
     hkv_err_clear(&err);
-    CHECK(hkv_gpu_kv_append(dqkv, v_off + KH * d - 1, n, k_off, v_off, KH, d, ddst, hs, dk, dv, st,
-                            &err) == HKV_E_INVAL, "kv_append with ld too short accepted");
-    CHECK(hkv_gpu_kv_append(dqkv, ld, n, k_off, v_off, KH, d, ddst, d - 1, dk, dv, st, &err) ==
-              HKV_E_INVAL, "kv_append with overlapping heads accepted");
+    if (q8)   /* the rest of the argument check is kv_append's; q8 adds the group */
+        CHECK(hkv_gpu_kv_append_q8(dqkv, ld, n, k_off, v_off, KH, 48, ddst, hs, dk, dv, st, &err) ==
+                  HKV_E_INVAL, "kv_append q8 with d 48 (not a multiple of 32) accepted");
+    else {
+        CHECK(hkv_gpu_kv_append(dqkv, v_off + KH * d - 1, n, k_off, v_off, KH, d, ddst, hs, dk, dv,
+                                st, &err) == HKV_E_INVAL, "kv_append with ld too short accepted");
+        CHECK(hkv_gpu_kv_append(dqkv, ld, n, k_off, v_off, KH, d, ddst, d - 1, dk, dv, st, &err) ==
+                  HKV_E_INVAL, "kv_append with overlapping heads accepted");
+    }
     gpu_drop(ctx, dqkv, n * ld * 4), gpu_drop(ctx, ddst, sizeof dst);
     gpu_drop(ctx, dk, csz * 2), gpu_drop(ctx, dv, csz * 2);
     free(qkv), free(init), free(kc), free(vc), free(wk), free(wv);
@@ -766,8 +787,10 @@ int main(void)
     test_copy_rows(ctx, 37, &rng);
     test_copy_rows(ctx, 700, &rng);
     test_add_bias(ctx, &rng);
-    test_kv_append(ctx, 0, &rng);
-    test_kv_append(ctx, 1, &rng);
+    test_kv_append(ctx, 0, 0, &rng);
+    test_kv_append(ctx, 1, 0, &rng);
+    test_kv_append(ctx, 0, 1, &rng);
+    test_kv_append(ctx, 1, 1, &rng);
     test_partial_clear(ctx, &rng);
     CHECK(hkv_gpu_in_use(ctx, -1) == start, "device bytes leaked: %zu in use, %zu at start",
           hkv_gpu_in_use(ctx, -1), start);

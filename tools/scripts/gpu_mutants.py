@@ -195,6 +195,12 @@ MUTANTS = [
       [("gpu/tile_dot.cuh",
         "v[i] = keep + __shfl_xor_sync(0xffffffffu, send, O);",
         "v[i] = keep + __shfl_down_sync(0xffffffffu, send, O);")]),
+    M("shfl-q8-max-8", "wrong shuffle offset",
+      "8-bit rows (gpu/rows.cu): a group's absmax butterfly starts at 8 instead of 16 "
+      "(each half of the group takes its own scale)",
+      [("gpu/rows.cu",
+        "for (int m = 16; m; m >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, m));",
+        "for (int m = 8; m; m >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, m));")]),
     M("shfl-width-16", "wrong shuffle width",
       "attention V accumulation: `__shfl_sync(mask, p, j)` -> width 16 (keys 16-31 take "
       "another lane's probability)",
