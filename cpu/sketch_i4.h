@@ -21,27 +21,16 @@
 #include <stdint.h>
 
 #include "kernels.h"
+#include "q8_group.h"
 
 /* One head's query row q[0..d) to codes qc, scales qs and code sums qsum
  * per group (d a multiple of HKV_SKETCH_GROUP). */
 static inline void hkv_sketch_query_q8(const float *q, int d, int8_t *qc, float *qs, int32_t *qsum)
 {
+    hkv_q8_group_quantize(q, d, qc, qs);
     for (int G = 0; G < d / HKV_SKETCH_GROUP; G++) {
-        const float *x = q + G * HKV_SKETCH_GROUP;
-        float amax = 0;
-        for (int e = 0; e < HKV_SKETCH_GROUP; e++) {
-            const float a = fabsf(x[e]);
-            amax = a > amax ? a : amax;
-        }
-        const float inv = amax > 0 ? 127.0f / amax : 0.0f;
         int32_t sum = 0;
-        for (int e = 0; e < HKV_SKETCH_GROUP; e++) {
-            const float v = nearbyintf(x[e] * inv);
-            const int c = v > 127 ? 127 : v < -127 ? -127 : (int)v;
-            qc[G * HKV_SKETCH_GROUP + e] = (int8_t)c;
-            sum += c;
-        }
-        qs[G] = amax / 127.0f;
+        for (int e = 0; e < HKV_SKETCH_GROUP; e++) sum += qc[G * HKV_SKETCH_GROUP + e];
         qsum[G] = sum;
     }
 }

@@ -1,25 +1,13 @@
 /* The 8-bit far tier's rows (far_rows.h). */
 #include "far_rows.h"
+#include "q8_group.h"
 
 #include <math.h>
 #include <string.h>
 
 void hkv_q8_quantize(const float *x, int d, int8_t *codes, float *scale)
 {
-    for (int gi = 0; gi < d / HKV_Q8_GROUP; gi++) {
-        const float *xg = x + gi * HKV_Q8_GROUP;
-        float amax = 0;
-        for (int e = 0; e < HKV_Q8_GROUP; e++) {
-            const float a = fabsf(xg[e]);
-            amax = a > amax ? a : amax;
-        }
-        const float inv = amax > 0 ? 127.0f / amax : 0.0f;
-        for (int e = 0; e < HKV_Q8_GROUP; e++) {
-            const float v = nearbyintf(xg[e] * inv);
-            codes[gi * HKV_Q8_GROUP + e] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
-        }
-        scale[gi] = amax / 127.0f;
-    }
+    hkv_q8_group_quantize(x, d, codes, scale);
 }
 
 void hkv_q4_quantize(const float *x, int d, uint8_t *codes, float *scale)
