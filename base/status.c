@@ -49,7 +49,9 @@ int hkv_err_prefix(hkv_err *err, const char *fmt, ...) {
     vsnprintf(head, sizeof head, fmt, ap);
     va_end(ap);
     memcpy(old, err->msg, sizeof old);
-    snprintf(err->msg, sizeof err->msg, "%s: %s", head, old);
+    /* a long cause loses its tail, never the context put before it */
+    if (snprintf(err->msg, sizeof err->msg, "%s: %s", head, old) >= (int)sizeof err->msg)
+        err->msg[sizeof err->msg - 1] = '\0';
     return err->code;
 }
 
