@@ -166,7 +166,8 @@ static void cut_narrow(const uint32_t *key, int64_t n, int64_t k, topk_cut *c)
  * counters costs more than the passes it saves: 1.9 against 2.6 us at 500) */
 #define TOPK_WIDE_N 1024
 /* cut_wide's copy of the keys in the cut's first bin, on its stack (the
- * caller's scratch holds only the keys): a larger bin is filtered in place */
+ * caller's scratch holds only the keys); a larger bin's keys are found by
+ * the mask in each later pass over all of them */
 #define TOPK_SUB 4096
 
 /* The top 11 bits over every key (four histograms, so that a run of keys
