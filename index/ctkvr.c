@@ -417,10 +417,13 @@ static int64_t select_impl(ctkvr *s, int layer, int kvh, const float *q, const h
         return n;
     }
     if (s->skc && !far->rows) {   /* on the sketches (ctkvr_sketch.c) */
-        int64_t md = 0;   /* the DCU's list: the top rho by the sketch's score (a set), in ia */
+        int64_t md = -1;   /* the DCU's list: the top rho by the sketch's score (a set), in ia */
         const int64_t m = hkv_ctkvr_rerank_sketch(s, layer, kvh, q, far, cand, n, sc, sb, su, ia,
-                                                  ic, ib, tsc, obits, out, s->c.dcu, &md, ws);
-        if (s->c.dcu && dcu_push(s, layer, kvh, qn, cand, ia, md, best, bcos)) return HKV_E_NOMEM;
+                                                  ic, ib, tsc, obits, out, s->c.dcu ? &md : NULL, ws);
+        if (s->c.dcu) {
+            if (md < 0) md = hkv_topk_asc(sc, n, rho, ia, tsc);   /* (not made on the way) */
+            if (dcu_push(s, layer, kvh, qn, cand, ia, md, best, bcos)) return HKV_E_NOMEM;
+        }
         return m;
     }
     /* rerank: q.k, max over the group's heads */

@@ -169,14 +169,14 @@ static inline void hkv_ctkvr_store_unit(const hkv_cpu_kernels *kern, float *x, i
 void hkv_ctkvr_sketch_layer(ctkvr *s, int layer, const hkv_far_view *far);
 /* bytes of one row's codes; */
 size_t hkv_ctkvr_sketch_code_bytes(int sketch, int d);
-/* select's rerank of cand[0..n) on them (see ctkvr_sketch.c); with dcu
- * set, also the DCU list into surv: the top rho by the sketch's score, a
- * set of indices into cand, *n_dcu of them. */
+/* select's rerank of cand[0..n) on them (see ctkvr_sketch.c); with n_dcu,
+ * the DCU's list into surv where made on the way (the top rho by the
+ * sketch's score, a set of indices into cand), *n_dcu of them. */
 int64_t hkv_ctkvr_rerank_sketch(ctkvr *s, int layer, int kvh, const float *q,
                                 const hkv_far_view *far, const int32_t *cand, int64_t n, float *a,
                                 float *lb, float *ub, int32_t *surv, int32_t *sp, int32_t *pick,
-                                int32_t *tsc, uint32_t *bits, int32_t *out, int dcu,
-                                int64_t *n_dcu, hkv_policy_scratch *ws);
+                                int32_t *tsc, uint32_t *bits, int32_t *out, int64_t *n_dcu,
+                                hkv_policy_scratch *ws);
 
 /* The policy's prefill_end (ctkvr_build.c). */
 int hkv_ctkvr_prefill_end(void *self, int layer, const hkv_far_view *far,

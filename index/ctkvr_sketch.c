@@ -122,10 +122,17 @@ static inline float sketch_bound(const float *sc, const float *q1, int g, int ng
     return b;
 }
 
-static int64_t rerank(ctkvr *s, int layer, int kvh, const float *q, const hkv_far_view *far,
-                      const int32_t *cand, int64_t n, float *a, float *lb, float *ub, int32_t *surv,
-                      int32_t *sp, int32_t *pick, int32_t *tsc, uint32_t *bits, int32_t *out,
-                      int dcu, int64_t *n_dcu, hkv_policy_scratch *ws)
+/* The rerank on sketches into out (ascending): sketch=1 certified, the
+ * rho' best of cand[0..n) by exact score; 2 and 3 the rho' best by the
+ * sketch's score. a[] gets every candidate's sketch score. n_dcu (NULL
+ * without DCU): where the path makes the DCU's list on the way (the top rho
+ * by the sketch's score, into surv), its length; else left as it was.
+ * Scratch: lb, ub[n] floats, surv/sp/pick[n] int32, tsc. */
+int64_t hkv_ctkvr_rerank_sketch(ctkvr *s, int layer, int kvh, const float *q,
+                                const hkv_far_view *far, const int32_t *cand, int64_t n, float *a,
+                                float *lb, float *ub, int32_t *surv, int32_t *sp, int32_t *pick,
+                                int32_t *tsc, uint32_t *bits, int32_t *out, int64_t *n_dcu,
+                                hkv_policy_scratch *ws)
 {
     const int g = s->g, d = s->d, ng = d / HKV_SKETCH_GROUP;
     const int64_t k = s->c.rho_p;
@@ -150,7 +157,7 @@ static int64_t rerank(ctkvr *s, int layer, int kvh, const float *q, const hkv_fa
      * radix top-k, not hkv_topk's order (three times the time here). */
     if (s->c.sketch >= 2) {   /* approximate: the sketch's scores decide at the cut too */
         int64_t mo;
-        if (dcu && s->c.rho >= k) {
+        if (n_dcu && s->c.rho >= k) {
             /* the DCU's top rho first, then the top rho' inside it: the
              * same set (the subset keeps cand's order, so ties part alike),
              * one pass over n instead of two */
@@ -206,23 +213,3 @@ static int64_t rerank(ctkvr *s, int layer, int kvh, const float *q, const hkv_fa
     emit_ascending(cand, pick, mo, n, bits, out);
     return mo;
 }
-
-/* The rerank on sketches into out (ascending): sketch=1 certified, the
- * rho' best of cand[0..n) by exact score; 2 and 3 the rho' best by the
- * sketch's score. a[] gets every candidate's sketch score; with dcu, surv
- * the top rho of them (*n_dcu).
- * Scratch: lb, ub[n] floats, surv/sp/pick[n] int32, tsc. */
-int64_t hkv_ctkvr_rerank_sketch(ctkvr *s, int layer, int kvh, const float *q,
-                                const hkv_far_view *far, const int32_t *cand, int64_t n, float *a,
-                                float *lb, float *ub, int32_t *surv, int32_t *sp, int32_t *pick,
-                                int32_t *tsc, uint32_t *bits, int32_t *out, int dcu,
-                                int64_t *n_dcu, hkv_policy_scratch *ws)
-{
-    if (dcu) *n_dcu = -1;
-    const int64_t m = rerank(s, layer, kvh, q, far, cand, n, a, lb, ub, surv, sp, pick, tsc, bits,
-                             out, dcu, n_dcu, ws);
-    if (dcu && *n_dcu < 0)   /* (not made on the way) */
-        *n_dcu = hkv_topk_asc(a, n, s->c.rho, surv, tsc);
-    return m;
-}
-
