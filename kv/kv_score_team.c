@@ -47,9 +47,13 @@ void hkv_spin_wait(unsigned *spins) {
     }
 }
 
+static int64_t piece_rows(const score_job *j) {
+    return j->k ? HKV_SCORE_PIECE : HKV_SCORE_PIECE_SKETCH;
+}
+
 static void run_piece(const hkv_cpu_kernels *kn, const score_job *j, int64_t piece) {
-    const int64_t a = piece * HKV_SCORE_PIECE;
-    const int64_t m = j->n - a < HKV_SCORE_PIECE ? j->n - a : HKV_SCORE_PIECE;
+    const int64_t rows = piece_rows(j), a = piece * rows;
+    const int64_t m = j->n - a < rows ? j->n - a : rows;
     const int32_t *idx = j->idx ? j->idx + a : NULL;
     const int64_t row0 = j->idx ? 0 : a;   /* rows a.. when the rows are contiguous */
     if (j->k)
@@ -88,7 +92,7 @@ int hkv_score_team_help(hkv_score_team *t) {
 static void run_job(const hkv_score_par *p, score_job *args) {
     const score_member *m = p->ctx;
     hkv_score_team *t = m->team;
-    const int64_t pieces = (args->n + HKV_SCORE_PIECE - 1) / HKV_SCORE_PIECE;
+    const int64_t pieces = (args->n + piece_rows(args) - 1) / piece_rows(args);
     score_job *j = &t->jobs[m->tid];
     if (pieces < 2 || pieces > (int64_t)WORD_MASK) {   /* one piece, or absurdly many: alone */
         for (int64_t i = 0; i < pieces; i++) run_piece(t->kern, args, i);

@@ -17,8 +17,11 @@
 #include "status.h"
 
 /* A job's rows per piece: 256 fp16 rows of d 128 are 64 KB, some
- * microseconds of one thread's reading against one claim's atomic. */
+ * microseconds of one thread's reading against one claim's atomic. The
+ * sketches' rows are a half and a third of that, and each piece prepares
+ * its query again (score_max_i8/i4 round it to int8): HKV_SCORE_PIECE_SKETCH. */
 #define HKV_SCORE_PIECE 256
+#define HKV_SCORE_PIECE_SKETCH 512
 
 struct score_job;
 struct score_member;
