@@ -180,9 +180,7 @@ int hkv_plan_index_bytes(const hkv_plan_params *p, uint64_t *gpu, uint64_t *host
         /* sketch=1..3: a copy of every far key for the rerank, on the host
          * (ctkvr_sketch.c): int8 or 4-bit codes and an fp32 scale per 32 */
         const int sk = (int)hkv_policy_arg(d, a, "sketch");
-        const uint64_t sketch = sk ? L * KH * (uint64_t)n_ctx *
-                                         ((sk == 3 ? hd / 2 : hd) + hd / 32 * 4)
-                                   : 0;
+        const uint64_t sketch = L * KH * (uint64_t)n_ctx * hkv_sketch_row_bytes(sk, (int)hd);
         g = cent + fifo + (index_on_host ? 0 : ivf);
         h = (index_on_host ? ivf : 0) + sketch;
     } else if (d == &hkv_policy_quest) {

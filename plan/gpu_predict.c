@@ -276,7 +276,10 @@ static void ct_per_head(const hkv_predict_params *p, const hkv_prediction *o, ct
     cb->lists = o->far_rows > 0 ? (double)o->Cp * o->rho * 4 : 0;
     cb->ids = (double)o->candidates * 4;
     const double row = (double)hkv_far_row_bytes((int)d, p->far_q8);   /* fp16 or 8-bit */
-    cb->rerank = o->rerank ? (double)o->candidates * row : 0;   /* keys, score_max */
+    /* the rerank scores the keys' sketches where it has them (sketch=1 also
+     * reads the exact keys of the band at its cut: not counted here) */
+    const double scored = o->sketch ? (double)hkv_sketch_row_bytes(o->sketch, (int)d) : row;
+    cb->rerank = o->rerank ? (double)o->candidates * scored : 0;   /* score_max(_i8, _i4) */
     cb->attn = (double)o->selected * row * 2;                    /* K and V */
 }
 
@@ -360,6 +363,7 @@ static int resolve_ctkvr(const hkv_predict_params *p, const hkv_policy_args *a, 
         return hkv_seterr(err, HKV_E_INTERNAL, "predict: cannot read ctkvr's parameters from '%s'", d);
     o->C = C, o->rho = rho, o->rho_p = rho_p;
     o->Cp = (int64_t)hkv_policy_arg(p->policy, a, "Cp");
+    o->sketch = (int)hkv_policy_arg(p->policy, a, "sketch");
     const int64_t tail = (int64_t)hkv_policy_arg(p->policy, a, "tail");
     const int dcu = (int)hkv_policy_arg(p->policy, a, "dcu");
     const int64_t F = o->far_rows;

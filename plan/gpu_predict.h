@@ -138,6 +138,7 @@ typedef struct hkv_prediction {
     int64_t near_rows, far_rows;      /* per sequence */
     int64_t candidates, selected;     /* per (sequence, layer, KV head) */
     int rerank;                 /* 0 when the candidates fit rho' and need no rerank */
+    int sketch;                 /* ctkvr's sketch=: the rerank reads key sketches, not far rows */
     uint64_t gpu_weights;       /* resident weight bytes on the device */
     hkv_plan plan;              /* the memory plan, weights replaced by gpu_weights */
     uint64_t cap;

@@ -445,9 +445,35 @@ static void far_q8_case(void) {
     NEAR((double)f.plan.per_seq_pinned - (double)o.plan.per_seq_pinned, 1024.0 * 2 * 2 * 2 * 28);
 }
 
+/* ctkvr's key sketches: the rerank reads each candidate's sketch (4-bit:
+ * 16 B of codes + 4 B of scale at d 32; int8: 32 + 4), not its far row; the
+ * attended rows and the index's reads as before. */
+static void sketch_case(void) {
+    hkv_model_config c = tiny();
+    hkv_err err;
+    const struct { const char *kv; int far_q8; double row, attn; } cases[] = {
+        {"sketch=3", 1, 20, 36}, {"sketch=2", 0, 36, 64}, {"sketch=0", 1, 36, 36}};
+    for (int i = 0; i < 3; i++) {
+        hkv_policy_args a;
+        tiny_ctkvr_args(&a);
+        CHECK(hkv_policy_arg_set(&hkv_policy_ctkvr, &a, cases[i].kv, &err) == HKV_OK, "%s", err.msg);
+        hkv_predict_params p = unit_params(&c);
+        p.policy = &hkv_policy_ctkvr;
+        p.args = &a;
+        p.far_q8 = cases[i].far_q8;
+        hkv_prediction o;
+        CHECK(hkv_predict(&p, &o, &err) == HKV_OK, "%s", err.msg);
+        const hkv_predict_mode *b = &o.mode[HKV_PRED_BUILT];
+        NEAR(b->host_index_bytes, 8 * 320);
+        NEAR(b->host_rerank_bytes, 8 * 80 * cases[i].row);
+        NEAR(b->host_attn_bytes, 8 * 16 * cases[i].attn * 2);
+    }
+}
+
 int main(int argc, char **argv) {
     hand_case();
     far_q8_case();
+    sketch_case();
     llama();
     errors();
     if (argc > 1) cli(argv[1]);
