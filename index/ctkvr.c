@@ -608,7 +608,7 @@ static void own_rows_to_store(ctkvr *s, const ctkvr *src)
 static void fork_sketches(ctkvr *s, const ctkvr *src, int64_t n)
 {
     if (!s->skc || !src->skc || s->far_q8 != src->far_q8) return;
-    const size_t rb = hkv_ctkvr_sketch_code_bytes(s->c.sketch, s->d);
+    const size_t rb = hkv_sketch_code_bytes(s->c.sketch, s->d);
     const size_t ng = (size_t)s->d / HKV_SKETCH_GROUP;
     for (int64_t i = 0; i < (int64_t)s->L * s->KH; i++) {
         const int64_t hi = hkv_min64(hkv_min64(src->heads[i].sk_hi, n), s->cap);
@@ -737,7 +737,7 @@ static int ctkvr_create(hkv_policy *out, const hkv_policy_args *a, const hkv_pol
     s->own_b = L * KH * sizeof *s->own;
     s->cap = env->n_ctx > 0 ? env->n_ctx : 1;
     if (c.sketch) {
-        s->skc_b = bytes4(L * KH, (size_t)s->cap, hkv_ctkvr_sketch_code_bytes(c.sketch, s->d), 1);
+        s->skc_b = bytes4(L * KH, (size_t)s->cap, hkv_sketch_code_bytes(c.sketch, s->d), 1);
         s->sks_b = bytes4(L * KH, (size_t)s->cap, (size_t)(s->d / HKV_SKETCH_GROUP), 4);
     }
     if (c.sketch && (s->d > HKV_CTKVR_MAX_D || s->d % HKV_SKETCH_GROUP)) {

@@ -81,7 +81,7 @@ typedef struct ctkvr {
     ct_store *st;           /* its own from creation, or a fork's source's */
     ct_own *own;            /* [n_layer][n_head_kv] */
     /* sketch=1..3: every far key as codes (int8, or 4-bit pairs a byte:
-     * hkv_ctkvr_sketch_code_bytes a row) and a scale per 32 values,
+     * hkv_sketch_code_bytes a row) and a scale per 32 values,
      * [n_layer][n_head_kv][cap][row bytes] and [n_layer][n_head_kv][cap][d / 32] */
     int8_t *skc;
     float *sks;
@@ -168,7 +168,6 @@ static inline void hkv_ctkvr_store_unit(const hkv_cpu_kernels *kern, float *x, i
  * to far->hi, in parallel over heads; */
 void hkv_ctkvr_sketch_layer(ctkvr *s, int layer, const hkv_far_view *far);
 /* bytes of one row's codes; */
-size_t hkv_ctkvr_sketch_code_bytes(int sketch, int d);
 /* select's rerank of cand[0..n) on them (see ctkvr_sketch.c); with n_dcu,
  * the DCU's list into surv where made on the way (the top rho by the
  * sketch's score, a set of indices into cand), *n_dcu of them. */

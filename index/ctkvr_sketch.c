@@ -38,17 +38,11 @@
 #include "far_rows.h"
 #include "ctkvr_impl.h"
 
-/* Bytes of a far row's codes (its scales: d / HKV_SKETCH_GROUP floats). */
-size_t hkv_ctkvr_sketch_code_bytes(int sketch, int d)
-{
-    return sketch == 3 ? (size_t)d / 2 : (size_t)d;
-}
-
 static void sketch_rows(ctkvr *s, int layer, int kvh, const hkv_far_view *far, int64_t from,
                         int64_t to)
 {
     const int d = s->d, ng = d / HKV_SKETCH_GROUP;
-    const size_t rb = hkv_ctkvr_sketch_code_bytes(s->c.sketch, d);
+    const size_t rb = hkv_sketch_code_bytes(s->c.sketch, d);
     const size_t at = (size_t)layer * s->KH + (size_t)kvh;
     int8_t *codes = s->skc + at * (size_t)s->cap * rb;
     float *scale = s->sks + at * (size_t)s->cap * ng;
@@ -137,7 +131,7 @@ int64_t hkv_ctkvr_rerank_sketch(ctkvr *s, int layer, int kvh, const float *q,
     const int g = s->g, d = s->d, ng = d / HKV_SKETCH_GROUP;
     const int64_t k = s->c.rho_p;
     const size_t at = (size_t)layer * s->KH + (size_t)kvh;
-    const size_t rb = hkv_ctkvr_sketch_code_bytes(s->c.sketch, d);
+    const size_t rb = hkv_sketch_code_bytes(s->c.sketch, d);
     const float *scale = s->sks + at * (size_t)s->cap * ng;
     const int8_t *codes = s->skc + at * (size_t)s->cap * rb;
     sketch_catch_up(s, layer, kvh, far);

@@ -28,10 +28,13 @@ static inline size_t hkv_far_row_bytes(int d, int q8) {
 static inline int hkv_far_q8(const hkv_far_view *f) { return f->k8 != NULL; }
 
 /* Bytes of one far key's ctkvr sketch (sketch=1..3, index/ctkvr_sketch.c):
- * int8 or 4-bit codes and an fp32 scale per HKV_SKETCH_GROUP; 0 without. */
+ * its codes, int8 or 4-bit (0 without a sketch), and with them an fp32
+ * scale per HKV_SKETCH_GROUP. */
+static inline size_t hkv_sketch_code_bytes(int sketch, int d) {
+    return sketch <= 0 ? 0 : sketch == 3 ? (size_t)d / 2 : (size_t)d;
+}
 static inline size_t hkv_sketch_row_bytes(int sketch, int d) {
-    if (sketch <= 0) return 0;
-    return (sketch == 3 ? (size_t)d / 2 : (size_t)d) + (size_t)d / HKV_SKETCH_GROUP * 4;
+    return sketch <= 0 ? 0 : hkv_sketch_code_bytes(sketch, d) + (size_t)d / HKV_SKETCH_GROUP * 4;
 }
 
 /* x[0..d) to int8 codes and one scale per HKV_Q8_GROUP (absmax / 127,

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "ctkvr_impl.h"
+#include "far_rows.h"
 #include "kernels.h"
 #include "kv_test.h"
 #include "kv_tiered.h"
@@ -79,7 +80,7 @@ static void sketch_copies(const hkv_cpu_kernels *kern, float *qkv, float *out) {
           "sketch copies: %s", err.msg);
     const ctkvr *c0 = instance(&kv, 0), *c1 = instance(&kv, 1), *c2 = instance(&kv, 2);
     int sketched = c0 && c1 && c2 && c1->skc && c2->skc;
-    const size_t rb = hkv_ctkvr_sketch_code_bytes(3, D), ng = D / HKV_SKETCH_GROUP;
+    const size_t rb = hkv_sketch_code_bytes(3, D), ng = D / HKV_SKETCH_GROUP;
     for (int i = 0; sketched && i < L * KH; i++) {
         const int64_t hi = c2->heads[i].sk_hi;
         sketched &= hi > N_PROMPT / 2 && c1->heads[i].sk_hi == hi && c0->heads[i].sk_hi == hi &&
