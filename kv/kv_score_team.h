@@ -17,9 +17,10 @@
 #include "status.h"
 
 /* A job's rows per piece: 256 fp16 rows of d 128 are 64 KB, some
- * microseconds of one thread's reading against one claim's atomic. The
- * sketches' rows are a half and a third of that, and each piece prepares
- * its query again (score_max_i8/i4 round it to int8): HKV_SCORE_PIECE_SKETCH. */
+ * microseconds of one thread's reading against one claim's atomic. 8-bit
+ * and 4-bit rows (score_max_i8, _i4) are about a half and a third of those
+ * bytes, and score_max_i4 rounds its query to int8 again in every call:
+ * HKV_SCORE_PIECE_SKETCH of them a piece. */
 #define HKV_SCORE_PIECE 256
 #define HKV_SCORE_PIECE_SKETCH 512
 
