@@ -9,7 +9,8 @@ tiny generated model with a far tier of ~4,600 rows (nine pieces):
            for oracle, ctkvr and ctkvr on int8 sketches and on 4-bit ones over the 8-bit
            far tier, whose scoring of one KV head's
            rows is spread over the threads without a selection of their own
-           (kv/kv_score_team.c: 4,600 far keys, ~2,000 candidates, 8-18 pieces);
+           (kv/kv_score_team.c: 4,600 far keys, ~2,000 candidates: 4-18 pieces,
+           256 fp16 rows or 512 sketch rows a piece);
   plain    the tiered cache with full equals the plain contiguous cache (its
            own attention, no pieces) within 2e-4 of max|logit|.
 
