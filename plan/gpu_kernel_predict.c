@@ -50,6 +50,8 @@ int hkv_kernel_decode_splits(int sm_count, int n_seq, int n_head, int n_head_kv,
 void hkv_keff_from_params(const hkv_predict_params *p, hkv_keff *e) {
     memset(e, 0, sizeof *e);
     e->mem_eff = p->mem_eff;
+    e->attn_eff = p->attn_eff;
+    e->gemv_row_cost = p->gemv_row_cost;
     e->compute_eff = p->compute_eff;
     e->t_kernel = p->t_kernel;
     /* FlashInfer's decode benchmark: 32 of 108 (A100) or 128 (RTX 4090) SMs
@@ -596,7 +598,15 @@ int hkv_kernel_predict(const hkv_kshape *s, const hkv_device_spec *dev, const hk
     memset(out, 0, sizeof *out);
     if (s) out->shape = *s;
     int rc = hkv_kernel_cost(s, dev, &out->cost, err);
+    hkv_keff ea;
+    if (e && s && s->kind == HKV_KN_ATTN_DECODE && e->attn_eff > 0) {
+        ea = *e;   /* the decode attention at its own measured share */
+        ea.mem_eff = e->attn_eff;
+        e = &ea;
+    }
     if (!rc) rc = hkv_kernel_time(&out->cost, dev, e, &out->time, err);
+    if (!rc && s->kind == HKV_KN_GEMV && s->n > 1 && e->gemv_row_cost > 0)
+        out->time.t_s *= 1 + e->gemv_row_cost * (s->n - 1);   /* measured, not the roofline's */
     return rc;
 }
 

@@ -108,6 +108,8 @@ typedef struct hkv_kcost {
 /* Efficiencies: hkv_predict_params' conventions (gpu_predict.h). */
 typedef struct hkv_keff {
     double mem_eff;         /* of mem_gbs for streaming kernels (predict default 0.8) */
+    double attn_eff;        /* of mem_gbs for decode attention; 0: mem_eff */
+    double gemv_row_cost;   /* a GEMV of n rows takes 1 + this x (n - 1) times its roofline */
     double compute_eff;     /* of each unit's peak (predict default 0.7) */
     double t_kernel;        /* s: least time of one launch (predict default 4 us) */
     double sat_frac;        /* share of the SMs whose blocks saturate DRAM (default 0.25) */
@@ -130,7 +132,8 @@ typedef struct hkv_kpred {
     hkv_ktime time;
 } hkv_kpred;
 
-/* The efficiencies of p (mem_eff, compute_eff, t_kernel), sat_frac 0.25. */
+/* The efficiencies of p (mem_eff, attn_eff, gemv_row_cost, compute_eff, t_kernel),
+ * sat_frac 0.25. */
 void hkv_keff_from_params(const hkv_predict_params *p, hkv_keff *e);
 
 /* The split count gpu/attn_decode.cu's hkv_gpu_attn_decode_splits picks (the

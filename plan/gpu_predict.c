@@ -332,7 +332,7 @@ static double host_equiv(const hkv_predict_params *p, double idx, double rr, dou
  * staged, gather, RMSNorm, the output product, logits down one row per
  * copy, a sync). */
 static double outside_layers(const ctx *x, prod_fn f, int b, int far, hkv_predict_mode *m,
-                             double *dev) {
+                             double *dev, double *head_s) {
     const hkv_predict_params *p = x->p;
     const hkv_model_config *c = p->cfg;
     const double tk = p->t_kernel, tc = p->t_copy;
@@ -347,6 +347,7 @@ static double outside_layers(const ctx *x, prod_fn f, int b, int far, hkv_predic
     m->pcie_up_bytes += up;
     m->pcie_down_bytes += logits;
     *dev = fmax(tk, emb_rows / x->bw) + 2 * tk + head;
+    *head_s = head;
     double copies = n_up * tc + up / x->pcie + b * tc + logits / x->pcie;
     m->pcie_s += copies;
     return *dev + copies + p->t_host;
@@ -375,6 +376,15 @@ static int resolve_ctkvr(const hkv_predict_params *p, const hkv_policy_args *a, 
     o->rerank = !(o->candidates <= o->rho_p && (!dcu || o->candidates <= o->rho));
     o->selected = o->rerank ? (o->candidates < o->rho_p ? o->candidates : o->rho_p) : o->candidates;
     return HKV_OK;
+}
+
+/* A ping-pong layer's products and attention: each half's, summed. */
+static void halves(const ctx *x, prod_fn f, int B, int64_t near, double *prod_l, double *att_l) {
+    double act = 0, kvb = 0;
+    int64_t kern = 0;
+    const int b1 = (B + 1) / 2, b2 = B / 2;
+    *prod_l = layer_dense(x, f, b1, &act, &kern) + layer_dense(x, f, b2, &act, &kern);
+    *att_l = attend(x, b1, near, 1, &kvb, &act, &kern) + attend(x, b2, near, 1, &kvb, &act, &kern);
 }
 
 static void finish(hkv_predict_mode *m, int b, double host_equiv_bytes, double window) {
@@ -412,12 +422,14 @@ int hkv_predict(const hkv_predict_params *p, hkv_prediction *o, hkv_err *err) {
                           "%lld generated tokens out of range", p->batch, (long long)p->n_ctx,
                           p->L_init, p->L_local, (long long)p->n_gen);
     if (!(p->mem_eff > 0 && p->mem_eff <= 1) || !(p->pcie_eff > 0 && p->pcie_eff <= 1) ||
+        !(p->attn_eff >= 0 && p->attn_eff <= 1) ||
         !(p->compute_eff > 0 && p->compute_eff <= 1) ||
         !(p->host_eff_scan > 0 && p->host_eff_scan <= 1) ||
         !(p->host_eff_attn > 0 && p->host_eff_attn <= 1) || !(p->cand_frac > 0 && p->cand_frac <= 1) ||
-        p->t_kernel < 0 || p->t_copy < 0 || p->t_host < 0)
-        return hkv_seterr(err, HKV_E_RANGE, "predict: efficiencies must lie in (0, 1] and "
-                          "latencies be >= 0");
+        p->t_kernel < 0 || p->t_copy < 0 || p->t_host < 0 || !(p->gemv_row_cost >= 0 &&
+        p->gemv_row_cost <= 16) || !(p->t_trip >= 0 && p->t_trip <= 1))
+        return hkv_seterr(err, HKV_E_RANGE, "predict: efficiencies must lie in (0, 1], latencies "
+                          "be >= 0 (the round trip under 1 s) and the GEMV's row cost in [0, 16]");
     if (is_ct && !(p->host_gbs > 0))
         return hkv_seterr(err, HKV_E_INVAL, "predict: ctkvr needs the host's read bandwidth "
                           "(measured by the probe or given with --host-gbs), got %g GB/s", p->host_gbs);
@@ -476,12 +488,13 @@ int hkv_predict(const hkv_predict_params *p, hkv_prediction *o, hkv_err *err) {
     for (int mi = 0; mi < HKV_PRED_MODES; mi++) {
         hkv_predict_mode *m = &o->mode[mi];
         const prod_fn f = mi == HKV_PRED_BUILT ? prod_built : prod_target;
-        double out_dev = 0;
-        const double outside = outside_layers(&x, f, B, is_ct, m, &out_dev);
+        double out_dev = 0, head_s = 0;
+        const double outside = outside_layers(&x, f, B, is_ct, m, &out_dev, &head_s);
         double kvb = 0, layer, dev_l, host_l = 0, equiv = 0, window = 0, act = 0;
         int64_t kern = 0;
         const double dense = layer_dense(&x, f, B, &act, &kern);
         const double att = attend(&x, B, o->near_rows, is_ct, &kvb, &act, &kern);
+        double prod_l = dense, att_l = att;   /* per layer; two halves' in ping-pong */
         const double small = layer_small(&x, B, is_ct, &act, &kern);
         m->dev_weight_bytes += L * wl;
         m->dev_kv_bytes = L * kvb;
@@ -513,7 +526,7 @@ int hkv_predict(const hkv_predict_params *p, hkv_prediction *o, hkv_err *err) {
                 host_l = host_far(&x, &cb, B, 1, &ib, &rb, &ab);
                 dev_l = dense + small + att + recall;
                 layer = dense + small + tc + rup / x.pcie + recall + down +
-                        fmax(att, p->t_host + host_l) + up;
+                        fmax(att, p->t_host + host_l) + up + p->t_trip;
                 window = 0;   /* only the near attention overlaps: no balance to speak of */
                 m->pcie_s += L * (down + up + tc + rup / x.pcie);
                 if (p->pingpong && B >= 2) {   /* runtime/forward_pingpong.c, as asked */
@@ -528,7 +541,8 @@ int hkv_predict(const hkv_predict_params *p, hkv_prediction *o, hkv_err *err) {
                         hv[j] = host_far(&x, &cb, bj, 1, &i1, &r1, &a1);
                         cv[j] = 5 * tc + ((double)bj * (H + 2 * KH) * hd * 4 + itj * ((double)o->Cp * 8 + 4) +
                                           itj * (g * hd * 2 + 16)) / x.pcie +
-                                p->t_host + hv[j] + 2 * tc + (double)bj * (H * hd * 4 + H * 4) / x.pcie;
+                                p->t_host + hv[j] + 2 * tc + (double)bj * (H * hd * 4 + H * 4) / x.pcie +
+                                p->t_trip;
                     }
                     layer = fmax(fmax(dv[0] + dv[1], hv[0] + hv[1] + 2 * p->t_host),
                                  fmax(dv[0] + cv[0], dv[1] + cv[1]));
@@ -536,6 +550,7 @@ int hkv_predict(const hkv_predict_params *p, hkv_prediction *o, hkv_err *err) {
                     kern = k2;
                     act = act2;
                     m->pingpong = 1;
+                    halves(&x, f, B, o->near_rows, &prod_l, &att_l);
                     m->dev_weight_bytes += L * wl;   /* the second half reads them again */
                     m->pcie_s += L * 5 * tc;         /* each half's own copies */
                 }
@@ -578,6 +593,7 @@ int hkv_predict(const hkv_predict_params *p, hkv_prediction *o, hkv_err *err) {
                         kern = k2;
                         act = act2;
                         m->pingpong = 1;
+                        halves(&x, f, B, o->near_rows, &prod_l, &att_l);
                         m->dev_weight_bytes += L * wl;   /* the second half reads them again */
                         m->pcie_s += L * 4 * tc;         /* each half's own copies */
                     }
@@ -591,7 +607,9 @@ int hkv_predict(const hkv_predict_params *p, hkv_prediction *o, hkv_err *err) {
         m->kernels += L * kern;
         m->dev_act_bytes += L * act;
         m->dev_busy_s = L * dev_l + out_dev;
-        m->host_busy_s = L * host_l;
+        m->dev_products_s = L * prod_l + head_s;
+        m->dev_attn_s = L * att_l;
+        m->host_busy_s = is_ct ? L * (host_l + (m->pingpong ? 2 : 1) * p->t_host) : 0;
         m->step_s = L * layer + outside;
         finish(m, B, equiv, window);
     }

@@ -87,6 +87,8 @@ typedef struct hkv_predict_params {
     double host_gbs;            /* host read bandwidth, GB/s (hkv_bandwidth_probe) */
     /* Assumptions (hkv_predict_defaults fills them; 0 means 0 here). */
     double mem_eff;             /* achievable fraction of mem_gbs for streaming reads */
+    double attn_eff;            /* the same for the device's decode attention (0: mem_eff):
+                                   the GPU runs measured it apart from the products' */
     double pcie_eff;            /* achievable fraction of pcie_gbs */
     double compute_eff;         /* achievable fraction of tensor_tflops / fp32_tflops */
     double host_eff_scan;       /* of host_gbs: centroid scoring and rerank (score_max) */
@@ -94,15 +96,24 @@ typedef struct hkv_predict_params {
     double cand_frac;           /* ctkvr: unique candidates / C' rho (list overlap; 1 = none) */
     double t_kernel;            /* s: least time of one kernel incl. its launch (no graphs) */
     double t_copy;              /* s: latency of one small PCIe copy */
-    double t_host;              /* s: per layer, host wake on the event + OpenMP fork/join */
+    double t_host;              /* s: per layer, host wake on the event + OpenMP fork/join
+                                   (counted in host_busy_s) */
+    /* Terms the GPU runs measured that the data sheet does not give (0: none;
+     * bench/predict_fit.py fits them to a run's rows, docs/PREDICTIONS.md): */
+    double gemv_row_cost;       /* each row of a GEMV past the first adds this share of its
+                                   one-row time (the built GEMV re-reads x per row pair) */
+    double t_trip;              /* s: per layer of the split, the built round trip beyond
+                                   the work the model prices (the device's recall latency,
+                                   waits in which neither side works); built pipeline only */
     int pingpong;               /* built: --gpu-pingpong, two micro-batches from batch 2 */
     int far_q8;                 /* the far tier in 8 bits (--far-kv q8): the rerank's keys
                                    and the attended rows at d + d/8 bytes, not 2 d */
 } hkv_predict_params;
 
 /* Zero p, then set the defaults: Q4 weights, near 4 + 256, index on host,
- * mem_eff 0.8, pcie_eff 0.8, compute_eff 0.7, host_eff_scan 0.8,
- * host_eff_attn 0.55, cand_frac 1, t_kernel 4 us, t_copy 8 us, t_host 15 us. */
+ * mem_eff 0.8 (attn_eff 0: the same), pcie_eff 0.8, compute_eff 0.7, host_eff_scan 0.8,
+ * host_eff_attn 0.55, cand_frac 1, t_kernel 4 us, t_copy 8 us, t_host 15 us; the
+ * measured terms (gemv_row_cost, t_trip) 0. */
 void hkv_predict_defaults(hkv_predict_params *p);
 
 /* One pipeline's step. Bytes are per decode step for the whole batch. */
@@ -120,6 +131,10 @@ typedef struct hkv_predict_mode {
     double host_attn_bytes;     /* selected tokens' K and V */
     double host_bytes;          /* sum of the three */
     double dev_busy_s, host_busy_s, pcie_s;
+    double dev_products_s;      /* of dev_busy_s, the weight products (the layers' and the head's):
+                                   the timeline's dev_products_ms measures the same */
+    double dev_attn_s;          /* of dev_busy_s, the device's decode attention (full: the whole
+                                   KV; the split: sinks + window): the timeline's dev_near_ms */
     double step_s, tok_s;
     double dev_wait_frac;       /* of the step, the device idle waiting for the CPU or PCIe */
     double cpu_wait_frac;       /* of the step, the CPU idle waiting for the device (1: no

@@ -470,10 +470,107 @@ static void sketch_case(void) {
     }
 }
 
+/* attn_eff: the decode attention alone at its own share of the bandwidth.
+ * 0 is mem_eff's; a lower share slows full's step (all attention) and leaves
+ * the split's host part and the weights' bytes as they were. */
+static void attn_eff_case(void) {
+    hkv_model_config c;
+    hkv_err err;
+    CHECK(hkv_synthetic_config("llama3-8b", &c, &err) == HKV_OK, "%s", err.msg);
+    hkv_predict_params p;
+    hkv_predict_defaults(&p);
+    p.cfg = &c;
+    p.dev = hkv_device_spec_find("h200", &err);
+    CHECK(p.dev != NULL, "%s", err.msg);
+    if (!p.dev) return;
+    p.host_gbs = 100;
+    p.batch = 1;
+    p.n_ctx = 98304;
+    p.policy = &hkv_policy_full;
+    hkv_prediction a, b, d;
+    CHECK(hkv_predict(&p, &a, &err) == HKV_OK, "%s", err.msg);
+    p.attn_eff = p.mem_eff;
+    CHECK(hkv_predict(&p, &b, &err) == HKV_OK, "%s", err.msg);
+    NEAR(b.mode[HKV_PRED_BUILT].step_s, a.mode[HKV_PRED_BUILT].step_s);
+    p.attn_eff = p.mem_eff / 2;
+    CHECK(hkv_predict(&p, &d, &err) == HKV_OK, "%s", err.msg);
+    /* 96K rows of K and V a layer, 12.9 GB a step: at half the share they
+     * take twice as long, the rest of the step unchanged */
+    const double kv_s = b.mode[HKV_PRED_BUILT].dev_kv_bytes / (p.dev->mem_gbs * 1e9 * p.mem_eff);
+    CHECK(fabs(d.mode[HKV_PRED_BUILT].step_s - b.mode[HKV_PRED_BUILT].step_s - kv_s) < 0.02 * kv_s,
+          "full 96K: %.3f ms at half the attention share, %.3f ms at mem_eff's, KV alone %.3f ms",
+          d.mode[HKV_PRED_BUILT].step_s * 1e3, b.mode[HKV_PRED_BUILT].step_s * 1e3, kv_s * 1e3);
+    NEAR(d.mode[HKV_PRED_BUILT].dev_weight_bytes, b.mode[HKV_PRED_BUILT].dev_weight_bytes);
+    p.policy = &hkv_policy_ctkvr;
+    p.attn_eff = 0;
+    CHECK(hkv_predict(&p, &a, &err) == HKV_OK, "%s", err.msg);
+    p.attn_eff = 0.1;
+    CHECK(hkv_predict(&p, &b, &err) == HKV_OK, "%s", err.msg);
+    NEAR(b.mode[HKV_PRED_BUILT].host_busy_s, a.mode[HKV_PRED_BUILT].host_busy_s);
+    p.attn_eff = 1.5;
+    CHECK(hkv_predict(&p, &b, &err) == HKV_E_RANGE, "attention share 1.5");
+}
+
+/* The other measured terms: a GEMV row's cost scales the products of a batch
+ * (not of one row); the round trip adds to each layer of the built split
+ * (not to the target's, nor to full's); the host's wake is host time. */
+static void measured_terms_case(void) {
+    hkv_model_config c;
+    hkv_err err;
+    CHECK(hkv_synthetic_config("llama3-8b", &c, &err) == HKV_OK, "%s", err.msg);
+    hkv_predict_params p;
+    hkv_predict_defaults(&p);
+    p.cfg = &c;
+    p.dev = hkv_device_spec_find("h200", &err);
+    CHECK(p.dev != NULL, "%s", err.msg);
+    if (!p.dev) return;
+    p.host_gbs = 100;
+    p.n_ctx = 32768;
+    p.policy = &hkv_policy_full;
+    hkv_prediction a, b;
+    for (int batch = 1; batch <= 4; batch += 3) {
+        p.batch = batch;
+        p.gemv_row_cost = 0;
+        CHECK(hkv_predict(&p, &a, &err) == HKV_OK, "%s", err.msg);
+        p.gemv_row_cost = 0.25;
+        CHECK(hkv_predict(&p, &b, &err) == HKV_OK, "%s", err.msg);
+        NEAR(b.mode[HKV_PRED_BUILT].dev_products_s,
+             a.mode[HKV_PRED_BUILT].dev_products_s * (1 + 0.25 * (batch - 1)));
+        CHECK(a.mode[HKV_PRED_BUILT].dev_products_s > 0 &&
+              a.mode[HKV_PRED_BUILT].dev_products_s < a.mode[HKV_PRED_BUILT].dev_busy_s,
+              "products %.3f ms of the device's %.3f", a.mode[HKV_PRED_BUILT].dev_products_s * 1e3,
+              a.mode[HKV_PRED_BUILT].dev_busy_s * 1e3);
+    }
+    p.gemv_row_cost = 0;
+    p.batch = 1;
+    p.t_trip = 500e-6;
+    CHECK(hkv_predict(&p, &b, &err) == HKV_OK, "%s", err.msg);
+    p.t_trip = 0;
+    CHECK(hkv_predict(&p, &a, &err) == HKV_OK, "%s", err.msg);
+    NEAR(b.mode[HKV_PRED_BUILT].step_s, a.mode[HKV_PRED_BUILT].step_s);
+    p.policy = &hkv_policy_ctkvr;
+    CHECK(hkv_predict(&p, &a, &err) == HKV_OK, "%s", err.msg);
+    p.t_trip = 500e-6;
+    CHECK(hkv_predict(&p, &b, &err) == HKV_OK, "%s", err.msg);
+    NEAR(b.mode[HKV_PRED_BUILT].step_s - a.mode[HKV_PRED_BUILT].step_s, c.n_layer * 500e-6);
+    NEAR(b.mode[HKV_PRED_TARGET].step_s, a.mode[HKV_PRED_TARGET].step_s);
+    p.t_trip = 0;
+    p.t_host = 0;
+    CHECK(hkv_predict(&p, &b, &err) == HKV_OK, "%s", err.msg);
+    NEAR(a.mode[HKV_PRED_BUILT].host_busy_s - b.mode[HKV_PRED_BUILT].host_busy_s, c.n_layer * 15e-6);
+    p.t_trip = 2;
+    CHECK(hkv_predict(&p, &b, &err) == HKV_E_RANGE, "a round trip of 2 s a layer");
+    p.t_trip = 0;
+    p.gemv_row_cost = -1;
+    CHECK(hkv_predict(&p, &b, &err) == HKV_E_RANGE, "a negative row cost");
+}
+
 int main(int argc, char **argv) {
     hand_case();
     far_q8_case();
     sketch_case();
+    attn_eff_case();
+    measured_terms_case();
     llama();
     errors();
     if (argc > 1) cli(argv[1]);

@@ -65,7 +65,8 @@ typedef struct plan_opts {
     const char *pred_only;   /* the first predict-only option given */
     long long ctxs[MAXL], sink, local, max_rows, gen;
     int n_ctx, n_caps, kernels, index_given, far_q8;
-    double host_gbs, mem_eff, host_eff, cand_frac, wake_us, kernel_us;
+    double host_gbs, mem_eff, attn_eff, host_eff, cand_frac, wake_us, kernel_us, gemv_row_cost,
+        trip_us;
     uint64_t caps[MAXL], host_cap;
     hkv_output_cli out;
     hkv_device_cli dev;
@@ -169,6 +170,10 @@ static const hkv_opt plan_predict_only[] = {
      .lo = 1e-3, .hi = 1e5, .help = "host read bandwidth in GB/s instead of running the probe"},
     {.name = "--mem-eff", .arg = "F", .kind = HKV_OPT_FLOAT, .off = offsetof(plan_opts, mem_eff),
      .lo = 1e-3, .hi = 1, .help = "achievable share of the device's memory bandwidth (default 0.8)"},
+    {.name = "--attn-eff", .arg = "F", .kind = HKV_OPT_FLOAT, .off = offsetof(plan_opts, attn_eff),
+     .lo = 1e-3, .hi = 1,
+     .help = "the same share for the decode attention alone (default: --mem-eff's;\n"
+             "bench/predict_fit.py fits it to a GPU run's rows)"},
     {.name = "--host-eff", .arg = "F", .kind = HKV_OPT_FLOAT, .off = offsetof(plan_opts, host_eff),
      .lo = 1e-3, .hi = 1,
      .help = "share of the probed host bandwidth the CPU kernels reach (default\n"
@@ -186,6 +191,16 @@ static const hkv_opt plan_predict_only[] = {
      .lo = 1e-3, .hi = 1e5,
      .help = "least time of one kernel launched op by op, its queueing by the host\n"
              "included (default 4)"},
+    {.name = "--gemv-row-cost", .arg = "F", .kind = HKV_OPT_FLOAT,
+     .off = offsetof(plan_opts, gemv_row_cost), .lo = 0, .hi = 16,
+     .help = "each row of a Q4 GEMV past the first adds F of its one-row time\n"
+             "(default 0, the roofline; the GPU runs measured about 0.25)"},
+    {.name = "--trip-us", .arg = "US", .kind = HKV_OPT_FLOAT, .off = offsetof(plan_opts, trip_us),
+     .lo = 0, .hi = 1e6,
+     .help = "the built split's round trip per layer beyond the work the model\n"
+             "prices: the device's recall latency, waits where neither side\n"
+             "works (default 0; bench/predict_fit.py fits it and the terms\n"
+             "above to a GPU run's rows)"},
     {.name = "--pipeline", .arg = "WHICH", .kind = HKV_OPT_FN, .fn = parse_pipeline,
      .help = "built, target or both (default)"},
     {.name = "--kernels", .kind = HKV_OPT_FLAG, .off = offsetof(plan_opts, kernels),
@@ -225,7 +240,8 @@ typedef struct pred_opts {
     int n_cfg;
     int sink, local, max_rows, index_on_host, wtype, json, kernels, pingpong, far_q8;
     long long gen;
-    double host_gbs, mem_eff, host_eff, cand_frac, wake_us, kernel_us;
+    double host_gbs, mem_eff, attn_eff, host_eff, cand_frac, wake_us, kernel_us, gemv_row_cost,
+        trip_us;
     const char *pipeline;
 } pred_opts;
 
@@ -257,6 +273,8 @@ static json_t *json_mode(const hkv_predict_mode *m, int fits, int has_host, int 
     hkv_jset(o, "host_rerank_bytes", hkv_jint(m->host_rerank_bytes), bad);
     hkv_jset(o, "host_attn_bytes", hkv_jint(m->host_attn_bytes), bad);
     NUM(o, "dev_busy_ms", m->dev_busy_s * 1e3, "%.4f");
+    NUM(o, "dev_products_ms", m->dev_products_s * 1e3, "%.4f");
+    NUM(o, "dev_attn_ms", m->dev_attn_s * 1e3, "%.4f");
     NUM(o, "host_busy_ms", m->host_busy_s * 1e3, "%.4f");
     NUM(o, "pcie_ms", m->pcie_s * 1e3, "%.4f");
     NUM(o, "dev_wait_frac", m->dev_wait_frac, "%.4f");
@@ -341,10 +359,13 @@ static void pred_base(const pred_opts *o, const hkv_model_config *mc, const hkv_
     base->max_rows = o->max_rows;
     base->host_gbs = host_gbs;
     if (o->mem_eff > 0) base->mem_eff = o->mem_eff;
+    if (o->attn_eff > 0) base->attn_eff = o->attn_eff;
     if (o->host_eff > 0) base->host_eff_scan = base->host_eff_attn = o->host_eff;
     if (o->cand_frac > 0) base->cand_frac = o->cand_frac;
     if (o->wake_us > 0) base->t_host = o->wake_us * 1e-6;
     if (o->kernel_us > 0) base->t_kernel = o->kernel_us * 1e-6;
+    base->gemv_row_cost = o->gemv_row_cost;
+    base->t_trip = o->trip_us * 1e-6;
 }
 
 /* One kernel row of the --kernels tables. */
@@ -407,6 +428,7 @@ static int plan_kernels(const pred_opts *o, const hkv_model_config *mc, hkv_err 
         hkv_jset(jo, "source", hkv_jstr(dev->source), bad);
         json_t *a = json_object();
         NUM(a, "mem_eff", ke.mem_eff, "%.3f");
+        NUM(a, "attn_eff", ke.attn_eff > 0 ? ke.attn_eff : ke.mem_eff, "%.3f");
         NUM(a, "compute_eff", ke.compute_eff, "%.3f");
         NUM(a, "t_kernel_us", ke.t_kernel * 1e6, "%.2f");
         NUM(a, "sat_frac", ke.sat_frac, "%.3f");
@@ -580,6 +602,7 @@ static int plan_predict(const pred_opts *o, const hkv_model_config *mc, hkv_err 
         hkv_jset(jo, "host_gbs", any_ct ? hkv_jnum(hgbs, "%.2f") : json_null(), bad);
         hkv_jset(jo, "host_gbs_from", hkv_jstr(any_ct ? hsrc : "not used (no CPU part)"), bad);
         NUM(a, "mem_eff", bp->mem_eff, "%.3f");
+        NUM(a, "attn_eff", bp->attn_eff > 0 ? bp->attn_eff : bp->mem_eff, "%.3f");
         NUM(a, "pcie_eff", bp->pcie_eff, "%.3f");
         NUM(a, "compute_eff", bp->compute_eff, "%.3f");
         NUM(a, "host_eff_scan", bp->host_eff_scan, "%.3f");
@@ -588,6 +611,8 @@ static int plan_predict(const pred_opts *o, const hkv_model_config *mc, hkv_err 
         NUM(a, "t_kernel_us", bp->t_kernel * 1e6, "%.2f");
         NUM(a, "t_copy_us", bp->t_copy * 1e6, "%.2f");
         NUM(a, "t_host_us", bp->t_host * 1e6, "%.2f");
+        NUM(a, "gemv_row_cost", bp->gemv_row_cost, "%.4f");
+        NUM(a, "t_trip_us", bp->t_trip * 1e6, "%.2f");
         hkv_jset(jo, "assumptions", a, bad);
         hkv_jset(jo, "model", hkv_jstr(mc->name), bad);
         hkv_jset(jo, "weights", json_string(hkv_predict_wtype_name(bp->wtype)), bad);
@@ -628,9 +653,10 @@ static int plan_predict(const pred_opts *o, const hkv_model_config *mc, hkv_err 
     hkv_fmt_bytes((double)rows[0].pr.gpu_weights, wb, sizeof wb);
     printf("PREDICTION, not a measurement: no GPU was used; figures come from a data sheet, the "
            "model's shape and the host's bandwidth\n");
-    printf("PREDICTION device %s = %s: %.0f GB/s x %.2f, %s %.1f GB/s each way x %.2f, fp16 tensor "
-           "%.1f TFLOPS dense, fp32 %.1f TFLOPS (x %.2f), %d SMs\n",
-           dev->name, dev->label, dev->mem_gbs, bp->mem_eff, dev->pcie, dev->pcie_gbs, bp->pcie_eff,
+    printf("PREDICTION device %s = %s: %.0f GB/s x %.2f (decode attention x %.2f), %s %.1f GB/s "
+           "each way x %.2f, fp16 tensor %.1f TFLOPS dense, fp32 %.1f TFLOPS (x %.2f), %d SMs\n",
+           dev->name, dev->label, dev->mem_gbs, bp->mem_eff,
+           bp->attn_eff > 0 ? bp->attn_eff : bp->mem_eff, dev->pcie, dev->pcie_gbs, bp->pcie_eff,
            dev->tensor_tflops, dev->fp32_tflops, bp->compute_eff, dev->sms);
     printf("PREDICTION data sheet: %s\n", dev->source);
     if (any_ct)
@@ -644,6 +670,10 @@ static int plan_predict(const pred_opts *o, const hkv_model_config *mc, hkv_err 
            mc->name, mc->n_layer, mc->n_head, mc->n_head_kv, mc->head_dim,
            hkv_predict_wtype_name(bp->wtype), wb, o->sink, o->local, cp, bp->t_kernel * 1e6,
            bp->t_copy * 1e6, bp->t_host * 1e6, o->gen ? "" : "; right after the prompt (--gen 0)");
+    if (bp->gemv_row_cost > 0 || bp->t_trip > 0 || bp->attn_eff > 0)
+        printf("PREDICTION measured terms (bench/predict_fit.py): decode attention x %.2f, each GEMV "
+               "row past the first +%.2f of its time, the built split's round trip +%.0f us a layer\n",
+               bp->attn_eff > 0 ? bp->attn_eff : bp->mem_eff, bp->gemv_row_cost, bp->t_trip * 1e6);
     for (int mi = 0; mi < HKV_PRED_MODES; mi++) {
         if (!show[mi]) continue;
         printf("\nPREDICTION pipeline \"%s\": %s. full: the whole KV on the device, no CPU part.\n",
@@ -783,8 +813,10 @@ int hkv_cmd_plan(int argc, char **argv) {
                         .max_rows = (int)max_rows, .gen = gen,
                         .index_on_host = index_given ? !strcmp(where, "host") : 1,
                         .wtype = dc.synthetic_wtype, .host_gbs = host_gbs, .mem_eff = mem_eff,
+                        .attn_eff = o.attn_eff,
                         .host_eff = host_eff, .cand_frac = cand_frac,
                         .wake_us = o.wake_us, .kernel_us = o.kernel_us,
+                        .gemv_row_cost = o.gemv_row_cost, .trip_us = o.trip_us,
                         .pipeline = pipeline ? pipeline : kernels ? "built" : "both",
                         .json = json, .kernels = kernels, .pingpong = dc.pingpong,
                         .far_q8 = o.far_q8};

@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""bench/predict_fit.py recovers the terms a run was made with.
+
+    python3 test_predict_fit.py BUILD_DIR
+
+A headline.json whose rows are `hetkv plan --predict h200` itself with known
+terms (products at 0.4 of the bandwidth and +0.2 a GEMV row, attention at
+0.6, 8 us an op, the host at 0.5 of its probe and 100 us a layer, a 300 us
+round trip): the fit must find the terms within 10% and predict every row
+within 2%, each left out within 10%. Then rows the model cannot produce with
+any terms (the split's step doubled) must show as errors, not be absorbed;
+and a run dir without rows is an error that names the file."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+TRUE = {"mem_eff": 0.4, "gemv_row_cost": 0.2, "attn_eff": 0.6, "kernel_us": 8.0,
+        "host_eff": 0.5, "host_wake_us": 100.0, "trip_us": 300.0}
+FLAGS = {"mem_eff": "--mem-eff", "gemv_row_cost": "--gemv-row-cost", "attn_eff": "--attn-eff",
+         "kernel_us": "--kernel-us", "host_eff": "--host-eff", "host_wake_us": "--host-wake-us",
+         "trip_us": "--trip-us"}
+ROWS = [("dense", "full", 16384, 1), ("dense", "full", 8192, 4), ("split", "ctkvr", 32768, 1),
+        ("split", "ctkvr", 32768, 4)]
+GB = 24 << 30
+HOST_GBS = 100.0
+
+fails = 0
+
+
+def check(ok: bool, what: str) -> None:
+    global fails
+    if not ok:
+        fails += 1
+        print("FAIL:", what)
+
+
+def model_row(hetkv: str, kind: str, spec: str, ctx: int, batch: int) -> dict:
+    cmd = [hetkv, "plan", "--predict", "h200", "--synthetic", "llama3.1-8b", "--configs", spec,
+           "--ctx", str(ctx), "--batch", str(batch), "--gpu-mem", str(GB), "--host-gbs",
+           str(HOST_GBS), "--pipeline", "built", "-o", "jsonl"]
+    for k, v in TRUE.items():
+        cmd += [FLAGS[k], str(v)]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    p = json.loads(out.stdout.splitlines()[0])
+    assert p["fits"], p
+    # a bench row as bench/headline_rows.py keeps it, its timeline the model's
+    return {"kind": kind, "spec": spec, "policy": spec, "config": spec, "ctx": ctx,
+            "batch": batch, "gpu_mem": GB, "far_kv": "f16", "probe_gbs": HOST_GBS,
+            "variant": "default", "step_ms": p["built_step_ms"],
+            "decode_tok_s": p["built_tok_s"], "dev_products_ms": p["built_dev_products_ms"],
+            "dev_near_ms": p["built_dev_attn_ms"],
+            "dev_cpu_busy_ms": p["built_host_busy_ms"] if kind == "split" else 0.0}
+
+
+def fit(root: str, hetkv: str, run: str) -> dict:
+    out = subprocess.run([sys.executable, os.path.join(root, "bench", "predict_fit.py"), run,
+                          "--hetkv", hetkv, "--device", "h200", "--desktop-ctx", "32768",
+                          "--desktop-batch", "1", "--desktop-configs", ""],
+                         capture_output=True, text=True)
+    check(out.returncode == 0, "predict_fit.py exited %d: %s" % (out.returncode, out.stderr[-500:]))
+    return json.load(open(os.path.join(run, "predict_fit.json"), encoding="utf-8"))
+
+
+def main() -> int:
+    build = sys.argv[1]
+    hetkv = os.path.join(build, "tools", "hetkv")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    rows = [model_row(hetkv, *r) for r in ROWS]
+    rows.append({**rows[2], "variant": "pingpong", "step_ms": 1.0})   # an A/B row: not fitted
+    with tempfile.TemporaryDirectory() as run:
+        json.dump({"rows": rows}, open(os.path.join(run, "headline.json"), "w"))
+        res = fit(root, hetkv, run)
+        s = res["summary"]
+        check(s["rows"] == 4, "fitted %d rows, want the 4 default ones" % s["rows"])
+        for k, v in TRUE.items():
+            got = s["params"][k]
+            check(abs(got / v - 1) < 0.10, "%s fitted %.4g, made with %.4g" % (k, got, v))
+        check(s["max_abs_err_fit"] < 0.02, "largest error in the fit %.3f" % s["max_abs_err_fit"])
+        check(s["max_abs_err_left_out"] is not None and s["max_abs_err_left_out"] < 0.10,
+              "largest error left out %s" % s["max_abs_err_left_out"])
+        d = res["desktop"]
+        check(d["device"] == "rtx4090" and len(d["rows"]) == 2 and
+              all(r["kind"] in ("dense", "split") for r in d["rows"]),
+              "desktop rows: %s" % d["rows"])
+        md = open(os.path.join(run, "predict_fit.md"), encoding="utf-8").read()
+        check("PREDICTION" in md and "left out" in md, "the Markdown says what is predicted")
+
+        # a split step the terms cannot produce (twice the model's at batch 4
+        # only) shows as an error
+        bad = [dict(r) for r in rows[:4]]
+        bad[3]["step_ms"] *= 2
+        json.dump({"rows": bad}, open(os.path.join(run, "headline.json"), "w"))
+        res = fit(root, hetkv, run)
+        check(res["summary"]["max_abs_err_fit"] > 0.15,
+              "a doubled step was absorbed: largest error %.3f" % res["summary"]["max_abs_err_fit"])
+
+        json.dump({"rows": []}, open(os.path.join(run, "headline.json"), "w"))
+        out = subprocess.run([sys.executable, os.path.join(root, "bench", "predict_fit.py"), run,
+                              "--hetkv", hetkv, "--device", "h200"], capture_output=True, text=True)
+        check(out.returncode == 2 and "headline.json" in out.stderr,
+              "no rows: rc %d, %s" % (out.returncode, out.stderr.strip()))
+    if fails:
+        print("%d check(s) failed" % fails)
+        return 1
+    print("predict_fit checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
