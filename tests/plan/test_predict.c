@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "gpu_predict.h"
 #include "kernels.h"
@@ -418,6 +419,61 @@ static void cli(const char *hetkv) {
     CHECK(run(cmd, out, sizeof out) == 1 && strstr(out, "refused"), "plan --batch: %s", out);
 }
 
+/* --calibration FILE: bench/predict_fit.py's terms in one flag, the same
+ * prediction as the seven flags; a flag given beside it wins; a bad file
+ * is refused naming the field. */
+static double tok_s_of(const char *out) {
+    const char *t = strstr(out, "\"built_tok_s\":");
+    return t ? atof(t + 14) : -1;
+}
+
+static void calibration_cli(const char *hetkv) {
+    static char out[1 << 16];
+    char cmd[2048], path[] = "/tmp/hkv_test_calib_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0, "mkstemp");
+    if (fd < 0) return;
+    FILE *f = fdopen(fd, "w");
+    fprintf(f, "{\"summary\": {\"device\": \"h200\", \"commits\": [\"abc1234\"], \"params\": "
+               "{\"mem_eff\": 0.33, \"attn_eff\": 0.48, \"gemv_row_cost\": 0.22, \"kernel_us\": 12, "
+               "\"host_eff\": 0.42, \"host_wake_us\": 268, \"trip_us\": 647}}}\n");
+    fclose(f);
+    const char *q = "plan --predict rtx4090 --synthetic llama3.1-8b --configs ctkvr --ctx 98304 "
+                    "--batch 4 --gpu-mem 24G --host-gbs 70 --pipeline built -o jsonl";
+    snprintf(cmd, sizeof cmd, "'%s' %s --calibration %s 2>&1", hetkv, q, path);
+    CHECK(run(cmd, out, sizeof out) == 0 && strstr(out, "\"assumptions_calibration_device\":\"h200\"") &&
+          strstr(out, "\"assumptions_t_trip_us\":647"), "--calibration: %s", out);
+    const double cal = tok_s_of(out);
+    snprintf(cmd, sizeof cmd, "'%s' %s --mem-eff 0.33 --attn-eff 0.48 --gemv-row-cost 0.22 "
+             "--kernel-us 12 --host-eff 0.42 --host-wake-us 268 --trip-us 647 2>&1", hetkv, q);
+    CHECK(run(cmd, out, sizeof out) == 0, "the seven flags: %s", out);
+    const double flags = tok_s_of(out);
+    CHECK(cal > 0 && fabs(cal - flags) < 1e-3 * flags, "file %g tok/s, flags %g", cal, flags);
+    snprintf(cmd, sizeof cmd, "'%s' %s --calibration %s --trip-us 0 2>&1", hetkv, q, path);
+    CHECK(run(cmd, out, sizeof out) == 0 && strstr(out, "\"assumptions_t_trip_us\":0") &&
+          tok_s_of(out) > 1.1 * cal, "--trip-us 0 beside the file: %g tok/s after %g",
+          tok_s_of(out), cal);
+    snprintf(cmd, sizeof cmd, "'%s' plan --predict h200 --synthetic llama3.1-8b --calibration %s "
+             "--json 2>&1", hetkv, path);
+    CHECK(run(cmd, out, sizeof out) == 0 && strstr(out, "\"calibration\":\"/tmp/hkv_test_calib_"),
+          "--json names the file: %.300s", out);
+    f = fopen(path, "w");
+    fprintf(f, "{\"summary\": {\"params\": {\"mem_eff\": 0.33, \"attn_eff\": 3, \"gemv_row_cost\": 0, "
+               "\"kernel_us\": 12, \"host_eff\": 0.42, \"host_wake_us\": 268, \"trip_us\": 0}}}\n");
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "'%s' %s --calibration %s 2>&1", hetkv, q, path);
+    CHECK(run(cmd, out, sizeof out) != 0 && strstr(out, path) && strstr(out, "attn_eff") &&
+          strstr(out, "out of range"), "an attention share of 3: %s", out);
+    f = fopen(path, "w");
+    fprintf(f, "{\"rows\": []}\n");
+    fclose(f);
+    CHECK(run(cmd, out, sizeof out) != 0 && strstr(out, "summary.params"), "no terms: %s", out);
+    snprintf(cmd, sizeof cmd, "'%s' %s --calibration /nonexistent/predict_fit.json 2>&1", hetkv, q);
+    CHECK(run(cmd, out, sizeof out) != 0 && strstr(out, "/nonexistent/predict_fit.json"),
+          "a missing file: %s", out);
+    unlink(path);
+}
+
 /* The 8-bit far tier: the rerank's keys and the attended rows at d + d/8
  * bytes (36 at d 32) instead of 2d (64); the index's reads as before. */
 static void far_q8_case(void) {
@@ -573,7 +629,10 @@ int main(int argc, char **argv) {
     measured_terms_case();
     llama();
     errors();
-    if (argc > 1) cli(argv[1]);
+    if (argc > 1) {
+        cli(argv[1]);
+        calibration_cli(argv[1]);
+    }
     else printf("(no hetkv binary given: CLI checks skipped)\n");
     if (fails) {
         printf("%d check(s) failed\n", fails);

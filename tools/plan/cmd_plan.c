@@ -16,6 +16,7 @@
 #include "gpu_plan.h"
 #include "gpu_kernel_predict.h"
 #include "gpu_predict.h"
+#include "plan_terms.h"
 #include "kernels.h"
 #include "synthetic.h"
 
@@ -67,6 +68,7 @@ typedef struct plan_opts {
     int n_ctx, n_caps, kernels, index_given, far_q8;
     double host_gbs, mem_eff, attn_eff, host_eff, cand_frac, wake_us, kernel_us, gemv_row_cost,
         trip_us;
+    const char *calibration;   /* --calibration: bench/predict_fit.py's terms */
     uint64_t caps[MAXL], host_cap;
     hkv_output_cli out;
     hkv_device_cli dev;
@@ -201,6 +203,10 @@ static const hkv_opt plan_predict_only[] = {
              "prices: the device's recall latency, waits where neither side\n"
              "works (default 0; bench/predict_fit.py fits it and the terms\n"
              "above to a GPU run's rows)"},
+    {.name = "--calibration", .arg = "FILE", .kind = HKV_OPT_STR,
+     .off = offsetof(plan_opts, calibration),
+     .help = "the measured terms above from bench/predict_fit.py's predict_fit.json\n"
+             "(fitted to a GPU run's rows); a term's flag given as well wins"},
     {.name = "--pipeline", .arg = "WHICH", .kind = HKV_OPT_FN, .fn = parse_pipeline,
      .help = "built, target or both (default)"},
     {.name = "--kernels", .kind = HKV_OPT_FLAG, .off = offsetof(plan_opts, kernels),
@@ -210,6 +216,17 @@ static const hkv_opt plan_predict_only[] = {
              "(or --json); --pipeline defaults to built"},
     {0},
 };
+
+/* A calibration file's terms, where no flag gave the term. */
+static void apply_terms(plan_opts *o, const hkv_pred_terms *t) {
+    if (!(o->mem_eff > 0)) o->mem_eff = t->mem_eff;
+    if (!(o->attn_eff > 0)) o->attn_eff = t->attn_eff;
+    if (o->gemv_row_cost < 0) o->gemv_row_cost = t->gemv_row_cost;
+    if (!(o->kernel_us > 0)) o->kernel_us = t->kernel_us;
+    if (!(o->host_eff > 0)) o->host_eff = t->host_eff;
+    if (!(o->wake_us > 0)) o->wake_us = t->host_wake_us;
+    if (o->trip_us < 0) o->trip_us = t->trip_us;
+}
 
 static int plan_uses(plan_opts *o, hkv_opt_use *u) {
     int n = 0;
@@ -243,6 +260,8 @@ typedef struct pred_opts {
     double host_gbs, mem_eff, attn_eff, host_eff, cand_frac, wake_us, kernel_us, gemv_row_cost,
         trip_us;
     const char *pipeline;
+    const char *calibration;          /* the terms' file, or NULL */
+    const hkv_pred_terms *terms;      /* what it said */
 } pred_opts;
 
 typedef struct pred_row {
@@ -364,8 +383,8 @@ static void pred_base(const pred_opts *o, const hkv_model_config *mc, const hkv_
     if (o->cand_frac > 0) base->cand_frac = o->cand_frac;
     if (o->wake_us > 0) base->t_host = o->wake_us * 1e-6;
     if (o->kernel_us > 0) base->t_kernel = o->kernel_us * 1e-6;
-    base->gemv_row_cost = o->gemv_row_cost;
-    base->t_trip = o->trip_us * 1e-6;
+    if (o->gemv_row_cost >= 0) base->gemv_row_cost = o->gemv_row_cost;
+    if (o->trip_us >= 0) base->t_trip = o->trip_us * 1e-6;
 }
 
 /* One kernel row of the --kernels tables. */
@@ -613,6 +632,11 @@ static int plan_predict(const pred_opts *o, const hkv_model_config *mc, hkv_err 
         NUM(a, "t_host_us", bp->t_host * 1e6, "%.2f");
         NUM(a, "gemv_row_cost", bp->gemv_row_cost, "%.4f");
         NUM(a, "t_trip_us", bp->t_trip * 1e6, "%.2f");
+        hkv_jset(a, "calibration", o->calibration ? hkv_jstr(o->calibration) : json_null(), bad);
+        if (o->calibration) {
+            hkv_jset(a, "calibration_device", hkv_jstr(o->terms->device), bad);
+            hkv_jset(a, "calibration_commits", hkv_jstr(o->terms->commits), bad);
+        }
         hkv_jset(jo, "assumptions", a, bad);
         hkv_jset(jo, "model", hkv_jstr(mc->name), bad);
         hkv_jset(jo, "weights", json_string(hkv_predict_wtype_name(bp->wtype)), bad);
@@ -670,9 +694,13 @@ static int plan_predict(const pred_opts *o, const hkv_model_config *mc, hkv_err 
            mc->name, mc->n_layer, mc->n_head, mc->n_head_kv, mc->head_dim,
            hkv_predict_wtype_name(bp->wtype), wb, o->sink, o->local, cp, bp->t_kernel * 1e6,
            bp->t_copy * 1e6, bp->t_host * 1e6, o->gen ? "" : "; right after the prompt (--gen 0)");
+    if (o->calibration)
+        printf("PREDICTION terms from %s, fitted by bench/predict_fit.py on %s rows of commit %s, "
+               "carried here as they are\n", o->calibration, o->terms->device,
+               o->terms->commits[0] ? o->terms->commits : "(not recorded)");
     if (bp->gemv_row_cost > 0 || bp->t_trip > 0 || bp->attn_eff > 0)
-        printf("PREDICTION measured terms (bench/predict_fit.py): decode attention x %.2f, each GEMV "
-               "row past the first +%.2f of its time, the built split's round trip +%.0f us a layer\n",
+        printf("PREDICTION measured terms: decode attention x %.2f, each GEMV row past the first "
+               "+%.2f of its time, the built split's round trip +%.0f us a layer\n",
                bp->attn_eff > 0 ? bp->attn_eff : bp->mem_eff, bp->gemv_row_cost, bp->t_trip * 1e6);
     for (int mi = 0; mi < HKV_PRED_MODES; mi++) {
         if (!show[mi]) continue;
@@ -718,7 +746,7 @@ int hkv_cmd_plan(int argc, char **argv) {
     hkv_err err;
     hkv_err_clear(&err);
     plan_opts o = {.policies = "full,ctkvr", .where = "gpu", .ctxs = {32768, 98304}, .n_ctx = 2,
-                   .sink = 4, .local = 256, .max_rows = 256};
+                   .sink = 4, .local = 256, .max_rows = 256, .gemv_row_cost = -1, .trip_us = -1};
     hkv_device_cli_init(&o.dev);
     hkv_opt_use uses[8];
     const int n_uses = plan_uses(&o, uses);
@@ -729,6 +757,9 @@ int hkv_cmd_plan(int argc, char **argv) {
     }
     if (!rc && o.out.rows_fmt == HKV_ROWS_JSON) o.out.json = 1;   /* the one JSON object, as bench and eval */
     else if (!rc && o.out.rows_fmt) return hkv_plan_rows(argc, argv, o.out.rows_fmt);
+    hkv_pred_terms terms = {0};
+    if (!rc && o.calibration && !(rc = hkv_pred_terms_load(o.calibration, &terms, &err)))
+        apply_terms(&o, &terms);
     /* the names the planning code below was written with */
     const char *model = o.model, *policies = o.policies, *configs = o.configs, *where = o.where;
     const char *draft = o.draft, *predict = o.predict, *batch_str = o.batch_str;
@@ -817,6 +848,7 @@ int hkv_cmd_plan(int argc, char **argv) {
                         .host_eff = host_eff, .cand_frac = cand_frac,
                         .wake_us = o.wake_us, .kernel_us = o.kernel_us,
                         .gemv_row_cost = o.gemv_row_cost, .trip_us = o.trip_us,
+                        .calibration = o.calibration, .terms = &terms,
                         .pipeline = pipeline ? pipeline : kernels ? "built" : "both",
                         .json = json, .kernels = kernels, .pingpong = dc.pingpong,
                         .far_q8 = o.far_q8};
