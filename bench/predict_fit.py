@@ -7,7 +7,8 @@ predict a desktop card with the calibrated model (issue 35, item 6).
 
 RUN_DIR holds headline.json (bench/headline_rows.py). Every row with a
 measured step (the split's and dense's rows at their default device options;
-not `--policy auto`, which mixes both, nor the A/B variants) is predicted by
+not `--policy auto`, which mixes both, nor the A/B variants; full and ctkvr,
+the policies the model has formulas for) is predicted by
 `hetkv plan --predict DEVICE` with the row's own configuration, context,
 batch, cap, far-tier format and the host bandwidth its run probed.
 
@@ -68,6 +69,8 @@ PARAMS = {
     "host_wake_us": ("--host-wake-us", 15.0, 1.0, 5000.0),
     "trip_us": ("--trip-us", 0.0, 1.0, 20000.0),
 }
+# the policies plan --predict has formulas for (plan/gpu_predict.c)
+MODELLED = ("full", "ctkvr")
 # the timeline's parts the terms are fitted on: (rows, measured field, the model's)
 PARTS = [
     (("split", "dense"), "products_ms", "built_dev_products_ms"),
@@ -148,6 +151,8 @@ def measured_rows(headline: dict) -> list[dict]:
                 not r.get("step_ms"):
             continue
         if r.get("resident_seqs"):   # --policy auto: some sequences dense, some split
+            continue
+        if r.get("policy") not in MODELLED:   # plan --predict has no formula for it
             continue
         spec = r.get("spec") or r.get("policy")
         # bench's budget for a spec without one ("ctkvr rho_p=983 (3%)"): the row ran it

@@ -11,7 +11,7 @@ the far tier on the host and its timeline, host bytes and time to first
 token; one dense row with the whole context on the device (no host far
 work); the split-over-dense ratio; the predictions' rows; the device's
 policy kernels timed alone (ctkvr's recall) and the host's wait for the
-device (asleep, polled); ctkvr's A/B row with the host asleep on every wait
+device (asleep, polled); the speed model fitted to the rows (bench/predict_fit.py); ctkvr's A/B row with the host asleep on every wait
 (--gpu-spin-us 0), with every op profiled and with micro-batch ping-pong; and the row file a stopped step
 leaves (each row written as it is measured). Exit 0 passed, 1
 failed."""
@@ -105,6 +105,22 @@ def main() -> int:
               "the host's wait for the device timed alone, asleep and polled")
         rows = [ln for ln in open(os.path.join(out, "split_512.jsonl")) if ln.startswith("{")]
         check(len(rows) == 4, f"split_512.jsonl: one line a row ({len(rows)})")
+        # the model fitted to the run's rows (bench/predict_fit.py, run on the
+        # development VM after a GPU call): quest's rows have no formula and
+        # are left out, ctkvr's and dense's are fitted, the desktop predicted
+        r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "predict_fit.py"), out,
+                            "--hetkv", os.path.join(build, "tools", "hetkv"), "--synthetic",
+                            "smollm2-135m@2", "--desktop-ctx", "512", "--desktop-batch", "1",
+                            "--desktop-configs", ""], capture_output=True, text=True, timeout=900)
+        fit_path = os.path.join(out, "predict_fit.json")
+        check(r.returncode == 0 and os.path.exists(fit_path), f"predict_fit.py: {r.stderr[-600:]}")
+        if os.path.exists(fit_path):
+            fj = json.load(open(fit_path))
+            kinds = sorted({(x["kind"], x["spec"].split(":")[0]) for x in fj["rows"]})
+            check(kinds == [("dense", "full"), ("split", "ctkvr")],
+                  f"fitted rows: ctkvr's and dense's, not quest's ({kinds})")
+            check(fj["summary"]["device"] == "h200" and fj["summary"]["max_abs_err_fit"] is not None
+                  and fj["desktop"]["rows"], "the fit's summary and the desktop's rows")
     print(f"test_headline: {'FAILED' if fails else 'passed'}")
     return 1 if fails else 0
 
