@@ -77,6 +77,21 @@ dev = rows.get(("ctkvr:rho_p=256", False, 8192, 1))
 check(h.returncode == 0 and "the host's own, timed" in h.stdout and len(hrow) == 1 and dev
       and abs(hrow[0] - dev - 1.05) < 0.11, "--recall host: the host reads the centroids, the same "
       "candidates", f"{hrow} vs {dev}")
+# --idle-us: the calling thread polls before each step, outside the step's time
+# (a 50 ms poll in a step of well under a millisecond), the bytes unchanged
+i = subprocess.run(cmd[:cmd.index("--scoring")] + ["-t", "2", "--idle-us", "50000"],
+                   capture_output=True, text=True, timeout=600)
+irows = {}
+for line in i.stdout.splitlines():
+    m = row.match(line)
+    if m:
+        irows[(m.group(1), int(m.group(3)), int(m.group(4)))] = (float(m.group(5)), float(m.group(6)))
+same = {k: v[1] for k, v in irows.items()} == {(k[0], k[2], k[3]): v for k, v in rows.items() if not k[1]}
+check(i.returncode == 0 and "polls 50000 us" in i.stdout and same and irows
+      and all(v[0] < 50 for v in irows.values()),
+      "--idle-us: the poll outside the step, the same bytes a step", f"{irows} {i.stderr[-200:]}")
+p = subprocess.run([hetkv, "bench", "far", "--idle-us", "-5"], capture_output=True, text=True, timeout=60)
+check(p.returncode == 2 and "--idle-us" in p.stderr, "a negative --idle-us refused", p.stderr.strip())
 p = subprocess.run([hetkv, "bench", "far", "--recall", "gpu"], capture_output=True, text=True, timeout=60)
 check(p.returncode == 2 and "--recall 'gpu'" in p.stderr, "a bad --recall refused", p.stderr.strip())
 p = subprocess.run([hetkv, "bench", "far", "--scoring", "both"], capture_output=True, text=True, timeout=60)

@@ -217,7 +217,8 @@ static uint64_t sweep_caches(const uint64_t *buf, size_t bytes, int threads)
 static int far_row(const hkv_cpu_kernels *kn, const float *dir, int KH, int g, int d, int64_t n,
                    int B, long long steps, const hkv_policy_def *def, const hkv_policy_args *args,
                    int far_q8, int shared, int threads, int dev_rec, const uint64_t *sweep,
-                   size_t sweep_bytes, double *sec, uint64_t *bytes, uint64_t *sink, hkv_err *err)
+                   size_t sweep_bytes, double idle_s, double *sec, uint64_t *bytes, uint64_t *sink,
+                   hkv_err *err)
 {
     const int H = KH * g;
     const int64_t ld = (int64_t)(H + 2 * KH) * d, chunk = 4096;
@@ -267,6 +268,11 @@ static int far_row(const hkv_cpu_kernels *kn, const float *dir, int KH, int g, i
         if (dev_rec && (rc = device_recall(&kv, kn, segs, B, qkv, ld, KH, g, d, &drc, &rrows, &use, err)))
             break;
         if (sweep) *sink ^= sweep_caches(sweep, sweep_bytes, threads);
+        /* the pipeline's host polls the device's event while the team idles
+         * in the OpenMP runtime's wait: past its spin the workers sleep and
+         * the step pays their wake */
+        for (const double until = omp_get_wtime() + idle_s; idle_s > 0 && omp_get_wtime() < until;) {
+        }
         const uint64_t r0 = hkv_kv_tiered_bytes_read(&kv);
         const double t0 = omp_get_wtime();
         rc = kv.ops->layer_step_far(kv.self, 0, segs, B, qkv, ld, out, (int64_t)H * d, lse, use, err);
@@ -292,6 +298,7 @@ typedef struct far_opts {
     long long steps, KH, g, d;
     const char *configs, *scoring, *recall;
     int warm;
+    double idle_us;
     hkv_exec_cli x;
 } far_opts;
 
@@ -324,6 +331,12 @@ static const hkv_opt far_opts_table[] = {
     {.name = "--warm", .kind = HKV_OPT_FLAG, .off = offsetof(far_opts, warm),
      .help = "no sweep of the caches before each step: one layer's rows stay\n"
              "cached between steps (in the pipeline 31 other layers evict them)"},
+    {.name = "--idle-us", .arg = "US", .kind = HKV_OPT_FLOAT, .off = offsetof(far_opts, idle_us),
+     .lo = 0, .hi = 1e6,
+     .help = "the calling thread polls US microseconds before each step, the\n"
+             "other threads idle, as the pipeline's host waits for the device's\n"
+             "rows (default 0: the team comes hot from the sweep); against 0 it\n"
+             "times the team's wake (plan --predict --host-wake-us)"},
     {0},
 };
 
@@ -410,6 +423,9 @@ int hkv_bench_far_main(int argc, char **argv)
            dev_rec ? "the device's, made before each step as the pipeline's GPU makes it"
                    : "the host's own, timed");
     if (sweep) printf("(sweep: %.0f MiB, twice the last-level caches)\n", sweep_bytes / 1048576.0);
+    if (o.idle_us > 0)
+        printf("(before each step the calling thread polls %.0f us, the other threads idle, as the "
+               "pipeline's host waits for the device: the team's wake is in the step)\n", o.idle_us);
     printf("%-34s %7s %5s | %9s %9s %8s %6s %6s | %12s\n", "config", "ctx", "batch", "step ms",
            "MB/step", "GB/s", "probe", "gather", "tok/s (x32)");
     float *dir = malloc((size_t)KH * FAR_CLUSTERS * d * 4);
@@ -459,7 +475,8 @@ int hkv_bench_far_main(int argc, char **argv)
                 double t = 0;
                 uint64_t bytes = 0;
                 rc = far_row(&kn, dir, (int)KH, (int)g, (int)d, ctxs[ci], (int)batches[bi], steps,
-                             def, &args, far_q8, shared, T, dev_rec, sweep, sweep_bytes, &t, &bytes,
+                             def, &args, far_q8, shared, T, dev_rec, sweep, sweep_bytes,
+                             o.idle_us * 1e-6, &t, &bytes,
                              &sink, &err);
                 if (!rc) {
                     const double st_s = t / (double)steps, mb = (double)bytes / (double)steps;
