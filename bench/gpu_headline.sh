@@ -129,6 +129,10 @@ done
 #   split_CTX_ompactive ctkvr at batch 1 with the OpenMP team spinning between
 #                       layers (OMP_WAIT_POLICY=active), not asleep after
 #                       libgomp's spin: each layer's far part wakes the team
+#   split_CTX_teamspin  the same by hetkv's own hand (--gpu-team-spin): the
+#                       team waits for the device's rows with the host, so a
+#                       user need not set the environment; the model fitted
+#                       ~270 us a layer of host time to the wake (H200 run)
 #   split_CTX_profile   ctkvr at batch 1 with every op timed (--gpu-profile --json:
 #                       the device's and the host's time per op, a step)
 #   split_CTX_pingpong  ctkvr at the split's batches past 1 in two micro-batches
@@ -142,6 +146,7 @@ case " $CTXS " in *" $AB "*)
     }
     ab_step sleep 1 "--gpu-spin-us 0"
     ab_step ompactive 1 "" OMP_WAIT_POLICY=active
+    ab_step teamspin 1 --gpu-team-spin
     # every op timed on the device, and the host's time in each op's call
     # (timeline "ops", "ops_host"): where a batch-1 step's ~9 ms of host time
     # outside its far work and waits goes

@@ -35,7 +35,7 @@ KEEP = ["config", "spec", "policy", "budget", "ctx", "batch", "gpu_mem", "decode
 
 # OUT/split_CTX_<variant>.jsonl: the script's A/B steps, each one device option
 VARIANTS = {"sleep": "--gpu-spin-us 0", "pingpong": "--gpu-pingpong",
-            "ompactive": "OMP_WAIT_POLICY=active"}
+            "ompactive": "OMP_WAIT_POLICY=active", "teamspin": "--gpu-team-spin"}
 
 
 def read_jsonl(path: str) -> list[dict]:

@@ -26,6 +26,9 @@
  * host round trip per layer. The host checks that each deferred far partial
  * was indeed empty. */
 #include <math.h>
+#include <omp.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "cuda_backend_impl.h"
@@ -88,12 +91,38 @@ static int check_empty(const cuda_be *b, int layer, int64_t n, hkv_err *err) {
     return HKV_OK;
 }
 
+/* The wait of hkv_cuda_params.team_spin: the team in a parallel region of
+ * its own, thread 0 waiting on the event, the others spinning until it is
+ * done, so that the far part's region after it finds them awake. */
+static int wait_with_team(cuda_be *b, void *ev, int *slept, hkv_err *err) {
+    atomic_int done = 0;
+    int rc = HKV_OK;
+#pragma omp parallel
+    {
+        if (omp_get_thread_num() == 0) {
+            rc = hkv_gpu_event_wait(ev, b->spin_us, slept, err);
+            atomic_store_explicit(&done, 1, memory_order_release);
+        } else {
+            while (!atomic_load_explicit(&done, memory_order_acquire)) {
+#ifdef HKV_CUDA_EMU
+                sched_yield();   /* the emulated device runs on these cores */
+#elif defined(__x86_64__) || defined(__i386__)
+                __builtin_ia32_pause();
+#endif
+            }
+        }
+    }
+    return rc;
+}
+
 /* The host's wait for the device's rows inside a step: polled, then slept
  * (hkv_cuda_params.wait_spin_us); counted when they were not there yet. */
 int cb_wait(cuda_be *b, void *ev, hkv_err *err) {
     if (hkv_gpu_event_done(ev)) return HKV_OK;
     int slept = 0;
-    const int rc = hkv_gpu_event_wait(ev, b->spin_us, &slept, err);
+    const int rc = b->team_spin && omp_get_max_threads() > 1 && !omp_in_parallel()
+                       ? wait_with_team(b, ev, &slept, err)
+                       : hkv_gpu_event_wait(ev, b->spin_us, &slept, err);
     b->stats.host_waits++;
     b->stats.host_waits_slept += slept;
     return rc;

@@ -760,6 +760,7 @@ int hkv_cuda_backend_create(hkv_backend *be, struct hkv_engine *e, const hkv_cud
                  : p->wait_spin_us < 0 ? 0
                  : strcmp(hkv_gpu_backend(), "cuda-emu") ? HKV_WAIT_SPIN_US_DEFAULT
                                                           : 0;
+    b->team_spin = p->team_spin;
     b->offload_mem = p->offload_mem;
     b->NL = c->n_layer, b->H = c->n_head, b->KH = c->n_head_kv, b->d = c->head_dim;
     const hkv_near_window w = hkv_kv_near_window(&e->kv);

@@ -78,6 +78,12 @@ typedef struct hkv_cuda_params {
                               waiting thread's team has nothing to do meanwhile. -1: sleep at
                               once; 0: HKV_WAIT_SPIN_US_DEFAULT (under the emulator, whose
                               device runs on the host's cores: sleep at once) */
+    int team_spin;         /* 1: while the host waits for the device inside a step, the OpenMP
+                              team waits with it, spinning, so that the far part after the
+                              wait starts on a hot team (the runtime's workers otherwise sleep
+                              past their spin and are woken by the next parallel region: the
+                              host's fixed cost a layer that the H200 run fitted at ~270 us);
+                              costs every core while the device works (--gpu-team-spin) */
 } hkv_cuda_params;
 
 /* 2 ms: longer than a layer's device work between the host's far part and

@@ -247,6 +247,7 @@ typedef struct cuda_be {
     int profile;                    /* hkv_cuda_params.profile */
     int lockstep;                   /* hkv_cuda_params.lockstep: never defer a host step */
     double spin_us;                 /* hkv_cuda_params.wait_spin_us resolved: 0 sleeps at once */
+    int team_spin;                  /* hkv_cuda_params.team_spin: the team waits with the host */
     size_t offload_mem;           /* hkv_cuda_params.offload_mem (0: no cap) */
     int64_t qd, qkv_w;
     /* weights */

@@ -12,7 +12,7 @@ token; one dense row with the whole context on the device (no host far
 work); the split-over-dense ratio; the predictions' rows; the device's
 policy kernels timed alone (ctkvr's recall) and the host's wait for the
 device (asleep, polled); the speed model fitted to the rows (bench/predict_fit.py); ctkvr's A/B row with the host asleep on every wait
-(--gpu-spin-us 0), with every op profiled and with micro-batch ping-pong; and the row file a stopped step
+(--gpu-spin-us 0), with the team waiting beside it (--gpu-team-spin), with every op profiled and with micro-batch ping-pong; and the row file a stopped step
 leaves (each row written as it is measured). Exit 0 passed, 1
 failed."""
 from __future__ import annotations
@@ -70,6 +70,10 @@ def main() -> int:
         om = [x for x in h["rows"] if x["variant"] == "ompactive"]
         check([(x["policy"], x["batch"]) for x in om] == [("ctkvr", 1)]
               and "OMP_WAIT_POLICY=active" in om[0]["config"], f"the OpenMP A/B row: {om}")
+        ts = [x for x in h["rows"] if x["variant"] == "teamspin"]
+        check([(x["policy"], x["batch"]) for x in ts] == [("ctkvr", 1)]
+              and "--gpu-team-spin" in ts[0]["config"] and ts[0]["dev_cpu_waits"] > 0,
+              f"the team's A/B row (--gpu-team-spin): {ts}")
         # the A/B of micro-batch ping-pong: ctkvr at the split's batches past 1
         pp = sorted((x["policy"], x["batch"], x["config"]) for x in h["rows"] if x["variant"] == "pingpong")
         check([(p, b) for p, b, _ in pp] == [("ctkvr", 2)] and "--gpu-pingpong" in pp[0][2],

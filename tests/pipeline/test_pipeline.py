@@ -261,8 +261,9 @@ def main(argv=None) -> int:
                          "part none (pipeline/cuda_graph.c)")
     ap.add_argument("--expect-waits", action="store_true",
                     help="hetkv run --device cuda with --gpu-spin-us 0 (every wait for the "
-                         "device's rows sleeps on its event) and with a 1 s poll (none sleeps) "
-                         "gives the CPU path's tokens, and the timeline counts the waits so")
+                         "device's rows sleeps on its event), with a 1 s poll (none sleeps) and "
+                         "with the OpenMP team waiting too (--gpu-team-spin) gives the CPU "
+                         "path's tokens, and the timeline counts the waits so")
     ap.add_argument("--expect-pingpong", action="store_true",
                     help="with --device-args=--gpu-pingpong: hetkv bench --device cuda at batch 4 "
                          "must run micro-batch steps (pingpong_steps > 0) for each policy")
@@ -445,7 +446,7 @@ def main(argv=None) -> int:
                     continue
                 got = {}
                 for dev in (["cpu"], ["cuda", "--gpu-spin-us", "0"],
-                            ["cuda", "--gpu-spin-us", "1000000"]):
+                            ["cuda", "--gpu-spin-us", "1000000"], ["cuda", "--gpu-team-spin"]):
                     p = run([hetkv, "run", "-m", model, "-p", RUN_PROMPT, "-n", "8", "--temp", "0",
                              "--json", "--device", *dev, *NEAR, *pol], a.timeout)
                     try:
@@ -454,6 +455,10 @@ def main(argv=None) -> int:
                     except (ValueError, IndexError) as e:
                         got[dev[-1]] = (f"exit {p.returncode}: {e}: {p.stderr.strip()[-300:]}", {})
                 (tc, _), (ts, sl), (tp, po) = got["cpu"], got["0"], got["1000000"]
+                tt, te = got["--gpu-team-spin"]   # the team waiting with the host
+                res.report(tt == tc and te.get("host_waits", 0) > 0,
+                           f"run {name}: the team waits with the host (--gpu-team-spin)",
+                           f"cpu {tc} team {tt}; waits {te.get('host_waits')}")
                 res.report(tc == ts == tp and sl.get("host_waits", 0) > 0
                            and sl.get("host_waits_slept") == sl.get("host_waits")
                            and po.get("host_waits", 0) > 0 and po.get("host_waits_slept") == 0,

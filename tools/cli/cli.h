@@ -103,6 +103,7 @@ typedef struct hkv_device_cli {
     int pingpong;             /* --gpu-pingpong: micro-batch ping-pong */
     int no_graphs;            /* --gpu-no-graphs: no replayed decode steps (A/B baseline) */
     int spin_us;              /* --gpu-spin-us N: N, or -1 for 0 (sleep at once); 0: not given */
+    int team_spin;            /* --gpu-team-spin: the OpenMP team waits with the host, spinning */
     int64_t prompt_keys;      /* --gpu-prompt-keys N: N, or -1 for 0; 0: not given (as many as fit) */
     int64_t prompt_block;     /* --gpu-prompt-block N; 0: not given */
     uint64_t offload_mem;     /* --gpu-offload-mem SIZE; 0: not given */

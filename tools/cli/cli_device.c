@@ -162,6 +162,10 @@ const hkv_opt hkv_device_opts[] = {
      .help = "the host's waits for the device inside a step poll for up to N us\n"
              "before sleeping (default 2000; 0: sleep at once, the driver's\n"
              "interrupt waking the thread; under the emulator the default is 0)"},
+    {.name = "--gpu-team-spin", .kind = HKV_OPT_FLAG, .off = offsetof(hkv_device_cli, team_spin),
+     .help = "the CPU threads wait for the device with the host, spinning, so\n"
+             "that each layer's far part starts on an awake team (not one the\n"
+             "OpenMP runtime put to sleep): every core busy while the GPU works"},
     {.name = "--gpu-prompt-keys", .arg = "N", .kind = HKV_OPT_FN, .fn = parse_prompt_keys,
      .help = "the most prompt tokens whose K/V the device keeps while a prompt\n"
              "is fed (default: as many as fit); each chunk attends the keys past\n"
@@ -256,9 +260,9 @@ int hkv_device_cli_cap(const hkv_device_cli *d, uint64_t *cap, char *desc, size_
         if (d->no_graphs)
             return hkv_seterr(err, HKV_E_INVAL, "--gpu-no-graphs changes how the GPU's steps are queued: it "
                               "needs --device cuda");
-        if (d->spin_us)
-            return hkv_seterr(err, HKV_E_INVAL, "--gpu-spin-us is how the host waits for the GPU: it "
-                              "needs --device cuda");
+        if (d->spin_us || d->team_spin)
+            return hkv_seterr(err, HKV_E_INVAL, "%s is how the host waits for the GPU: it needs "
+                              "--device cuda", d->spin_us ? "--gpu-spin-us" : "--gpu-team-spin");
         if (d->prompt_keys || d->prompt_block)
             return hkv_seterr(err, HKV_E_INVAL, "--gpu-prompt-keys and --gpu-prompt-block shape the GPU's "
                               "prompt attention: they need --device cuda");
@@ -484,7 +488,7 @@ int hkv_device_cli_attach(const hkv_device_cli *d, hkv_engine *e, hkv_err *err) 
     hkv_cuda_params cp = {.device = 0, .gpu_mem = (size_t)cap, .gemm = d->gemm,
                           .profile = d->profile, .lockstep = d->lockstep,
                           .pingpong = d->pingpong, .graphs_off = d->no_graphs,
-                          .wait_spin_us = d->spin_us,
+                          .wait_spin_us = d->spin_us, .team_spin = d->team_spin,
                           .prompt_keys = d->prompt_keys,
                           .prompt_block = d->prompt_block,
                           .offload_mem = (size_t)d->offload_mem,
