@@ -526,20 +526,27 @@ static void sketch_case(void) {
     }
 }
 
+/* Llama-3-8B's shape on an H200's sheet, a 100 GB/s host, the defaults
+ * otherwise; 0 when the shape or the sheet is missing (a CHECK failed). */
+static int h200_llama(hkv_model_config *c, hkv_predict_params *p) {
+    hkv_err err;
+    CHECK(hkv_synthetic_config("llama3-8b", c, &err) == HKV_OK, "%s", err.msg);
+    hkv_predict_defaults(p);
+    p->cfg = c;
+    p->dev = hkv_device_spec_find("h200", &err);
+    CHECK(p->dev != NULL, "%s", err.msg);
+    p->host_gbs = 100;
+    return p->dev != NULL;
+}
+
 /* attn_eff: the decode attention alone at its own share of the bandwidth.
  * 0 is mem_eff's; a lower share slows full's step (all attention) and leaves
  * the split's host part and the weights' bytes as they were. */
 static void attn_eff_case(void) {
     hkv_model_config c;
-    hkv_err err;
-    CHECK(hkv_synthetic_config("llama3-8b", &c, &err) == HKV_OK, "%s", err.msg);
     hkv_predict_params p;
-    hkv_predict_defaults(&p);
-    p.cfg = &c;
-    p.dev = hkv_device_spec_find("h200", &err);
-    CHECK(p.dev != NULL, "%s", err.msg);
-    if (!p.dev) return;
-    p.host_gbs = 100;
+    hkv_err err;
+    if (!h200_llama(&c, &p)) return;
     p.batch = 1;
     p.n_ctx = 98304;
     p.policy = &hkv_policy_full;
@@ -572,15 +579,9 @@ static void attn_eff_case(void) {
  * (not to the target's, nor to full's); the host's wake is host time. */
 static void measured_terms_case(void) {
     hkv_model_config c;
-    hkv_err err;
-    CHECK(hkv_synthetic_config("llama3-8b", &c, &err) == HKV_OK, "%s", err.msg);
     hkv_predict_params p;
-    hkv_predict_defaults(&p);
-    p.cfg = &c;
-    p.dev = hkv_device_spec_find("h200", &err);
-    CHECK(p.dev != NULL, "%s", err.msg);
-    if (!p.dev) return;
-    p.host_gbs = 100;
+    hkv_err err;
+    if (!h200_llama(&c, &p)) return;
     p.n_ctx = 32768;
     p.policy = &hkv_policy_full;
     hkv_prediction a, b;
