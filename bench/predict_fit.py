@@ -83,7 +83,8 @@ START = {"gemv_row_cost": 0.05, "trip_us": 50.0}
 
 
 class Predictor:
-    """`hetkv plan --predict` for one row at a time, cached by (row, params)."""
+    """`hetkv plan --predict` for rows, cached by (row, params); one call for
+    the rows that differ only in context and batch."""
 
     def __init__(self, hetkv: str, device: str, synthetic: str):
         self.hetkv, self.device, self.synthetic = hetkv, device, synthetic
@@ -102,17 +103,6 @@ class Predictor:
             cmd += [PARAMS[name][0], "%.6g" % v]
         return cmd
 
-    def one(self, q: dict, params: dict, device: str | None = None) -> dict:
-        key = self.key(q, params, device)
-        if key not in self.cache:
-            out = subprocess.run(self.command(q, params, device), capture_output=True, text=True)
-            rows = [json.loads(l) for l in out.stdout.splitlines() if l.startswith("{")]
-            if out.returncode or len(rows) != 1:
-                raise RuntimeError("plan --predict failed for %s ctx %d batch %d: %s" %
-                                   (q["spec"], q["ctx"], q["batch"], out.stderr.strip()[-400:]))
-            self.cache[key] = rows[0]
-        return self.cache[key]
-
     def group(self, qs: list[dict], params: dict, device: str | None) -> None:
         """One call for rows that differ only in context and batch: the plan
         predicts their cross product, the rows asked for are kept."""
@@ -130,7 +120,8 @@ class Predictor:
 
     def key(self, q: dict, params: dict, device: str | None):
         return (device, q["spec"], q["ctx"], q["batch"], q["gpu_mem"], round(q["host_gbs"], 3),
-                q.get("far_kv"), q.get("host_mem"), tuple(sorted((k, float("%.6g" % v)) for k, v in params.items())))
+                q.get("far_kv"), q.get("host_mem"),
+                tuple(sorted((k, float("%.6g" % v)) for k, v in params.items())))
 
     def many(self, qs: list[dict], params: dict, device: str | None = None) -> list[dict]:
         todo: dict = {}
@@ -140,7 +131,7 @@ class Predictor:
                      q.get("host_mem"))
                 todo.setdefault(g, []).append(q)
         list(self.pool.map(lambda g: self.group(g, params, device), todo.values()))
-        return [self.one(q, params, device) for q in qs]
+        return [self.cache[self.key(q, params, device)] for q in qs]
 
 
 def measured_rows(headline: dict) -> list[dict]:
@@ -167,10 +158,6 @@ def measured_rows(headline: dict) -> list[dict]:
                     "host_gbs": r.get("probe_gbs") or 100.0, "step_ms": r["step_ms"],
                     "host_busy_ms": r.get("dev_cpu_busy_ms"),
                     "products_ms": r.get("dev_products_ms"), "near_ms": r.get("dev_near_ms"),
-                    "host_waits_ms": r.get("dev_cpu_wait_ms"),
-                    "dev_busy_ms": (r["dev_total_ms"] - r["dev_wait_cpu_ms"])
-                    if r.get("dev_total_ms") is not None and r.get("dev_wait_cpu_ms") is not None
-                    else None,
                     "decode_tok_s": r.get("decode_tok_s"), "commit": r.get("commit")})
     return out
 
@@ -258,10 +245,6 @@ def fit(pred: Predictor, rows: list[dict], iters: int = 30, start: dict | None =
         if not improved:
             break
     return at(th)
-
-
-def pct(x: float) -> str:
-    return "%+.0f%%" % (100 * (math.exp(x) - 1))
 
 
 def desktop_table(pred: Predictor, rows: list[dict], params: dict, device: str, host_gbs: float,
@@ -364,13 +347,12 @@ def main() -> int:
                     continue
                 raw.append({**r, "kind": "dense" if r.get("policy") == "full" else "split"})
         for r in measured_rows({"rows": raw}):
-            c = pred.one(r, params)
+            c = pred.many([r], params)[0]
             held.append({**r, "file": os.path.basename(path), "calibrated_step_ms": c["built_step_ms"],
                          "calibrated_host_busy_ms": c.get("built_host_busy_ms"),
                          "err": c["built_step_ms"] / r["step_ms"] - 1})
     if held:
         summary["max_abs_err_holdout"] = max(abs(h["err"]) for h in held)
-    res_held = held
     ctxs = [int(x) for x in a.desktop_ctx.split(",")]
     bs = [int(x) for x in a.desktop_batch.split(",")]
     extra = [x for x in a.desktop_configs.split(";") if x]
@@ -387,7 +369,7 @@ def main() -> int:
                        "split_over_dense": bsx["tok_s"] / bd["tok_s"] if bd and bsx else None})
     res = {"prediction_note": "the desktop rows are a PREDICTION of the calibrated model; the "
            "fit's rows are measurements beside the model's step for them",
-           "summary": summary, "rows": table, "holdout": res_held, "desktop": {"device": a.desktop,
+           "summary": summary, "rows": table, "holdout": held, "desktop": {"device": a.desktop,
            "host_gbs": a.desktop_host_gbs, "gpu_mem": 24 << 30,
            "host_mem": int(a.desktop_host_mem_gib) << 30, "rows": desk, "ratios": ratios}}
     with open(os.path.join(a.run_dir, "predict_fit.json"), "w", encoding="utf-8") as f:
