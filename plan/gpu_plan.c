@@ -271,10 +271,9 @@ int hkv_plan_compute(const hkv_plan_params *p, hkv_plan *o, hkv_err *err) {
     if (p->n_ctx < 1 || p->n_ctx > ((int64_t)1 << 31))
         return hkv_seterr(err, HKV_E_RANGE, "plan: context %lld out of range (1..2^31)",
                           (long long)p->n_ctx);
-    if (p->L_init < 0 || p->L_local < 1 || p->max_rows < 0 || p->weight_elem_bytes < 0 ||
-        p->weight_elem_bytes > 4)
-        return hkv_seterr(err, HKV_E_RANGE, "plan: near tier %d + %d, rows %d or weight bytes %d "
-                          "out of range", p->L_init, p->L_local, p->max_rows, p->weight_elem_bytes);
+    if (p->L_init < 0 || p->L_local < 1 || p->max_rows < 0)
+        return hkv_seterr(err, HKV_E_RANGE, "plan: near tier %d + %d or rows %d out of range",
+                          p->L_init, p->L_local, p->max_rows);
     const hkv_policy_def *d = p->policy ? p->policy : &hkv_policy_full;
     hkv_policy_args dflt;
     const hkv_policy_args *a = args_or_default(d, p->args, &dflt);
@@ -283,7 +282,7 @@ int hkv_plan_compute(const hkv_plan_params *p, hkv_plan *o, hkv_err *err) {
     const uint64_t ctx = (uint64_t)p->n_ctx;
     o->kv_per_token = L * KH * hd * 2 * 2;
     o->far_per_token = L * KH * 2 * hkv_far_row_bytes((int)hd, p->far_q8);
-    o->weights = hkv_plan_weight_bytes(c, p->weight_elem_bytes ? p->weight_elem_bytes : 2);
+    o->weights = p->weight_bytes ? p->weight_bytes : hkv_plan_weight_bytes(c, 2);
 
     if (p->n_gen < 0 || p->n_gen >= p->n_ctx)
         return hkv_seterr(err, HKV_E_RANGE, "plan: %lld generated tokens do not leave a prompt in "
@@ -349,7 +348,7 @@ int hkv_plan_compute(const hkv_plan_params *p, hkv_plan *o, hkv_err *err) {
          * activations for R rows and one row of logits. With no draft given
          * the target drafts for itself: the weights are already there. */
         const hkv_model_config *dc = p->draft ? p->draft : c;
-        const uint64_t dw = p->draft ? hkv_plan_weight_bytes(dc, p->weight_elem_bytes ? p->weight_elem_bytes : 2) : 0;
+        const uint64_t dw = p->draft ? hkv_plan_weight_bytes(dc, 2) : 0;
         const uint64_t dkv = (uint64_t)dc->n_layer * dc->n_head_kv * dc->head_dim * 2 * 2;
         const uint64_t dqkv = (uint64_t)(dc->n_head + 2 * dc->n_head_kv) * dc->head_dim;
         const uint64_t dtok = (uint64_t)prompt + (uint64_t)lookahead_of(d, a, p->n_ctx);

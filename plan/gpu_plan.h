@@ -32,7 +32,9 @@
 
 typedef struct hkv_plan_params {
     const hkv_model_config *cfg;
-    int weight_elem_bytes;          /* GPU weight dtype: 2 (fp16, default when 0) */
+    uint64_t weight_bytes;          /* the weights as the device holds them (a Q4 model in its
+                                       repacked format: hkv_predict_weight_bytes,
+                                       hkv_model_repacked_bytes); 0: every matrix in fp16 */
     int batch;                      /* sequences decoded together (>= 1) */
     int64_t n_ctx;                  /* context per sequence */
     int L_init, L_local;            /* near tier: sinks + local ring */
@@ -64,7 +66,8 @@ typedef struct hkv_plan_params {
 /* Bytes per tier. GPU tiers are totals for the whole batch; per_seq_* are
  * one sequence's share. */
 typedef struct hkv_plan {
-    uint64_t weights;     /* GPU: every matrix in the GPU dtype, norms and biases fp32 */
+    uint64_t weights;     /* GPU: params' weight_bytes, or every matrix fp16, norms and
+                             biases fp32 */
     uint64_t near;        /* GPU: sinks + local ring per (layer, KV head), plus an eviction
                              policy's kept rows; full and specpc: the whole (compressed) KV */
     uint64_t index;       /* GPU: policy index (centroids, IVF lists, FIFO, page bounds) */

@@ -459,11 +459,9 @@ int hkv_predict(const hkv_predict_params *p, hkv_prediction *o, hkv_err *err) {
     hkv_plan_params pp = {.cfg = c, .batch = B, .n_ctx = p->n_ctx, .L_init = p->L_init,
                           .L_local = p->L_local, .policy = d, .args = a, .max_rows = p->max_rows,
                           .index_on_host = p->index_on_host, .n_gen = p->n_gen,
-                          .far_q8 = p->far_q8};
+                          .far_q8 = p->far_q8, .weight_bytes = hkv_predict_weight_bytes(c, p->wtype)};
     if ((rc = hkv_plan_compute(&pp, &o->plan, err))) return rc;
-    o->gpu_weights = hkv_predict_weight_bytes(c, p->wtype);
-    o->plan.gpu_total = o->plan.gpu_total - o->plan.weights + o->gpu_weights;
-    o->plan.weights = o->gpu_weights;
+    o->gpu_weights = o->plan.weights;
     o->cap = p->gpu_cap ? p->gpu_cap : dv->mem_bytes;
     hkv_err e2;
     hkv_err_clear(&e2);

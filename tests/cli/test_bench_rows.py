@@ -128,6 +128,18 @@ js = subprocess.run(PLAN + ["--json"], capture_output=True, text=True, timeout=1
 if prow and js.returncode == 0 and [r["max_batch"] for r in prow] != \
         [r["max_batch"] for r in json.loads(js.stdout)["rows"]]:
     fails.append("plan -o jsonl: max_batch differs from --json's rows")
+if js.returncode == 0:
+    # the weights as --device cuda holds them (q4 by default), not fp16: dense Llama-3-8B at
+    # 32K fits 4 sequences under 24 GiB, as the H200 run's admission said (8 refused)
+    jo = json.loads(js.stdout)
+    dense = [r for r in jo["rows"] if r["config"] == "full" and r["ctx"] == 32768 and r["cap"] == 24 << 30]
+    if jo.get("gpu_weights") != "q4" or not 4.6e9 < jo["gpu_weight_bytes"] < 5.1e9 or \
+            [r["max_batch"] for r in dense] != [4]:
+        fails.append(f"plan: weights {jo.get('gpu_weights')} {jo['gpu_weight_bytes']}, dense 32K "
+                     f"at 24G {[r['max_batch'] for r in dense]} (want q4, ~4.7e9, [4])")
+t = subprocess.run(PLAN + ["--host-mem", "1T"], capture_output=True, text=True, timeout=120)
+if t.returncode != 0 or "(h: " in t.stdout:
+    fails.append(f"plan --host-mem 1T: exit {t.returncode}, a host-bound note where no row is: {t.stdout[-300:]}")
 c = list(csv.DictReader(io.StringIO(subprocess.run(PLAN + ["-o", "csv"], capture_output=True,
                                                    text=True, timeout=120).stdout)))
 if len(c) != 8 or (prow and list(c[0].keys()) != list(prow[0].keys())):

@@ -104,9 +104,16 @@ cases = [
     ("synthetic and model", [hetkv, "bench", "--synthetic", "smollm2-135m", *M], 2, "not both"),
     ("run synthetic", [hetkv, "run", "--synthetic", "smollm2-135m", "-p", "x"], 2, "no tokenizer"),
     ("batch does not fit", [hetkv, "plan", "--synthetic", "llama3-8b", "--gpu-mem", "24G", "--ctx", "32768",
-                            "--policy", "full", "--batch", "4"], 1,
+                            "--policy", "full", "--batch", "4", "--synthetic-weights", "f16"], 1,
      "needs 31.29 GiB of GPU memory (weights 14.96 GiB, near 16.00 GiB, index 0 B, workspace 343.38 MiB) "
      "but the cap is 24.00 GiB"),
+    # the weights as --device cuda holds them (q4 by default): batch 4 fits, 8 does not
+    ("batch does not fit q4", [hetkv, "plan", "--synthetic", "llama3-8b", "--gpu-mem", "24G", "--ctx", "32768",
+                               "--policy", "full", "--batch", "8"], 1,
+     "needs 37.01 GiB of GPU memory (weights 4.68 GiB, near 32.00 GiB, index 0 B, workspace 343.50 MiB) "
+     "but the cap is 24.00 GiB"),
+    ("index bad", [hetkv, "plan", "--synthetic", "llama3-8b", "--gpu-mem", "24G", "--index", "disk"], 2,
+     "'disk' is not auto, gpu, host or both"),
     ("plan no cap", [hetkv, "plan", "--synthetic", "llama3-8b"], 2, "no cap"),
     ("plan missing draft", [hetkv, "plan", "--synthetic", "llama3-8b", "--gpu-mem", "24G", "--policy", "specpc",
                             "--draft", os.path.join(tmp, "no_such_draft.gguf")], 1, "--draft '"),

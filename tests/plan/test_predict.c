@@ -413,9 +413,10 @@ static void cli(const char *hetkv) {
     snprintf(cmd, sizeof cmd, "'%s' plan --predict h100 --synthetic llama3-8b --policy quest 2>&1",
              hetkv);
     CHECK(run(cmd, out, sizeof out) != 0 && strstr(out, "full and ctkvr"), "quest: %s", out);
-    /* the plan itself is unchanged: --batch N is still its admission check */
+    /* the plan itself is unchanged: --batch N is still its admission check
+     * (dense at 96K: one sequence beside Q4 weights under 24 GiB, not two) */
     snprintf(cmd, sizeof cmd, "'%s' plan --synthetic llama3-8b --gpu-mem 24G --ctx 98304 --policy "
-             "full --batch 1 2>&1", hetkv);
+             "full --batch 2 2>&1", hetkv);
     CHECK(run(cmd, out, sizeof out) == 1 && strstr(out, "refused"), "plan --batch: %s", out);
 }
 

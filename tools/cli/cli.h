@@ -139,6 +139,12 @@ int hkv_device_cli_apply(const hkv_device_cli *d, const char *model_path, hkv_en
 /* A model's shape without its weights: the synthetic table or GGUF metadata. */
 int hkv_cli_model_config(const char *model_path, const char *synthetic, hkv_model_config *cfg,
                          hkv_err *err);
+/* The weights' bytes as the device holds them, what its plan admits: a
+ * synthetic model's in --synthetic-weights' format, a GGUF's repacked
+ * (pipeline/): a Q4 8B model is 4.5 GB, not fp16's 16. *name says which. */
+int hkv_device_cli_weight_bytes(const hkv_device_cli *d, const char *model_path,
+                                const hkv_model_config *cfg, uint64_t *bytes, const char **name,
+                                hkv_err *err);
 /* The GPU memory cap: 0 for cpu (--gpu-mem then is an error); for cuda the
  * --gpu-mem value or the device's free memory; no device, or a cap above the
  * device's memory, is an error naming why. desc describes the device. */

@@ -296,6 +296,23 @@ int hkv_device_cli_cap(const hkv_device_cli *d, uint64_t *cap, char *desc, size_
     return HKV_OK;
 }
 
+int hkv_device_cli_weight_bytes(const hkv_device_cli *d, const char *model_path,
+                                const hkv_model_config *cfg, uint64_t *bytes, const char **name,
+                                hkv_err *err) {
+    if (d->synthetic) {
+        *bytes = hkv_predict_weight_bytes(cfg, d->synthetic_wtype);
+        if (name) *name = hkv_predict_wtype_name(d->synthetic_wtype);
+        return HKV_OK;
+    }
+    hkv_gguf *g = NULL;
+    int rc = hkv_gguf_open(&g, model_path, err);
+    if (rc) return rc;
+    *bytes = hkv_model_repacked_bytes(g);
+    hkv_gguf_close(g);
+    if (name) *name = "repacked";
+    return HKV_OK;
+}
+
 int hkv_device_cli_check(const hkv_device_cli *d, const char *model_path, const hkv_engine_params *ep,
                          int batch, int64_t n_ctx, hkv_err *err) {
     uint64_t cap;
@@ -320,23 +337,10 @@ int hkv_device_cli_check(const hkv_device_cli *d, const char *model_path, const 
                           /* full with --local N keeps the split (check_near) */
                           .full_split = d->full_split, .shared_rows = d->shared_rows,
                           .resident_prefixes = d->resident > 0 ? d->resident_prefixes : 0};
+    if ((rc = hkv_device_cli_weight_bytes(d, model_path, &cfg, &pp.weight_bytes, NULL, err)))
+        return rc;
     hkv_plan plan;
     if ((rc = hkv_plan_compute(&pp, &plan, err))) return hkv_err_prefix(err, "--device cuda (%s)", desc);
-    /* The device holds the weights in their repacked formats (pipeline/), not
-     * the plan's fp16: a Q4 8B model is 4.5 GB, not 16. */
-    uint64_t wb = 0;
-    if (d->synthetic) {
-        wb = hkv_predict_weight_bytes(&cfg, d->synthetic_wtype);
-    } else {
-        hkv_gguf *g = NULL;
-        if ((rc = hkv_gguf_open(&g, model_path, err))) return rc;
-        wb = hkv_model_repacked_bytes(g);
-        hkv_gguf_close(g);
-    }
-    if (wb) {
-        plan.gpu_total = plan.gpu_total - plan.weights + wb;
-        plan.weights = wb;
-    }
     if ((rc = hkv_plan_admit(&pp, &plan, cap, err))) return hkv_err_prefix(err, "--device cuda (%s)", desc);
     /* the far tier is page-locked: it must fit in what the host has now */
     const uint64_t avail = hkv_host_mem_free();

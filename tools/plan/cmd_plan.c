@@ -23,8 +23,10 @@
 static const char plan_usage[] =
     "usage: hetkv plan (--synthetic NAME | -m MODEL) (--gpu-mem LIST | --device cuda) [options]\n"
     "\n"
-    "Bytes the GPU side needs (weights in fp16, near tier, policy index, workspace) and the\n"
-    "pinned host bytes of the far tier, per sequence, and the largest batch under each cap.\n"
+    "Bytes the GPU side needs (the weights as --device cuda holds them: a synthetic model\n"
+    "in --synthetic-weights' format, q4 by default, a GGUF repacked; near tier, policy index,\n"
+    "workspace) and the pinned host bytes of the far tier, per sequence, and the largest\n"
+    "batch under each cap: what --device cuda admits.\n"
     "Arithmetic on the model's shape only: no weights are loaded, no GPU is needed.\n"
     "\n"
     "-m MODEL: only its metadata is read. Rows (-o): the JSON's rows flattened, one\n"
@@ -65,7 +67,7 @@ typedef struct plan_opts {
     const char *model, *policies, *configs, *where, *draft, *predict, *batch_str, *pipeline;
     const char *pred_only;   /* the first predict-only option given */
     long long ctxs[MAXL], sink, local, max_rows, gen;
-    int n_ctx, n_caps, kernels, index_given, far_q8;
+    int n_ctx, n_caps, kernels, far_q8;
     double host_gbs, mem_eff, attn_eff, host_eff, cand_frac, wake_us, kernel_us, gemv_row_cost,
         trip_us;
     const char *calibration;   /* --calibration: bench/predict_fit.py's terms */
@@ -86,9 +88,8 @@ static int parse_index(void *base, const char *opt, const char *v, hkv_err *err)
     (void)opt;
     plan_opts *o = base;
     o->where = v;
-    o->index_given = 1;
-    if (strcmp(v, "gpu") && strcmp(v, "host") && strcmp(v, "both"))
-        return hkv_seterr(err, HKV_E_INVAL, "--index: '%s' is not gpu, host or both", v);
+    if (strcmp(v, "auto") && strcmp(v, "gpu") && strcmp(v, "host") && strcmp(v, "both"))
+        return hkv_seterr(err, HKV_E_INVAL, "--index: '%s' is not auto, gpu, host or both", v);
     return HKV_OK;
 }
 
@@ -129,8 +130,10 @@ static const hkv_opt plan_opts_table[] = {
      .help = "policies with arguments, ';'-separated as hetkv eval:\n"
              "\"full;ctkvr;ctkvr:C=512\" (instead of --policy)"},
     {.name = "--index", .arg = "WHERE", .kind = HKV_OPT_FN, .fn = parse_index,
-     .help = "gpu (default): every index on the GPU; host: the large lists\n"
-             "(ctkvr IVF, snapkv kept sets) in pinned host memory; both"},
+     .help = "auto (default): where --device cuda puts it, ctkvr's IVF lists in\n"
+             "pinned host memory and every other index on the GPU; gpu: every\n"
+             "index on the GPU; host: the large lists (ctkvr IVF, snapkv kept\n"
+             "sets) in pinned host memory; both: gpu and host rows"},
     {.name = "--host-mem", .arg = "SIZE", .kind = HKV_OPT_FN, .fn = parse_host_mem,
      .help = "also cap the pinned host memory (far tier) the batch may use"},
     {.name = "--sink", .arg = "N", .kind = HKV_OPT_INT, .off = offsetof(plan_opts, sink),
@@ -745,7 +748,7 @@ static int plan_predict(const pred_opts *o, const hkv_model_config *mc, hkv_err 
 int hkv_cmd_plan(int argc, char **argv) {
     hkv_err err;
     hkv_err_clear(&err);
-    plan_opts o = {.policies = "full,ctkvr", .where = "gpu", .ctxs = {32768, 98304}, .n_ctx = 2,
+    plan_opts o = {.policies = "full,ctkvr", .where = "auto", .ctxs = {32768, 98304}, .n_ctx = 2,
                    .sink = 4, .local = 256, .max_rows = 256, .gemv_row_cost = -1, .trip_us = -1};
     hkv_device_cli_init(&o.dev);
     hkv_opt_use uses[8];
@@ -766,7 +769,7 @@ int hkv_cmd_plan(int argc, char **argv) {
     const char *pipeline = o.pipeline, *pred_only = o.pred_only;
     long long *ctxs = o.ctxs, sink = o.sink, local = o.local, max_rows = o.max_rows, batch = 0;
     long long gen = o.gen, batches[MAXL] = {1, 4, 16};
-    int n_batch = 3, index_given = o.index_given;
+    int n_batch = 3;
     double host_gbs = o.host_gbs, mem_eff = o.mem_eff, host_eff = o.host_eff, cand_frac = o.cand_frac;
     int n_ctx = o.n_ctx, n_caps = o.n_caps, json = o.out.json, kernels = o.kernels;
     uint64_t *caps = o.caps, host_cap = o.host_cap;
@@ -842,7 +845,7 @@ int hkv_cmd_plan(int argc, char **argv) {
                         .ctxs = ctxs, .n_ctx = n_ctx, .batches = batches, .n_batch = n_batch,
                         .cfg = cfg, .n_cfg = n_cfg, .sink = (int)sink, .local = (int)local,
                         .max_rows = (int)max_rows, .gen = gen,
-                        .index_on_host = index_given ? !strcmp(where, "host") : 1,
+                        .index_on_host = strcmp(where, "gpu") != 0,
                         .wtype = dc.synthetic_wtype, .host_gbs = host_gbs, .mem_eff = mem_eff,
                         .attn_eff = o.attn_eff,
                         .host_eff = host_eff, .cand_frac = cand_frac,
@@ -866,6 +869,9 @@ int hkv_cmd_plan(int argc, char **argv) {
         if (!n_caps) n_caps = 1;
     }
     int n_place = !strcmp(where, "both") ? 2 : 1;
+    uint64_t wbytes = 0;   /* the weights as --device cuda holds them, as its admission counts */
+    const char *wname = "fp16";
+    if ((rc = hkv_device_cli_weight_bytes(&dc, model, &mc, &wbytes, &wname, &err))) goto out;
     int nr = 0, refused = 0;
     rows = calloc((size_t)n_caps * n_ctx * n_cfg * n_place, sizeof *rows);
     if (!rows) {
@@ -876,7 +882,9 @@ int hkv_cmd_plan(int argc, char **argv) {
         for (int xi = 0; xi < n_ctx; xi++)
             for (int pi = 0; pi < n_cfg; pi++)
                 for (int wi = 0; wi < n_place; wi++) {
-                    int on_host = n_place == 2 ? wi : !strcmp(where, "host");
+                    int on_host = n_place == 2       ? wi
+                                  : !strcmp(where, "auto") ? cfg[pi].def == &hkv_policy_ctkvr
+                                                           : !strcmp(where, "host");
                     hkv_policy_args args;
                     int64_t budget;
                     int64_t far = ctxs[xi] - sink - local;
@@ -892,7 +900,8 @@ int hkv_cmd_plan(int argc, char **argv) {
                                           .policy = cfg[pi].def, .args = &args,
                                           .max_rows = (int)max_rows, .index_on_host = on_host,
                                           .draft = draft ? &dmc : NULL, .n_gen = gen,
-                                          .far_q8 = o.far_q8 || cfg[pi].far_q8};
+                                          .far_q8 = o.far_q8 || cfg[pi].far_q8,
+                                          .weight_bytes = wbytes};
                     if ((rc = hkv_plan_compute(&pp, &r->one, &err))) goto out;
                     /* Placement only matters to policies with lists that can move. */
                     if (wi == 1 && r->one.index == rows[nr - 1].one.index &&
@@ -944,6 +953,7 @@ int hkv_cmd_plan(int argc, char **argv) {
         INT(jo, "head_dim", mc.head_dim);
         INT(jo, "params", hkv_plan_param_count(&mc));
         INT(jo, "gpu_weight_bytes", rows[0].one.weights);
+        hkv_jset(jo, "gpu_weights", json_string(wname), bad);
         INT(jo, "kv_bytes_per_token", rows[0].one.kv_per_token);
         INT(jo, "sink", sink);
         INT(jo, "local", local);
@@ -977,10 +987,10 @@ int hkv_cmd_plan(int argc, char **argv) {
         hkv_jset(jo, "rows", ra, bad);
         if ((rc = hkv_json_emit(stdout, jo, jb, &err))) goto out;
     } else {
-        printf("%s: %d layers, %d/%d heads of %d, %.2fB parameters; GPU weights (fp16) %s; "
+        printf("%s: %d layers, %d/%d heads of %d, %.2fB parameters; GPU weights (%s) %s; "
                "KV %s per token; near tier %lld + %lld\n",
                mc.name, mc.n_layer, mc.n_head, mc.n_head_kv, mc.head_dim,
-               (double)hkv_plan_param_count(&mc) / 1e9, w, kv, sink, local);
+               (double)hkv_plan_param_count(&mc) / 1e9, wname, w, kv, sink, local);
         if (dev_desc[0]) printf("device: %s\n", dev_desc);
         printf("%-10s %8s  %-32s %-5s| %-10s %-10s %-10s | %9s %-10s %-10s\n", "cap", "context",
                "policy", "index", "near/seq", "index/seq", "pinned/seq", "max batch", "GPU used",
@@ -1011,7 +1021,9 @@ int hkv_cmd_plan(int argc, char **argv) {
                 }
         }
         if (gen) printf("(of each context, %lld tokens generated after the prompt)\n", gen);
-        if (host_cap) {
+        int any_host_bound = 0;
+        for (int i = 0; i < nr; i++) any_host_bound |= rows[i].host_bound;
+        if (any_host_bound) {
             char hc[32];
             fmt(host_cap, hc);
             printf("(h: the batch is limited by --host-mem %s, not by the GPU cap)\n", hc);
