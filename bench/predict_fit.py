@@ -99,6 +99,8 @@ class Predictor:
                "built", "-o", "jsonl"]
         if q.get("host_mem"):
             cmd += ["--host-mem", str(q["host_mem"])]
+        if q.get("pingpong"):
+            cmd.append("--gpu-pingpong")
         for name, v in params.items():
             cmd += [PARAMS[name][0], "%.6g" % v]
         return cmd
@@ -120,7 +122,7 @@ class Predictor:
 
     def key(self, q: dict, params: dict, device: str | None):
         return (device, q["spec"], q["ctx"], q["batch"], q["gpu_mem"], round(q["host_gbs"], 3),
-                q.get("far_kv"), q.get("host_mem"),
+                q.get("far_kv"), q.get("host_mem"), bool(q.get("pingpong")),
                 tuple(sorted((k, float("%.6g" % v)) for k, v in params.items())))
 
     def many(self, qs: list[dict], params: dict, device: str | None = None) -> list[dict]:
@@ -128,7 +130,7 @@ class Predictor:
         for q in qs:
             if self.key(q, params, device) not in self.cache:
                 g = (q["spec"], q["gpu_mem"], round(q["host_gbs"], 3), q.get("far_kv"),
-                     q.get("host_mem"))
+                     q.get("host_mem"), bool(q.get("pingpong")))
                 todo.setdefault(g, []).append(q)
         list(self.pool.map(lambda g: self.group(g, params, device), todo.values()))
         return [self.cache[self.key(q, params, device)] for q in qs]
@@ -248,7 +250,8 @@ def fit(pred: Predictor, rows: list[dict], iters: int = 30, start: dict | None =
 
 
 def desktop_table(pred: Predictor, rows: list[dict], params: dict, device: str, host_gbs: float,
-                  host_mem: int, ctxs: list[int], batches: list[int], extra: list[str]) -> list[dict]:
+                  host_mem: int, ctxs: list[int], batches: list[int], extra: list[str],
+                  pingpong: bool = False) -> list[dict]:
     # the configurations as the user named them: each context at its own budget
     specs = sorted({r["user_spec"] for r in rows if r["kind"] == "split"} | set(extra))
     qs = []
@@ -259,12 +262,28 @@ def desktop_table(pred: Predictor, rows: list[dict], params: dict, device: str, 
             for s in specs:
                 far = "q8" if "far=q8" in s else "f16"
                 qs.append({"spec": s, "ctx": ctx, "batch": b, "gpu_mem": 24 << 30,
-                           "host_gbs": host_gbs, "far_kv": far, "kind": "split", "host_mem": host_mem})
+                           "host_gbs": host_gbs, "far_kv": far, "kind": "split", "host_mem": host_mem,
+                           "pingpong": pingpong})
     out = []
     for q, cal, ds in zip(qs, pred.many(qs, params, device), pred.many(qs, {}, device)):
         out.append({**q, "fits": bool(cal.get("fits")), "tok_s": cal.get("built_tok_s"),
                     "datasheet_tok_s": ds.get("built_tok_s"),
                     "host_bytes_per_token": (cal.get("built_host_bytes") or 0) / q["batch"]})
+    return out
+
+
+def best_ratios(desk: list[dict], ctxs: list[int], host_mem: int, pingpong: bool) -> list[dict]:
+    """Per context: the best dense row that fits beside the best split row."""
+    out = []
+    for ctx in ctxs:
+        at = [x for x in desk if x["ctx"] == ctx and x["fits"] and x["tok_s"]]
+        bd = max((x for x in at if x["kind"] == "dense"), key=lambda x: x["tok_s"], default=None)
+        bsx = max((x for x in at if x["kind"] == "split"), key=lambda x: x["tok_s"], default=None)
+        out.append({"ctx": ctx, "host_mem": host_mem, "pingpong": pingpong,
+                    "best_dense": bd and {"batch": bd["batch"], "tok_s": bd["tok_s"]},
+                    "best_split": bsx and {"spec": bsx["spec"], "batch": bsx["batch"],
+                                           "tok_s": bsx["tok_s"]},
+                    "split_over_dense": bsx["tok_s"] / bd["tok_s"] if bd and bsx else None})
     return out
 
 
@@ -276,8 +295,9 @@ def main() -> int:
     ap.add_argument("--synthetic", default="llama3.1-8b")
     ap.add_argument("--desktop", default="rtx4090")
     ap.add_argument("--desktop-host-gbs", type=float, default=70.0)
-    ap.add_argument("--desktop-host-mem-gib", type=int, default=64,
-                    help="the desktop's host memory the far tier may pin (default 64)")
+    ap.add_argument("--desktop-host-mem-gib", default="64,128",
+                    help="the desktop's host memory the far tier may pin, GiB; a list: the first is "
+                         "the table's, each a line of the ratios (default 64,128)")
     ap.add_argument("--desktop-ctx", default="32768,65536,98304,131072")
     ap.add_argument("--desktop-batch", default="1,4,8,16")
     ap.add_argument("--holdout", action="append", default=[], metavar="JSONL",
@@ -356,22 +376,21 @@ def main() -> int:
     ctxs = [int(x) for x in a.desktop_ctx.split(",")]
     bs = [int(x) for x in a.desktop_batch.split(",")]
     extra = [x for x in a.desktop_configs.split(";") if x]
-    desk = desktop_table(pred, rows, params, a.desktop, a.desktop_host_gbs,
-                         int(a.desktop_host_mem_gib) << 30, ctxs, bs, extra)
+    mems = [int(x) << 30 for x in str(a.desktop_host_mem_gib).split(",") if x]
+    # the table at the first host size, the split as it runs by default (ping-pong off); then
+    # each host size with ping-pong off and on: which of the two decides the ratio
+    desk = desktop_table(pred, rows, params, a.desktop, a.desktop_host_gbs, mems[0], ctxs, bs, extra)
     ratios = []
-    for ctx in ctxs:
-        at = [x for x in desk if x["ctx"] == ctx and x["fits"] and x["tok_s"]]
-        bd = max((x for x in at if x["kind"] == "dense"), key=lambda x: x["tok_s"], default=None)
-        bsx = max((x for x in at if x["kind"] == "split"), key=lambda x: x["tok_s"], default=None)
-        ratios.append({"ctx": ctx, "best_dense": bd and {"batch": bd["batch"], "tok_s": bd["tok_s"]},
-                       "best_split": bsx and {"spec": bsx["spec"], "batch": bsx["batch"],
-                                              "tok_s": bsx["tok_s"]},
-                       "split_over_dense": bsx["tok_s"] / bd["tok_s"] if bd and bsx else None})
+    for mem in mems:
+        for pp in (False, True):
+            d = desk if (mem, pp) == (mems[0], False) else desktop_table(
+                pred, rows, params, a.desktop, a.desktop_host_gbs, mem, ctxs, bs, extra, pp)
+            ratios += best_ratios(d, ctxs, mem, pp)
     res = {"prediction_note": "the desktop rows are a PREDICTION of the calibrated model; the "
            "fit's rows are measurements beside the model's step for them",
            "summary": summary, "rows": table, "holdout": held, "desktop": {"device": a.desktop,
            "host_gbs": a.desktop_host_gbs, "gpu_mem": 24 << 30,
-           "host_mem": int(a.desktop_host_mem_gib) << 30, "rows": desk, "ratios": ratios}}
+           "host_mem": mems[0], "rows": desk, "ratios": ratios}}
     with open(os.path.join(a.run_dir, "predict_fit.json"), "w", encoding="utf-8") as f:
         json.dump(res, f, indent=1)
     md = write_md(res)
@@ -433,12 +452,18 @@ def write_md(res: dict) -> str:
             r["spec"], r["ctx"], r["batch"], fnum(r["tok_s"]) if r["fits"] else "does not fit",
             fnum(r["datasheet_tok_s"]) if r["fits"] else "-",
             fnum(r["host_bytes_per_token"] / 1e6, 0) if r["kind"] == "split" else "-"))
-    out += ["", "| ctx | best dense (batch, tok/s) | best split (config, batch, tok/s) | split / dense |",
-            "|---|---|---|---|"]
+    out += ["", "The best of each side at each context; the split as it runs by default (ping-pong "
+            "off) and with `--gpu-pingpong`, at each host memory size (which caps the split's "
+            "batch: its far tier is page-locked). Ping-pong was measured once, +3% at 8K on an "
+            "H100 where the host bound the step (docs/GPU_MEASURED.md); its rows here hide the "
+            "fitted round trip behind the other half's device work, which no run has shown yet.",
+            "", "| ctx | host GiB | ping-pong | best dense (batch, tok/s) | best split (config, batch, "
+            "tok/s) | split / dense |", "|---|---|---|---|---|---|"]
     for x in dk["ratios"]:
         bd, bs = x["best_dense"], x["best_split"]
-        out.append("| %d | %s | %s | %s |" % (
-            x["ctx"], "-" if not bd else "%d, %.1f" % (bd["batch"], bd["tok_s"]),
+        out.append("| %d | %d | %s | %s | %s | %s |" % (
+            x["ctx"], x.get("host_mem", dk["host_mem"]) >> 30, "on" if x.get("pingpong") else "off",
+            "-" if not bd else "%d, %.1f" % (bd["batch"], bd["tok_s"]),
             "-" if not bs else "%s, %d, %.1f" % (bs["spec"], bs["batch"], bs["tok_s"]),
             "-" if x["split_over_dense"] is None else "%.2fx" % x["split_over_dense"]))
     out.append("")

@@ -59,7 +59,7 @@ def model_row(hetkv: str, kind: str, spec: str, ctx: int, batch: int) -> dict:
 def fit(root: str, hetkv: str, run: str) -> dict:
     out = subprocess.run([sys.executable, os.path.join(root, "bench", "predict_fit.py"), run,
                           "--hetkv", hetkv, "--device", "h200", "--desktop-ctx", "32768",
-                          "--desktop-batch", "1", "--desktop-configs", ""],
+                          "--desktop-batch", "1,4", "--desktop-configs", ""],
                          capture_output=True, text=True)
     check(out.returncode == 0, "predict_fit.py exited %d: %s" % (out.returncode, out.stderr[-500:]))
     return json.load(open(os.path.join(run, "predict_fit.json"), encoding="utf-8"))
@@ -83,9 +83,16 @@ def main() -> int:
         check(s["max_abs_err_left_out"] is not None and s["max_abs_err_left_out"] < 0.10,
               "largest error left out %s" % s["max_abs_err_left_out"])
         d = res["desktop"]
-        check(d["device"] == "rtx4090" and len(d["rows"]) == 2 and
+        check(d["device"] == "rtx4090" and len(d["rows"]) == 4 and
               all(r["kind"] in ("dense", "split") for r in d["rows"]),
               "desktop rows: %s" % d["rows"])
+        # the ratios at 64 and 128 GiB of host memory, ping-pong off and on; the flag
+        # reaches the plan (the split's batch-4 step differs with it)
+        rs = d["ratios"]
+        check(sorted((r["host_mem"] >> 30, r["pingpong"]) for r in rs) ==
+              [(64, False), (64, True), (128, False), (128, True)], "ratio lines: %s" % rs)
+        sp = {r["pingpong"]: r["best_split"]["tok_s"] for r in rs if r["host_mem"] == 64 << 30}
+        check(sp[True] != sp[False], "ping-pong did not change the split's best: %s" % sp)
         md = open(os.path.join(run, "predict_fit.md"), encoding="utf-8").read()
         check("PREDICTION" in md and "left out" in md, "the Markdown says what is predicted")
 
