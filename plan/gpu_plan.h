@@ -122,6 +122,12 @@ int hkv_plan_index_bytes(const hkv_plan_params *p, uint64_t *gpu, uint64_t *host
 /* Far tokens an eviction policy keeps per (layer, KV head) at p->n_ctx
  * (0 for the others): their K/V rows are GPU-resident. */
 int64_t hkv_plan_kept_rows(const hkv_plan_params *p);
+/* Where the pipeline keeps policy d's large lists (index_on_host): ctkvr's IVF
+ * lists on the host, where its rerank reads them (pipeline/cuda_recall.c:
+ * the device recalls the centroids only); every other index on the GPU. */
+static inline int hkv_plan_pipeline_index_on_host(const hkv_policy_def *d) {
+    return d == &hkv_policy_ctkvr;
+}
 
 /* The parameters the plan resolved for policy d at n_ctx, as text
  * ("ctkvr C=2048 rho=2480 rho'=992"). */

@@ -328,9 +328,7 @@ int hkv_device_cli_check(const hkv_device_cli *d, const char *model_path, const 
                           .L_init = ep->tiered.L_init, .L_local = ep->tiered.L_local,
                           .policy = ep->tiered.policy, .args = &ep->tiered.args,
                           .max_rows = ep->max_rows,
-                          /* the pipeline recalls ctkvr's centroids on the device and reads
-                           * its IVF lists where the host reranks (pipeline/cuda_recall.c) */
-                          .index_on_host = ep->tiered.policy == &hkv_policy_ctkvr,
+                          .index_on_host = hkv_plan_pipeline_index_on_host(ep->tiered.policy),
                           .far_q8 = ep->tiered.far_q8,
                           .resident = d->resident > 0 ? d->resident : 0,
                           .resident_rows = d->resident_rows,

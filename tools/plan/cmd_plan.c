@@ -883,7 +883,7 @@ int hkv_cmd_plan(int argc, char **argv) {
             for (int pi = 0; pi < n_cfg; pi++)
                 for (int wi = 0; wi < n_place; wi++) {
                     int on_host = n_place == 2       ? wi
-                                  : !strcmp(where, "auto") ? cfg[pi].def == &hkv_policy_ctkvr
+                                  : !strcmp(where, "auto") ? hkv_plan_pipeline_index_on_host(cfg[pi].def)
                                                            : !strcmp(where, "host");
                     hkv_policy_args args;
                     int64_t budget;
