@@ -9,10 +9,13 @@ scoring shared by the threads and alone (the same selections: the shared
 scores are the kernel's, bit for bit); the caches swept before each step
 unless --warm, which reads the same bytes; ctkvr's recall the device's by
 default (its centroids not read by the host step), the host's with --recall
-host (more bytes: the centroids); a bad --scoring or --recall refused.
+host (more bytes: the centroids); --isa avx2 -o jsonl: a row a point on
+stdout naming the ISA asked for, with the table's figures, the table on
+stderr; a bad --scoring or --recall refused.
 
     python3 tests/cli/test_bench_far.py BUILD_DIR
 Last line: 'test_bench_far: N passed, N failed'."""
+import json
 import os
 import re
 import subprocess
@@ -90,6 +93,26 @@ same = {k: v[1] for k, v in irows.items()} == {(k[0], k[2], k[3]): v for k, v in
 check(i.returncode == 0 and "polls 50000 us" in i.stdout and same and irows
       and all(v[0] < 50 for v in irows.values()),
       "--idle-us: the poll outside the step, the same bytes a step", f"{irows} {i.stderr[-200:]}")
+# -o jsonl: the rows on stdout (the table on stderr), each naming its ISA and
+# thread count; --isa avx2 runs the AVX2 kernels (one core, cached: the
+# compute ceiling plan --predict --host-core-gbs takes)
+j = subprocess.run([hetkv, "bench", "far", "--ctx", "8192", "--batch", "1,3", "--kv-heads", "4", "--group", "2",
+                    "--configs", "ctkvr:rho_p=256", "--steps", "3", "-t", "1", "--warm", "--isa", "avx2",
+                    "-o", "jsonl"], capture_output=True, text=True, timeout=600)
+try:
+    jrows = [json.loads(l) for l in j.stdout.splitlines()]
+except ValueError:
+    jrows = []
+tab = {(int(m.group(3)), int(m.group(4))): (float(m.group(5)), float(m.group(6)))
+       for m in map(row.match, j.stderr.splitlines()) if m}
+check(j.returncode == 0 and len(jrows) == 2 and "avx2 kernels" in j.stderr and len(tab) == 2
+      and all(r["isa"] == "avx2" and r["threads"] == 1 and r["warm"] is True and r["config"] == "ctkvr:rho_p=256"
+              and r["scoring"] == "alone" and r["probe_gbs"] > 0 and r["fma_gflops"] > 0 for r in jrows)
+      and all(abs(r["step_ms"] - tab[(r["ctx"], r["batch"])][0]) < 1e-3 + 1e-2 * r["step_ms"]
+              and abs(r["bytes_per_step"] / 1e6 - tab[(r["ctx"], r["batch"])][1]) < 0.051
+              and abs(r["gbs"] - r["bytes_per_step"] / r["step_ms"] / 1e6) < 1e-3 * r["gbs"] for r in jrows),
+      "-o jsonl --isa avx2: a row a point, the table's figures, on the ISA asked for",
+      f"{j.stdout[:300]} {j.stderr[-300:]}")
 p = subprocess.run([hetkv, "bench", "far", "--idle-us", "-5"], capture_output=True, text=True, timeout=60)
 check(p.returncode == 2 and "--idle-us" in p.stderr, "a negative --idle-us refused", p.stderr.strip())
 p = subprocess.run([hetkv, "bench", "far", "--recall", "gpu"], capture_output=True, text=True, timeout=60)

@@ -130,7 +130,7 @@ cases = [
     ("eval single-policy option", [hetkv, "eval", "--policy", "ctkvr"], 2,
      "--policy: eval runs the tiered cache with the policies of --configs"),
     ("policies argument", [hetkv, "policies", "foo"], 2, "policies: unknown argument 'foo'"),
-    ("bench far no --isa", [hetkv, "bench", "far", "--isa", "avx2"], 2, "bench far: unknown option '--isa'"),
+    ("bench far bad isa", [hetkv, "bench", "far", "--isa", "x"], 2, "--isa: unknown 'x' (scalar, avx2, avx2-novnni, avx512)"),
     ("bench kernels bad isa", [hetkv, "bench", "kernels", "--isa", "x"], 2, "unknown ISA 'x'"),
     ("split-overflow in run", [hetkv, "run", *M, "-p", "hi", "--split-overflow"], 1,
      "--split-overflow is for batch and serve"),

@@ -3,7 +3,7 @@
  *
  *   hetkv bench far [--ctx 32768,98304] [--batch 1,4] [--configs "ctkvr;ctkvr:sketch=2"]
  *                   [--steps N] [-t THREADS] [--kv-heads 8] [--group 4] [--head-dim 128]
- *                   [--scoring shared|alone|shared,alone]
+ *                   [--scoring shared|alone|shared,alone] [--isa ISA] [-o md|csv|json|jsonl]
  *
  * Per (context, batch, configuration): a tiered cache (kv/kv_tiered.h) of one
  * layer with the policy, the code the CPU-GPU pipeline leaves the host. One
@@ -37,7 +37,12 @@
  * path's own recall too (at 96K it reads 16.8 MB of centroids a layer, more
  * than the candidates' keys).
  * --scoring shared,alone: each row also with every selection scoring its
- * rows on its own thread, side by side. */
+ * rows on its own thread, side by side.
+ * -t 1 --warm is one core's far step with its rows cached: its compute
+ * ceiling, which plan --predict takes as --host-core-gbs (a host of N such
+ * cores reads no faster than N times it, whatever its memory); --isa avx2
+ * times the kernels a desktop CPU without AVX-512 runs. -o writes the rows
+ * (docs/BENCH_ROWS.md, "bench far") on stdout, the table on stderr. */
 #include <math.h>
 #include <omp.h>
 #include <stddef.h>
@@ -47,6 +52,7 @@
 
 #include "bench_kernels.h"
 #include "cli.h"
+#include "cli_rows.h"
 #include "host_mem.h"
 #include "kernels.h"
 #include "kv_tiered.h"
@@ -300,6 +306,7 @@ typedef struct far_opts {
     int warm;
     double idle_us;
     hkv_exec_cli x;
+    hkv_output_cli out;
 } far_opts;
 
 static const hkv_opt far_opts_table[] = {
@@ -340,9 +347,29 @@ static const hkv_opt far_opts_table[] = {
     {0},
 };
 
-/* The kernels are always the AVX512 ones (hkv_cpu_kernels_init falls back
- * on a CPU without): the exec group without --isa. */
-static const char *const far_omit[] = {"--isa", NULL};
+/* One measured row (docs/BENCH_ROWS.md, "bench far"). */
+static json_t *far_json_row(const char *config, long long ctx, long long batch, int threads,
+                            const char *isa, int shared, int dev_rec, int warm, double idle_us,
+                            long long KH, long long g, long long d, long long steps, double step_s,
+                            double bytes, double probe, double gather, double fma)
+{
+    char date[32];
+    hkv_rows_date(date, sizeof date);
+    const double gbs = bytes / step_s / 1e9;
+    return json_pack("{s:o, s:I, s:I, s:i, s:s, s:s, s:s, s:b, s:f, s:I, s:I, s:I, s:I, s:f, s:f, "
+                     "s:f, s:f, s:o, s:f, s:o, s:o, s:f, s:s, s:s}",
+                     "config", hkv_jstr(config), "ctx", (json_int_t)ctx, "batch", (json_int_t)batch,
+                     "threads", threads, "isa", isa, "scoring", shared ? "shared" : "alone",
+                     "recall", dev_rec ? "device" : "host", "warm", warm, "idle_us", idle_us,
+                     "kv_heads", (json_int_t)KH, "group", (json_int_t)g, "head_dim", (json_int_t)d,
+                     "steps", (json_int_t)steps, "step_ms", step_s * 1e3, "bytes_per_step", bytes,
+                     "gbs", gbs, "frac_of_probe", probe > 0 ? gbs * 1e9 / probe : 0.0,
+                     "frac_of_gather", gather > 0 ? json_real(gbs * 1e9 / gather) : json_null(),
+                     "probe_gbs", probe / 1e9, "gather_gbs", gather > 0 ? json_real(gather / 1e9) : json_null(),
+                     "fma_gflops", fma > 0 ? json_real(fma / 1e9) : json_null(),
+                     "tok_s_32_layers", (double)batch / (32.0 * step_s), "commit", hkv_build_commit(),
+                     "date", date);
+}
 
 int hkv_bench_far_main(int argc, char **argv)
 {
@@ -354,13 +381,16 @@ int hkv_bench_far_main(int argc, char **argv)
     hkv_exec_cli_init(&o.x);
     const hkv_opt_use uses[] = {
         {.opts = far_opts_table, .base = &o},
-        {.opts = hkv_exec_opts, .base = &o.x, .omit = far_omit},
+        {.opts = hkv_exec_opts, .base = &o.x},
+        {.opts = hkv_output_opts, .base = &o.out},
     };
-    int rc = hkv_opts_parse("bench far", uses, 2, argc, argv, &err);
+    int rc = hkv_opts_parse("bench far", uses, 3, argc, argv, &err);
     if (rc == 1) {
-        hkv_opts_help(stdout, far_usage, uses, 2);
+        hkv_opts_help(stdout, far_usage, uses, 3);
         return 0;
     }
+    const int rows_fmt = o.out.json ? HKV_ROWS_JSON : o.out.rows_fmt;
+    FILE *tf = rows_fmt ? stderr : stdout;   /* the table; stdout is the rows' */
     if (!rc && o.d % 32) rc = hkv_seterr(&err, HKV_E_INVAL, "--head-dim %lld: a multiple of 32", o.d);
     int modes[2], n_modes = 0;   /* 1: shared scoring, 0: alone */
     if (!rc) {
@@ -389,7 +419,12 @@ int hkv_bench_far_main(int argc, char **argv)
     if (threads > 0) omp_set_num_threads((int)threads);
     const int T = omp_get_max_threads();
     hkv_cpu_kernels kn;
-    hkv_cpu_kernels_init(&kn, HKV_ISA_AVX512);
+    hkv_cpu_kernels_init(&kn, o.x.isa < 0 ? HKV_ISA_AVX512 : o.x.isa);   /* (the best the CPU has) */
+    json_t *rows = rows_fmt ? json_array() : NULL;
+    if (rows_fmt && !rows) {
+        fprintf(stderr, "hetkv: error: bench far: no memory for the rows\n");
+        return 1;
+    }
 
     const double probe = hkv_bandwidth_probe((size_t)1 << 30, 5);
     const double gather = hkv_gather_probe((size_t)1 << 30, (int)(2 * d), 5);
@@ -409,28 +444,31 @@ int hkv_bench_far_main(int argc, char **argv)
         if (!(sweep = malloc(sweep_bytes))) {
             fprintf(stderr, "hetkv: error: bench far: no memory for a %.0f MiB cache sweep "
                     "(--warm runs without one)\n", sweep_bytes / 1048576.0);
+            json_decref(rows);
             return 1;
         }
         const int64_t nw = (int64_t)(sweep_bytes / 8);
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < nw; i++) sweep[i] = (uint64_t)i;   /* paged in, by every thread */
     }
-    printf("bench far: %lld KV heads, g %lld, d %lld; %d threads, %s kernels; probe %.1f GB/s, "
+    fprintf(tf, "bench far: %lld KV heads, g %lld, d %lld; %d threads, %s kernels; probe %.1f GB/s, "
            "gather probe %.1f GB/s (%lld-byte rows), fp32 FMA peak %.0f GFLOP/s; %s\n", KH, g, d, T,
            hkv_isa_name(kn.isa), probe / 1e9, gather / 1e9, 2 * d, fma / 1e9,
            sweep ? "caches swept before each step" : "caches warm");
-    printf("(recall of policies with a device part: %s)\n",
+    fprintf(tf, "(recall of policies with a device part: %s)\n",
            dev_rec ? "the device's, made before each step as the pipeline's GPU makes it"
                    : "the host's own, timed");
-    if (sweep) printf("(sweep: %.0f MiB, twice the last-level caches)\n", sweep_bytes / 1048576.0);
+    if (sweep) fprintf(tf, "(sweep: %.0f MiB, twice the last-level caches)\n", sweep_bytes / 1048576.0);
     if (o.idle_us > 0)
-        printf("(before each step the calling thread polls %.0f us, the other threads idle, as the "
+        fprintf(tf, "(before each step the calling thread polls %.0f us, the other threads idle, as the "
                "pipeline's host waits for the device: the team's wake is in the step)\n", o.idle_us);
-    printf("%-34s %7s %5s | %9s %9s %8s %6s %6s | %12s\n", "config", "ctx", "batch", "step ms",
+    fprintf(tf, "%-34s %7s %5s | %9s %9s %8s %6s %6s | %12s\n", "config", "ctx", "batch", "step ms",
            "MB/step", "GB/s", "probe", "gather", "tok/s (x32)");
     float *dir = malloc((size_t)KH * FAR_CLUSTERS * d * 4);
     if (!dir) {
         fprintf(stderr, "hetkv: error: bench far: no memory\n");
+        free(sweep);
+        json_decref(rows);
         return 1;
     }
     uint64_t s0 = 12345;
@@ -482,17 +520,41 @@ int hkv_bench_far_main(int argc, char **argv)
                     const double st_s = t / (double)steps, mb = (double)bytes / (double)steps;
                     char label[96];
                     snprintf(label, sizeof label, "%s%s", one, n_modes > 1 && !shared ? " [alone]" : "");
-                    printf("%-34s %7lld %5lld | %9.3f %9.1f %8.1f %5.0f%% %5.0f%% | %12.1f\n", label,
+                    fprintf(tf, "%-34s %7lld %5lld | %9.3f %9.1f %8.1f %5.0f%% %5.0f%% | %12.1f\n", label,
                            ctxs[ci], batches[bi], st_s * 1e3, mb / 1e6, mb / st_s / 1e9,
                            100 * mb / st_s / probe, gather > 0 ? 100 * mb / st_s / gather : 0.0,
                            (double)batches[bi] / (32.0 * st_s));
-                    fflush(stdout);
+                    fflush(tf);
+                }
+                if (!rc && rows) {
+                    json_t *r = far_json_row(one, ctxs[ci], batches[bi], T, hkv_isa_name(kn.isa), shared,
+                                             dev_rec, o.warm, o.idle_us, KH, g, d, steps,
+                                             t / (double)steps, (double)bytes / (double)steps, probe,
+                                             gather, fma);
+                    if (!r || json_array_append_new(rows, r))
+                        rc = hkv_seterr(&err, HKV_E_NOMEM, "bench far: no memory for a row");
+                    else if (rows_fmt == HKV_ROWS_JSONL) {   /* each row as it is measured */
+                        json_t *one_row = json_array();
+                        if (!one_row || json_array_append(one_row, r))
+                            rc = hkv_seterr(&err, HKV_E_NOMEM, "bench far: no memory for a row");
+                        else
+                            rc = hkv_rows_write(stdout, rows_fmt, one_row, &err);
+                        json_decref(one_row);
+                        fflush(stdout);
+                    }
                 }
             }
     }
     free(dir);
     free(sweep);
     if (sink == 1) fprintf(stderr, "\n");   /* (keeps the sweeps' reads) */
+    /* the rows measured, also when a later one failed */
+    if (rows && rows_fmt != HKV_ROWS_JSONL && json_array_size(rows)) {
+        hkv_err werr;
+        hkv_err_clear(&werr);
+        if (hkv_rows_write(stdout, rows_fmt, rows, &werr) && !rc) rc = 1, err = werr;
+    }
+    json_decref(rows);
     if (rc) {
         hkv_err_report(&err, stderr);
         return 1;
