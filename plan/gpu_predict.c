@@ -307,10 +307,14 @@ static double recall_dev(const ctx *x, const hkv_prediction *o, int b, int built
 }
 
 /* The far work of b sequences in one layer: seconds of the CPU at the probed
- * bandwidth times each kernel's measured share of it. lists_on_host: the
- * built pipeline (the device recalls the centroids, the host reads the C'
- * recalled lists); otherwise the host reads the candidate ids the device
- * made from the lists. */
+ * bandwidth times each kernel's measured share of it, or, where a core's
+ * time was measured (host_core_s), at least what the host's cores take to
+ * do the work with it cached: a host of few or slow cores beside fast memory
+ * (a desktop's 8 cores on DDR5 with the 8-bit tier's decode and the 4-bit
+ * sketches' arithmetic) is bound by its cores, not its bytes.
+ * lists_on_host: the built pipeline (the device recalls the centroids, the
+ * host reads the C' recalled lists); otherwise the host reads the candidate
+ * ids the device made from the lists. */
 static double host_far(const ctx *x, const ct_bytes *cb, int b, int lists_on_host, double *idx_b,
                        double *rr_b, double *at_b) {
     const hkv_predict_params *p = x->p;
@@ -318,7 +322,8 @@ static double host_far(const ctx *x, const ct_bytes *cb, int b, int lists_on_hos
     *idx_b = items * (lists_on_host ? cb->lists : cb->ids);
     *rr_b = items * cb->rerank;
     *at_b = items * cb->attn;
-    return (*idx_b + *rr_b) / (x->hbw * p->host_eff_scan) + *at_b / (x->hbw * p->host_eff_attn);
+    const double mem = (*idx_b + *rr_b) / (x->hbw * p->host_eff_scan) + *at_b / (x->hbw * p->host_eff_attn);
+    return p->host_core_s > 0 ? fmax(mem, items * p->host_core_s / p->host_cores) : mem;
 }
 
 /* Bytes host_far charges, in probe-equivalent bytes (for the balance figure). */
@@ -430,6 +435,10 @@ int hkv_predict(const hkv_predict_params *p, hkv_prediction *o, hkv_err *err) {
         p->gemv_row_cost <= 16) || !(p->t_trip >= 0 && p->t_trip <= 1))
         return hkv_seterr(err, HKV_E_RANGE, "predict: efficiencies must lie in (0, 1], latencies "
                           "be >= 0 (the round trip under 1 s) and the GEMV's row cost in [0, 16]");
+    if (!(p->host_core_s >= 0 && p->host_core_s <= 1) || (p->host_core_s > 0 && p->host_cores < 1))
+        return hkv_seterr(err, HKV_E_RANGE, "predict: a core's far work of %g s needs a host of "
+                          "at least one core (got %d) and must lie in [0, 1 s]", p->host_core_s,
+                          p->host_cores);
     if (is_ct && !(p->host_gbs > 0))
         return hkv_seterr(err, HKV_E_INVAL, "predict: ctkvr needs the host's read bandwidth "
                           "(measured by the probe or given with --host-gbs), got %g GB/s", p->host_gbs);

@@ -105,6 +105,12 @@ typedef struct hkv_predict_params {
     double t_trip;              /* s: per layer of the split, the built round trip beyond
                                    the work the model prices (the device's recall latency,
                                    waits in which neither side works); built pipeline only */
+    double host_core_s;         /* s: one core's far work of one (sequence, KV head) in a
+                                   layer with its rows cached (bench far -t 1 --warm); with
+                                   host_cores a ceiling: the host's far part takes at least
+                                   items x host_core_s / host_cores however fast its memory
+                                   (0: no ceiling, the bandwidth terms alone) */
+    int host_cores;             /* cores the host's far part runs on (host_core_s > 0) */
     int pingpong;               /* built: --gpu-pingpong, two micro-batches from batch 2 */
     int far_q8;                 /* the far tier in 8 bits (--far-kv q8): the rerank's keys
                                    and the attended rows at d + d/8 bytes, not 2 d */
@@ -113,7 +119,8 @@ typedef struct hkv_predict_params {
 /* Zero p, then set the defaults: Q4 weights, near 4 + 256, index on host,
  * mem_eff 0.8 (attn_eff 0: the same), pcie_eff 0.8, compute_eff 0.7, host_eff_scan 0.8,
  * host_eff_attn 0.55, cand_frac 1, t_kernel 4 us, t_copy 8 us, t_host 15 us; the
- * measured terms (gemv_row_cost, t_trip) 0. */
+ * measured terms (gemv_row_cost, t_trip) and the host's compute ceiling
+ * (host_core_s) 0. */
 void hkv_predict_defaults(hkv_predict_params *p);
 
 /* One pipeline's step. Bytes are per decode step for the whole batch. */

@@ -403,6 +403,17 @@ static void cli(const char *hetkv) {
     /* 32 layers x (535 + ~16 x 10) us more a step than the defaults' 12.6 ms */
     CHECK(fast > 0 && slow > 0 && 1 / slow - 1 / fast > 0.015 && 1 / slow - 1 / fast < 0.03,
           "a slower round trip: %g -> %g tok/s", fast, slow);
+    /* the host's cores as a ceiling (bench far -t 1 --warm): 2 ms a (sequence,
+     * KV head) on 4 cores is 32 x 8 x 0.5 ms = 128 ms of host time a token */
+    snprintf(cmd, sizeof cmd, "'%s' plan --predict h200 --synthetic llama3.1-8b --policy ctkvr "
+             "--ctx 32768 --batch 1 --host-gbs 140 --pipeline built -o jsonl --host-core-us 2000 "
+             "--host-cores 4 2>&1", hetkv);
+    CHECK(run(cmd, out, sizeof out) == 0 && strstr(out, "\"assumptions_host_core_us\":2000") &&
+          strstr(out, "\"assumptions_host_cores\":4") && strstr(out, "\"built_host_busy_ms\":128"),
+          "--host-core-us, --host-cores: %s", out);
+    snprintf(cmd, sizeof cmd, "'%s' plan --predict h200 --synthetic llama3.1-8b --policy ctkvr "
+             "--ctx 32768 --batch 1 --host-gbs 140 --host-cores 4 2>&1", hetkv);
+    CHECK(run(cmd, out, sizeof out) != 0 && strstr(out, "--host-core-us"), "--host-cores alone: %s", out);
     snprintf(cmd, sizeof cmd, "'%s' plan --synthetic llama3-8b --host-wake-us 5 2>&1", hetkv);
     CHECK(run(cmd, out, sizeof out) != 0 && strstr(out, "--predict"), "--host-wake-us alone: %s", out);
     snprintf(cmd, sizeof cmd, "'%s' plan --predict a6000 --synthetic llama3-8b 2>&1", hetkv);
@@ -623,8 +634,51 @@ static void measured_terms_case(void) {
     CHECK(hkv_predict(&p, &b, &err) == HKV_E_RANGE, "a negative row cost");
 }
 
+/* The host's compute ceiling (host_core_s, host_cores): the far part takes
+ * at least items x core time / cores; a ceiling below the bandwidth terms
+ * changes nothing; it applies to the split's host time alone. */
+static void core_ceiling_case(void) {
+    hkv_model_config c;
+    hkv_predict_params p;
+    hkv_err err;
+    if (!h200_llama(&c, &p)) return;
+    p.n_ctx = 98304;
+    p.policy = &hkv_policy_ctkvr;
+    p.t_host = 0;
+    hkv_prediction a, b;
+    for (int batch = 1; batch <= 4; batch += 3) {
+        p.batch = batch;
+        p.host_core_s = 0;
+        CHECK(hkv_predict(&p, &a, &err) == HKV_OK, "%s", err.msg);
+        p.host_core_s = 1e-6, p.host_cores = 16;   /* far below the bytes' time */
+        CHECK(hkv_predict(&p, &b, &err) == HKV_OK, "%s", err.msg);
+        NEAR(b.mode[HKV_PRED_BUILT].host_busy_s, a.mode[HKV_PRED_BUILT].host_busy_s);
+        NEAR(b.mode[HKV_PRED_BUILT].step_s, a.mode[HKV_PRED_BUILT].step_s);
+        p.host_core_s = 2e-3, p.host_cores = 8;    /* 2 ms a (sequence, KV head) on 8 cores */
+        CHECK(hkv_predict(&p, &b, &err) == HKV_OK, "%s", err.msg);
+        NEAR(b.mode[HKV_PRED_BUILT].host_busy_s, c.n_layer * (double)batch * c.n_head_kv * 2e-3 / 8);
+        CHECK(b.mode[HKV_PRED_BUILT].step_s > a.mode[HKV_PRED_BUILT].step_s + 0.9 *
+              (b.mode[HKV_PRED_BUILT].host_busy_s - a.mode[HKV_PRED_BUILT].host_busy_s),
+              "batch %d: a core-bound host slows the step: %.2f -> %.2f ms", batch,
+              a.mode[HKV_PRED_BUILT].step_s * 1e3, b.mode[HKV_PRED_BUILT].step_s * 1e3);
+        p.host_cores = 16;                         /* twice the cores, half the time */
+        CHECK(hkv_predict(&p, &a, &err) == HKV_OK, "%s", err.msg);
+        NEAR(a.mode[HKV_PRED_BUILT].host_busy_s, b.mode[HKV_PRED_BUILT].host_busy_s / 2);
+    }
+    p.policy = &hkv_policy_full;   /* no CPU part: nothing to bound */
+    p.host_core_s = 0;
+    CHECK(hkv_predict(&p, &a, &err) == HKV_OK, "%s", err.msg);
+    p.host_core_s = 2e-3;
+    CHECK(hkv_predict(&p, &b, &err) == HKV_OK, "%s", err.msg);
+    NEAR(b.mode[HKV_PRED_BUILT].step_s, a.mode[HKV_PRED_BUILT].step_s);
+    p.host_cores = 0;
+    CHECK(hkv_predict(&p, &b, &err) == HKV_E_RANGE, "a core time with no cores");
+    p.host_core_s = 0;
+}
+
 int main(int argc, char **argv) {
     hand_case();
+    core_ceiling_case();
     far_q8_case();
     sketch_case();
     attn_eff_case();

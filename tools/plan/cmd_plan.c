@@ -19,6 +19,7 @@
 #include "plan_terms.h"
 #include "kernels.h"
 #include "synthetic.h"
+#include "threads.h"
 
 static const char plan_usage[] =
     "usage: hetkv plan (--synthetic NAME | -m MODEL) (--gpu-mem LIST | --device cuda) [options]\n"
@@ -69,7 +70,8 @@ typedef struct plan_opts {
     long long ctxs[MAXL], sink, local, max_rows, gen;
     int n_ctx, n_caps, kernels, far_q8;
     double host_gbs, mem_eff, attn_eff, host_eff, cand_frac, wake_us, kernel_us, gemv_row_cost,
-        trip_us;
+        trip_us, core_us;
+    long long host_cores;
     const char *calibration;   /* --calibration: bench/predict_fit.py's terms */
     uint64_t caps[MAXL], host_cap;
     hkv_output_cli out;
@@ -206,6 +208,16 @@ static const hkv_opt plan_predict_only[] = {
              "prices: the device's recall latency, waits where neither side\n"
              "works (default 0; bench/predict_fit.py fits it and the terms\n"
              "above to a GPU run's rows)"},
+    {.name = "--host-core-us", .arg = "US", .kind = HKV_OPT_FLOAT, .off = offsetof(plan_opts, core_us),
+     .lo = 1e-3, .hi = 1e6,
+     .help = "one core's far work of one (sequence, KV head) in a layer, its rows\n"
+             "cached (hetkv bench far -t 1 --warm: step ms / (batch x KV heads));\n"
+             "the host's far part then takes at least that x items / --host-cores,\n"
+             "however fast its memory (default: no such ceiling)"},
+    {.name = "--host-cores", .arg = "N", .kind = HKV_OPT_INT, .off = offsetof(plan_opts, host_cores),
+     .lo = 1, .hi = 4096,
+     .help = "cores the host's far part runs on, for --host-core-us (default: this\n"
+             "machine's physical cores)"},
     {.name = "--calibration", .arg = "FILE", .kind = HKV_OPT_STR,
      .off = offsetof(plan_opts, calibration),
      .help = "the measured terms above from bench/predict_fit.py's predict_fit.json\n"
@@ -261,7 +273,8 @@ typedef struct pred_opts {
     int sink, local, max_rows, index_on_host, wtype, json, kernels, pingpong, far_q8;
     long long gen;
     double host_gbs, mem_eff, attn_eff, host_eff, cand_frac, wake_us, kernel_us, gemv_row_cost,
-        trip_us;
+        trip_us, core_us;
+    int host_cores;
     const char *pipeline;
     const char *calibration;          /* the terms' file, or NULL */
     const hkv_pred_terms *terms;      /* what it said */
@@ -388,6 +401,7 @@ static void pred_base(const pred_opts *o, const hkv_model_config *mc, const hkv_
     if (o->kernel_us > 0) base->t_kernel = o->kernel_us * 1e-6;
     if (o->gemv_row_cost >= 0) base->gemv_row_cost = o->gemv_row_cost;
     if (o->trip_us >= 0) base->t_trip = o->trip_us * 1e-6;
+    if (o->core_us > 0) base->host_core_s = o->core_us * 1e-6, base->host_cores = o->host_cores;
 }
 
 /* One kernel row of the --kernels tables. */
@@ -635,6 +649,9 @@ static int plan_predict(const pred_opts *o, const hkv_model_config *mc, hkv_err 
         NUM(a, "t_host_us", bp->t_host * 1e6, "%.2f");
         NUM(a, "gemv_row_cost", bp->gemv_row_cost, "%.4f");
         NUM(a, "t_trip_us", bp->t_trip * 1e6, "%.2f");
+        hkv_jset(a, "host_core_us", bp->host_core_s > 0 ? hkv_jnum(bp->host_core_s * 1e6, "%.3f") : json_null(),
+                 bad);
+        hkv_jset(a, "host_cores", bp->host_core_s > 0 ? json_integer(bp->host_cores) : json_null(), bad);
         hkv_jset(a, "calibration", o->calibration ? hkv_jstr(o->calibration) : json_null(), bad);
         if (o->calibration) {
             hkv_jset(a, "calibration_device", hkv_jstr(o->terms->device), bad);
@@ -692,6 +709,10 @@ static int plan_predict(const pred_opts *o, const hkv_model_config *mc, hkv_err 
                bp->host_eff_scan, bp->host_eff_attn, bp->cand_frac);
     else
         printf("PREDICTION host bandwidth not used: no policy with a CPU part\n");
+    if (any_ct && bp->host_core_s > 0)
+        printf("PREDICTION host cores: %d, each %.1f us for one sequence and KV head's far work of a "
+               "layer (--host-core-us): the host's far part takes at least that x items / cores\n",
+               bp->host_cores, bp->host_core_s * 1e6);
     printf("PREDICTION model %s: %d layers, %d/%d heads of %d; device weights %s (%s); near tier %d + "
            "%d; cap %s; per kernel %.0f us, per copy %.0f us, host wake per layer %.0f us%s\n",
            mc->name, mc->n_layer, mc->n_head, mc->n_head_kv, mc->head_dim,
@@ -797,6 +818,13 @@ int hkv_cmd_plan(int argc, char **argv) {
             rc = hkv_seterr(&err, HKV_E_INVAL, "--predict: --index gpu or host, not both");
         else if (!hkv_device_spec_find(predict, &err))
             rc = err.code;
+        else if (o.host_cores > 0 && !(o.core_us > 0))
+            rc = hkv_seterr(&err, HKV_E_INVAL, "--host-cores: the cores of --host-core-us's "
+                            "ceiling; give both");
+    }
+    if (!rc && predict && o.core_us > 0 && !(o.host_cores > 0)) {   /* this machine's cores */
+        hkv_topo_info ti;
+        if ((rc = hkv_topo_query(&ti, &err)) == HKV_OK) o.host_cores = ti.n_cores > 0 ? ti.n_cores : 1;
     }
     if (!rc && !model == !dc.synthetic)
         rc = hkv_seterr(&err, HKV_E_INVAL, model ? "plan: give -m MODEL or --synthetic NAME, not both"
@@ -851,6 +879,7 @@ int hkv_cmd_plan(int argc, char **argv) {
                         .host_eff = host_eff, .cand_frac = cand_frac,
                         .wake_us = o.wake_us, .kernel_us = o.kernel_us,
                         .gemv_row_cost = o.gemv_row_cost, .trip_us = o.trip_us,
+                        .core_us = o.core_us, .host_cores = (int)o.host_cores,
                         .calibration = o.calibration, .terms = &terms,
                         .pipeline = pipeline ? pipeline : kernels ? "built" : "both",
                         .json = json, .kernels = kernels, .pingpong = dc.pingpong,
