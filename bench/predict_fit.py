@@ -101,6 +101,8 @@ class Predictor:
             cmd += ["--host-mem", str(q["host_mem"])]
         if q.get("pingpong"):
             cmd.append("--gpu-pingpong")
+        if q.get("core_us"):   # the host's cores as a ceiling (bench far -t 1 --warm)
+            cmd += ["--host-core-us", "%.4g" % q["core_us"], "--host-cores", str(q["host_cores"])]
         for name, v in params.items():
             cmd += [PARAMS[name][0], "%.6g" % v]
         return cmd
@@ -123,6 +125,7 @@ class Predictor:
     def key(self, q: dict, params: dict, device: str | None):
         return (device, q["spec"], q["ctx"], q["batch"], q["gpu_mem"], round(q["host_gbs"], 3),
                 q.get("far_kv"), q.get("host_mem"), bool(q.get("pingpong")),
+                q.get("core_us"), q.get("host_cores"),
                 tuple(sorted((k, float("%.6g" % v)) for k, v in params.items())))
 
     def many(self, qs: list[dict], params: dict, device: str | None = None) -> list[dict]:
@@ -130,7 +133,8 @@ class Predictor:
         for q in qs:
             if self.key(q, params, device) not in self.cache:
                 g = (q["spec"], q["gpu_mem"], round(q["host_gbs"], 3), q.get("far_kv"),
-                     q.get("host_mem"), bool(q.get("pingpong")))
+                     q.get("host_mem"), bool(q.get("pingpong")), q.get("core_us"),
+                     q.get("host_cores"))
                 todo.setdefault(g, []).append(q)
         list(self.pool.map(lambda g: self.group(g, params, device), todo.values()))
         return [self.cache[self.key(q, params, device)] for q in qs]
@@ -249,11 +253,37 @@ def fit(pred: Predictor, rows: list[dict], iters: int = 30, start: dict | None =
     return at(th)
 
 
+def core_times(paths: list[str], scale: float) -> dict:
+    """One core's far work of one (sequence, KV head) in a layer, us, by
+    (ISA, config, ctx), from `hetkv bench far -t 1 --warm -o jsonl` rows
+    (the least of repeated rows), divided by the desktop core's speed over
+    the measuring one's."""
+    out: dict = {}
+    for path in paths:
+        for line in open(path, encoding="utf-8"):
+            if not line.startswith("{"):
+                continue
+            r = json.loads(line)
+            if r.get("threads") != 1 or not r.get("warm") or not r.get("step_ms"):
+                raise ValueError("%s: a row of %s threads%s; the ceiling is one core's, cached "
+                                 "(bench far -t 1 --warm)" % (path, r.get("threads"),
+                                                               "" if r.get("warm") else ", caches swept"))
+            k = (r["isa"], r["config"], int(r["ctx"]))
+            us = r["step_ms"] * 1e3 / (r["batch"] * r["kv_heads"]) / scale
+            out[k] = min(us, out.get(k, us))
+    return out
+
+
 def desktop_table(pred: Predictor, rows: list[dict], params: dict, device: str, host_gbs: float,
                   host_mem: int, ctxs: list[int], batches: list[int], extra: list[str],
-                  pingpong: bool = False) -> list[dict]:
+                  pingpong: bool = False, cores: tuple | None = None) -> list[dict]:
+    """cores: (ISA, host cores, core_times()): each split row gets the host's
+    compute ceiling, and only the configurations measured at every context
+    are predicted (an unbounded one would win unfairly)."""
     # the configurations as the user named them: each context at its own budget
     specs = sorted({r["user_spec"] for r in rows if r["kind"] == "split"} | set(extra))
+    if cores:
+        specs = [s for s in specs if all((cores[0], s, c) in cores[2] for c in ctxs)]
     qs = []
     for ctx in ctxs:
         for b in batches:
@@ -264,6 +294,8 @@ def desktop_table(pred: Predictor, rows: list[dict], params: dict, device: str, 
                 qs.append({"spec": s, "ctx": ctx, "batch": b, "gpu_mem": 24 << 30,
                            "host_gbs": host_gbs, "far_kv": far, "kind": "split", "host_mem": host_mem,
                            "pingpong": pingpong})
+                if cores:
+                    qs[-1].update(core_us=cores[2][(cores[0], s, ctx)], host_cores=cores[1])
     out = []
     for q, cal, ds in zip(qs, pred.many(qs, params, device), pred.many(qs, {}, device)):
         out.append({**q, "fits": bool(cal.get("fits")), "tok_s": cal.get("built_tok_s"),
@@ -305,7 +337,20 @@ def main() -> int:
                          "and predicted with its terms (e.g. another thread count)")
     ap.add_argument("--desktop-configs", default="ctkvr;ctkvr:sketch=3,rho=1536,far=q8",
                     help="split configurations predicted on the desktop card besides the run's")
+    ap.add_argument("--desktop-core-rows", action="append", default=[], metavar="JSONL",
+                    help="`hetkv bench far -t 1 --warm -o jsonl` rows (one core, rows cached; one "
+                         "file per ISA) at the desktop contexts: the host's cores as a ceiling on "
+                         "its far part, beside the bandwidth terms")
+    ap.add_argument("--desktop-cores", default="8,16",
+                    help="the desktop's cores for --desktop-core-rows (a list: a line each)")
+    ap.add_argument("--desktop-core-scale", type=float, default=1.0,
+                    help="a desktop core's speed over the core that measured the rows (default 1)")
     a = ap.parse_args()
+    try:
+        ctimes = core_times(a.desktop_core_rows, a.desktop_core_scale)
+    except (OSError, ValueError, KeyError) as e:
+        print("predict_fit: --desktop-core-rows: %s" % e, file=sys.stderr)
+        return 2
     hj = os.path.join(a.run_dir, "headline.json")
     try:
         headline = json.load(open(hj, encoding="utf-8"))
@@ -386,11 +431,24 @@ def main() -> int:
             d = desk if (mem, pp) == (mems[0], False) else desktop_table(
                 pred, rows, params, a.desktop, a.desktop_host_gbs, mem, ctxs, bs, extra, pp)
             ratios += best_ratios(d, ctxs, mem, pp)
+    # the host's cores as a ceiling: per ISA measured and core count, the same ratios
+    bound = []
+    for isa in sorted({k[0] for k in ctimes}):
+        for n in [int(x) for x in a.desktop_cores.split(",") if x]:
+            for mem in mems:
+                for pp in (False, True):
+                    d = desktop_table(pred, rows, params, a.desktop, a.desktop_host_gbs, mem, ctxs, bs,
+                                      extra, pp, (isa, n, ctimes))
+                    for x in best_ratios(d, ctxs, mem, pp):
+                        bound.append({**x, "isa": isa, "host_cores": n})
     res = {"prediction_note": "the desktop rows are a PREDICTION of the calibrated model; the "
            "fit's rows are measurements beside the model's step for them",
            "summary": summary, "rows": table, "holdout": held, "desktop": {"device": a.desktop,
            "host_gbs": a.desktop_host_gbs, "gpu_mem": 24 << 30,
-           "host_mem": mems[0], "rows": desk, "ratios": ratios}}
+           "host_mem": mems[0], "rows": desk, "ratios": ratios, "core_bound": bound,
+           "core_rows": a.desktop_core_rows, "core_scale": a.desktop_core_scale,
+           "core_us": [{"isa": k[0], "config": k[1], "ctx": k[2], "us": v}
+                       for k, v in sorted(ctimes.items())]}}
     with open(os.path.join(a.run_dir, "predict_fit.json"), "w", encoding="utf-8") as f:
         json.dump(res, f, indent=1)
     md = write_md(res)
@@ -467,6 +525,34 @@ def write_md(res: dict) -> str:
             "-" if not bs else "%s, %d, %.1f" % (bs["spec"], bs["batch"], bs["tok_s"]),
             "-" if x["split_over_dense"] is None else "%.2fx" % x["split_over_dense"]))
     out.append("")
+    if dk.get("core_bound"):
+        ctxs = sorted({x["ctx"] for x in dk["core_bound"]})
+        out += ["With the host's cores as a ceiling as well: one core's far work of a (sequence, KV "
+                "head) in a layer, its rows cached, measured by `hetkv bench far -t 1 --warm` (%s; "
+                "a desktop core taken as %gx that core), times the items over the cores, bounds "
+                "the host's part wherever it exceeds the bytes' time. Only the configurations "
+                "measured so are predicted. Split / dense, best of each side:" % (
+                    ", ".join(os.path.basename(p) for p in dk["core_rows"]), dk["core_scale"]), "",
+                "| kernels | cores | host GiB | ping-pong | " + " | ".join("%dK" % (c >> 10) for c in ctxs)
+                + " |", "|---" * (4 + len(ctxs)) + "|"]
+        seen = []
+        for x in dk["core_bound"]:
+            k = (x["isa"], x["host_cores"], x["host_mem"], x["pingpong"])
+            if k not in seen:
+                seen.append(k)
+        for k in seen:
+            cells = []
+            for c in ctxs:
+                x = next((y for y in dk["core_bound"] if (y["isa"], y["host_cores"], y["host_mem"],
+                          y["pingpong"]) == k and y["ctx"] == c), None)
+                r = x and x["split_over_dense"]
+                cells.append("-" if not r else "%.2fx (%s b%d)" % (
+                    r, x["best_split"]["spec"].replace("ctkvr:", "").replace("ctkvr", "default"),
+                    x["best_split"]["batch"]))
+            out.append("| %s | %d | %d | %s | %s |" % (k[0], k[1], k[2] >> 30, "on" if k[3] else "off",
+                                                      " | ".join(cells)))
+        out += ["", "One core's time a (sequence, KV head), us: " + "; ".join(
+            "%s %s %dK %.0f" % (c["isa"], c["config"], c["ctx"] >> 10, c["us"]) for c in dk["core_us"]), ""]
     return "\n".join(out)
 
 

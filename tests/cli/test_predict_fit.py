@@ -9,7 +9,9 @@ terms (products at 0.4 of the bandwidth and +0.2 a GEMV row, attention at
 round trip): the fit must find the terms within 10% and predict every row
 within 2%, each left out within 10%. Then rows the model cannot produce with
 any terms (the split's step doubled) must show as errors, not be absorbed;
-and a run dir without rows is an error that names the file."""
+one core's far-step rows (bench far -t 1 --warm) bound the desktop's split
+by its cores, and a row of more threads is refused; and a run dir without
+rows is an error that names the file."""
 from __future__ import annotations
 
 import json
@@ -56,10 +58,10 @@ def model_row(hetkv: str, kind: str, spec: str, ctx: int, batch: int) -> dict:
             "dev_cpu_busy_ms": p["built_host_busy_ms"] if kind == "split" else 0.0}
 
 
-def fit(root: str, hetkv: str, run: str) -> dict:
+def fit(root: str, hetkv: str, run: str, extra: tuple = ()) -> dict:
     out = subprocess.run([sys.executable, os.path.join(root, "bench", "predict_fit.py"), run,
                           "--hetkv", hetkv, "--device", "h200", "--desktop-ctx", "32768",
-                          "--desktop-batch", "1,4", "--desktop-configs", ""],
+                          "--desktop-batch", "1,4", "--desktop-configs", "", *extra],
                          capture_output=True, text=True)
     check(out.returncode == 0, "predict_fit.py exited %d: %s" % (out.returncode, out.stderr[-500:]))
     return json.load(open(os.path.join(run, "predict_fit.json"), encoding="utf-8"))
@@ -73,7 +75,15 @@ def main() -> int:
     rows.append({**rows[2], "variant": "pingpong", "step_ms": 1.0})   # an A/B row: not fitted
     with tempfile.TemporaryDirectory() as run:
         json.dump({"rows": rows}, open(os.path.join(run, "headline.json"), "w"))
-        res = fit(root, hetkv, run)
+        # one core's far step (bench far -t 1 --warm rows): 10 ms a (sequence, KV
+        # head), the least of two rows, on 8 cores: at least 32 x 8 x 10 / 8 = 320 ms
+        # of host time a token, so the split's best falls under 1000 / 320 tok/s
+        core = os.path.join(run, "core.jsonl")
+        with open(core, "w") as f:
+            for ms in (80.0, 95.0):
+                f.write(json.dumps({"config": "ctkvr", "ctx": 32768, "batch": 1, "threads": 1,
+                                    "isa": "avx2", "warm": True, "kv_heads": 8, "step_ms": ms}) + "\n")
+        res = fit(root, hetkv, run, ("--desktop-core-rows", core, "--desktop-cores", "8"))
         s = res["summary"]
         check(s["rows"] == 4, "fitted %d rows, want the 4 default ones" % s["rows"])
         for k, v in TRUE.items():
@@ -95,6 +105,24 @@ def main() -> int:
         check(sp[True] != sp[False], "ping-pong did not change the split's best: %s" % sp)
         md = open(os.path.join(run, "predict_fit.md"), encoding="utf-8").read()
         check("PREDICTION" in md and "left out" in md, "the Markdown says what is predicted")
+        cb = d.get("core_bound") or []
+        check(sorted((r["isa"], r["host_cores"], r["host_mem"] >> 30, r["pingpong"]) for r in cb) ==
+              [("avx2", 8, 64, False), ("avx2", 8, 64, True), ("avx2", 8, 128, False),
+               ("avx2", 8, 128, True)], "core-bound lines: %s" % cb)
+        check(all(r["best_split"] and r["best_split"]["tok_s"] < 1000 / 320 for r in cb) and
+              all(r["best_split"]["tok_s"] < x["best_split"]["tok_s"] for r in cb for x in rs
+                  if (x["host_mem"], x["pingpong"]) == (r["host_mem"], r["pingpong"])),
+              "the cores' ceiling bounds the split: %s against %s" % (cb, rs))
+        check(d["core_us"] == [{"isa": "avx2", "config": "ctkvr", "ctx": 32768, "us": 10000.0}] and
+              "avx2 ctkvr 32K 10000" in md, "one core's time, the least row's: %s" % d["core_us"])
+        with open(core, "a") as f:   # a row of two threads is no core's ceiling
+            f.write(json.dumps({"config": "ctkvr", "ctx": 32768, "batch": 1, "threads": 2,
+                                "isa": "avx2", "warm": True, "kv_heads": 8, "step_ms": 5.0}) + "\n")
+        out = subprocess.run([sys.executable, os.path.join(root, "bench", "predict_fit.py"), run,
+                              "--hetkv", hetkv, "--device", "h200", "--desktop-core-rows", core],
+                             capture_output=True, text=True)
+        check(out.returncode == 2 and "2 threads" in out.stderr and "-t 1 --warm" in out.stderr,
+              "a row of two threads: rc %d, %s" % (out.returncode, out.stderr.strip()))
 
         # a split step the terms cannot produce (twice the model's at batch 4
         # only) shows as an error
