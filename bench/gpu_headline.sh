@@ -24,7 +24,8 @@
 # first the device's policy kernels alone (bench kernels --only policy,sync: ctkvr's
 # recall and index build among them, and the host's wait for the device asleep
 # and polling), then per context as above, then the A/B steps at 32K (below:
-# the host asleep on its waits; micro-batch ping-pong); `hetkv plan --predict`
+# the host asleep on its waits; micro-batch ping-pong), then one host core's
+# far step (far_core.jsonl: bench far -t 1 --warm); `hetkv plan --predict`
 # for the same rows (this host's probe), and
 # bench/headline_rows.py, which gathers every row into OUT/headline.json and
 # OUT/headline.md. Each bench writes its rows as they are measured
@@ -156,5 +157,12 @@ case " $CTXS " in *" $AB "*)
     pp_b=$(split_batches "$AB" | tr , '\n' | awk '$1 > 1' | paste -sd, -)
     [ -n "$pp_b" ] && ab_step pingpong "$pp_b" --gpu-pingpong ;;
 esac
+# one of this host's cores on the far step of one layer, its rows cached (~30 s):
+# the ceiling plan --predict --host-core-us takes; 16 of them against the
+# probe say whether this host's far part is bound by its cores or its memory
+# (bench/predict_fit.py --desktop-core-rows carries such rows to a desktop)
+step far_core 60 sh -c "\"$HKV\" bench far -t 1 --warm --ctx 32768 --batch 1 --steps 16 \
+    --configs 'ctkvr;ctkvr:sketch=3,rho=1536,far=q8' -o jsonl >\"$OUT/far_core.jsonl\" \
+    2>\"$OUT/far_core.log\""
 python3 "$(dirname "$0")/headline_rows.py" "$OUT" >>"$LOG" 2>&1 || echo "headline_rows.py failed" | tee -a "$SUM"
 echo "total $(($(date +%s) - T0)) s" | tee -a "$SUM"

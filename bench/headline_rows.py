@@ -151,9 +151,16 @@ def main() -> int:
             "split_over_dense": bs["decode_tok_s"] / bd["decode_tok_s"] if bs and bd else None,
             "ctkvr_over_dense": bc["decode_tok_s"] / bd["decode_tok_s"] if bc and bd else None,
         })
+    # one host core's far step, its rows cached (bench far -t 1 --warm -o jsonl):
+    # the host's ceiling per core, against the split rows' host busy
+    core = []
+    cpath = os.path.join(out, "far_core.jsonl")
+    if os.path.exists(cpath):
+        core = [{k: c.get(k) for k in ("config", "ctx", "batch", "isa", "step_ms", "bytes_per_step",
+                                        "gbs", "probe_gbs")} for c in read_jsonl(cpath)]
     with open(os.path.join(out, "headline.json"), "w", encoding="utf-8") as f:
         json.dump({"rows": rows, "ratios": ratios, "refused": refused, "kernels": kernels,
-                   "profile": profile}, f, indent=1)
+                   "profile": profile, "far_core": core}, f, indent=1)
     md = ["| kind | config | ctx | batch | decode tok/s | predicted | TTFT s | step ms | host busy | "
           "host waits | device waits | device products | near | PCIe up/down MB | host MB/token | "
           "host roofline tok/s |", "|" + "---|" * 16]
@@ -191,6 +198,14 @@ def main() -> int:
                "| op | device ms | host ms in its calls |", "|---|---|---|"]
         md += [f"| {x['op']} | {fmt(x['device_ms'], 2)} | {fmt(x['host_ms'], 2)} |"
                for x in sorted(profile, key=lambda x: -x["host_ms"])]
+    if core:
+        md += ["", "One host core's far step of one layer, its rows cached (far_core.jsonl; x the "
+               "host's cores: its far part's ceiling):", "",
+               "| config | ctx | kernels | ms a layer | MB | GB/s one core | probe GB/s (one core) |",
+               "|---|---|---|---|---|---|---|"]
+        md += [f"| {c['config']} | {c['ctx']} | {c['isa']} | {fmt(c['step_ms'], 3)} | "
+               f"{fmt((c['bytes_per_step'] or 0) / 1e6)} | {fmt(c['gbs'], 2)} | {fmt(c['probe_gbs'])} |"
+               for c in core]
     if refused:
         md += ["", "| refused (file, batch, config) | why |", "|---|---|"]
         md += [f"| {q['file']}, {q['batch']}, {q['config']} | {q['reason']} |" for q in refused]
