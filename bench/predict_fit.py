@@ -531,14 +531,26 @@ def write_md(res: dict) -> str:
                 "head) in a layer, its rows cached, measured by `hetkv bench far -t 1 --warm` (%s; "
                 "a desktop core taken as %gx that core), times the items over the cores, bounds "
                 "the host's part wherever it exceeds the bytes' time. Only the configurations "
-                "measured so are predicted. Split / dense, best of each side:" % (
+                "measured so are predicted." % (
                     ", ".join(os.path.basename(p) for p in dk["core_rows"]), dk["core_scale"]), "",
+                "Split / dense where the cores change it, best of each side:", "",
                 "| kernels | cores | host GiB | ping-pong | " + " | ".join("%dK" % (c >> 10) for c in ctxs)
                 + " |", "|---" * (4 + len(ctxs)) + "|"]
-        seen = []
+        hdr = len(out)
+        free = {(x["ctx"], x.get("host_mem", dk["host_mem"]), x.get("pingpong")): x["split_over_dense"]
+                for x in dk["ratios"]}
+        seen, same = [], []
         for x in dk["core_bound"]:
             k = (x["isa"], x["host_cores"], x["host_mem"], x["pingpong"])
-            if k not in seen:
+            if k in seen or k in same:
+                continue
+            lines = [y for y in dk["core_bound"] if (y["isa"], y["host_cores"], y["host_mem"],
+                                                     y["pingpong"]) == k]
+            if all(y["split_over_dense"] is not None and abs(
+                    y["split_over_dense"] - (free.get((y["ctx"], y["host_mem"], y["pingpong"])) or 0))
+                   < 5e-3 for y in lines):
+                same.append(k)   # the bytes' time exceeds the cores' everywhere: as above
+            else:
                 seen.append(k)
         for k in seen:
             cells = []
@@ -551,6 +563,16 @@ def write_md(res: dict) -> str:
                     x["best_split"]["batch"]))
             out.append("| %s | %d | %d | %s | %s |" % (k[0], k[1], k[2] >> 30, "on" if k[3] else "off",
                                                       " | ".join(cells)))
+        if not seen:
+            del out[hdr - 5:hdr]   # no line differs: no table
+        if same:
+            def vals(i, f=str):
+                return ", ".join(f(v) for v in sorted({k[i] for k in same}))
+            out += ["", "Unchanged from the ratios above at every context (the bytes' time exceeds "
+                    "the cores'): %d of the %d combinations of kernels (%s), cores (%s), host GiB "
+                    "(%s) and ping-pong (%s)." % (
+                        len(same), len(same) + len(seen), vals(0), vals(1), vals(2, lambda v: str(v >> 30)),
+                        vals(3, lambda v: "on" if v else "off"))]
         out += ["", "One core's time a (sequence, KV head), us: " + "; ".join(
             "%s %s %dK %.0f" % (c["isa"], c["config"], c["ctx"] >> 10, c["us"]) for c in dk["core_us"]), ""]
     return "\n".join(out)
