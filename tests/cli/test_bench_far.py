@@ -95,7 +95,7 @@ check(i.returncode == 0 and "polls 50000 us" in i.stdout and same and irows
       "--idle-us: the poll outside the step, the same bytes a step", f"{irows} {i.stderr[-200:]}")
 # -o jsonl: the rows on stdout (the table on stderr), each naming its ISA and
 # thread count; --isa avx2 runs the AVX2 kernels (one core, cached: the
-# compute ceiling plan --predict --host-core-gbs takes)
+# ceiling plan --predict --host-core-us takes)
 j = subprocess.run([hetkv, "bench", "far", "--ctx", "8192", "--batch", "1,3", "--kv-heads", "4", "--group", "2",
                     "--configs", "ctkvr:rho_p=256", "--steps", "3", "-t", "1", "--warm", "--isa", "avx2",
                     "-o", "jsonl"], capture_output=True, text=True, timeout=600)

@@ -38,9 +38,10 @@
  * than the candidates' keys).
  * --scoring shared,alone: each row also with every selection scoring its
  * rows on its own thread, side by side.
- * -t 1 --warm is one core's far step with its rows cached: its compute
- * ceiling, which plan --predict takes as --host-core-gbs (a host of N such
- * cores reads no faster than N times it, whatever its memory); --isa avx2
+ * -t 1 --warm is one core's far step with its rows cached: its ceiling,
+ * which plan --predict takes as --host-core-us (step / (batch x KV heads);
+ * a host of N such cores does the far part no faster than N of them,
+ * whatever its memory); --isa avx2
  * times the kernels a desktop CPU without AVX-512 runs. -o writes the rows
  * (docs/BENCH_ROWS.md, "bench far") on stdout, the table on stderr. */
 #include <math.h>
