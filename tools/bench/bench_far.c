@@ -453,18 +453,18 @@ int hkv_bench_far_main(int argc, char **argv)
         for (int64_t i = 0; i < nw; i++) sweep[i] = (uint64_t)i;   /* paged in, by every thread */
     }
     fprintf(tf, "bench far: %lld KV heads, g %lld, d %lld; %d threads, %s kernels; probe %.1f GB/s, "
-           "gather probe %.1f GB/s (%lld-byte rows), fp32 FMA peak %.0f GFLOP/s; %s\n", KH, g, d, T,
-           hkv_isa_name(kn.isa), probe / 1e9, gather / 1e9, 2 * d, fma / 1e9,
-           sweep ? "caches swept before each step" : "caches warm");
+            "gather probe %.1f GB/s (%lld-byte rows), fp32 FMA peak %.0f GFLOP/s; %s\n", KH, g, d, T,
+            hkv_isa_name(kn.isa), probe / 1e9, gather / 1e9, 2 * d, fma / 1e9,
+            sweep ? "caches swept before each step" : "caches warm");
     fprintf(tf, "(recall of policies with a device part: %s)\n",
-           dev_rec ? "the device's, made before each step as the pipeline's GPU makes it"
-                   : "the host's own, timed");
+            dev_rec ? "the device's, made before each step as the pipeline's GPU makes it"
+                    : "the host's own, timed");
     if (sweep) fprintf(tf, "(sweep: %.0f MiB, twice the last-level caches)\n", sweep_bytes / 1048576.0);
     if (o.idle_us > 0)
-        fprintf(tf, "(before each step the calling thread polls %.0f us, the other threads idle, as the "
-               "pipeline's host waits for the device: the team's wake is in the step)\n", o.idle_us);
+        fprintf(tf, "(before each step the calling thread polls %.0f us, the other threads idle, as "
+                "the pipeline's host waits for the device: the team's wake is in the step)\n", o.idle_us);
     fprintf(tf, "%-34s %7s %5s | %9s %9s %8s %6s %6s | %12s\n", "config", "ctx", "batch", "step ms",
-           "MB/step", "GB/s", "probe", "gather", "tok/s (x32)");
+            "MB/step", "GB/s", "probe", "gather", "tok/s (x32)");
     float *dir = malloc((size_t)KH * FAR_CLUSTERS * d * 4);
     if (!dir) {
         fprintf(stderr, "hetkv: error: bench far: no memory\n");
@@ -521,10 +521,10 @@ int hkv_bench_far_main(int argc, char **argv)
                     const double st_s = t / (double)steps, mb = (double)bytes / (double)steps;
                     char label[96];
                     snprintf(label, sizeof label, "%s%s", one, n_modes > 1 && !shared ? " [alone]" : "");
-                    fprintf(tf, "%-34s %7lld %5lld | %9.3f %9.1f %8.1f %5.0f%% %5.0f%% | %12.1f\n", label,
-                           ctxs[ci], batches[bi], st_s * 1e3, mb / 1e6, mb / st_s / 1e9,
-                           100 * mb / st_s / probe, gather > 0 ? 100 * mb / st_s / gather : 0.0,
-                           (double)batches[bi] / (32.0 * st_s));
+                    fprintf(tf, "%-34s %7lld %5lld | %9.3f %9.1f %8.1f %5.0f%% %5.0f%% | %12.1f\n",
+                            label, ctxs[ci], batches[bi], st_s * 1e3, mb / 1e6, mb / st_s / 1e9,
+                            100 * mb / st_s / probe, gather > 0 ? 100 * mb / st_s / gather : 0.0,
+                            (double)batches[bi] / (32.0 * st_s));
                     fflush(tf);
                 }
                 if (!rc && rows) {
