@@ -211,9 +211,9 @@ static const hkv_opt plan_predict_only[] = {
     {.name = "--host-core-us", .arg = "US", .kind = HKV_OPT_FLOAT, .off = offsetof(plan_opts, core_us),
      .lo = 1e-3, .hi = 1e6,
      .help = "one core's far work of one (sequence, KV head) in a layer, its rows\n"
-             "cached (hetkv bench far -t 1 --warm: step ms / (batch x KV heads));\n"
-             "the host's far part then takes at least that x items / --host-cores,\n"
-             "however fast its memory (default: no such ceiling)"},
+             "cached, in us (hetkv bench far -t 1 --warm: step ms x 1000 / (batch\n"
+             "x KV heads)); the host's far part then takes at least that x items /\n"
+             "--host-cores, however fast its memory (default: no such ceiling)"},
     {.name = "--host-cores", .arg = "N", .kind = HKV_OPT_INT, .off = offsetof(plan_opts, host_cores),
      .lo = 1, .hi = 4096,
      .help = "cores the host's far part runs on, for --host-core-us (default: this\n"
