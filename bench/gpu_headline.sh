@@ -161,7 +161,7 @@ esac
 # the ceiling plan --predict --host-core-us takes; 16 of them against the
 # probe say whether this host's far part is bound by its cores or its memory
 # (bench/predict_fit.py --desktop-core-rows carries such rows to a desktop)
-step far_core 60 sh -c "\"$HKV\" bench far -t 1 --warm --ctx 32768 --batch 1 --steps 16 \
+step far_core 60 sh -c "\"$HKV\" bench far -t 1 --warm --ctx ${HEADLINE_FAR_CTX:-32768} --batch 1 --steps 16 \
     --configs 'ctkvr;ctkvr:sketch=3,rho=1536,far=q8' -o jsonl >\"$OUT/far_core.jsonl\" \
     2>\"$OUT/far_core.log\""
 python3 "$(dirname "$0")/headline_rows.py" "$OUT" >>"$LOG" 2>&1 || echo "headline_rows.py failed" | tee -a "$SUM"

@@ -12,7 +12,8 @@ token; one dense row with the whole context on the device (no host far
 work); the split-over-dense ratio; the predictions' rows; the device's
 policy kernels timed alone (ctkvr's recall) and the host's wait for the
 device (asleep, polled); the speed model fitted to the rows (bench/predict_fit.py); ctkvr's A/B row with the host asleep on every wait
-(--gpu-spin-us 0), with the team waiting beside it (--gpu-team-spin), with every op profiled and with micro-batch ping-pong; and the row file a stopped step
+(--gpu-spin-us 0), with the team waiting beside it (--gpu-team-spin), with every op profiled and with micro-batch ping-pong; one host core's far step
+(far_core.jsonl); and the row file a stopped step
 leaves (each row written as it is measured). Exit 0 passed, 1
 failed."""
 from __future__ import annotations
@@ -39,7 +40,7 @@ def main() -> int:
         env = dict(os.environ, HKV_EMU_MEM="4G", HEADLINE_MODEL="--synthetic smollm2-135m@2",
                    HEADLINE_GPU_MEM="1G", HEADLINE_CTX="512", HEADLINE_BATCH_512="1,2",
                    HEADLINE_STEPS="2", HEADLINE_CHUNK="256", HEADLINE_CONFIGS="ctkvr;quest",
-                   HEADLINE_PREDICT="h200", HEADLINE_AB_CTX="512")
+                   HEADLINE_PREDICT="h200", HEADLINE_AB_CTX="512", HEADLINE_FAR_CTX="2048")
         r = subprocess.run(["bash", os.path.join(ROOT, "bench", "gpu_headline.sh"), build, out, "600"],
                            env=env, capture_output=True, text=True, timeout=900)
         print(r.stdout[-3000:], r.stderr[-3000:])
@@ -78,6 +79,11 @@ def main() -> int:
         pp = sorted((x["policy"], x["batch"], x["config"]) for x in h["rows"] if x["variant"] == "pingpong")
         check([(p, b) for p, b, _ in pp] == [("ctkvr", 2)] and "--gpu-pingpong" in pp[0][2],
               f"the ping-pong A/B rows: {pp}")
+        # one host core's far step, cached (bench far -t 1 --warm): both configurations
+        core = h.get("far_core", [])
+        check(sorted(c["config"] for c in core) == ["ctkvr", "ctkvr:sketch=3,rho=1536,far=q8"]
+              and all(c["ctx"] == 2048 and c["step_ms"] > 0 and c["bytes_per_step"] > 0 for c in core),
+              f"one host core's far step: {core}")
         # the profiled A/B step: every op's device time and the host's, per step
         prof = {x["op"]: x for x in h.get("profile", [])}
         check({"qkv", "attention", "rmsnorm"} <= set(prof) and prof["attention"]["host_ms"] > 0
